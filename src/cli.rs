@@ -1,0 +1,312 @@
+//! The `warcfs` command line: the contract that scripts, tests and other tools use.
+//! Each subcommand opens the store, does one thing, and reports problems with the path they
+//! concern and a non-zero exit.
+
+use std::fs;
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::store::{Compression, Config, FileMeta, InodeKind, Store, Timestamp, Verify};
+
+#[derive(Parser)]
+#[command(name = "warcfs", version, about = "A deduplicating, byte-exact store for web archives")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Create a new, empty store.
+    Init {
+        store: PathBuf,
+        /// How a digest match is proven before two chunks become one.
+        #[arg(long, value_enum, default_value = "bytes")]
+        verify: Verify,
+        #[arg(long, value_enum, default_value = "zstd")]
+        compression: Compression,
+    },
+    /// Copy files and directories into the store, as `cp -r SRC... DIR` would.
+    Import {
+        store: PathBuf,
+        #[arg(required = true)]
+        src: Vec<PathBuf>,
+        /// Directory in the store to copy into.
+        #[arg(long, default_value = "/")]
+        to: String,
+    },
+    /// Write a stored file's exact bytes to stdout.
+    Cat { store: PathBuf, path: String },
+    /// List a directory (or one file) of the store.
+    Ls {
+        store: PathBuf,
+        #[arg(default_value = "/")]
+        path: String,
+    },
+    /// Remove files (and, with -r, directories) from the store.
+    Rm {
+        store: PathBuf,
+        #[arg(required = true)]
+        paths: Vec<String>,
+        #[arg(short, long)]
+        recursive: bool,
+    },
+    /// Show what is stored and how well it deduplicates.
+    Stats {
+        store: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check that every file's bytes can be rebuilt and every refcount is right.
+    Fsck {
+        store: PathBuf,
+        /// Also re-hash every chunk.
+        #[arg(long)]
+        deep: bool,
+    },
+    /// Reclaim space held by chunks that no file references.
+    Gc { store: PathBuf },
+}
+
+pub fn run(cli: Cli) -> Result<i32> {
+    match cli.cmd {
+        Cmd::Init { store, verify, compression } => {
+            let config = Config { verify, compression, ..Config::default() };
+            Store::init(&store, config)?;
+            println!("initialised {} (verify {verify:?}, compression {compression:?})", store.display());
+            Ok(0)
+        }
+        Cmd::Import { store, src, to } => import(&store, &src, &to),
+        Cmd::Cat { store, path } => {
+            let s = Store::open(&store, false)?;
+            let ino = s.resolve(&path)?;
+            let inode = s.inode(ino)?.with_context(|| format!("{path}: no such file"))?;
+            match inode.kind {
+                InodeKind::Dir => bail!("{path}: is a directory"),
+                InodeKind::Symlink => bail!("{path}: is a symbolic link to {}", String::from_utf8_lossy(&inode.target)),
+                InodeKind::File => {}
+            }
+            let stdout = io::stdout();
+            let mut out = BufWriter::with_capacity(1 << 20, stdout.lock());
+            if let Some(head) = &inode.recipe {
+                match s.copy_to(head, &mut out) {
+                    Err(crate::StoreError::Io { source, .. }) if source.kind() == io::ErrorKind::BrokenPipe => return Ok(0),
+                    r => {
+                        r.with_context(|| format!("{path}: reading from {}", store.display()))?;
+                    }
+                }
+            }
+            match out.flush() {
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(0),
+                r => r.map(|_| 0).context("writing to stdout"),
+            }
+        }
+        Cmd::Ls { store, path } => {
+            let s = Store::open(&store, false)?;
+            let mut out = io::stdout().lock();
+            for e in s.list(&path)? {
+                let t = match e.inode.kind {
+                    InodeKind::Dir => 'd',
+                    InodeKind::File => '-',
+                    InodeKind::Symlink => 'l',
+                };
+                let name = String::from_utf8_lossy(&e.name);
+                let suffix = if e.inode.kind == InodeKind::Symlink { format!(" -> {}", String::from_utf8_lossy(&e.inode.target)) } else { String::new() };
+                writeln!(out, "{t}{} {:>12} {}{suffix}", perms(e.inode.mode), e.inode.size, name)?;
+            }
+            Ok(0)
+        }
+        Cmd::Rm { store, paths, recursive } => {
+            let s = Store::open(&store, false)?;
+            for p in &paths {
+                s.remove(p, recursive)?;
+            }
+            Ok(0)
+        }
+        Cmd::Stats { store, json } => {
+            let s = Store::open(&store, false)?;
+            let st = s.stats()?;
+            if json {
+                println!("{}", serde_json::to_string(&st)?);
+            } else {
+                let ratio = if st.stored_bytes > 0 { st.logical_bytes as f64 / st.stored_bytes as f64 } else { 0.0 };
+                println!("files            {}", st.files);
+                println!("logical bytes    {} ({})", st.logical_bytes, human(st.logical_bytes));
+                println!("stored bytes     {} ({}), {ratio:.2}x", st.stored_bytes, human(st.stored_bytes));
+                println!("index bytes      {} ({})", st.index_bytes, human(st.index_bytes));
+                println!("records          {}", st.records);
+                println!("payloads         {} ({} unique)", st.payloads, st.unique_payloads);
+                println!("chunks           {} ({} unreferenced)", st.chunks, st.unreferenced_chunks);
+                println!("gzip members     {} ({} kept raw)", st.gzip_members, st.gzip_members_raw);
+                println!("collisions       {}", st.collisions);
+                println!("packs            {}", st.packs);
+            }
+            Ok(0)
+        }
+        Cmd::Fsck { store, deep } => {
+            let s = Store::open(&store, false)?;
+            let rep = s.fsck(deep)?;
+            for p in &rep.problems {
+                println!("{p}");
+            }
+            if rep.problems.is_empty() {
+                println!("{}: clean ({} files, {} chunks, {} packs checked{})", store.display(), rep.files, rep.chunks_checked, rep.packs_checked, if deep { ", re-hashed" } else { "" });
+                Ok(0)
+            } else {
+                eprintln!("{}: {} problems", store.display(), rep.problems.len());
+                Ok(1)
+            }
+        }
+        Cmd::Gc { store } => {
+            let s = Store::open(&store, false)?;
+            let rep = s.gc()?;
+            let reclaimed = rep.bytes_before.saturating_sub(rep.bytes_after);
+            println!(
+                "reclaimed {reclaimed} bytes ({}): {} chunks dropped, {} packs deleted, {} rewritten",
+                human(reclaimed),
+                rep.chunks_dropped,
+                rep.packs_deleted,
+                rep.packs_rewritten
+            );
+            Ok(0)
+        }
+    }
+}
+
+fn perms(mode: u32) -> String {
+    let mut s = String::with_capacity(9);
+    for shift in [6, 3, 0] {
+        let b = (mode >> shift) & 7;
+        s.push(if b & 4 != 0 { 'r' } else { '-' });
+        s.push(if b & 2 != 0 { 'w' } else { '-' });
+        s.push(if b & 1 != 0 { 'x' } else { '-' });
+    }
+    s
+}
+
+pub fn human(n: u64) -> String {
+    let units = ["B", "KB", "MB", "GB", "TB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1000.0 && u + 1 < units.len() {
+        v /= 1000.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", units[u])
+}
+
+/// One thing to copy: a source path and where it lands in the store.
+enum Item {
+    Dir(String),
+    File { src: PathBuf, dir: String, name: String, size: u64 },
+    Symlink { src: PathBuf, dir: String, name: String },
+}
+
+fn join(dir: &str, name: &str) -> String {
+    format!("{}/{name}", dir.trim_end_matches('/'))
+}
+
+fn plan(src: &Path, dest_dir: &str, items: &mut Vec<Item>) -> Result<()> {
+    let meta = fs::symlink_metadata(src).with_context(|| format!("{}: cannot read", src.display()))?;
+    let name = src
+        .file_name()
+        .map(|n| n.to_owned())
+        .or_else(|| src.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_owned())))
+        .map(|n| n.to_string_lossy().to_string())
+        .with_context(|| format!("{}: has no file name", src.display()))?;
+    if meta.is_dir() {
+        let here = join(dest_dir, &name);
+        items.push(Item::Dir(here.clone()));
+        let mut children: Vec<_> = fs::read_dir(src)
+            .with_context(|| format!("{}: cannot list", src.display()))?
+            .collect::<io::Result<Vec<_>>>()
+            .with_context(|| format!("{}: cannot list", src.display()))?;
+        children.sort_by_key(|e| e.file_name());
+        for c in children {
+            plan(&c.path(), &here, items)?;
+        }
+    } else if meta.file_type().is_symlink() {
+        items.push(Item::Symlink { src: src.to_path_buf(), dir: dest_dir.to_string(), name });
+    } else if meta.is_file() {
+        items.push(Item::File { src: src.to_path_buf(), dir: dest_dir.to_string(), name, size: meta.len() });
+    } else {
+        log::warn!("{}: not a regular file, directory or symlink; skipped", src.display());
+    }
+    Ok(())
+}
+
+fn import(store: &Path, srcs: &[PathBuf], to: &str) -> Result<i32> {
+    let mut items = Vec::new();
+    for src in srcs {
+        plan(src, to, &mut items)?;
+    }
+    let s = Store::open(store, true)?;
+    s.mkdir_p(to)?;
+    let total: u64 = items.iter().map(|i| if let Item::File { size, .. } = i { *size } else { 0 }).sum();
+    let bar = if io::stderr().is_terminal() {
+        let b = ProgressBar::new(total);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {bytes}/{total_bytes} {bytes_per_sec} {wide_msg}")
+                .expect("valid template"),
+        );
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let started = std::time::Instant::now();
+    let (mut files, mut bytes_in, mut new_bytes, mut members, mut raw_members) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    for item in &items {
+        match item {
+            Item::Dir(path) => {
+                s.mkdir_p(path)?;
+            }
+            Item::Symlink { src, dir, name } => {
+                let target = fs::read_link(src).with_context(|| format!("{}: cannot read link", src.display()))?;
+                let d = s.resolve(dir)?;
+                use std::os::unix::ffi::OsStrExt;
+                s.put_symlink(d, name.as_bytes(), target.as_os_str().as_bytes())?;
+            }
+            Item::File { src, dir, name, .. } => {
+                bar.set_message(name.clone());
+                let f = fs::File::open(src).with_context(|| format!("{}: cannot open", src.display()))?;
+                let meta = f.metadata().with_context(|| format!("{}: cannot stat", src.display()))?;
+                // SAFETY: the source is mapped read-only; a file changed under an import gives
+                // whatever bytes were there, as `cp` would.
+                let map;
+                let data: &[u8] = if meta.len() == 0 {
+                    &[]
+                } else {
+                    map = unsafe { memmap2::Mmap::map(&f) }.with_context(|| format!("{}: cannot map", src.display()))?;
+                    &map
+                };
+                let d = s.resolve(dir)?;
+                use std::os::unix::fs::PermissionsExt;
+                let fm = FileMeta {
+                    mode: meta.permissions().mode() & 0o7777,
+                    mtime: meta.modified().map(Timestamp::from).unwrap_or_else(|_| Timestamp::now()),
+                };
+                let rep = s.put_file(d, name.as_bytes(), data, fm).with_context(|| format!("{}: import failed", src.display()))?;
+                files += 1;
+                bytes_in += rep.size;
+                new_bytes += rep.new_bytes;
+                members += rep.stats.gzip_members;
+                raw_members += rep.stats.gzip_members_raw;
+                bar.inc(rep.size);
+            }
+        }
+    }
+    s.flush()?;
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "imported {files} files, {bytes_in} bytes in ({}), {new_bytes} new bytes stored ({}); {members} gzip members, {raw_members} kept raw; {:.1} MB/s",
+        human(bytes_in),
+        human(new_bytes),
+        if secs > 0.0 { bytes_in as f64 / 1e6 / secs } else { 0.0 }
+    );
+    Ok(0)
+}

@@ -1,0 +1,276 @@
+//! The index: RocksDB behind a small typed API, so the rest of warcfs never sees RocksDB.
+//!
+//! Column families:
+//! - `meta`    counters (next inode, recipe and pack ids, collisions);
+//! - `chunk`   digest ‖ seq → where the chunk lives, its sizes and its reference count;
+//! - `inode`   inode number → attributes, and for files the head of the recipe;
+//! - `dirent`  parent inode ‖ name → child inode;
+//! - `recipe`  recipe id ‖ piece number → one piece of a file recipe.
+//!
+//! Every logical change (a file committed, removed or renamed; a gc pass) is one `Batch`,
+//! written with `sync = true`: RocksDB's write batch is atomic across column families.
+
+use std::path::Path;
+
+use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::digest::{ChunkKey, Digest};
+
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("index: {0}")]
+    Db(#[from] rocksdb::Error),
+    #[error("index: undecodable {what} record: {err}")]
+    Decode { what: &'static str, err: postcard::Error },
+}
+
+pub type Result<T> = std::result::Result<T, IndexError>;
+
+const CFS: [&str; 5] = ["meta", "chunk", "inode", "dirent", "recipe"];
+
+/// Where a chunk is stored and how many recipe references keep it alive.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkEntry {
+    pub pack: u64,
+    pub offset: u64,
+    pub stored_len: u32,
+    pub raw_len: u32,
+    pub codec: u8,
+    pub kind: u8,
+    pub refs: u64,
+}
+
+fn enc<T: Serialize>(v: &T) -> Vec<u8> {
+    postcard::to_allocvec(v).expect("in-memory serialisation cannot fail")
+}
+
+fn dec<T: DeserializeOwned>(what: &'static str, b: &[u8]) -> Result<T> {
+    postcard::from_bytes(b).map_err(|err| IndexError::Decode { what, err })
+}
+
+pub fn dirent_key(parent: u64, name: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + name.len());
+    k.extend_from_slice(&parent.to_be_bytes());
+    k.extend_from_slice(name);
+    k
+}
+
+pub fn recipe_key(rid: u64, piece: u32) -> [u8; 12] {
+    let mut k = [0u8; 12];
+    k[..8].copy_from_slice(&rid.to_be_bytes());
+    k[8..].copy_from_slice(&piece.to_be_bytes());
+    k
+}
+
+pub struct Index {
+    db: DB,
+}
+
+/// A set of changes that commit together or not at all.
+#[derive(Default)]
+pub struct Batch {
+    wb: WriteBatch,
+}
+
+impl Index {
+    pub fn open(path: &Path) -> Result<Index> {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        opts.set_max_background_jobs(2);
+        opts.set_keep_log_file_num(4);
+        let cfs = CFS.iter().map(|name| {
+            let mut o = Options::default();
+            if *name == "chunk" {
+                // Lookups of new data mostly miss: a bloom filter answers them from memory.
+                let mut t = rocksdb::BlockBasedOptions::default();
+                t.set_bloom_filter(10.0, false);
+                t.set_cache_index_and_filter_blocks(true);
+                o.set_block_based_table_factory(&t);
+            }
+            ColumnFamilyDescriptor::new(*name, o)
+        });
+        let db = DB::open_cf_descriptors(&opts, path, cfs)?;
+        Ok(Index { db })
+    }
+
+    fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
+        self.db.cf_handle(name).expect("column family created at open")
+    }
+
+    pub fn write(&self, batch: Batch) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        self.db.write_opt(batch.wb, &wo)?;
+        Ok(())
+    }
+
+    /// Copies the index, consistently, to `dest` (hard links where possible).
+    pub fn checkpoint(&self, dest: &Path) -> Result<()> {
+        rocksdb::checkpoint::Checkpoint::new(&self.db)?.create_checkpoint(dest)?;
+        Ok(())
+    }
+
+    // ---- meta ----
+
+    pub fn meta_u64(&self, name: &str) -> Result<u64> {
+        Ok(self
+            .db
+            .get_cf(self.cf("meta"), name.as_bytes())?
+            .and_then(|v| v.as_slice().try_into().ok().map(u64::from_le_bytes))
+            .unwrap_or(0))
+    }
+
+    // ---- chunks ----
+
+    /// Every stored chunk whose digest is `digest` (normally one; more after collisions).
+    pub fn chunks_with_digest(&self, digest: &Digest) -> Result<Vec<(ChunkKey, ChunkEntry)>> {
+        let mut out = Vec::new();
+        let it = self.db.iterator_cf(self.cf("chunk"), IteratorMode::From(digest, Direction::Forward));
+        for item in it {
+            let (k, v) = item?;
+            if !k.starts_with(digest) {
+                break;
+            }
+            if let Some(key) = ChunkKey::from_bytes(&k) {
+                out.push((key, dec("chunk", &v)?));
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn chunk(&self, key: &ChunkKey) -> Result<Option<ChunkEntry>> {
+        match self.db.get_pinned_cf(self.cf("chunk"), key.to_bytes())? {
+            Some(v) => Ok(Some(dec("chunk", &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn for_each_chunk(&self, mut f: impl FnMut(ChunkKey, ChunkEntry) -> Result<()>) -> Result<()> {
+        for item in self.db.iterator_cf(self.cf("chunk"), IteratorMode::Start) {
+            let (k, v) = item?;
+            if let Some(key) = ChunkKey::from_bytes(&k) {
+                f(key, dec("chunk", &v)?)?;
+            }
+        }
+        Ok(())
+    }
+
+    // ---- inodes, directory entries, recipes ----
+
+    pub fn inode<T: DeserializeOwned>(&self, ino: u64) -> Result<Option<T>> {
+        match self.db.get_pinned_cf(self.cf("inode"), ino.to_be_bytes())? {
+            Some(v) => Ok(Some(dec("inode", &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn for_each_inode<T: DeserializeOwned>(&self, mut f: impl FnMut(u64, T) -> Result<()>) -> Result<()> {
+        for item in self.db.iterator_cf(self.cf("inode"), IteratorMode::Start) {
+            let (k, v) = item?;
+            let ino = u64::from_be_bytes(k.as_ref().try_into().unwrap_or([0; 8]));
+            f(ino, dec("inode", &v)?)?;
+        }
+        Ok(())
+    }
+
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Option<u64>> {
+        Ok(self
+            .db
+            .get_pinned_cf(self.cf("dirent"), dirent_key(parent, name))?
+            .and_then(|v| v.as_ref().try_into().ok().map(u64::from_be_bytes)))
+    }
+
+    /// The entries of a directory, in name order, starting after `after` if given.
+    pub fn dir_entries(&self, parent: u64) -> Result<Vec<(Vec<u8>, u64)>> {
+        let prefix = parent.to_be_bytes();
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf(self.cf("dirent"), IteratorMode::From(&prefix, Direction::Forward)) {
+            let (k, v) = item?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            let ino = u64::from_be_bytes(v.as_ref().try_into().unwrap_or([0; 8]));
+            out.push((k[8..].to_vec(), ino));
+        }
+        Ok(out)
+    }
+
+    pub fn recipe_piece(&self, rid: u64, piece: u32) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get_cf(self.cf("recipe"), recipe_key(rid, piece))?)
+    }
+}
+
+impl Batch {
+    pub fn new() -> Batch {
+        Batch::default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.wb.is_empty()
+    }
+
+    pub fn put_meta_u64(&mut self, idx: &Index, name: &str, v: u64) {
+        self.wb.put_cf(idx.cf("meta"), name.as_bytes(), v.to_le_bytes());
+    }
+
+    pub fn put_chunk(&mut self, idx: &Index, key: &ChunkKey, e: &ChunkEntry) {
+        self.wb.put_cf(idx.cf("chunk"), key.to_bytes(), enc(e));
+    }
+
+    pub fn delete_chunk(&mut self, idx: &Index, key: &ChunkKey) {
+        self.wb.delete_cf(idx.cf("chunk"), key.to_bytes());
+    }
+
+    pub fn put_inode<T: Serialize>(&mut self, idx: &Index, ino: u64, v: &T) {
+        self.wb.put_cf(idx.cf("inode"), ino.to_be_bytes(), enc(v));
+    }
+
+    pub fn delete_inode(&mut self, idx: &Index, ino: u64) {
+        self.wb.delete_cf(idx.cf("inode"), ino.to_be_bytes());
+    }
+
+    pub fn put_dirent(&mut self, idx: &Index, parent: u64, name: &[u8], ino: u64) {
+        self.wb.put_cf(idx.cf("dirent"), dirent_key(parent, name), ino.to_be_bytes());
+    }
+
+    pub fn delete_dirent(&mut self, idx: &Index, parent: u64, name: &[u8]) {
+        self.wb.delete_cf(idx.cf("dirent"), dirent_key(parent, name));
+    }
+
+    pub fn put_recipe_piece(&mut self, idx: &Index, rid: u64, piece: u32, bytes: &[u8]) {
+        self.wb.put_cf(idx.cf("recipe"), recipe_key(rid, piece), bytes);
+    }
+
+    pub fn delete_recipe(&mut self, idx: &Index, rid: u64, pieces: u32) {
+        self.wb.delete_range_cf(idx.cf("recipe"), recipe_key(rid, 0), recipe_key(rid, pieces));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_is_atomic_and_digest_prefix_lookup_finds_collisions() {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = Index::open(dir.path()).unwrap();
+        let e = |refs| ChunkEntry { pack: 1, offset: 0, stored_len: 3, raw_len: 3, codec: 0, kind: 0, refs };
+        let mut b = Batch::new();
+        b.put_chunk(&idx, &ChunkKey { digest: [5; 32], seq: 0 }, &e(1));
+        b.put_chunk(&idx, &ChunkKey { digest: [5; 32], seq: 1 }, &e(2));
+        b.put_chunk(&idx, &ChunkKey { digest: [6; 32], seq: 0 }, &e(3));
+        b.put_meta_u64(&idx, "next_ino", 9);
+        b.put_dirent(&idx, 1, b"a", 2);
+        b.put_dirent(&idx, 1, b"b", 3);
+        b.put_dirent(&idx, 2, b"c", 4);
+        idx.write(b).unwrap();
+        let found = idx.chunks_with_digest(&[5; 32]).unwrap();
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[1].1.refs, 2);
+        assert_eq!(idx.meta_u64("next_ino").unwrap(), 9);
+        assert_eq!(idx.dir_entries(1).unwrap(), vec![(b"a".to_vec(), 2), (b"b".to_vec(), 3)]);
+        assert_eq!(idx.lookup(2, b"c").unwrap(), Some(4));
+    }
+}

@@ -1,0 +1,16 @@
+//! warcfs: a deduplicating, byte-exact store for web archives.
+//!
+//! Data flows one way. Bytes come in (`store::Store::put_file`); `format` finds gzip members
+//! and WARC/ARC records in them; payloads are hashed (`digest`) and stored once as chunks in
+//! immutable `pack` files; a `recipe` saying how to rebuild the exact bytes commits
+//! atomically with refcount changes in the `index`. A read walks the recipe back.
+
+pub mod cli;
+pub mod digest;
+pub mod format;
+pub mod index;
+pub mod pack;
+pub mod recipe;
+pub mod store;
+
+pub use store::{Config, Compression, Store, StoreError, Verify};

@@ -1,0 +1,256 @@
+//! File recipes: how a file's exact bytes are rebuilt from chunks.
+//!
+//! A file is a sequence of segments. A `Data` segment is bytes that appear verbatim: slices of
+//! chunks. A `Member` segment is one gzip member: its header bytes kept verbatim, its plain
+//! text as slices of chunks, the zlib parameters that deflate that plain text back into the
+//! member's exact compressed bytes, and its trailer when it is not the one zlib derives.
+//!
+//! Recipes are stored in pieces of a bounded number of extents, so a read at offset N loads
+//! one piece (found by binary search over the pieces' start offsets), not the whole recipe.
+//! Each piece names its chunks once in a key table and extents refer to them by position,
+//! because header slices of one literal block recur many times in a row.
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::ChunkKey;
+use crate::format::gzip::DeflateRecipe;
+
+/// A slice of one chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Extent {
+    /// Position of the chunk in the piece's key table.
+    pub chunk: u32,
+    pub offset: u32,
+    pub len: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Segment {
+    Data { extents: Vec<Extent> },
+    Member {
+        header: Vec<u8>,
+        plain: Vec<Extent>,
+        deflate: DeflateRecipe,
+        /// The stored trailer, only when it differs from CRC32/ISIZE of the plain text.
+        trailer: Option<[u8; 8]>,
+        /// The member's whole compressed length (header + deflate + trailer).
+        comp_len: u64,
+    },
+}
+
+impl Segment {
+    pub fn len(&self) -> u64 {
+        match self {
+            Segment::Data { extents } => extents.iter().map(|e| e.len as u64).sum(),
+            Segment::Member { comp_len, .. } => *comp_len,
+        }
+    }
+
+    pub fn extent_count(&self) -> usize {
+        match self {
+            Segment::Data { extents } => extents.len(),
+            Segment::Member { plain, .. } => plain.len() + 1,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Piece {
+    pub keys: Vec<ChunkKey>,
+    pub segments: Vec<Segment>,
+}
+
+impl Piece {
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_allocvec(self).expect("in-memory serialisation cannot fail")
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Piece, postcard::Error> {
+        postcard::from_bytes(b)
+    }
+
+    pub fn len(&self) -> u64 {
+        self.segments.iter().map(Segment::len).sum()
+    }
+}
+
+/// What a file's inode records about its recipe.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecipeHead {
+    pub id: u64,
+    pub size: u64,
+    /// Logical start offset of each piece; piece i covers [starts[i], starts[i+1]).
+    pub piece_starts: Vec<u64>,
+}
+
+impl RecipeHead {
+    pub fn pieces(&self) -> u32 {
+        self.piece_starts.len() as u32
+    }
+
+    /// The piece holding byte `offset`.
+    pub fn piece_at(&self, offset: u64) -> Option<u32> {
+        if offset >= self.size || self.piece_starts.is_empty() {
+            return None;
+        }
+        Some((self.piece_starts.partition_point(|&s| s <= offset) - 1) as u32)
+    }
+}
+
+/// What ingest learned about a file; kept in its inode and summed by `stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStats {
+    pub records: u64,
+    pub payloads: u64,
+    pub payload_bytes: u64,
+    pub gzip_members: u64,
+    pub gzip_members_raw: u64,
+}
+
+impl std::ops::AddAssign for FileStats {
+    fn add_assign(&mut self, o: FileStats) {
+        self.records += o.records;
+        self.payloads += o.payloads;
+        self.payload_bytes += o.payload_bytes;
+        self.gzip_members += o.gzip_members;
+        self.gzip_members_raw += o.gzip_members_raw;
+    }
+}
+
+/// Upper bound of extents per piece: about 100 KiB encoded.
+pub const PIECE_EXTENTS: usize = 2048;
+
+/// Builds recipe pieces from segments as ingest produces them.
+#[derive(Default)]
+pub struct RecipeBuilder {
+    pub pieces: Vec<Piece>,
+    keys: std::collections::HashMap<ChunkKey, u32>,
+    cur: Piece,
+    cur_extents: usize,
+    size: u64,
+    starts: Vec<u64>,
+}
+
+impl RecipeBuilder {
+    pub fn new() -> RecipeBuilder {
+        RecipeBuilder::default()
+    }
+
+    /// The table position of `key` in the current piece.
+    fn key_index(&mut self, key: ChunkKey) -> u32 {
+        let cur = &mut self.cur;
+        *self.keys.entry(key).or_insert_with(|| {
+            cur.keys.push(key);
+            (cur.keys.len() - 1) as u32
+        })
+    }
+
+    fn maybe_cut(&mut self, adding: usize) {
+        if !self.cur.segments.is_empty() && self.cur_extents + adding > PIECE_EXTENTS {
+            self.finish_piece();
+        }
+    }
+
+    fn finish_piece(&mut self) {
+        if self.cur.segments.is_empty() {
+            return;
+        }
+        let piece = std::mem::take(&mut self.cur);
+        self.starts.push(self.size);
+        self.size += piece.len();
+        self.pieces.push(piece);
+        self.keys.clear();
+        self.cur_extents = 0;
+    }
+
+    /// Appends verbatim bytes given as (chunk, offset, len) slices; splits long runs across
+    /// pieces and merges with a preceding Data segment.
+    pub fn push_data(&mut self, slices: &[(ChunkKey, u32, u32)]) {
+        for &(key, offset, len) in slices {
+            if len == 0 {
+                continue;
+            }
+            self.maybe_cut(1);
+            let chunk = self.key_index(key);
+            let ext = Extent { chunk, offset, len };
+            match self.cur.segments.last_mut() {
+                Some(Segment::Data { extents }) => {
+                    // Contiguous slices of one chunk become one extent.
+                    match extents.last_mut() {
+                        Some(last) if last.chunk == chunk && last.offset + last.len == offset => last.len += len,
+                        _ => extents.push(ext),
+                    }
+                }
+                _ => self.cur.segments.push(Segment::Data { extents: vec![ext] }),
+            }
+            self.cur_extents += 1;
+        }
+    }
+
+    pub fn push_member(&mut self, header: Vec<u8>, plain: &[(ChunkKey, u32, u32)], deflate: DeflateRecipe, trailer: Option<[u8; 8]>, comp_len: u64) {
+        self.maybe_cut(plain.len() + 1);
+        let mut exts: Vec<Extent> = Vec::with_capacity(plain.len());
+        for &(key, offset, len) in plain {
+            if len == 0 {
+                continue;
+            }
+            let chunk = self.key_index(key);
+            match exts.last_mut() {
+                Some(last) if last.chunk == chunk && last.offset + last.len == offset => last.len += len,
+                _ => exts.push(Extent { chunk, offset, len }),
+            }
+        }
+        self.cur_extents += exts.len() + 1;
+        self.cur.segments.push(Segment::Member { header, plain: exts, deflate, trailer, comp_len });
+    }
+
+    /// Returns the pieces and their start offsets; `size` is their total length.
+    pub fn finish(mut self) -> (Vec<Piece>, Vec<u64>, u64) {
+        self.finish_piece();
+        (self.pieces, self.starts, self.size)
+    }
+}
+
+/// Every distinct chunk a set of pieces references (each counts once per file).
+pub fn distinct_keys<'a>(pieces: impl IntoIterator<Item = &'a Piece>) -> std::collections::BTreeSet<ChunkKey> {
+    let mut set = std::collections::BTreeSet::new();
+    for p in pieces {
+        set.extend(p.keys.iter().copied());
+    }
+    set
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(n: u8) -> ChunkKey {
+        ChunkKey { digest: [n; 32], seq: 0 }
+    }
+
+    #[test]
+    fn builder_merges_contiguous_slices_and_cuts_pieces() {
+        let mut b = RecipeBuilder::new();
+        b.push_data(&[(k(1), 0, 10), (k(1), 10, 5), (k(2), 0, 100)]);
+        let (pieces, starts, size) = b.finish();
+        assert_eq!(size, 115);
+        assert_eq!(starts, vec![0]);
+        assert_eq!(pieces[0].segments, vec![Segment::Data { extents: vec![Extent { chunk: 0, offset: 0, len: 15 }, Extent { chunk: 1, offset: 0, len: 100 }] }]);
+
+        let mut b = RecipeBuilder::new();
+        for i in 0..(PIECE_EXTENTS * 2 + 3) {
+            b.push_data(&[(k((i % 200) as u8), 0, 1)]);
+        }
+        let (pieces, starts, size) = b.finish();
+        assert_eq!(pieces.len(), 3);
+        assert_eq!(size as usize, PIECE_EXTENTS * 2 + 3);
+        assert_eq!(starts, vec![0, PIECE_EXTENTS as u64, 2 * PIECE_EXTENTS as u64]);
+        let head = RecipeHead { id: 1, size, piece_starts: starts };
+        assert_eq!(head.piece_at(0), Some(0));
+        assert_eq!(head.piece_at(PIECE_EXTENTS as u64), Some(1));
+        assert_eq!(head.piece_at(size - 1), Some(2));
+        assert_eq!(head.piece_at(size), None);
+        let p = &pieces[1];
+        assert_eq!(Piece::decode(&p.encode()).unwrap(), *p);
+    }
+}

@@ -1,0 +1,351 @@
+//! Ingest: any bytes in, a recipe and new chunks out, then one atomic commit.
+//!
+//! gzip files are split into members; all members' plain text is segmented into WARC/ARC
+//! headers, payloads and unparsed bytes; each member is verified to rebuild byte for byte
+//! with zlib (on worker threads, while this thread hashes and stores chunks). A member that
+//! does not rebuild, and any bytes outside members, are stored as content-defined chunks of
+//! the compressed bytes themselves. Headers go into per-file literal blocks that recipes slice.
+
+use std::thread;
+
+use super::namespace::RefDelta;
+use super::{Compression, Result, Store, StoreError, Verify, Writer, PACK_TARGET};
+use crate::digest::ChunkKey;
+use crate::format::gzip::{self, DeflateRecipe, Member, Region};
+use crate::format::warc::{self, SpanKind};
+use crate::index::{Batch, ChunkEntry};
+use crate::pack::{ChunkKind, Codec, OpenPack, BLOB_HEADER_LEN};
+use crate::recipe::{FileStats, Piece, RecipeBuilder};
+
+/// Header bytes of one file are cut into blocks of about this size (one chunk each).
+const LITERAL_BLOCK: usize = 256 << 10;
+/// Members whose plain text is larger are kept raw: a read inside one would have to rebuild
+/// it from its start.
+const MAX_MEMBER_PLAIN: u64 = 64 << 20;
+/// FastCDC sizes (min, average, max) for payloads and for unparsed bytes.
+const PAYLOAD_CDC: (u32, u32, u32) = (256 << 10, 1 << 20, 4 << 20);
+const RAW_CDC: (u32, u32, u32) = (16 << 10, 64 << 10, 256 << 10);
+/// Compressed chunks are kept only if they save at least 3 %.
+const MIN_SAVING_PERCENT: usize = 3;
+const ZSTD_LEVEL: i32 = 3;
+
+/// A slice of a chunk: (chunk, offset in chunk, length).
+pub(super) type Slice = (ChunkKey, u32, u32);
+
+/// The result of ingesting one file, ready to commit.
+pub(super) struct Ingested {
+    pub pieces: Vec<Piece>,
+    pub starts: Vec<u64>,
+    pub size: u64,
+    pub stats: FileStats,
+    pub new_bytes: u64,
+}
+
+struct Ctx {
+    stats: FileStats,
+    new_bytes: u64,
+}
+
+fn cdc(data: &[u8], (min, avg, max): (u32, u32, u32)) -> impl Iterator<Item = (usize, usize)> + '_ {
+    fastcdc::v2020::FastCDC::new(data, min, avg, max).map(|c| (c.offset, c.length))
+}
+
+fn verify_member(data: &[u8], plain: &[u8], m: &Member) -> Option<DeflateRecipe> {
+    if m.plain_len > MAX_MEMBER_PLAIN {
+        return None;
+    }
+    let d0 = m.start as usize + m.header_len;
+    let deflate = data.get(d0..d0 + m.deflate_len as usize)?;
+    let p0 = m.plain_start as usize;
+    let plain = plain.get(p0..p0 + m.plain_len as usize)?;
+    gzip::find_recipe(deflate, plain, m.xfl, &m.flush_points)
+}
+
+/// The slices covering plain range [a, b), given slices sorted by plain offset; `cursor`
+/// only moves forward because members come in plain-offset order.
+fn slices_in(exts: &[(u64, Slice)], cursor: &mut usize, a: u64, b: u64) -> Vec<Slice> {
+    while *cursor < exts.len() && exts[*cursor].0 + exts[*cursor].1 .2 as u64 <= a {
+        *cursor += 1;
+    }
+    let mut out = Vec::new();
+    let mut i = *cursor;
+    while i < exts.len() && exts[i].0 < b {
+        let (start, (key, off, len)) = exts[i];
+        let s = a.max(start);
+        let e = b.min(start + len as u64);
+        if e > s {
+            out.push((key, off + (s - start) as u32, (e - s) as u32));
+        }
+        i += 1;
+    }
+    out
+}
+
+impl Store {
+    pub(super) fn ingest(&self, w: &mut Writer, data: &[u8]) -> Result<Ingested> {
+        // Chunks of an ingest that failed are garbage, never shared.
+        w.pending.clear();
+        w.collisions = 0;
+        let mut ctx = Ctx { stats: FileStats::default(), new_bytes: 0 };
+        let mut rb = RecipeBuilder::new();
+        if !gzip::looks_gzip(data) {
+            let exts = self.chunk_plain(w, &mut ctx, data)?;
+            let slices: Vec<Slice> = exts.into_iter().map(|(_, s)| s).collect();
+            rb.push_data(&slices);
+        } else {
+            let mut plain = Vec::new();
+            let regions = gzip::split(data, &mut plain);
+            let members: Vec<&Member> = regions
+                .iter()
+                .filter_map(|r| match r {
+                    Region::Member(m) => Some(m),
+                    Region::Raw { .. } => None,
+                })
+                .collect();
+            let (mut recipes, exts) = thread::scope(|s| {
+                // Verifying a rebuild costs a zlib compression of every member: the dominant
+                // cost of ingest, so it runs on two threads while this one stores chunks.
+                const WORKERS: usize = 2;
+                let handles: Vec<_> = (0..WORKERS)
+                    .map(|t| {
+                        let (members, plain) = (&members, &plain);
+                        s.spawn(move || {
+                            members
+                                .iter()
+                                .enumerate()
+                                .filter(|(i, _)| i % WORKERS == t)
+                                .map(|(i, m)| (i, verify_member(data, plain, m)))
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                let exts = self.chunk_plain(w, &mut ctx, &plain);
+                let mut recipes: Vec<Option<DeflateRecipe>> = vec![None; members.len()];
+                for h in handles {
+                    for (i, r) in h.join().expect("rebuild verification does not panic") {
+                        recipes[i] = r;
+                    }
+                }
+                (recipes, exts)
+            });
+            let exts = exts?;
+            let mut cursor = 0usize;
+            let mut member_no = 0usize;
+            // Bytes that are stored as they are: raw regions and members that do not rebuild.
+            let mut raw_run: Option<(usize, usize)> = None;
+            for region in &regions {
+                match region {
+                    Region::Raw { start, len } => {
+                        let (s, e) = (*start as usize, (*start + *len) as usize);
+                        raw_run = Some(raw_run.map_or((s, e), |(a, _)| (a, e)));
+                    }
+                    Region::Member(m) => {
+                        let recipe = recipes[member_no].take();
+                        member_no += 1;
+                        ctx.stats.gzip_members += 1;
+                        let (s, e) = (m.start as usize, (m.start + m.comp_len) as usize);
+                        let Some(recipe) = recipe else {
+                            ctx.stats.gzip_members_raw += 1;
+                            raw_run = Some(raw_run.map_or((s, e), |(a, _)| (a, e)));
+                            continue;
+                        };
+                        if let Some((a, b)) = raw_run.take() {
+                            let sl = self.chunk_raw(w, &mut ctx, &data[a..b])?;
+                            rb.push_data(&sl);
+                        }
+                        let plain_slice = &plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];
+                        let trailer = (gzip::trailer_for(plain_slice) != m.trailer).then_some(m.trailer);
+                        let slices = slices_in(&exts, &mut cursor, m.plain_start, m.plain_start + m.plain_len);
+                        let header = data[s..s + m.header_len].to_vec();
+                        rb.push_member(header, &slices, recipe, trailer, m.comp_len);
+                    }
+                }
+            }
+            if let Some((a, b)) = raw_run.take() {
+                let sl = self.chunk_raw(w, &mut ctx, &data[a..b])?;
+                rb.push_data(&sl);
+            }
+        }
+        let (pieces, starts, size) = rb.finish();
+        debug_assert_eq!(size, data.len() as u64);
+        Ok(Ingested { pieces, starts, size, stats: ctx.stats, new_bytes: ctx.new_bytes })
+    }
+
+    /// Segments plain text into headers, payloads and unparsed bytes and stores them;
+    /// returns slices covering `plain` in order, each with its plain offset.
+    fn chunk_plain(&self, w: &mut Writer, ctx: &mut Ctx, plain: &[u8]) -> Result<Vec<(u64, Slice)>> {
+        let seg = warc::segment(plain);
+        ctx.stats.records += seg.records;
+        ctx.stats.payloads += seg.payloads;
+        // Header bytes first, into literal blocks, so each header becomes a slice of one.
+        let mut blocks: Vec<ChunkKey> = Vec::new();
+        let mut places: Vec<(usize, u32)> = Vec::new();
+        let mut buf: Vec<u8> = Vec::with_capacity(LITERAL_BLOCK);
+        for span in seg.spans.iter().filter(|s| s.kind == SpanKind::Header) {
+            let bytes = &plain[span.start as usize..(span.start + span.len) as usize];
+            if !buf.is_empty() && buf.len() + bytes.len() > LITERAL_BLOCK {
+                blocks.push(self.store_chunk(w, ctx, &buf, ChunkKind::Literal)?);
+                buf.clear();
+            }
+            places.push((blocks.len(), buf.len() as u32));
+            buf.extend_from_slice(bytes);
+        }
+        if !buf.is_empty() {
+            blocks.push(self.store_chunk(w, ctx, &buf, ChunkKind::Literal)?);
+        }
+        let mut out = Vec::with_capacity(seg.spans.len());
+        let mut header_no = 0usize;
+        for span in &seg.spans {
+            let (s, e) = (span.start as usize, (span.start + span.len) as usize);
+            match span.kind {
+                SpanKind::Header => {
+                    let (block, off) = places[header_no];
+                    header_no += 1;
+                    out.push((span.start, (blocks[block], off, span.len as u32)));
+                }
+                SpanKind::Payload => {
+                    ctx.stats.payload_bytes += span.len;
+                    for (i, (o, l)) in cdc(&plain[s..e], PAYLOAD_CDC).enumerate() {
+                        let kind = if i == 0 { ChunkKind::PayloadHead } else { ChunkKind::Payload };
+                        let key = self.store_chunk(w, ctx, &plain[s + o..s + o + l], kind)?;
+                        out.push(((s + o) as u64, (key, 0, l as u32)));
+                    }
+                }
+                SpanKind::Raw => {
+                    for (o, l) in cdc(&plain[s..e], RAW_CDC) {
+                        let key = self.store_chunk(w, ctx, &plain[s + o..s + o + l], ChunkKind::Raw)?;
+                        out.push(((s + o) as u64, (key, 0, l as u32)));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn chunk_raw(&self, w: &mut Writer, ctx: &mut Ctx, bytes: &[u8]) -> Result<Vec<Slice>> {
+        let mut out = Vec::new();
+        for (o, l) in cdc(bytes, RAW_CDC) {
+            let key = self.store_chunk(w, ctx, &bytes[o..o + l], ChunkKind::Raw)?;
+            out.push((key, 0, l as u32));
+        }
+        Ok(out)
+    }
+
+    /// Finds `data` in the store (proven equal as the verify mode demands) or appends it to
+    /// the open pack as a new chunk.
+    fn store_chunk(&self, w: &mut Writer, ctx: &mut Ctx, data: &[u8], kind: ChunkKind) -> Result<ChunkKey> {
+        let digest = (self.digest)(data);
+        let mut candidates: Vec<(ChunkKey, ChunkEntry)> = w.pending.get(&digest).cloned().unwrap_or_default();
+        // A point lookup of seq 0 answers most misses from the bloom filter; only a hit (or
+        // a collision chain) needs the range scan.
+        let first = ChunkKey { digest, seq: 0 };
+        if candidates.is_empty() {
+            if let Some(e) = self.index.chunk(&first)? {
+                candidates.push((first, e));
+                if self.config.verify != Verify::Off {
+                    candidates = self.index.chunks_with_digest(&digest)?;
+                }
+            }
+        } else {
+            for (k, e) in self.index.chunks_with_digest(&digest)? {
+                if !candidates.iter().any(|(c, _)| *c == k) {
+                    candidates.push((k, e));
+                }
+            }
+        }
+        for (key, entry) in &candidates {
+            let same = match self.config.verify {
+                Verify::Off => true,
+                Verify::Size => entry.raw_len as usize == data.len(),
+                Verify::Bytes => {
+                    entry.raw_len as usize == data.len()
+                        && match self.chunk_bytes(key, entry) {
+                            Ok(bytes) => bytes.as_slice() == data,
+                            // A stored copy that cannot be read must not absorb new copies.
+                            Err(e) => {
+                                log::warn!("dedup candidate {} unreadable, storing a fresh copy: {e}", key.short());
+                                false
+                            }
+                        }
+                }
+            };
+            if same {
+                return Ok(*key);
+            }
+        }
+        let seq = candidates.iter().map(|(k, _)| k.seq + 1).max().unwrap_or(0);
+        if !candidates.is_empty() {
+            w.collisions += 1;
+            log::warn!("digest collision on {}: stored as a separate chunk (seq {seq})", first.short());
+        }
+        let key = ChunkKey { digest, seq };
+        let compressed = match self.config.compression {
+            Compression::Zstd => zstd::bulk::compress(data, ZSTD_LEVEL)
+                .ok()
+                .filter(|z| z.len() * 100 <= data.len() * (100 - MIN_SAVING_PERCENT)),
+            Compression::None => None,
+        };
+        let (codec, stored) = match &compressed {
+            Some(z) => (Codec::Zstd, z.as_slice()),
+            None => (Codec::None, data),
+        };
+        let tmp_dir = self.root.join("packs-tmp");
+        if w.open.is_none() {
+            let id = w.next_pack;
+            w.next_pack += 1;
+            w.open = Some(OpenPack::create(&tmp_dir, id).map_err(|source| StoreError::Io { path: tmp_dir.clone(), source })?);
+        }
+        let open = w.open.as_mut().expect("open pack exists");
+        let info = open
+            .append(key, kind, codec, data.len() as u32, stored)
+            .map_err(|source| StoreError::Io { path: tmp_dir.clone(), source })?;
+        ctx.new_bytes += (BLOB_HEADER_LEN + stored.len()) as u64;
+        let entry = ChunkEntry {
+            pack: open.id,
+            offset: info.offset,
+            stored_len: info.stored_len,
+            raw_len: info.raw_len,
+            codec: info.codec,
+            kind: info.kind,
+            refs: 0,
+        };
+        w.pending.entry(digest).or_default().push((key, entry));
+        if open.len() >= PACK_TARGET {
+            self.seal_open(w)?;
+        }
+        Ok(key)
+    }
+
+    /// Makes the open pack durable, then writes `b` with the refcount changes in one synced
+    /// batch: the index never points at bytes that are not on disk.
+    pub(super) fn commit(&self, w: &mut Writer, mut b: Batch, delta: RefDelta) -> Result<()> {
+        if let Some(open) = w.open.as_mut() {
+            let dir = self.root.join("packs-tmp");
+            open.sync().map_err(|source| StoreError::Io { path: dir, source })?;
+        }
+        for (key, d) in delta.0 {
+            if d == 0 {
+                continue;
+            }
+            let pending = w.pending.get(&key.digest).and_then(|v| v.iter().find(|(k, _)| *k == key)).map(|(_, e)| e.clone());
+            let mut entry = match pending {
+                Some(e) => e,
+                None => self.index.chunk(&key)?.ok_or_else(|| StoreError::MissingChunk(key.to_string()))?,
+            };
+            let refs = entry.refs as i64 + d;
+            if refs < 0 {
+                log::error!("refcount of chunk {} would drop below zero ({refs}); clamped", key.short());
+            }
+            entry.refs = refs.max(0) as u64;
+            b.put_chunk(&self.index, &key, &entry);
+        }
+        if w.collisions > 0 {
+            let total = self.index.meta_u64("collisions")? + w.collisions;
+            b.put_meta_u64(&self.index, "collisions", total);
+        }
+        self.index.write(b)?;
+        w.pending.clear();
+        w.collisions = 0;
+        Ok(())
+    }
+}

@@ -1,0 +1,322 @@
+//! The store: one directory holding the index, the packs and the store's settings, and the
+//! operations on it (ingest, read, namespace changes, stats, fsck, gc).
+//!
+//! Layout of STORE/:
+//! - `warcfs.json`  format name and version, verify mode, compression (written at init);
+//! - `lock`         flock'ed by the one process that owns the store; holds its pid;
+//! - `index/`       RocksDB (see `index`);
+//! - `packs/`       sealed, immutable pack files;
+//! - `packs-tmp/`   the open pack (recovered and sealed at the next open after a crash).
+//!
+//! Write order: chunk bytes are appended to the open pack and `fdatasync`ed before the one
+//! synced RocksDB batch that commits a recipe with its refcount changes. A crash leaves the
+//! old state or the new one, plus pack bytes nothing references, which `gc` reclaims.
+
+mod ingest;
+mod maintain;
+mod namespace;
+mod read;
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::{self, ChunkKey, Digest, DigestFn};
+use crate::index::{ChunkEntry, Index, IndexError};
+use crate::pack::{self, OpenPack, PackError, PackReader};
+
+pub use maintain::{FsckReport, GcReport, Stats};
+pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
+pub use read::ReadCache;
+
+pub const FORMAT_NAME: &str = "warcfs-store";
+pub const FORMAT_VERSION: u32 = 1;
+const CONFIG_FILE: &str = "warcfs.json";
+
+/// Sealed packs grow to about this size.
+pub const PACK_TARGET: u64 = 32 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{0}: not a warcfs store (no {CONFIG_FILE}, and the directory is not empty)")]
+    NotAStore(PathBuf),
+    #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} version {FORMAT_VERSION}")]
+    Format { path: PathBuf, found: String },
+    #[error("{path}: store is in use by process {pid}")]
+    Busy { path: PathBuf, pid: String },
+    #[error("{0}: no such store")]
+    NoStore(PathBuf),
+    #[error("{0}: no such file or directory in the store")]
+    NotFound(String),
+    #[error("{0}: not a directory")]
+    NotADirectory(String),
+    #[error("{0}: is a directory")]
+    IsADirectory(String),
+    #[error("{0}: directory not empty")]
+    NotEmpty(String),
+    #[error("{0}: invalid path")]
+    InvalidPath(String),
+    #[error("zlib self-test failed: this build's deflate engine is not the pinned zlib ({0})")]
+    ZlibEngine(String),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    #[error(transparent)]
+    Pack(#[from] PackError),
+    #[error("recipe {rid} piece {piece}: {what}")]
+    Recipe { rid: u64, piece: u32, what: String },
+    #[error("chunk {0} is referenced but not in the index")]
+    MissingChunk(String),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io { path: path.to_path_buf(), source }
+}
+
+/// How a digest hit is proven to be the same bytes before it is shared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Verify {
+    /// Compare the bytes (ZFS dedup=verify).
+    Bytes,
+    /// Compare digest and length.
+    Size,
+    /// Trust SHA-256.
+    Off,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    Zstd,
+    None,
+}
+
+/// The store's settings, fixed at init.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    pub format: String,
+    pub version: u32,
+    pub verify: Verify,
+    pub compression: Compression,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { format: FORMAT_NAME.into(), version: FORMAT_VERSION, verify: Verify::Bytes, compression: Compression::Zstd }
+    }
+}
+
+/// Chunks appended to the open pack but not yet committed, and the open pack itself.
+struct Writer {
+    open: Option<OpenPack>,
+    next_pack: u64,
+    pending: HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>>,
+    collisions: u64,
+    /// Next inode / recipe id to hand out; 0 until first read from the index.
+    next_ino: u64,
+    next_recipe: u64,
+}
+
+pub struct Store {
+    root: PathBuf,
+    config: Config,
+    index: Index,
+    packs: PackReader,
+    cache: ReadCache,
+    writer: Mutex<Writer>,
+    digest: DigestFn,
+    _lock: File,
+}
+
+/// Options for opening (and, if needed, creating) a store.
+#[derive(Clone, Debug)]
+pub struct OpenOptionsStore {
+    /// Create the store with `config` if the directory is missing or empty.
+    pub create: bool,
+    pub config: Config,
+}
+
+impl Default for OpenOptionsStore {
+    fn default() -> Self {
+        OpenOptionsStore { create: true, config: Config::default() }
+    }
+}
+
+impl Store {
+    /// Creates a new store at `root`; fails if one is already there.
+    pub fn init(root: &Path, config: Config) -> Result<Store> {
+        if root.join(CONFIG_FILE).exists() {
+            return Err(StoreError::Io {
+                path: root.to_path_buf(),
+                source: io::Error::new(io::ErrorKind::AlreadyExists, "a store already exists here"),
+            });
+        }
+        Store::open_with(root, &OpenOptionsStore { create: true, config }, digest::sha256)
+    }
+
+    /// Opens an existing store, or creates it with the defaults if `create`.
+    pub fn open(root: &Path, create: bool) -> Result<Store> {
+        Store::open_with(root, &OpenOptionsStore { create, config: Config::default() }, digest::sha256)
+    }
+
+    pub(crate) fn open_with(root: &Path, opts: &OpenOptionsStore, digest: DigestFn) -> Result<Store> {
+        let cfg_path = root.join(CONFIG_FILE);
+        if !root.exists() {
+            if !opts.create {
+                return Err(StoreError::NoStore(root.to_path_buf()));
+            }
+            fs::create_dir_all(root).map_err(io_at(root))?;
+        }
+        if !root.is_dir() {
+            return Err(StoreError::NotAStore(root.to_path_buf()));
+        }
+        let fresh = !cfg_path.exists();
+        if fresh {
+            let empty = fs::read_dir(root).map_err(io_at(root))?.next().is_none();
+            if !empty || !opts.create {
+                return Err(if empty { StoreError::NoStore(root.to_path_buf()) } else { StoreError::NotAStore(root.to_path_buf()) });
+            }
+            // The store holds whole archives: keep it private to its owner.
+            set_mode(root, 0o700)?;
+        }
+        let lock = take_lock(root)?;
+        let config = if fresh {
+            let cfg = opts.config.clone();
+            for d in ["packs", "packs-tmp", "index"] {
+                fs::create_dir_all(root.join(d)).map_err(io_at(root))?;
+            }
+            let json = serde_json::to_vec_pretty(&cfg).expect("config serialises");
+            pack::write_file_atomic(&cfg_path, &json).map_err(io_at(&cfg_path))?;
+            cfg
+        } else {
+            read_config(&cfg_path)?
+        };
+        crate::format::engine::self_test().map_err(StoreError::ZlibEngine)?;
+        let index = Index::open(&root.join("index"))?;
+        let packs_dir = root.join("packs");
+        let tmp_dir = root.join("packs-tmp");
+        let mut max_id = 0u64;
+        for entry in fs::read_dir(&packs_dir).map_err(io_at(&packs_dir))? {
+            let entry = entry.map_err(io_at(&packs_dir))?;
+            if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
+                max_id = max_id.max(id);
+            }
+        }
+        // A pack left open by a crash holds blobs the index may point at: seal what is whole.
+        for entry in fs::read_dir(&tmp_dir).map_err(io_at(&tmp_dir))? {
+            let entry = entry.map_err(io_at(&tmp_dir))?;
+            let path = entry.path();
+            if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
+                max_id = max_id.max(id);
+                match pack::recover_open_pack(&path, &packs_dir, id).map_err(io_at(&path))? {
+                    Some(n) => log::info!("recovered open pack {id:016x} with {n} blobs"),
+                    None => log::info!("removed empty open pack {id:016x}"),
+                }
+            } else {
+                let _ = fs::remove_file(&path);
+            }
+        }
+        let store = Store {
+            root: root.to_path_buf(),
+            config,
+            index,
+            packs: PackReader::new(packs_dir, tmp_dir),
+            cache: ReadCache::new(256 << 20, 128 << 20),
+            writer: Mutex::new(Writer { open: None, next_pack: max_id + 1, pending: HashMap::new(), collisions: 0, next_ino: 0, next_recipe: 0 }),
+            digest,
+            _lock: lock,
+        };
+        store.ensure_root()?;
+        Ok(store)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Seals the open pack (if any). Called on close, so a cleanly closed store has no
+    /// open pack.
+    pub fn flush(&self) -> Result<()> {
+        let mut w = self.writer.lock().unwrap();
+        self.seal_open(&mut w)
+    }
+
+    fn seal_open(&self, w: &mut Writer) -> Result<()> {
+        if let Some(open) = w.open.take() {
+            let id = open.id;
+            if open.is_empty() {
+                let path = self.root.join("packs-tmp").join(pack::pack_name(id));
+                drop(open);
+                fs::remove_file(&path).map_err(io_at(&path))?;
+            } else {
+                let dir = self.root.join("packs");
+                open.seal(&dir).map_err(io_at(&dir))?;
+            }
+            self.packs.forget(id);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.writer.lock() {
+            if let Err(e) = self.seal_open(&mut w) {
+                log::warn!("sealing the open pack: {e}");
+            }
+        }
+    }
+}
+
+fn read_config(path: &Path) -> Result<Config> {
+    let bytes = fs::read(path).map_err(io_at(path))?;
+    let store = path.parent().unwrap_or(path).to_path_buf();
+    let v: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| StoreError::Format { path: store.clone(), found: format!("unreadable {CONFIG_FILE}: {e}") })?;
+    let name = v.get("format").and_then(|f| f.as_str()).unwrap_or("none");
+    let version = v.get("version").and_then(|f| f.as_u64()).unwrap_or(0);
+    if name != FORMAT_NAME || version != FORMAT_VERSION as u64 {
+        return Err(StoreError::Format { path: store, found: format!("{name} version {version}") });
+    }
+    serde_json::from_value(v).map_err(|e| StoreError::Format { path: store, found: format!("bad {CONFIG_FILE}: {e}") })
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io_at(path))
+}
+
+/// Takes the store's exclusive lock, or names the process that holds it.
+fn take_lock(root: &Path) -> Result<File> {
+    let path = root.join("lock");
+    let mut f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(io_at(&path))?;
+    // SAFETY: flock on a descriptor we own.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            let mut pid = String::new();
+            let _ = f.read_to_string(&mut pid);
+            let pid = pid.trim().to_string();
+            return Err(StoreError::Busy { path: root.to_path_buf(), pid: if pid.is_empty() { "unknown".into() } else { pid } });
+        }
+        return Err(StoreError::Io { path, source: err });
+    }
+    f.set_len(0).map_err(io_at(&path))?;
+    f.seek(io::SeekFrom::Start(0)).map_err(io_at(&path))?;
+    writeln!(f, "{}", std::process::id()).map_err(io_at(&path))?;
+    Ok(f)
+}

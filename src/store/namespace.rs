@@ -1,0 +1,391 @@
+//! The store's namespace: inodes and directory entries, resolved by path for the CLI and by
+//! inode number for the mount. Every change is one atomic index batch.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::ingest::Ingested;
+use super::{Result, Store, StoreError, Writer};
+use crate::digest::ChunkKey;
+use crate::index::Batch;
+use crate::recipe::{self, FileStats, Piece, RecipeHead};
+
+pub const ROOT_INO: u64 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InodeKind {
+    Dir,
+    File,
+    Symlink,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Timestamp {
+    pub secs: i64,
+    pub nanos: u32,
+}
+
+impl Timestamp {
+    pub fn now() -> Timestamp {
+        Timestamp::from(SystemTime::now())
+    }
+}
+
+impl From<SystemTime> for Timestamp {
+    fn from(t: SystemTime) -> Timestamp {
+        match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() },
+            Err(e) => {
+                let d = e.duration();
+                if d.subsec_nanos() == 0 {
+                    Timestamp { secs: -(d.as_secs() as i64), nanos: 0 }
+                } else {
+                    Timestamp { secs: -(d.as_secs() as i64) - 1, nanos: 1_000_000_000 - d.subsec_nanos() }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inode {
+    pub kind: InodeKind,
+    /// Permission bits (and setuid/setgid/sticky); the type comes from `kind`.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub size: u64,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+    pub recipe: Option<RecipeHead>,
+    pub stats: FileStats,
+    pub target: Vec<u8>,
+    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl Inode {
+    pub fn new(kind: InodeKind, mode: u32) -> Inode {
+        let now = Timestamp::now();
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Inode {
+            kind,
+            mode,
+            uid,
+            gid,
+            nlink: if kind == InodeKind::Dir { 2 } else { 1 },
+            size: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            recipe: None,
+            stats: FileStats::default(),
+            target: Vec::new(),
+            xattrs: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: u64,
+    pub inode: Inode,
+}
+
+/// The attributes a new file gets.
+#[derive(Clone, Copy, Debug)]
+pub struct FileMeta {
+    pub mode: u32,
+    pub mtime: Timestamp,
+}
+
+/// What committing one file added to the store.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PutReport {
+    pub ino: u64,
+    pub size: u64,
+    /// Pack bytes written for this file's new chunks.
+    pub new_bytes: u64,
+    pub stats: FileStats,
+}
+
+/// Splits a store path into components; rejects `..`.
+pub fn components(path: &str) -> Result<Vec<&str>> {
+    let mut out = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => return Err(StoreError::InvalidPath(path.to_string())),
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+/// Reference count changes of one commit.
+#[derive(Default)]
+pub(super) struct RefDelta(pub HashMap<ChunkKey, i64>);
+
+impl RefDelta {
+    pub fn add_pieces(&mut self, pieces: &[Piece], by: i64) {
+        for k in recipe::distinct_keys(pieces) {
+            *self.0.entry(k).or_default() += by;
+        }
+    }
+}
+
+impl Store {
+    pub(super) fn ensure_root(&self) -> Result<()> {
+        if self.index.inode::<Inode>(ROOT_INO)?.is_none() {
+            let mut b = Batch::new();
+            b.put_inode(&self.index, ROOT_INO, &Inode::new(InodeKind::Dir, 0o755));
+            b.put_meta_u64(&self.index, "next_ino", ROOT_INO + 1);
+            self.index.write(b)?;
+        }
+        Ok(())
+    }
+
+    pub fn inode(&self, ino: u64) -> Result<Option<Inode>> {
+        Ok(self.index.inode(ino)?)
+    }
+
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Option<u64>> {
+        Ok(self.index.lookup(parent, name)?)
+    }
+
+    /// The inode number at `path` (absolute within the store).
+    pub fn resolve(&self, path: &str) -> Result<u64> {
+        let mut ino = ROOT_INO;
+        for c in components(path)? {
+            ino = self.index.lookup(ino, c.as_bytes())?.ok_or_else(|| StoreError::NotFound(path.to_string()))?;
+        }
+        Ok(ino)
+    }
+
+    fn inode_or_missing(&self, ino: u64, path: &str) -> Result<Inode> {
+        self.index.inode(ino)?.ok_or_else(|| StoreError::NotFound(path.to_string()))
+    }
+
+    pub fn read_dir(&self, ino: u64) -> Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        for (name, child) in self.index.dir_entries(ino)? {
+            if let Some(inode) = self.index.inode(child)? {
+                out.push(DirEntry { name, ino: child, inode });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The entries under `path`: a directory's children, or the file itself.
+    pub fn list(&self, path: &str) -> Result<Vec<DirEntry>> {
+        let ino = self.resolve(path)?;
+        let inode = self.inode_or_missing(ino, path)?;
+        if inode.kind == InodeKind::Dir {
+            return self.read_dir(ino);
+        }
+        let name = components(path)?.last().map(|s| s.as_bytes().to_vec()).unwrap_or_default();
+        Ok(vec![DirEntry { name, ino, inode }])
+    }
+
+    fn alloc(&self, w: &mut Writer, b: &mut Batch, what: &'static str) -> Result<u64> {
+        let counter = match what {
+            "ino" => &mut w.next_ino,
+            _ => &mut w.next_recipe,
+        };
+        if *counter == 0 {
+            *counter = self.index.meta_u64(if what == "ino" { "next_ino" } else { "next_recipe" })?.max(ROOT_INO + 1);
+        }
+        let v = *counter;
+        *counter += 1;
+        b.put_meta_u64(&self.index, if what == "ino" { "next_ino" } else { "next_recipe" }, *counter);
+        Ok(v)
+    }
+
+    /// Creates every missing directory along `path` and returns the last one's inode.
+    pub fn mkdir_p(&self, path: &str) -> Result<u64> {
+        let mut w = self.writer.lock().unwrap();
+        let mut ino = ROOT_INO;
+        for c in components(path)? {
+            match self.index.lookup(ino, c.as_bytes())? {
+                Some(child) => {
+                    let inode = self.inode_or_missing(child, path)?;
+                    if inode.kind != InodeKind::Dir {
+                        return Err(StoreError::NotADirectory(path.to_string()));
+                    }
+                    ino = child;
+                }
+                None => {
+                    let mut b = Batch::new();
+                    let child = self.alloc(&mut w, &mut b, "ino")?;
+                    b.put_inode(&self.index, child, &Inode::new(InodeKind::Dir, 0o755));
+                    b.put_dirent(&self.index, ino, c.as_bytes(), child);
+                    let mut parent = self.inode_or_missing(ino, path)?;
+                    parent.nlink += 1;
+                    parent.mtime = Timestamp::now();
+                    parent.ctime = parent.mtime;
+                    b.put_inode(&self.index, ino, &parent);
+                    self.index.write(b)?;
+                    ino = child;
+                }
+            }
+        }
+        Ok(ino)
+    }
+
+    /// Stores `data` as the file `name` in directory `dir`, replacing a file of that name.
+    /// The file's recipe, its chunks' refcounts and the directory entry commit together.
+    pub fn put_file(&self, dir: u64, name: &[u8], data: &[u8], meta: FileMeta) -> Result<PutReport> {
+        let mut w = self.writer.lock().unwrap();
+        let ingested = self.ingest(&mut w, data)?;
+        self.commit_file(&mut w, dir, name, ingested, meta)
+    }
+
+    fn commit_file(&self, w: &mut Writer, dir: u64, name: &[u8], ing: Ingested, meta: FileMeta) -> Result<PutReport> {
+        let display = String::from_utf8_lossy(name).to_string();
+        let mut b = Batch::new();
+        let mut delta = RefDelta::default();
+        let existing = self.index.lookup(dir, name)?;
+        let (ino, mut inode) = match existing {
+            Some(ino) => {
+                let old = self.inode_or_missing(ino, &display)?;
+                if old.kind == InodeKind::Dir {
+                    return Err(StoreError::IsADirectory(display));
+                }
+                (ino, old)
+            }
+            None => (self.alloc(w, &mut b, "ino")?, Inode::new(InodeKind::File, meta.mode)),
+        };
+        if let Some(old) = inode.recipe.take() {
+            let pieces = self.load_pieces(&old)?;
+            delta.add_pieces(&pieces, -1);
+            b.delete_recipe(&self.index, old.id, old.pieces());
+        }
+        delta.add_pieces(&ing.pieces, 1);
+        let rid = self.alloc(w, &mut b, "recipe")?;
+        for (i, p) in ing.pieces.iter().enumerate() {
+            b.put_recipe_piece(&self.index, rid, i as u32, &p.encode());
+        }
+        inode.kind = InodeKind::File;
+        inode.mode = meta.mode;
+        inode.size = ing.size;
+        inode.mtime = meta.mtime;
+        inode.ctime = Timestamp::now();
+        inode.stats = ing.stats;
+        inode.recipe = Some(RecipeHead { id: rid, size: ing.size, piece_starts: ing.starts });
+        b.put_inode(&self.index, ino, &inode);
+        if existing.is_none() {
+            b.put_dirent(&self.index, dir, name, ino);
+        }
+        self.commit(w, b, delta)?;
+        Ok(PutReport { ino, size: ing.size, new_bytes: ing.new_bytes, stats: ing.stats })
+    }
+
+    pub fn put_symlink(&self, dir: u64, name: &[u8], target: &[u8]) -> Result<u64> {
+        let mut w = self.writer.lock().unwrap();
+        let display = String::from_utf8_lossy(name).to_string();
+        if self.index.lookup(dir, name)?.is_some() {
+            self.remove_entry(&mut w, dir, name, false, &display)?;
+        }
+        let mut b = Batch::new();
+        let ino = self.alloc(&mut w, &mut b, "ino")?;
+        let mut inode = Inode::new(InodeKind::Symlink, 0o777);
+        inode.target = target.to_vec();
+        inode.size = target.len() as u64;
+        b.put_inode(&self.index, ino, &inode);
+        b.put_dirent(&self.index, dir, name, ino);
+        self.index.write(b)?;
+        Ok(ino)
+    }
+
+    /// Removes the entry at `path` (a directory only if `recursive`).
+    pub fn remove(&self, path: &str, recursive: bool) -> Result<()> {
+        let comps = components(path)?;
+        let Some((last, parents)) = comps.split_last() else {
+            return Err(StoreError::InvalidPath(path.to_string()));
+        };
+        let dir = self.resolve(&parents.join("/"))?;
+        let mut w = self.writer.lock().unwrap();
+        self.remove_entry(&mut w, dir, last.as_bytes(), recursive, path)
+    }
+
+    fn remove_entry(&self, w: &mut Writer, dir: u64, name: &[u8], recursive: bool, path: &str) -> Result<()> {
+        let ino = self.index.lookup(dir, name)?.ok_or_else(|| StoreError::NotFound(path.to_string()))?;
+        let inode = self.inode_or_missing(ino, path)?;
+        if inode.kind == InodeKind::Dir {
+            let children = self.index.dir_entries(ino)?;
+            if !children.is_empty() && !recursive {
+                return Err(if recursive { StoreError::NotEmpty(path.to_string()) } else { StoreError::IsADirectory(path.to_string()) });
+            }
+            if children.is_empty() && !recursive {
+                return Err(StoreError::IsADirectory(path.to_string()));
+            }
+            for (child, _) in children {
+                let sub = format!("{path}/{}", String::from_utf8_lossy(&child));
+                self.remove_entry(w, ino, &child, true, &sub)?;
+            }
+        }
+        let mut b = Batch::new();
+        let mut delta = RefDelta::default();
+        b.delete_dirent(&self.index, dir, name);
+        let now = Timestamp::now();
+        if let Some(mut parent) = self.index.inode::<Inode>(dir)? {
+            if inode.kind == InodeKind::Dir {
+                parent.nlink = parent.nlink.saturating_sub(1);
+            }
+            parent.mtime = now;
+            parent.ctime = now;
+            b.put_inode(&self.index, dir, &parent);
+        }
+        let remaining = if inode.kind == InodeKind::Dir { 0 } else { inode.nlink.saturating_sub(1) };
+        if remaining == 0 {
+            if let Some(head) = &inode.recipe {
+                let pieces = self.load_pieces(head)?;
+                delta.add_pieces(&pieces, -1);
+                b.delete_recipe(&self.index, head.id, head.pieces());
+            }
+            b.delete_inode(&self.index, ino);
+        } else {
+            let mut inode = inode;
+            inode.nlink = remaining;
+            inode.ctime = now;
+            b.put_inode(&self.index, ino, &inode);
+        }
+        self.commit(w, b, delta)
+    }
+
+    /// Every piece of a recipe, decoded.
+    pub(super) fn load_pieces(&self, head: &RecipeHead) -> Result<Vec<Piece>> {
+        (0..head.pieces()).map(|i| self.load_piece(head.id, i)).collect()
+    }
+
+    pub(super) fn load_piece(&self, rid: u64, piece: u32) -> Result<Piece> {
+        let bytes = self
+            .index
+            .recipe_piece(rid, piece)?
+            .ok_or_else(|| StoreError::Recipe { rid, piece, what: "missing".into() })?;
+        Piece::decode(&bytes).map_err(|e| StoreError::Recipe { rid, piece, what: format!("undecodable: {e}") })
+    }
+
+    /// Paths of every inode reachable from the root (hard links give several).
+    pub fn paths(&self) -> Result<HashMap<u64, Vec<String>>> {
+        let mut out: HashMap<u64, Vec<String>> = HashMap::new();
+        let mut stack = vec![(ROOT_INO, String::new())];
+        while let Some((dir, prefix)) = stack.pop() {
+            for (name, child) in self.index.dir_entries(dir)? {
+                let path = format!("{prefix}/{}", String::from_utf8_lossy(&name));
+                if let Some(inode) = self.index.inode::<Inode>(child)? {
+                    if inode.kind == InodeKind::Dir {
+                        stack.push((child, path.clone()));
+                    }
+                }
+                out.entry(child).or_default().push(path);
+            }
+        }
+        Ok(out)
+    }
+}

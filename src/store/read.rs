@@ -1,0 +1,281 @@
+//! Read: any byte range of a stored file, rebuilt from its recipe with random access.
+//!
+//! A read finds the recipe piece that holds its offset, then the segments it overlaps. Data
+//! segments copy slices of chunks; member segments are rebuilt whole (header, zlib deflate of
+//! the plain text, trailer). Decoded chunks, recipe pieces and rebuilt members are kept in
+//! LRU caches shared by all readers, so a sequential reader never does the same work twice.
+
+use std::hash::Hash;
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use lru::LruCache;
+
+use super::{Result, Store, StoreError};
+use crate::digest::ChunkKey;
+use crate::format::gzip;
+use crate::index::ChunkEntry;
+use crate::recipe::{Extent, Piece, RecipeHead, Segment};
+
+/// An LRU bounded by the bytes it holds rather than by entry count.
+struct SizedLru<K: Hash + Eq, V> {
+    map: LruCache<K, (Arc<V>, usize)>,
+    bytes: usize,
+    budget: usize,
+}
+
+impl<K: Hash + Eq, V> SizedLru<K, V> {
+    fn new(budget: usize) -> Self {
+        SizedLru { map: LruCache::unbounded(), bytes: 0, budget }
+    }
+
+    fn get(&mut self, k: &K) -> Option<Arc<V>> {
+        self.map.get(k).map(|(v, _)| v.clone())
+    }
+
+    fn put(&mut self, k: K, v: Arc<V>, size: usize) {
+        if size > self.budget / 4 {
+            return;
+        }
+        if let Some((_, old)) = self.map.put(k, (v, size)) {
+            self.bytes -= old;
+        }
+        self.bytes += size;
+        while self.bytes > self.budget {
+            match self.map.pop_lru() {
+                Some((_, (_, s))) => self.bytes -= s,
+                None => break,
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.bytes = 0;
+    }
+}
+
+pub struct ReadCache {
+    chunks: Mutex<SizedLru<ChunkKey, Vec<u8>>>,
+    members: Mutex<SizedLru<(u64, u32, u32), Vec<u8>>>,
+    pieces: Mutex<SizedLru<(u64, u32), Piece>>,
+}
+
+impl ReadCache {
+    pub fn new(chunk_budget: usize, member_budget: usize) -> ReadCache {
+        ReadCache {
+            chunks: Mutex::new(SizedLru::new(chunk_budget)),
+            members: Mutex::new(SizedLru::new(member_budget)),
+            pieces: Mutex::new(SizedLru::new(64 << 20)),
+        }
+    }
+
+    pub fn clear(&self) {
+        self.chunks.lock().unwrap().clear();
+        self.members.lock().unwrap().clear();
+        self.pieces.lock().unwrap().clear();
+    }
+}
+
+fn extent_bytes<'a>(chunk: &'a [u8], e: &Extent, key: &ChunkKey) -> Result<&'a [u8]> {
+    chunk
+        .get(e.offset as usize..e.offset as usize + e.len as usize)
+        .ok_or_else(|| StoreError::MissingChunk(format!("{} (slice {}+{} beyond its {} bytes)", key.short(), e.offset, e.len, chunk.len())))
+}
+
+impl Store {
+    /// The bytes of one chunk, from the cache or its pack.
+    pub(crate) fn chunk_bytes(&self, key: &ChunkKey, entry: &ChunkEntry) -> Result<Arc<Vec<u8>>> {
+        if let Some(v) = self.cache.chunks.lock().unwrap().get(key) {
+            return Ok(v);
+        }
+        let bytes = Arc::new(self.packs.read(entry.pack, entry.offset, key, entry.stored_len)?);
+        self.cache.chunks.lock().unwrap().put(*key, bytes.clone(), bytes.len());
+        Ok(bytes)
+    }
+
+    fn chunk_by_key(&self, key: &ChunkKey) -> Result<Arc<Vec<u8>>> {
+        if let Some(v) = self.cache.chunks.lock().unwrap().get(key) {
+            return Ok(v);
+        }
+        let entry = self.index.chunk(key)?.ok_or_else(|| StoreError::MissingChunk(key.to_string()))?;
+        self.chunk_bytes(key, &entry)
+    }
+
+    pub(crate) fn piece(&self, rid: u64, piece: u32) -> Result<Arc<Piece>> {
+        if let Some(p) = self.cache.pieces.lock().unwrap().get(&(rid, piece)) {
+            return Ok(p);
+        }
+        let p = Arc::new(self.load_piece(rid, piece)?);
+        let size = p.keys.len() * 40 + p.segments.iter().map(|s| s.extent_count() * 16 + 64).sum::<usize>();
+        self.cache.pieces.lock().unwrap().put((rid, piece), p.clone(), size);
+        Ok(p)
+    }
+
+    /// Appends the plain text described by `extents` to `out`.
+    fn gather(&self, piece: &Piece, extents: &[Extent], out: &mut Vec<u8>) -> Result<()> {
+        for e in extents {
+            let key = &piece.keys[e.chunk as usize];
+            let chunk = self.chunk_by_key(key)?;
+            out.extend_from_slice(extent_bytes(&chunk, e, key)?);
+        }
+        Ok(())
+    }
+
+    /// Rebuilds one gzip member's exact compressed bytes.
+    fn rebuild_member(&self, piece: &Piece, seg: &Segment) -> Result<Vec<u8>> {
+        let Segment::Member { header, plain, deflate, trailer, comp_len } = seg else {
+            unreachable!("rebuild_member is called on member segments only");
+        };
+        let plain_len: usize = plain.iter().map(|e| e.len as usize).sum();
+        let mut text = Vec::with_capacity(plain_len);
+        self.gather(piece, plain, &mut text)?;
+        let mut out = Vec::with_capacity(*comp_len as usize);
+        out.extend_from_slice(header);
+        gzip::deflate(&text, deflate, &mut out);
+        out.extend_from_slice(&trailer.unwrap_or_else(|| gzip::trailer_for(&text)));
+        if out.len() as u64 != *comp_len {
+            // Never hand out wrong bytes: this means the zlib engine changed under the store.
+            return Err(StoreError::ZlibEngine(format!("rebuilt member is {} bytes, expected {comp_len}", out.len())));
+        }
+        Ok(out)
+    }
+
+    fn member_cached(&self, rid: u64, pno: u32, sno: u32, piece: &Piece) -> Result<Arc<Vec<u8>>> {
+        let k = (rid, pno, sno);
+        if let Some(m) = self.cache.members.lock().unwrap().get(&k) {
+            return Ok(m);
+        }
+        let m = Arc::new(self.rebuild_member(piece, &piece.segments[sno as usize])?);
+        self.cache.members.lock().unwrap().put(k, m.clone(), m.len());
+        Ok(m)
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at EOF).
+    pub fn read_at(&self, head: &RecipeHead, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = offset + done as u64;
+            let Some(pno) = head.piece_at(pos) else { break };
+            let piece = self.piece(head.id, pno)?;
+            let mut seg_start = head.piece_starts[pno as usize];
+            let mut progressed = false;
+            for (sno, seg) in piece.segments.iter().enumerate() {
+                let seg_len = seg.len();
+                if seg_start + seg_len <= pos {
+                    seg_start += seg_len;
+                    continue;
+                }
+                let want = buf.len() - done;
+                match seg {
+                    Segment::Data { extents } => {
+                        let mut ext_start = seg_start;
+                        for e in extents {
+                            let cur = offset + done as u64;
+                            if done == buf.len() {
+                                break;
+                            }
+                            if ext_start + e.len as u64 <= cur {
+                                ext_start += e.len as u64;
+                                continue;
+                            }
+                            let key = &piece.keys[e.chunk as usize];
+                            let chunk = self.chunk_by_key(key)?;
+                            let bytes = extent_bytes(&chunk, e, key)?;
+                            let from = (cur - ext_start) as usize;
+                            let n = (bytes.len() - from).min(buf.len() - done);
+                            buf[done..done + n].copy_from_slice(&bytes[from..from + n]);
+                            done += n;
+                            ext_start += e.len as u64;
+                        }
+                    }
+                    Segment::Member { .. } => {
+                        let m = self.member_cached(head.id, pno, sno as u32, &piece)?;
+                        let from = (pos - seg_start) as usize;
+                        let n = (m.len() - from).min(want);
+                        buf[done..done + n].copy_from_slice(&m[from..from + n]);
+                        done += n;
+                    }
+                }
+                progressed = true;
+                seg_start += seg_len;
+                if done == buf.len() {
+                    break;
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Writes a whole file to `out`, rebuilding gzip members on two threads in windows of
+    /// bounded size. Returns the number of bytes written.
+    pub fn copy_to(&self, head: &RecipeHead, out: &mut dyn Write) -> Result<u64> {
+        const WINDOW: u64 = 32 << 20;
+        const TASK: u64 = 4 << 20;
+        let mut written = 0u64;
+        let io_err = |source| StoreError::Io { path: "<output>".into(), source };
+        for pno in 0..head.pieces() {
+            let piece = self.piece(head.id, pno)?;
+            // Units of work: a whole member, or a run of a data segment's extents.
+            let mut tasks: Vec<(usize, usize, usize, u64)> = Vec::new();
+            for (sno, seg) in piece.segments.iter().enumerate() {
+                match seg {
+                    Segment::Member { comp_len, .. } => tasks.push((sno, 0, 0, *comp_len)),
+                    Segment::Data { extents } => {
+                        let (mut a, mut len) = (0usize, 0u64);
+                        for (i, e) in extents.iter().enumerate() {
+                            len += e.len as u64;
+                            if len >= TASK || i + 1 == extents.len() {
+                                tasks.push((sno, a, i + 1, len));
+                                a = i + 1;
+                                len = 0;
+                            }
+                        }
+                    }
+                }
+            }
+            let mut t0 = 0usize;
+            while t0 < tasks.len() {
+                let (mut t1, mut win) = (t0, 0u64);
+                while t1 < tasks.len() && (t1 == t0 || win + tasks[t1].3 <= WINDOW) {
+                    win += tasks[t1].3;
+                    t1 += 1;
+                }
+                let window = &tasks[t0..t1];
+                let slots: Vec<Mutex<Option<Result<Vec<u8>>>>> = window.iter().map(|_| Mutex::new(None)).collect();
+                let next = AtomicUsize::new(0);
+                std::thread::scope(|s| {
+                    for _ in 0..2 {
+                        s.spawn(|| loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            if i >= window.len() {
+                                break;
+                            }
+                            let (sno, a, b, len) = window[i];
+                            let seg = &piece.segments[sno];
+                            let r = match seg {
+                                Segment::Member { .. } => self.rebuild_member(&piece, seg),
+                                Segment::Data { extents } => {
+                                    let mut v = Vec::with_capacity(len as usize);
+                                    self.gather(&piece, &extents[a..b], &mut v).map(|_| v)
+                                }
+                            };
+                            *slots[i].lock().unwrap() = Some(r);
+                        });
+                    }
+                });
+                for slot in slots {
+                    let bytes = slot.into_inner().unwrap().expect("every task ran")?;
+                    out.write_all(&bytes).map_err(io_err)?;
+                    written += bytes.len() as u64;
+                }
+                t0 = t1;
+            }
+        }
+        Ok(written)
+    }
+}
