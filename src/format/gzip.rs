@@ -71,7 +71,10 @@ pub fn split(data: &[u8], plain: &mut Vec<u8>) -> Vec<Region> {
     while pos < data.len() {
         if let Some(m) = parse_member(data, pos, plain, &mut inflater, &mut nul_memo) {
             if let Some(r) = raw_from.take() {
-                regions.push(Region::Raw { start: r as u64, len: (pos - r) as u64 });
+                regions.push(Region::Raw {
+                    start: r as u64,
+                    len: (pos - r) as u64,
+                });
             }
             // comp_len came from slicing `data`, so it fits in usize.
             pos += m.comp_len as usize;
@@ -84,7 +87,10 @@ pub fn split(data: &[u8], plain: &mut Vec<u8>) -> Vec<Region> {
         pos = next_candidate(data, pos + 1);
     }
     if let Some(r) = raw_from {
-        regions.push(Region::Raw { start: r as u64, len: (data.len() - r) as u64 });
+        regions.push(Region::Raw {
+            start: r as u64,
+            len: (data.len() - r) as u64,
+        });
     }
     regions
 }
@@ -131,7 +137,7 @@ impl NulMemo {
     }
 }
 
-/// Parses the gzip header at `data[0..]`; returns its length and XFL.
+/// Parses the gzip header at `data[base..]`; returns its length and XFL.
 fn parse_header(data: &[u8], base: usize, memo: &mut NulMemo) -> Option<(usize, u8)> {
     let h = &data[base..];
     if h.len() < 10 || !looks_gzip(h) {
@@ -255,7 +261,11 @@ fn inflate_member(
                 (window_end, false)
             }
         };
-        let flush = if at_marker { FlushDecompress::Sync } else { FlushDecompress::None };
+        let flush = if at_marker {
+            FlushDecompress::Sync
+        } else {
+            FlushDecompress::None
+        };
         loop {
             if plain.capacity() - plain.len() < 32 * 1024 {
                 // Growth proportional to what this member produced so far keeps small
@@ -264,7 +274,9 @@ fn inflate_member(
             }
             let in_pos = d.total_in() as usize;
             let out_before = plain.len();
-            let status = d.decompress_vec(&input[in_pos..target], plain, flush).ok()?;
+            let status = d
+                .decompress_vec(&input[in_pos..target], plain, flush)
+                .ok()?;
             let consumed = d.total_in() as usize;
             if status == Status::StreamEnd {
                 return Some(consumed);
@@ -308,17 +320,28 @@ pub fn find_recipe(
 ) -> Option<DeflateRecipe> {
     let flushes_usable = !flush_points.is_empty()
         && flush_points.windows(2).all(|w| w[0] <= w[1])
-        && flush_points.last().is_some_and(|&p| p <= plain.len() as u64);
+        && flush_points
+            .last()
+            .is_some_and(|&p| p <= plain.len() as u64);
     let first = level_for_xfl(xfl);
     let mut levels = vec![first];
-    levels.extend([6u8, 9, 1, 2, 3, 4, 5, 7, 8, 0].into_iter().filter(|&l| l != first));
-    let mut scratch = vec![0u8; 64 * 1024];
+    levels.extend(
+        [6u8, 9, 1, 2, 3, 4, 5, 7, 8, 0]
+            .into_iter()
+            .filter(|&l| l != first),
+    );
     for level in levels {
-        if matches_stream(deflate, plain, level, &[], &mut scratch) {
-            return Some(DeflateRecipe { level, sync_flush: Vec::new() });
+        if matches_stream(deflate, plain, level, &[]) {
+            return Some(DeflateRecipe {
+                level,
+                sync_flush: Vec::new(),
+            });
         }
-        if flushes_usable && matches_stream(deflate, plain, level, flush_points, &mut scratch) {
-            return Some(DeflateRecipe { level, sync_flush: flush_points.to_vec() });
+        if flushes_usable && matches_stream(deflate, plain, level, flush_points) {
+            return Some(DeflateRecipe {
+                level,
+                sync_flush: flush_points.to_vec(),
+            });
         }
     }
     None
@@ -338,18 +361,18 @@ fn segments<'a>(plain: &'a [u8], sync_flush: &[u64]) -> Vec<(&'a [u8], FlushComp
     out
 }
 
-/// Compresses `plain` with the given parameters and compares against `expected` as output
-/// appears, stopping at the first differing byte.
-fn matches_stream(
-    expected: &[u8],
-    plain: &[u8],
-    level: u8,
-    sync_flush: &[u64],
-    scratch: &mut [u8],
-) -> bool {
-    const PIECE: usize = 64 * 1024;
+/// Input piece and output buffer sizes of every zlib call. Level 0 output depends on both
+/// (zlib sizes stored blocks by the room left in the output buffer), so verification and
+/// rebuilding must call zlib identically; the pieces also bound wasted work on a mismatch.
+const PIECE: usize = 64 * 1024;
+const OUT_CHUNK: usize = 32 * 1024;
+
+/// Runs zlib over `plain` with the recipe's parameters, handing each produced chunk to
+/// `sink` until it returns false. Returns true if the stream was finished. Verification and
+/// rebuilding both go through here so that they cannot diverge.
+fn drive(plain: &[u8], level: u8, sync_flush: &[u64], mut sink: impl FnMut(&[u8]) -> bool) -> bool {
     let mut c = Compress::new(Compression::new(u32::from(level.min(9))), false);
-    let mut matched = 0usize;
+    let mut buf = [0u8; OUT_CHUNK];
     for (seg, seg_flush) in segments(plain, sync_flush) {
         let mut pos = 0usize;
         loop {
@@ -359,28 +382,25 @@ fn matches_stream(
             loop {
                 let before_in = c.total_in();
                 let before_out = c.total_out();
-                let Ok(status) = c.compress(&seg[pos..end], scratch, flush) else {
+                let Ok(status) = c.compress(&seg[pos..end], &mut buf, flush) else {
+                    // zlib only errs on API misuse (Z_STREAM_ERROR), which this loop avoids.
                     return false;
                 };
                 let consumed = (c.total_in() - before_in) as usize;
                 let produced = (c.total_out() - before_out) as usize;
                 pos += consumed;
-                let Some(want) = expected.get(matched..matched + produced) else {
-                    return false;
-                };
-                if want != &scratch[..produced] {
+                if produced > 0 && !sink(&buf[..produced]) {
                     return false;
                 }
-                matched += produced;
                 let done = match flush {
                     FlushCompress::Finish => status == Status::StreamEnd,
-                    _ => pos == end && produced < scratch.len(),
+                    // A full buffer may hide pending output: zlib wants another call.
+                    _ => pos == end && produced < buf.len(),
                 };
                 if done {
                     break;
                 }
                 if consumed == 0 && produced == 0 {
-                    // zlib refused to make progress; cannot be the original stream.
                     return false;
                 }
             }
@@ -389,40 +409,29 @@ fn matches_stream(
             }
         }
     }
-    matched == expected.len()
+    true
+}
+
+/// True if zlib with these parameters reproduces `expected` exactly; stops at the first
+/// differing byte, so wrong guesses cost about one deflate block.
+fn matches_stream(expected: &[u8], plain: &[u8], level: u8, sync_flush: &[u64]) -> bool {
+    let mut matched = 0usize;
+    let finished = drive(plain, level, sync_flush, |chunk| {
+        let ok = expected.get(matched..matched + chunk.len()) == Some(chunk);
+        matched += chunk.len();
+        ok
+    });
+    finished && matched == expected.len()
 }
 
 /// Appends the raw deflate stream rebuilt from `plain` to `out`.
 pub fn deflate(plain: &[u8], recipe: &DeflateRecipe, out: &mut Vec<u8>) {
-    let mut c = Compress::new(Compression::new(u32::from(recipe.level.min(9))), false);
     // Text members compress about 3:1; growing beyond this is amortised by Vec.
     out.reserve(plain.len() / 3 + 1024);
-    for (seg, flush) in segments(plain, &recipe.sync_flush) {
-        let mut pos = 0usize;
-        loop {
-            if out.capacity() - out.len() < 16 * 1024 {
-                out.reserve(64 * 1024);
-            }
-            let before_in = c.total_in();
-            let before_out = c.total_out();
-            let Ok(status) = c.compress_vec(&seg[pos..], out, flush) else {
-                // Only possible on a zlib misuse, which the loop below does not do.
-                return;
-            };
-            pos += (c.total_in() - before_in) as usize;
-            let output_full = out.len() == out.capacity();
-            let done = match flush {
-                FlushCompress::Finish => status == Status::StreamEnd,
-                _ => pos == seg.len() && !output_full,
-            };
-            if done {
-                break;
-            }
-            if c.total_in() == before_in && c.total_out() == before_out && !output_full {
-                return;
-            }
-        }
-    }
+    drive(plain, recipe.level, &recipe.sync_flush, |chunk| {
+        out.extend_from_slice(chunk);
+        true
+    });
 }
 
 /// CRC32 (LE) + ISIZE (LE, plain length mod 2^32) of `plain`.
@@ -440,7 +449,10 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     fn corpus_dir() -> PathBuf {
-        let rel = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpus/real"));
+        let rel = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/corpus/real"
+        ));
         if rel.is_dir() {
             rel.to_path_buf()
         } else {
@@ -458,7 +470,11 @@ mod tests {
                 if p.is_dir() {
                     dirs.push(p);
                 } else if p.file_name().unwrap() != "README.md" {
-                    let name = p.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+                    let name = p
+                        .strip_prefix(&root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned();
                     files.push((name, std::fs::read(&p).unwrap()));
                 }
             }
@@ -541,17 +557,37 @@ mod tests {
         let expected: &[(&str, usize, usize, u64)] = &[
             ("webrecorder-warcio/example.warc.gz", 6, 6, 0),
             ("webrecorder-warcio/example-wrong-chunks.warc.gz", 3, 3, 0),
-            ("webrecorder-warcio/example-space-in-target-uri.warc.gz", 2, 2, 0),
+            (
+                "webrecorder-warcio/example-space-in-target-uri.warc.gz",
+                2,
+                2,
+                0,
+            ),
             ("webrecorder-pywb/iana.warc.gz", 343, 343, 0),
             ("webrecorder-pywb/example-wget-1-14.warc.gz", 6, 6, 0),
             ("webrecorder-pywb/example2.warc.gz", 3, 3, 0),
             ("webrecorder-pywb/post-test.warc.gz", 6, 6, 0),
-            ("oduwsdl-ipwb/IAH-20080430204825-00000-blackbook.warc.gz", 822, 822, 0),
+            (
+                "oduwsdl-ipwb/IAH-20080430204825-00000-blackbook.warc.gz",
+                822,
+                822,
+                0,
+            ),
             ("iipc-webarchive-commons/IAH-urls-wget.warc.gz", 36, 36, 0),
             ("internetarchive-gowarc/test.warc.gz", 3, 0, 0),
             ("internetarchive-gowarc/good.warc.gz.open", 1, 0, 0),
-            ("internetarchive-gowarc/corrupted-trailing-bytes.warc.gz.open", 1, 0, 55),
-            ("ukwa-webarchive-discovery/IAH-20080430204825-00000-blackbook-truncated.arc.gz", 9, 9, 0),
+            (
+                "internetarchive-gowarc/corrupted-trailing-bytes.warc.gz.open",
+                1,
+                0,
+                55,
+            ),
+            (
+                "ukwa-webarchive-discovery/IAH-20080430204825-00000-blackbook-truncated.arc.gz",
+                9,
+                9,
+                0,
+            ),
             ("N0taN3rd-node-warc/parseMe.warc.gz", 30, 30, 0),
         ];
         let mut seen = 0;
@@ -568,7 +604,11 @@ mod tests {
             // Every other corpus file has only complete members with correct trailers.
             assert_eq!(st.crc_ok, st.members, "{name}");
             if let Some(&(_, members, rebuilt, raw)) = expected.iter().find(|e| e.0 == name) {
-                assert_eq!((st.members, st.rebuilt, st.raw_bytes), (members, rebuilt, raw), "{name}");
+                assert_eq!(
+                    (st.members, st.rebuilt, st.raw_bytes),
+                    (members, rebuilt, raw),
+                    "{name}"
+                );
                 seen += 1;
             }
         }
@@ -577,13 +617,18 @@ mod tests {
 
     #[test]
     fn python_flush_writers_need_their_sync_flush() {
-        for name in ["webrecorder-pywb/example2.warc.gz", "webrecorder-pywb/post-test.warc.gz"] {
+        for name in [
+            "webrecorder-pywb/example2.warc.gz",
+            "webrecorder-pywb/post-test.warc.gz",
+        ] {
             let data = corpus_file(name);
             let st = check(&data);
             assert_eq!(st.with_flush, st.members, "{name}");
             let mut plain = Vec::new();
             for r in split(&data, &mut plain) {
-                let Region::Member(m) = r else { panic!("raw region in {name}") };
+                let Region::Member(m) = r else {
+                    panic!("raw region in {name}")
+                };
                 // One marker, right before the final empty block.
                 assert_eq!(m.flush_points, vec![m.plain_len], "{name}");
             }
@@ -592,7 +637,14 @@ mod tests {
 
     fn gzip_member(plain: &[u8], level: u8, flushes: &[u64], header: &[u8]) -> Vec<u8> {
         let mut out = header.to_vec();
-        deflate(plain, &DeflateRecipe { level, sync_flush: flushes.to_vec() }, &mut out);
+        deflate(
+            plain,
+            &DeflateRecipe {
+                level,
+                sync_flush: flushes.to_vec(),
+            },
+            &mut out,
+        );
         out.extend_from_slice(&trailer_for(plain));
         out
     }
@@ -604,7 +656,8 @@ mod tests {
         let mut x = 12345u32;
         while v.len() < n {
             x = x.wrapping_mul(1103515245).wrapping_add(12345);
-            let word = ["warc ", "record ", "http ", "200 ", "OK\r\n", "text/html "][(x >> 16) as usize % 6];
+            let word = ["warc ", "record ", "http ", "200 ", "OK\r\n", "text/html "]
+                [(x >> 16) as usize % 6];
             v.extend_from_slice(word.as_bytes());
             v.push(b'a' + (x >> 24) as u8 % 26);
         }
@@ -615,16 +668,28 @@ mod tests {
     #[test]
     fn synthetic_sync_flushes_are_found_and_rebuilt() {
         let text = sample_text(300_000);
-        for flushes in [vec![1000u64, 5000, 200_000, 300_000], vec![0], vec![150_000]] {
+        for flushes in [
+            vec![1000u64, 5000, 200_000, 300_000],
+            vec![0],
+            vec![150_000],
+        ] {
             let data = gzip_member(&text, 6, &flushes, &PLAIN_HDR);
             let mut plain = Vec::new();
             let regions = split(&data, &mut plain);
-            let [Region::Member(m)] = regions.as_slice() else { panic!("{regions:?}") };
+            let [Region::Member(m)] = regions.as_slice() else {
+                panic!("{regions:?}")
+            };
             assert_eq!(plain, text);
             assert_eq!(m.flush_points, flushes);
             let d = &data[10..10 + m.deflate_len as usize];
             let r = find_recipe(d, &plain, 0, &m.flush_points).unwrap();
-            assert_eq!(r, DeflateRecipe { level: 6, sync_flush: flushes.clone() });
+            assert_eq!(
+                r,
+                DeflateRecipe {
+                    level: 6,
+                    sync_flush: flushes.clone()
+                }
+            );
         }
     }
 
@@ -632,16 +697,33 @@ mod tests {
     fn levels_and_headers() {
         let text = sample_text(50_000);
         // FEXTRA malformed like Wget 1.14 (XLEN=10, "sl" + 8 bytes), FNAME, FCOMMENT, FHCRC.
-        let mut hdr = vec![0x1f, 0x8b, 8, FEXTRA | FNAME | FCOMMENT | FHCRC, 1, 2, 3, 4, 2, 3];
+        let mut hdr = vec![
+            0x1f,
+            0x8b,
+            8,
+            FEXTRA | FNAME | FCOMMENT | FHCRC,
+            1,
+            2,
+            3,
+            4,
+            2,
+            3,
+        ];
         hdr.extend_from_slice(&[10, 0, b's', b'l', 0x9c, 1, 0, 0, 0, 0, 0, 0]);
         hdr.extend_from_slice(b"name.warc.gz\0a comment\0");
         hdr.extend_from_slice(&[0xAB, 0xCD]);
         for level in 0..=9u8 {
             let data = gzip_member(&text, level, &[], &hdr);
             let st = check(&data);
-            assert_eq!((st.members, st.rebuilt, st.raw_regions), (1, 1, 0), "level {level}");
+            assert_eq!(
+                (st.members, st.rebuilt, st.raw_regions),
+                (1, 1, 0),
+                "level {level}"
+            );
             let mut plain = Vec::new();
-            let Region::Member(m) = &split(&data, &mut plain)[0] else { panic!() };
+            let Region::Member(m) = &split(&data, &mut plain)[0] else {
+                panic!()
+            };
             assert_eq!(m.header_len, hdr.len());
             assert_eq!(m.xfl, 2);
             let d = &data[hdr.len()..hdr.len() + m.deflate_len as usize];
@@ -700,7 +782,14 @@ mod tests {
     fn bad_recipes_do_not_panic() {
         let text = sample_text(1000);
         let mut out = Vec::new();
-        deflate(&text, &DeflateRecipe { level: 200, sync_flush: vec![900, 10, 5000] }, &mut out);
+        deflate(
+            &text,
+            &DeflateRecipe {
+                level: 200,
+                sync_flush: vec![900, 10, 5000],
+            },
+            &mut out,
+        );
         // Clamped, the recipe is still a valid stream of the same text.
         let mut back = Vec::with_capacity(2000);
         let st = Decompress::new(false).decompress_vec(&out, &mut back, FlushDecompress::Finish);
@@ -744,6 +833,29 @@ mod tests {
                 }
             }
             check(&data);
+        }
+
+        #[test]
+        fn zlib_written_members_always_rebuild(len in 0usize..200_000, level in 0u8..=9,
+                                               cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..4)) {
+            let text = sample_text(len);
+            let mut flushes: Vec<u64> = cuts.iter().map(|c| c.index(len + 1) as u64).collect();
+            flushes.sort();
+            let data = gzip_member(&text, level, &flushes, &PLAIN_HDR);
+            let st = check(&data);
+            prop_assert_eq!((st.members, st.rebuilt), (1, 1));
+            // Written in one call with a huge output buffer, as other writers might: levels
+            // 1-9 must still rebuild; level 0 (buffer-dependent) may fail but never lie.
+            let mut one_shot = PLAIN_HDR.to_vec();
+            one_shot.reserve(len * 2 + 1024);
+            let mut c = Compress::new(Compression::new(u32::from(level)), false);
+            c.compress_vec(&text, &mut one_shot, FlushCompress::Finish).unwrap();
+            one_shot.extend_from_slice(&trailer_for(&text));
+            let st = check(&one_shot);
+            prop_assert_eq!(st.members, 1);
+            if level > 0 {
+                prop_assert_eq!(st.rebuilt, 1);
+            }
         }
 
         #[test]

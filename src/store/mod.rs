@@ -320,3 +320,6 @@ fn take_lock(root: &Path) -> Result<File> {
     writeln!(f, "{}", std::process::id()).map_err(io_at(&path))?;
     Ok(f)
 }
+
+#[cfg(test)]
+mod tests;

@@ -167,7 +167,6 @@ impl Store {
                     seg_start += seg_len;
                     continue;
                 }
-                let want = buf.len() - done;
                 match seg {
                     Segment::Data { extents } => {
                         let mut ext_start = seg_start;
@@ -192,8 +191,8 @@ impl Store {
                     }
                     Segment::Member { .. } => {
                         let m = self.member_cached(head.id, pno, sno as u32, &piece)?;
-                        let from = (pos - seg_start) as usize;
-                        let n = (m.len() - from).min(want);
+                        let from = (offset + done as u64 - seg_start) as usize;
+                        let n = (m.len() - from).min(buf.len() - done);
                         buf[done..done + n].copy_from_slice(&m[from..from + n]);
                         done += n;
                     }
