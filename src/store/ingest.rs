@@ -6,6 +6,7 @@
 //! does not rebuild, and any bytes outside members, are stored as content-defined chunks of
 //! the compressed bytes themselves. Headers go into per-file literal blocks that recipes slice.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
 use super::namespace::RefDelta;
@@ -102,20 +103,25 @@ impl Store {
                     Region::Raw { .. } => None,
                 })
                 .collect();
+            let mut order: Vec<usize> = (0..members.len()).collect();
+            order.sort_by_key(|&i| std::cmp::Reverse(members[i].plain_len));
+            let next = AtomicUsize::new(0);
             let (mut recipes, exts) = thread::scope(|s| {
                 // Verifying a rebuild costs a zlib compression of every member: the dominant
                 // cost of ingest, so it runs on two threads while this one stores chunks.
+                // Largest members first, so one slow member does not finish alone at the end.
                 const WORKERS: usize = 2;
                 let handles: Vec<_> = (0..WORKERS)
-                    .map(|t| {
-                        let (members, plain) = (&members, &plain);
+                    .map(|_| {
+                        let (members, plain, order, next) = (&members, &plain, &order, &next);
                         s.spawn(move || {
-                            members
-                                .iter()
-                                .enumerate()
-                                .filter(|(i, _)| i % WORKERS == t)
-                                .map(|(i, m)| (i, verify_member(data, plain, m)))
-                                .collect::<Vec<_>>()
+                            let mut done = Vec::new();
+                            loop {
+                                let k = next.fetch_add(1, Ordering::Relaxed);
+                                let Some(&i) = order.get(k) else { break };
+                                done.push((i, verify_member(data, plain, members[i])));
+                            }
+                            done
                         })
                     })
                     .collect();

@@ -246,14 +246,14 @@ impl Store {
                 }
                 let window = &tasks[t0..t1];
                 let slots: Vec<Mutex<Option<Result<Vec<u8>>>>> = window.iter().map(|_| Mutex::new(None)).collect();
+                // Biggest first: one slow member started last would leave a core idle.
+                let mut order: Vec<usize> = (0..window.len()).collect();
+                order.sort_by_key(|&i| std::cmp::Reverse(window[i].3));
                 let next = AtomicUsize::new(0);
                 std::thread::scope(|s| {
                     for _ in 0..2 {
                         s.spawn(|| loop {
-                            let i = next.fetch_add(1, Ordering::Relaxed);
-                            if i >= window.len() {
-                                break;
-                            }
+                            let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
                             let (sno, a, b, len) = window[i];
                             let seg = &piece.segments[sno];
                             let r = match seg {
