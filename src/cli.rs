@@ -70,6 +70,18 @@ pub enum Cmd {
     },
     /// Reclaim space held by chunks that no file references.
     Gc { store: PathBuf },
+    /// Mount a store as a directory (creates the store if missing). Returns once the mount
+    /// is live; `fusermount3 -u MOUNTPOINT`, `umount` or SIGTERM end it.
+    Mount {
+        store: PathBuf,
+        mountpoint: PathBuf,
+        /// Stay in the foreground and log to stderr as well.
+        #[arg(short, long)]
+        foreground: bool,
+        /// Mount options: allow_other, allow_root, ro (and the generic fstab ones).
+        #[arg(short = 'o')]
+        options: Vec<String>,
+    },
     /// Benchmark helper: time zlib rebuilding every member of FILEs on two threads (the
     /// bound for `cat` of gzip files), printing compressed bytes and seconds.
     #[command(hide = true)]
@@ -77,6 +89,9 @@ pub enum Cmd {
 }
 
 pub fn run(cli: Cli) -> Result<i32> {
+    if !matches!(cli.cmd, Cmd::Mount { .. }) {
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    }
     match cli.cmd {
         Cmd::Init { store, verify, compression } => {
             let config = Config { verify, compression, ..Config::default() };
@@ -147,6 +162,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 println!("chunks           {} ({} unreferenced)", st.chunks, st.unreferenced_chunks);
                 println!("gzip members     {} ({} kept raw)", st.gzip_members, st.gzip_members_raw);
                 println!("collisions       {}", st.collisions);
+                println!("staged           {} files, {} bytes (written through a mount, not yet ingested)", st.staged_files, st.staged_bytes);
                 println!("packs            {}", st.packs);
             }
             Ok(0)
@@ -166,6 +182,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
         }
         Cmd::RebuildBound { files } => rebuild_bound(&files),
+        Cmd::Mount { store, mountpoint, foreground, options } => crate::fuse::mount(crate::fuse::MountArgs { store, mountpoint, foreground, options }),
         Cmd::Gc { store } => {
             let s = Store::open(&store, false)?;
             let rep = s.gc()?;

@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod digest;
 pub mod format;
+pub mod fuse;
 pub mod index;
 pub mod pack;
 pub mod recipe;

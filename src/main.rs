@@ -3,7 +3,6 @@
 use clap::Parser;
 
 fn main() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = warcfs::cli::Cli::parse();
     match warcfs::cli::run(cli) {
         Ok(code) => std::process::exit(code),

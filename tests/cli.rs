@@ -204,18 +204,17 @@ fn crash_during_import_leaves_consistent_store() {
     // separate case (crash_during_store_creation_leaves_a_usable_dir).
     ok(&["init", &s(&store)]);
 
-    // Sources of one trial: two real-corpus directories (gzip members to rebuild), the plain
-    // crawl (large and fast), a fresh random file, and now and then a gzip crawl; in random order.
+    // Sources of one trial, in random order: the plain crawl (large, fast), the largest
+    // real-corpus directory and one more (gzip members to rebuild, slow), a fresh random file
+    // (new blobs in the open pack on every trial), and now and then a gzip crawl.
+    let heavy = real_dirs.iter().find(|p| p.ends_with("oduwsdl-ipwb")).expect("oduwsdl-ipwb in the real corpus").clone();
+    let others: Vec<PathBuf> = real_dirs.iter().filter(|p| **p != heavy).cloned().collect();
     let trial_sources = |trial: usize, rng: &mut rand::rngs::StdRng| -> Vec<PathBuf> {
-        let mut v = vec![plain_crawl.clone()];
-        for _ in 0..2 {
-            v.push(real_dirs[rng.gen_range(0..real_dirs.len())].clone());
-        }
-        v.dedup();
+        let mut v = vec![plain_crawl.clone(), heavy.clone(), others[rng.gen_range(0..others.len())].clone()];
         let d = srcs_dir.join(format!("t{trial}"));
         fs::create_dir_all(&d).unwrap();
         let f = d.join(format!("random-{trial}.bin"));
-        random_file(&f, rng.gen_range(256 << 10..3 << 20), rng);
+        random_file(&f, rng.gen_range(1 << 20..2 << 20), rng);
         v.push(f);
         if trial % 10 == 3 {
             v.push(gz_crawl.clone());
@@ -225,19 +224,21 @@ fn crash_during_import_leaves_consistent_store() {
         }
         v
     };
-
-    // One uninterrupted import, to learn how long a full one takes.
-    let warm_srcs = {
-        let mut v = trial_sources(0, &mut rng);
-        v.retain(|p| p != &gz_crawl);
-        v
+    let import_args = |srcs: &[PathBuf], to: &str| -> Vec<String> {
+        [vec!["import".to_string(), s(&store)], srcs.iter().map(|p| s(p)).collect(), vec!["--to".into(), to.into()]].concat()
     };
+
+    // A first import fills the store; a second, timed one (mostly deduplicated, like the
+    // trials) tells how long a full trial import takes.
+    let warm_srcs = trial_sources(0, &mut rng);
+    ok(&import_args(&warm_srcs, "/t0"));
+    let warm_files = expected_files(&warm_srcs, "/t0");
+    let timed_srcs = trial_sources(9999, &mut rng);
     let t0 = Instant::now();
-    ok(&[vec!["import".to_string(), s(&store)], warm_srcs.iter().map(|p| s(p)).collect(), vec!["--to".into(), "/t0".into()]].concat());
+    ok(&import_args(&timed_srcs, "/timed"));
     let full = t0.elapsed();
     let max_sleep = full.mul_f64(1.2).max(Duration::from_millis(50));
     eprintln!("crash test: seed {seed}, one full import {:?}, kills within {:?}", full, max_sleep);
-    let warm_files = expected_files(&warm_srcs, "/t0");
 
     const TRIALS: usize = 50;
     let (mut killed, mut finished, mut visible_files) = (0, 0, 0);
@@ -293,7 +294,7 @@ fn crash_during_import_leaves_consistent_store() {
         }
     }
     eprintln!("crash test: {killed} imports killed, {finished} finished, {visible_files} visible files checked");
-    assert!(killed >= TRIALS / 3, "too few imports were actually killed ({killed} of {TRIALS}) {}", ctx(0));
+    assert!(killed >= TRIALS / 2, "too few imports were actually killed ({killed} of {TRIALS}) {}", ctx(0));
 
     // Recovery ran on every trial; the store as a whole still checks out, and gc drops what
     // killed imports left behind without touching what is referenced.

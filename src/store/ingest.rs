@@ -6,12 +6,13 @@
 //! does not rebuild, and any bytes outside members, are stored as content-defined chunks of
 //! the compressed bytes themselves. Headers go into per-file literal blocks that recipes slice.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
 use super::namespace::RefDelta;
 use super::{Compression, Result, Store, StoreError, Verify, Writer, PACK_TARGET};
-use crate::digest::ChunkKey;
+use crate::digest::{ChunkKey, Digest};
 use crate::format::gzip::{self, DeflateRecipe, Member, Region};
 use crate::format::warc::{self, SpanKind};
 use crate::index::{Batch, ChunkEntry};
@@ -40,7 +41,12 @@ pub(super) struct Ingested {
     pub size: u64,
     pub stats: FileStats,
     pub new_bytes: u64,
+    /// The chunks this ingest appended to packs; their index entries commit with the recipe.
+    pub pending: Pending,
 }
+
+/// Chunks appended to packs but not yet in the index, by digest.
+pub(super) type Pending = HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>>;
 
 struct Ctx {
     stats: FileStats,
@@ -174,7 +180,8 @@ impl Store {
         }
         let (pieces, starts, size) = rb.finish();
         debug_assert_eq!(size, data.len() as u64);
-        Ok(Ingested { pieces, starts, size, stats: ctx.stats, new_bytes: ctx.new_bytes })
+        let pending = std::mem::take(&mut w.pending);
+        Ok(Ingested { pieces, starts, size, stats: ctx.stats, new_bytes: ctx.new_bytes, pending })
     }
 
     /// Segments plain text into headers, payloads and unparsed bytes and stores them;
@@ -324,7 +331,12 @@ impl Store {
 
     /// Makes the open pack durable, then writes `b` with the refcount changes in one synced
     /// batch: the index never points at bytes that are not on disk.
-    pub(super) fn commit(&self, w: &mut Writer, mut b: Batch, delta: RefDelta) -> Result<()> {
+    pub(super) fn commit(&self, w: &mut Writer, b: Batch, delta: RefDelta) -> Result<()> {
+        self.commit_with(w, b, delta, &Pending::new())
+    }
+
+    /// `commit` for a batch that references chunks of an ingest (`pending`).
+    pub(super) fn commit_with(&self, w: &mut Writer, mut b: Batch, delta: RefDelta, pending: &Pending) -> Result<()> {
         if let Some(open) = w.open.as_mut() {
             let dir = self.root.join("packs-tmp");
             open.sync().map_err(|source| StoreError::Io { path: dir, source })?;
@@ -333,8 +345,8 @@ impl Store {
             if d == 0 {
                 continue;
             }
-            let pending = w.pending.get(&key.digest).and_then(|v| v.iter().find(|(k, _)| *k == key)).map(|(_, e)| e.clone());
-            let mut entry = match pending {
+            let new = pending.get(&key.digest).and_then(|v| v.iter().find(|(k, _)| *k == key)).map(|(_, e)| e.clone());
+            let mut entry = match new {
                 Some(e) => e,
                 None => self.index.chunk(&key)?.ok_or_else(|| StoreError::MissingChunk(key.to_string()))?,
             };
@@ -350,7 +362,6 @@ impl Store {
             b.put_meta_u64(&self.index, "collisions", total);
         }
         self.index.write(b)?;
-        w.pending.clear();
         w.collisions = 0;
         Ok(())
     }

@@ -34,6 +34,9 @@ pub struct Stats {
     pub gzip_members_raw: u64,
     pub collisions: u64,
     pub packs: u64,
+    /// Files written through a mount whose bytes are staged, not yet ingested.
+    pub staged_files: u64,
+    pub staged_bytes: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -104,6 +107,8 @@ impl Store {
         s.stored_bytes = dir_bytes(&self.root.join("packs")) + dir_bytes(&self.root.join("packs-tmp"));
         s.index_bytes = dir_bytes(&self.root.join("index"));
         s.packs = fs::read_dir(self.root.join("packs")).map(|d| d.count() as u64).unwrap_or(0);
+        s.staged_bytes = dir_bytes(&self.root.join("staging"));
+        s.staged_files = fs::read_dir(self.root.join("staging")).map(|d| d.count() as u64).unwrap_or(0);
         Ok(s)
     }
 

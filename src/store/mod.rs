@@ -12,6 +12,7 @@
 //! synced RocksDB batch that commits a recipe with its refcount changes. A crash leaves the
 //! old state or the new one, plus pack bytes nothing references, which `gc` reclaims.
 
+mod fsops;
 mod ingest;
 mod maintain;
 mod namespace;
@@ -30,6 +31,7 @@ use crate::digest::{self, ChunkKey, Digest, DigestFn};
 use crate::index::{ChunkEntry, Index, IndexError};
 use crate::pack::{self, OpenPack, PackError, PackReader};
 
+pub use fsops::Prepared;
 pub use maintain::{FsckReport, GcReport, Stats};
 pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
 pub use read::ReadCache;
@@ -61,6 +63,8 @@ pub enum StoreError {
     IsADirectory(String),
     #[error("{0}: directory not empty")]
     NotEmpty(String),
+    #[error("{0}: already exists")]
+    Exists(String),
     #[error("{0}: invalid path")]
     InvalidPath(String),
     #[error("zlib self-test failed: this build's deflate engine is not the pinned zlib ({0})")]
@@ -119,6 +123,7 @@ impl Default for Config {
 struct Writer {
     open: Option<OpenPack>,
     next_pack: u64,
+    /// Chunks the ingest in progress appended; handed to its `Ingested` when it ends.
     pending: HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>>,
     collisions: u64,
     /// Next inode / recipe id to hand out; 0 until first read from the index.

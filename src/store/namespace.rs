@@ -65,6 +65,10 @@ pub struct Inode {
     pub stats: FileStats,
     pub target: Vec<u8>,
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The file's current bytes are in the mount's staging area, not (yet) in its recipe.
+    pub staged: bool,
+    /// For directories: the parent directory (for `..` and rename loop checks).
+    pub parent: u64,
 }
 
 impl Inode {
@@ -86,6 +90,8 @@ impl Inode {
             stats: FileStats::default(),
             target: Vec::new(),
             xattrs: BTreeMap::new(),
+            staged: false,
+            parent: 0,
         }
     }
 }
@@ -192,7 +198,7 @@ impl Store {
         Ok(vec![DirEntry { name, ino, inode }])
     }
 
-    fn alloc(&self, w: &mut Writer, b: &mut Batch, what: &'static str) -> Result<u64> {
+    pub(super) fn alloc(&self, w: &mut Writer, b: &mut Batch, what: &'static str) -> Result<u64> {
         let counter = match what {
             "ino" => &mut w.next_ino,
             _ => &mut w.next_recipe,
@@ -222,7 +228,9 @@ impl Store {
                 None => {
                     let mut b = Batch::new();
                     let child = self.alloc(&mut w, &mut b, "ino")?;
-                    b.put_inode(&self.index, child, &Inode::new(InodeKind::Dir, 0o755));
+                    let mut d = Inode::new(InodeKind::Dir, 0o755);
+                    d.parent = ino;
+                    b.put_inode(&self.index, child, &d);
                     b.put_dirent(&self.index, ino, c.as_bytes(), child);
                     let mut parent = self.inode_or_missing(ino, path)?;
                     parent.nlink += 1;
@@ -281,7 +289,7 @@ impl Store {
         if existing.is_none() {
             b.put_dirent(&self.index, dir, name, ino);
         }
-        self.commit(w, b, delta)?;
+        self.commit_with(w, b, delta, &ing.pending)?;
         Ok(PutReport { ino, size: ing.size, new_bytes: ing.new_bytes, stats: ing.stats })
     }
 

@@ -1,0 +1,211 @@
+//! `warcfs mount`: options, daemonizing, logging and clean shutdown.
+//!
+//! The parent forks before any thread exists (RocksDB starts threads when the store opens),
+//! and returns only once the child reports the mount live, or reports why it is not.
+//! SIGTERM, SIGINT and SIGHUP unmount; so do `fusermount3 -u` and `umount`. Either way the
+//! session ends, queued ingests finish, the open pack is sealed and the process exits 0.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Context, Result};
+use fuser::{Config, MountOption, Session, SessionACL};
+use nix::sys::signal::{SigSet, Signal};
+
+use super::WarcFs;
+use crate::store::Store;
+
+pub struct MountArgs {
+    pub store: PathBuf,
+    pub mountpoint: PathBuf,
+    pub foreground: bool,
+    /// Comma-separated `-o` options, as mount(8) passes them.
+    pub options: Vec<String>,
+}
+
+struct Parsed {
+    acl: SessionACL,
+    read_only: bool,
+}
+
+fn parse_options(opts: &[String]) -> Result<Parsed> {
+    let mut p = Parsed { acl: SessionACL::Owner, read_only: false };
+    for o in opts.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
+        match o {
+            "allow_other" => p.acl = SessionACL::All,
+            "allow_root" => p.acl = SessionACL::RootAndOwner,
+            "ro" => p.read_only = true,
+            // Generic mount(8)/fstab options that mean nothing more here.
+            "rw" | "defaults" | "auto" | "noauto" | "user" | "nouser" | "users" | "_netdev" | "nofail" | "dev" | "nodev" | "suid"
+            | "nosuid" | "exec" | "noexec" | "atime" | "noatime" | "relatime" | "default_permissions" => {}
+            o if o.starts_with("x-") || o.starts_with("comment=") || o.starts_with("fsname=") || o.starts_with("subtype=") => {}
+            o => bail!("unknown mount option '{o}' (known: allow_other, allow_root, ro, rw and the generic fstab options)"),
+        }
+    }
+    Ok(p)
+}
+
+/// Writes log lines to the store's log file, and to stderr in the foreground.
+struct LogSink {
+    file: Mutex<File>,
+    stderr: bool,
+}
+
+impl Write for &LogSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.stderr {
+            let _ = io::stderr().write_all(buf);
+        }
+        self.file.lock().unwrap().write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.lock().unwrap().flush()
+    }
+}
+
+fn init_logging(store: &Path, foreground: bool) -> Result<()> {
+    let path = store.join("warcfs.log");
+    let file = OpenOptions::new().create(true).append(true).open(&path).with_context(|| format!("{}: cannot open log", path.display()))?;
+    let sink: &'static LogSink = Box::leak(Box::new(LogSink { file: Mutex::new(file), stderr: foreground }));
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .target(env_logger::Target::Pipe(Box::new(sink)))
+        .try_init();
+    Ok(())
+}
+
+fn pipe() -> Result<(File, File)> {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 fills two descriptors that we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error()).context("pipe");
+    }
+    // SAFETY: fresh descriptors from pipe2.
+    unsafe { Ok((File::from(OwnedFd::from_raw_fd(fds[0])), File::from(OwnedFd::from_raw_fd(fds[1])))) }
+}
+
+pub fn mount(args: MountArgs) -> Result<i32> {
+    let md = std::fs::metadata(&args.mountpoint).with_context(|| format!("{}: mount point not found", args.mountpoint.display()))?;
+    if !md.is_dir() {
+        bail!("{}: mount point is not a directory", args.mountpoint.display());
+    }
+    let opts = parse_options(&args.options)?;
+    let mountpoint = args.mountpoint.canonicalize().with_context(|| format!("{}: cannot resolve", args.mountpoint.display()))?;
+    if args.foreground {
+        return run(&args.store, &mountpoint, &opts, None);
+    }
+    let (mut rx, tx) = pipe()?;
+    // SAFETY: no other threads exist yet in this process (nothing has been opened).
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()).context("fork"),
+        0 => {
+            drop(rx);
+            // SAFETY: setsid in the child, detaching from the terminal's session.
+            unsafe { libc::setsid() };
+            let code = match run(&args.store, &mountpoint, &opts, Some(tx)) {
+                Ok(c) => c,
+                Err(e) => {
+                    log::error!("{e:#}");
+                    1
+                }
+            };
+            std::process::exit(code);
+        }
+        _child => {
+            drop(tx);
+            let mut msg = String::new();
+            let _ = rx.read_to_string(&mut msg);
+            match msg.strip_prefix("ok") {
+                Some(_) => Ok(0),
+                None if msg.is_empty() => bail!("{}: mount failed (see {}/warcfs.log)", mountpoint.display(), args.store.display()),
+                None => bail!("{}", msg.trim()),
+            }
+        }
+    }
+}
+
+/// Opens the store, mounts it, and serves until unmounted. `ready` hears "ok" once the mount
+/// is live, or the error that prevented it.
+fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<File>) -> Result<i32> {
+    // Signals go to one waiting thread; block them before any thread starts.
+    let mut signals = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        signals.add(s);
+    }
+    signals.thread_block().context("blocking signals")?;
+    let result = (|| -> Result<Session<WarcFs>> {
+        let store = Arc::new(Store::open(store_path, true)?);
+        init_logging(store_path, ready.is_none())?;
+        let fs = WarcFs::new(store)?;
+        let mut options = vec![
+            MountOption::FSName(store_path.canonicalize().unwrap_or(store_path.to_path_buf()).display().to_string()),
+            MountOption::Subtype("warcfs".into()),
+            MountOption::DefaultPermissions,
+            MountOption::NoAtime,
+        ];
+        if opts.read_only {
+            options.push(MountOption::RO);
+        }
+        let mut cfg = Config::default();
+        cfg.mount_options = options;
+        cfg.acl = match opts.acl {
+            SessionACL::All => SessionACL::All,
+            SessionACL::RootAndOwner => SessionACL::RootAndOwner,
+            SessionACL::Owner => SessionACL::Owner,
+        };
+        cfg.n_threads = Some(2);
+        cfg.clone_fd = true;
+        Session::new(fs, mountpoint, &cfg).with_context(|| format!("{}: cannot mount", mountpoint.display()))
+    })();
+    let mut session = match result {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(r) = ready.as_mut() {
+                let _ = write!(r, "warcfs: {e:#}");
+            }
+            return Err(e);
+        }
+    };
+    log::info!("mounted {} at {}", store_path.display(), mountpoint.display());
+    if let Some(mut r) = ready.take() {
+        let _ = r.write_all(b"ok");
+        drop(r);
+        // The daemon keeps no terminal: logs go to the store's log file.
+        if let Ok(null) = OpenOptions::new().read(true).write(true).open("/dev/null") {
+            for fd in 0..3 {
+                // SAFETY: dup2 onto the standard descriptors.
+                unsafe { libc::dup2(null.as_raw_fd(), fd) };
+            }
+        }
+    } else {
+        eprintln!("warcfs: mounted {} at {}", store_path.display(), mountpoint.display());
+    }
+    let mut unmounter = session.unmount_callable();
+    std::thread::Builder::new()
+        .name("warcfs-signals".into())
+        .spawn(move || {
+            if let Ok(sig) = signals.wait() {
+                log::info!("{sig:?}: unmounting");
+                if let Err(e) = unmounter.unmount() {
+                    log::error!("unmount: {e}");
+                }
+            }
+        })
+        .context("signal thread")?;
+    // When the session ends it drops the filesystem: queued ingests finish, the pack is sealed.
+    let r = session.run();
+    match r {
+        Ok(()) => {
+            log::info!("unmounted {}", mountpoint.display());
+            Ok(0)
+        }
+        Err(e) => {
+            log::error!("session ended with an error: {e}");
+            Ok(1)
+        }
+    }
+}

@@ -1,0 +1,847 @@
+//! The mount: a store as a POSIX directory, through FUSE (fuser).
+//!
+//! Reads of a stored file walk its recipe (shared caches, random access). Writes never touch
+//! the recipe: the file's bytes move to a staging file (`STORE/staging/<inode>`), which
+//! `close` and `fsync` make durable and mark in the index, so a crash loses nothing that was
+//! closed or fsynced. After the last writer closes, a background worker ingests the staging
+//! file (records parsed, payloads deduplicated) and commits its recipe in one batch, unless
+//! the file changed meanwhile; until then reads come from the staging file. `stats` counts
+//! what is still staged.
+//!
+//! Lock order: the staged-file map, then the store's own lock (inside `Store` calls).
+
+mod daemon;
+
+pub use daemon::{mount, MountArgs};
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, Sender};
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::store::{Inode, InodeKind, Store, StoreError, Timestamp};
+
+const TTL: Duration = Duration::from_secs(1);
+/// Reported as st_blksize: `cp` and friends size their I/O by it, and every FUSE request
+/// costs a round trip, so ask for 1 MiB.
+const BLKSIZE: u32 = 1 << 20;
+
+/// A file whose current bytes live in the staging area.
+struct Staged {
+    file: Arc<File>,
+    size: u64,
+    /// Bumped by every change, so an ingest of older bytes is never committed.
+    gen: u64,
+    writers: u32,
+    /// Changed since it was last made durable.
+    dirty: bool,
+}
+
+struct Handle {
+    write: bool,
+}
+
+struct Inner {
+    store: Arc<Store>,
+    staging: PathBuf,
+    staged: Mutex<HashMap<u64, Staged>>,
+    /// Open handles per inode (readers and writers), for orphans.
+    opens: Mutex<HashMap<u64, u32>>,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+    /// Pending ingests (also counted in `stats` as staged files).
+    queued: AtomicU64,
+}
+
+pub struct WarcFs {
+    inner: Arc<Inner>,
+    tx: Option<Sender<u64>>,
+    worker: Option<JoinHandle<()>>,
+}
+
+fn errno(e: &StoreError) -> Errno {
+    match e {
+        StoreError::NotFound(_) | StoreError::NoStore(_) => Errno::ENOENT,
+        StoreError::NotADirectory(_) => Errno::ENOTDIR,
+        StoreError::IsADirectory(_) => Errno::EISDIR,
+        StoreError::NotEmpty(_) => Errno::ENOTEMPTY,
+        StoreError::Exists(_) => Errno::EEXIST,
+        StoreError::InvalidPath(_) => Errno::EINVAL,
+        StoreError::Io { source, .. } => {
+            log::error!("{e}");
+            Errno::from_i32(source.raw_os_error().unwrap_or(libc::EIO))
+        }
+        _ => {
+            log::error!("{e}");
+            Errno::EIO
+        }
+    }
+}
+
+fn io_errno(e: &io::Error) -> Errno {
+    log::error!("staging I/O: {e}");
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+fn to_system(t: Timestamp) -> SystemTime {
+    if t.secs >= 0 {
+        UNIX_EPOCH + Duration::new(t.secs as u64, t.nanos)
+    } else {
+        UNIX_EPOCH - Duration::from_secs((-t.secs) as u64) + Duration::from_nanos(t.nanos as u64)
+    }
+}
+
+fn time_or_now(t: TimeOrNow) -> Timestamp {
+    match t {
+        TimeOrNow::SpecificTime(t) => Timestamp::from(t),
+        TimeOrNow::Now => Timestamp::now(),
+    }
+}
+
+fn kind_of(k: InodeKind) -> FileType {
+    match k {
+        InodeKind::Dir => FileType::Directory,
+        InodeKind::File => FileType::RegularFile,
+        InodeKind::Symlink => FileType::Symlink,
+    }
+}
+
+impl Inner {
+    fn staging_path(&self, ino: u64) -> PathBuf {
+        self.staging.join(format!("{ino:016x}"))
+    }
+
+    fn attr(&self, ino: u64, inode: &Inode) -> FileAttr {
+        let size = self.staged.lock().unwrap().get(&ino).map(|s| s.size).unwrap_or(inode.size);
+        FileAttr {
+            ino: INodeNo(ino),
+            size,
+            blocks: size.div_ceil(512),
+            atime: to_system(inode.atime),
+            mtime: to_system(inode.mtime),
+            ctime: to_system(inode.ctime),
+            crtime: to_system(inode.ctime),
+            kind: kind_of(inode.kind),
+            perm: (inode.mode & 0o7777) as u16,
+            nlink: inode.nlink,
+            uid: inode.uid,
+            gid: inode.gid,
+            rdev: 0,
+            blksize: BLKSIZE,
+            flags: 0,
+        }
+    }
+
+    fn inode(&self, ino: u64) -> Result<Inode, Errno> {
+        self.store.inode(ino).map_err(|e| errno(&e))?.ok_or(Errno::ENOENT)
+    }
+
+    fn is_open(&self, ino: u64) -> bool {
+        self.opens.lock().unwrap().get(&ino).copied().unwrap_or(0) > 0
+    }
+
+    /// Moves a file's bytes to the staging area (if they are not there yet), so it can be
+    /// written. `truncate` skips copying the old bytes.
+    fn ensure_staged(&self, ino: u64, truncate: bool) -> Result<(), Errno> {
+        let mut map = self.staged.lock().unwrap();
+        if let Some(s) = map.get_mut(&ino) {
+            if truncate && s.size != 0 {
+                s.file.set_len(0).map_err(|e| io_errno(&e))?;
+                s.size = 0;
+                s.gen += 1;
+                s.dirty = true;
+            }
+            return Ok(());
+        }
+        let mut inode = self.inode(ino)?;
+        if inode.kind != InodeKind::File {
+            return Err(Errno::EISDIR);
+        }
+        let path = self.staging_path(ino);
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).map_err(|e| io_errno(&e))?;
+        let mut size = 0;
+        if !truncate {
+            if let Some(head) = &inode.recipe {
+                let mut w = BufWriter::with_capacity(1 << 20, &file);
+                size = self.store.copy_to(head, &mut w).map_err(|e| errno(&e))?;
+                w.flush().map_err(|e| io_errno(&e))?;
+            }
+        }
+        // The staged flag may only point at complete bytes.
+        file.sync_data().map_err(|e| io_errno(&e))?;
+        inode.staged = true;
+        inode.size = size;
+        self.store.set_inode(ino, &inode).map_err(|e| errno(&e))?;
+        map.insert(ino, Staged { file: Arc::new(file), size, gen: 0, writers: 0, dirty: false });
+        Ok(())
+    }
+
+    /// Makes a staged file's bytes durable and records its size: what `close` and `fsync`
+    /// promise.
+    fn persist(&self, ino: u64) -> Result<(), Errno> {
+        let (file, size) = {
+            let mut map = self.staged.lock().unwrap();
+            let Some(s) = map.get_mut(&ino) else { return Ok(()) };
+            if !s.dirty {
+                return Ok(());
+            }
+            s.dirty = false;
+            (s.file.clone(), s.size)
+        };
+        file.sync_data().map_err(|e| io_errno(&e))?;
+        let Some(mut inode) = self.store.inode(ino).map_err(|e| errno(&e))? else { return Ok(()) };
+        if inode.size != size || !inode.staged {
+            inode.size = size;
+            inode.staged = true;
+            self.store.set_inode(ino, &inode).map_err(|e| errno(&e))?;
+        }
+        Ok(())
+    }
+
+    /// Ingests a staged file whose writers are all gone; called by the worker.
+    fn ingest(&self, ino: u64) {
+        let (file, gen) = {
+            let map = self.staged.lock().unwrap();
+            match map.get(&ino) {
+                Some(s) if s.writers == 0 => (s.file.clone(), s.gen),
+                _ => return,
+            }
+        };
+        let len = match file.metadata() {
+            Ok(m) => m.len(),
+            Err(e) => return log::error!("staged inode {ino}: {e}"),
+        };
+        // SAFETY: the staging file is private to this process; a write racing the ingest
+        // bumps `gen`, and then this ingest is discarded.
+        let map_guard;
+        let data: &[u8] = if len == 0 {
+            &[]
+        } else {
+            match unsafe { memmap2::Mmap::map(&*file) } {
+                Ok(m) => {
+                    map_guard = m;
+                    &map_guard
+                }
+                Err(e) => return log::error!("staged inode {ino}: cannot map: {e}"),
+            }
+        };
+        let prepared = match self.store.prepare(data) {
+            Ok(p) => p,
+            Err(e) => return log::error!("ingest of inode {ino} failed, it stays staged: {e}"),
+        };
+        let mut map = self.staged.lock().unwrap();
+        match map.get(&ino) {
+            Some(s) if s.gen == gen && s.writers == 0 && !s.dirty => {}
+            _ => return,
+        }
+        match prepared.commit_into(ino) {
+            Ok(rep) => {
+                map.remove(&ino);
+                let _ = fs::remove_file(self.staging_path(ino));
+                if let Some(rep) = rep {
+                    log::info!("ingested inode {ino}: {} bytes, {} new bytes stored", rep.size, rep.new_bytes);
+                }
+            }
+            Err(e) => log::error!("commit of inode {ino} failed, it stays staged: {e}"),
+        }
+    }
+}
+
+impl WarcFs {
+    /// Wraps an open store; recovers staged files and orphans left by a crash.
+    pub fn new(store: Arc<Store>) -> Result<WarcFs, StoreError> {
+        let staging = store.root().join("staging");
+        fs::create_dir_all(&staging).map_err(|source| StoreError::Io { path: staging.clone(), source })?;
+        let inner = Arc::new(Inner {
+            store: store.clone(),
+            staging,
+            staged: Mutex::new(HashMap::new()),
+            opens: Mutex::new(HashMap::new()),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            queued: AtomicU64::new(0),
+        });
+        let (tx, rx) = crossbeam_channel::unbounded::<u64>();
+        let (orphans, staged) = store.orphans_and_staged()?;
+        for ino in orphans {
+            log::info!("dropping orphan inode {ino} left by a crash");
+            store.drop_orphan(ino)?;
+            let _ = fs::remove_file(inner.staging_path(ino));
+        }
+        for ino in staged {
+            let path = inner.staging_path(ino);
+            match OpenOptions::new().read(true).write(true).open(&path) {
+                Ok(file) => {
+                    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+                    log::info!("recovering staged inode {ino} ({size} bytes)");
+                    inner.staged.lock().unwrap().insert(ino, Staged { file: Arc::new(file), size, gen: 0, writers: 0, dirty: false });
+                    inner.queued.fetch_add(1, Ordering::Relaxed);
+                    let _ = tx.send(ino);
+                }
+                Err(_) => {
+                    // Created but never written before the crash: an empty file.
+                    if let Some(mut inode) = store.inode(ino)? {
+                        inode.staged = false;
+                        inode.size = 0;
+                        store.set_inode(ino, &inode)?;
+                    }
+                }
+            }
+        }
+        // Staging files that no inode claims are leftovers of an unlink during a crash.
+        if let Ok(rd) = fs::read_dir(&inner.staging) {
+            for e in rd.flatten() {
+                let claimed = u64::from_str_radix(&e.file_name().to_string_lossy(), 16)
+                    .map(|ino| inner.staged.lock().unwrap().contains_key(&ino))
+                    .unwrap_or(false);
+                if !claimed {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
+        let worker_inner = inner.clone();
+        let worker = std::thread::Builder::new()
+            .name("warcfs-ingest".into())
+            .spawn(move || ingest_loop(worker_inner, rx))
+            .map_err(|source| StoreError::Io { path: "ingest thread".into(), source })?;
+        Ok(WarcFs { inner, tx: Some(tx), worker: Some(worker) })
+    }
+
+    fn queue(&self, ino: u64) {
+        if let Some(tx) = &self.tx {
+            self.inner.queued.fetch_add(1, Ordering::Relaxed);
+            let _ = tx.send(ino);
+        }
+    }
+
+    /// Finishes every queued ingest and stops the worker. Called on unmount.
+    pub fn shutdown(&mut self) {
+        // Writers still open at unmount: their bytes are durable in staging; ingest them.
+        let pending: Vec<u64> = {
+            let mut map = self.inner.staged.lock().unwrap();
+            map.iter_mut().map(|(ino, s)| {
+                s.writers = 0;
+                *ino
+            }).collect()
+        };
+        for ino in pending {
+            let _ = self.inner.persist(ino);
+            self.queue(ino);
+        }
+        self.tx.take();
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+        if let Err(e) = self.inner.store.flush() {
+            log::error!("sealing the open pack: {e}");
+        }
+    }
+}
+
+impl Drop for WarcFs {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn ingest_loop(inner: Arc<Inner>, rx: Receiver<u64>) {
+    for ino in rx {
+        inner.ingest(ino);
+        inner.queued.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Filesystem for WarcFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        let _ = config.set_max_write(1 << 20);
+        let wanted = InitFlags::FUSE_WRITEBACK_CACHE | InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_AUTO_INVAL_DATA;
+        let _ = config.add_capabilities(wanted & config.capabilities());
+        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.shutdown();
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = (|| {
+            let ino = self.inner.store.lookup(parent.0, name.as_bytes()).map_err(|e| errno(&e))?.ok_or(Errno::ENOENT)?;
+            let inode = self.inner.inode(ino)?;
+            Ok::<_, Errno>(self.inner.attr(ino, &inode))
+        })();
+        match r {
+            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.inner.inode(ino.0) {
+            Ok(inode) => reply.attr(&TTL, &self.inner.attr(ino.0, &inode)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let inner = &self.inner;
+        let ino = ino.0;
+        let r = (|| {
+            if let Some(size) = size {
+                inner.ensure_staged(ino, size == 0)?;
+                let mut map = inner.staged.lock().unwrap();
+                let s = map.get_mut(&ino).ok_or(Errno::EIO)?;
+                s.file.set_len(size).map_err(|e| io_errno(&e))?;
+                s.size = size;
+                s.gen += 1;
+                s.dirty = true;
+            }
+            let mut inode = inner.inode(ino)?;
+            let now = Timestamp::now();
+            if let Some(m) = mode {
+                inode.mode = m & 0o7777;
+            }
+            if let Some(u) = uid {
+                inode.uid = u;
+            }
+            if let Some(g) = gid {
+                inode.gid = g;
+            }
+            if uid.is_some() || gid.is_some() {
+                // chown clears setuid/setgid, as the kernel expects of filesystems.
+                if inode.kind == InodeKind::File {
+                    inode.mode &= !0o6000;
+                }
+            }
+            if let Some(t) = atime {
+                inode.atime = time_or_now(t);
+            }
+            if let Some(t) = mtime {
+                inode.mtime = time_or_now(t);
+            } else if size.is_some() {
+                inode.mtime = now;
+            }
+            inode.ctime = ctime.map(Timestamp::from).unwrap_or(now);
+            if let Some(s) = inner.staged.lock().unwrap().get(&ino) {
+                inode.size = s.size;
+                inode.staged = true;
+            }
+            inner.store.set_inode(ino, &inode).map_err(|e| errno(&e))?;
+            Ok::<_, Errno>(inode)
+        })();
+        match r {
+            Ok(inode) => {
+                if size.is_some() {
+                    // truncate(2) by path opens no handle: nothing else would ingest it.
+                    let idle = inner.staged.lock().unwrap().get(&ino).is_some_and(|s| s.writers == 0);
+                    if idle {
+                        let _ = inner.persist(ino);
+                        self.queue(ino);
+                    }
+                }
+                reply.attr(&TTL, &inner.attr(ino, &inode))
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.inner.inode(ino.0) {
+            Ok(i) if i.kind == InodeKind::Symlink => reply.data(&i.target),
+            Ok(_) => reply.error(Errno::EINVAL),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let mut inode = Inode::new(InodeKind::Dir, mode & !umask & 0o7777);
+        inode.uid = req.uid();
+        inode.gid = req.gid();
+        self.new_node(parent.0, name, inode, reply);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let inner = &self.inner;
+        match inner.store.unlink_entry(parent.0, name.as_bytes(), false, &|ino| inner.is_open(ino)) {
+            Ok(ino) => {
+                if !inner.is_open(ino) && inner.store.inode(ino).ok().flatten().is_none() {
+                    inner.staged.lock().unwrap().remove(&ino);
+                    let _ = fs::remove_file(inner.staging_path(ino));
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.inner.store.unlink_entry(parent.0, name.as_bytes(), true, &|_| false) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let mut inode = Inode::new(InodeKind::Symlink, 0o777);
+        inode.uid = req.uid();
+        inode.gid = req.gid();
+        inode.target = target.as_os_str().as_bytes().to_vec();
+        inode.size = inode.target.len() as u64;
+        self.new_node(parent.0, link_name, inode, reply);
+    }
+
+    fn rename(&self, _req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
+        if flags.contains(RenameFlags::RENAME_EXCHANGE) || flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            return reply.error(Errno::EINVAL);
+        }
+        let inner = &self.inner;
+        let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        let target = inner.store.lookup(newparent.0, newname.as_bytes()).ok().flatten();
+        match inner.store.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), noreplace, &|ino| inner.is_open(ino)) {
+            Ok(()) => {
+                if let Some(t) = target {
+                    if !inner.is_open(t) && inner.store.inode(t).ok().flatten().is_none() {
+                        inner.staged.lock().unwrap().remove(&t);
+                        let _ = fs::remove_file(inner.staging_path(t));
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        match self.inner.store.link(ino.0, newparent.0, newname.as_bytes()) {
+            Ok(inode) => reply.entry(&TTL, &self.inner.attr(ino.0, &inode), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let inner = &self.inner;
+        let ino = ino.0;
+        let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
+        let trunc = flags.0 & libc::O_TRUNC != 0;
+        let r = (|| {
+            let inode = inner.inode(ino)?;
+            if inode.kind == InodeKind::Dir && write {
+                return Err(Errno::EISDIR);
+            }
+            if write || trunc {
+                inner.ensure_staged(ino, trunc)?;
+                if write {
+                    inner.staged.lock().unwrap().get_mut(&ino).ok_or(Errno::EIO)?.writers += 1;
+                }
+            }
+            Ok::<_, Errno>(())
+        })();
+        if let Err(e) = r {
+            return reply.error(e);
+        }
+        let keep = !write && !inner.staged.lock().unwrap().contains_key(&ino);
+        let fh = self.register(ino, write);
+        reply.opened(FileHandle(fh), if keep { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() });
+    }
+
+    fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
+        let inner = &self.inner;
+        let ino = ino.0;
+        let staged = inner.staged.lock().unwrap().get(&ino).map(|s| (s.file.clone(), s.size));
+        if let Some((file, len)) = staged {
+            let n = (len.saturating_sub(offset)).min(size as u64) as usize;
+            let mut buf = vec![0u8; n];
+            let mut done = 0;
+            while done < n {
+                match file.read_at(&mut buf[done..], offset + done as u64) {
+                    Ok(0) => break,
+                    Ok(k) => done += k,
+                    Err(e) => return reply.error(io_errno(&e)),
+                }
+            }
+            buf.truncate(done);
+            return reply.data(&buf);
+        }
+        let head = match inner.store.head(ino) {
+            Ok(Some(h)) => h,
+            Ok(None) => return reply.data(&[]),
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let n = (head.size.saturating_sub(offset)).min(size as u64) as usize;
+        let mut buf = vec![0u8; n];
+        match inner.store.read_at(&head, offset, &mut buf) {
+            Ok(k) => reply.data(&buf[..k]),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, data: &[u8], _wf: WriteFlags, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyWrite) {
+        let inner = &self.inner;
+        let ino = ino.0;
+        // Writeback-cache writes can arrive after the writer closed: stage again if needed.
+        if !inner.staged.lock().unwrap().contains_key(&ino) {
+            if let Err(e) = inner.ensure_staged(ino, false) {
+                return reply.error(e);
+            }
+        }
+        let mut map = inner.staged.lock().unwrap();
+        let Some(s) = map.get_mut(&ino) else { return reply.error(Errno::EIO) };
+        if let Err(e) = s.file.write_all_at(data, offset) {
+            return reply.error(io_errno(&e));
+        }
+        s.size = s.size.max(offset + data.len() as u64);
+        s.gen += 1;
+        s.dirty = true;
+        reply.written(data.len() as u32);
+    }
+
+    fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
+        let write = self.inner.handles.lock().unwrap().get(&fh.0).is_some_and(|h| h.write);
+        if write {
+            if let Err(e) = self.inner.persist(ino.0) {
+                return reply.error(e);
+            }
+        }
+        reply.ok();
+    }
+
+    fn release(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, _lock: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
+        let inner = &self.inner;
+        let ino = ino.0;
+        let handle = inner.handles.lock().unwrap().remove(&fh.0);
+        let last_open = {
+            let mut opens = inner.opens.lock().unwrap();
+            let n = opens.entry(ino).or_insert(1);
+            *n = n.saturating_sub(1);
+            let last = *n == 0;
+            if last {
+                opens.remove(&ino);
+            }
+            last
+        };
+        let mut result = Ok(());
+        if handle.is_some_and(|h| h.write) {
+            let idle = {
+                let mut map = inner.staged.lock().unwrap();
+                map.get_mut(&ino).map(|s| {
+                    s.writers = s.writers.saturating_sub(1);
+                    s.writers == 0
+                })
+            };
+            if idle == Some(true) {
+                result = inner.persist(ino);
+                self.queue(ino);
+            }
+        }
+        if last_open && inner.store.inode(ino).ok().flatten().is_some_and(|i| i.nlink == 0) {
+            inner.staged.lock().unwrap().remove(&ino);
+            let _ = fs::remove_file(inner.staging_path(ino));
+            if let Err(e) = inner.store.drop_orphan(ino) {
+                log::error!("dropping orphan inode {ino}: {e}");
+            }
+        }
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        match self.inner.persist(ino.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let inner = &self.inner;
+        let dir = match inner.inode(ino.0) {
+            Ok(d) if d.kind == InodeKind::Dir => d,
+            Ok(_) => return reply.error(Errno::ENOTDIR),
+            Err(e) => return reply.error(e),
+        };
+        let entries = match inner.store.read_dir(ino.0) {
+            Ok(e) => e,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let parent = if dir.parent == 0 { ino.0 } else { dir.parent };
+        let all = [(ino.0, FileType::Directory, b".".to_vec()), (parent, FileType::Directory, b"..".to_vec())]
+            .into_iter()
+            .chain(entries.into_iter().map(|e| (e.ino, kind_of(e.inode.kind), e.name)));
+        for (i, (child, kind, name)) in all.enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(child), (i + 1) as u64, kind, OsStr::from_bytes(&name)) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        // Every namespace change is already a synced index batch.
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match nix::sys::statvfs::statvfs(self.inner.store.root()) {
+            Ok(v) => reply.statfs(
+                v.blocks() as u64,
+                v.blocks_free() as u64,
+                v.blocks_available() as u64,
+                v.files() as u64,
+                v.files_free() as u64,
+                v.block_size() as u32,
+                255,
+                v.fragment_size() as u32,
+            ),
+            Err(e) => reply.error(Errno::from_i32(e as i32)),
+        }
+    }
+
+    fn setxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        if !name.as_bytes().starts_with(b"user.") {
+            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        }
+        let r = (|| {
+            let mut inode = self.inner.inode(ino.0)?;
+            let exists = inode.xattrs.contains_key(name.as_bytes());
+            if flags & libc::XATTR_CREATE != 0 && exists {
+                return Err(Errno::EEXIST);
+            }
+            if flags & libc::XATTR_REPLACE != 0 && !exists {
+                return Err(Errno::from_i32(libc::ENODATA));
+            }
+            inode.xattrs.insert(name.as_bytes().to_vec(), value.to_vec());
+            inode.ctime = Timestamp::now();
+            self.inner.store.set_inode(ino.0, &inode).map_err(|e| errno(&e))
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.inner.inode(ino.0) {
+            Ok(inode) => match inode.xattrs.get(name.as_bytes()) {
+                Some(v) if size == 0 => reply.size(v.len() as u32),
+                Some(v) if v.len() <= size as usize => reply.data(v),
+                Some(_) => reply.error(Errno::ERANGE),
+                None => reply.error(Errno::from_i32(libc::ENODATA)),
+            },
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.inner.inode(ino.0) {
+            Ok(inode) => {
+                let mut list = Vec::new();
+                for k in inode.xattrs.keys() {
+                    list.extend_from_slice(k);
+                    list.push(0);
+                }
+                if size == 0 {
+                    reply.size(list.len() as u32)
+                } else if list.len() <= size as usize {
+                    reply.data(&list)
+                } else {
+                    reply.error(Errno::ERANGE)
+                }
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = (|| {
+            let mut inode = self.inner.inode(ino.0)?;
+            if inode.xattrs.remove(name.as_bytes()).is_none() {
+                return Err(Errno::from_i32(libc::ENODATA));
+            }
+            inode.ctime = Timestamp::now();
+            self.inner.store.set_inode(ino.0, &inode).map_err(|e| errno(&e))
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // default_permissions: the kernel checks modes; this only answers existence.
+        match self.inner.inode(ino.0) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        let inner = &self.inner;
+        let mut inode = Inode::new(InodeKind::File, mode & !umask & 0o7777);
+        inode.uid = req.uid();
+        inode.gid = req.gid();
+        inode.staged = true;
+        let (ino, inode) = match inner.store.create_node(parent.0, name.as_bytes(), inode) {
+            Ok(v) => v,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let file = match OpenOptions::new().read(true).write(true).create(true).truncate(true).open(inner.staging_path(ino)) {
+            Ok(f) => f,
+            Err(e) => return reply.error(io_errno(&e)),
+        };
+        let write = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
+        inner.staged.lock().unwrap().insert(ino, Staged { file: Arc::new(file), size: 0, gen: 0, writers: u32::from(write), dirty: false });
+        let fh = self.register(ino, write);
+        reply.created(&TTL, &inner.attr(ino, &inode), Generation(0), FileHandle(fh), FopenFlags::empty());
+    }
+}
+
+impl WarcFs {
+    fn register(&self, ino: u64, write: bool) -> u64 {
+        let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.inner.handles.lock().unwrap().insert(fh, Handle { write });
+        *self.inner.opens.lock().unwrap().entry(ino).or_insert(0) += 1;
+        fh
+    }
+
+    fn new_node(&self, parent: u64, name: &OsStr, inode: Inode, reply: ReplyEntry) {
+        if name.len() > 255 {
+            return reply.error(Errno::ENAMETOOLONG);
+        }
+        match self.inner.store.create_node(parent, name.as_bytes(), inode) {
+            Ok((ino, inode)) => reply.entry(&TTL, &self.inner.attr(ino, &inode), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
