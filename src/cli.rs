@@ -101,7 +101,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Import { store, src, to } => import(&store, &src, &to),
         Cmd::Cat { store, path } => {
-            let s = Store::open(&store, false)?;
+            let s = Store::open_for_reading(&store)?;
             let ino = s.resolve(&path)?;
             let inode = s.inode(ino)?.with_context(|| format!("{path}: no such file"))?;
             match inode.kind {
@@ -113,7 +113,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             let mut out = BufWriter::with_capacity(1 << 20, stdout.lock());
             if let Some(head) = &inode.recipe {
                 match s.copy_to(head, &mut out) {
-                    Err(crate::StoreError::Io { source, .. }) if source.kind() == io::ErrorKind::BrokenPipe => return Ok(0),
+                    Err(crate::StoreError::Io { err, .. }) if err.kind() == io::ErrorKind::BrokenPipe => return Ok(0),
                     r => {
                         r.with_context(|| format!("{path}: reading from {}", store.display()))?;
                     }
@@ -125,7 +125,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
         }
         Cmd::Ls { store, path } => {
-            let s = Store::open(&store, false)?;
+            let s = Store::open_for_reading(&store)?;
             let mut out = io::stdout().lock();
             for e in s.list(&path)? {
                 let t = match e.inode.kind {
@@ -147,7 +147,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Stats { store, json } => {
-            let s = Store::open(&store, false)?;
+            let s = Store::open_for_reading(&store)?;
             let st = s.stats()?;
             if json {
                 println!("{}", serde_json::to_string(&st)?);

@@ -74,6 +74,14 @@ pub struct Batch {
 }
 
 impl Index {
+    /// Opens the index for reading while another process owns the store (a live mount):
+    /// a consistent view as of now, including the owner's write-ahead log.
+    pub fn open_read_only(path: &Path) -> Result<Index> {
+        let opts = Options::default();
+        let db = DB::open_cf_for_read_only(&opts, path, CFS, false)?;
+        Ok(Index { db })
+    }
+
     pub fn open(path: &Path) -> Result<Index> {
         let mut opts = Options::default();
         opts.create_if_missing(true);

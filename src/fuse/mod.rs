@@ -81,7 +81,7 @@ fn errno(e: &StoreError) -> Errno {
         StoreError::NotEmpty(_) => Errno::ENOTEMPTY,
         StoreError::Exists(_) => Errno::EEXIST,
         StoreError::InvalidPath(_) => Errno::EINVAL,
-        StoreError::Io { source, .. } => {
+        StoreError::Io { err: source, .. } => {
             log::error!("{e}");
             Errno::from_i32(source.raw_os_error().unwrap_or(libc::EIO))
         }
@@ -265,7 +265,7 @@ impl WarcFs {
     /// Wraps an open store; recovers staged files and orphans left by a crash.
     pub fn new(store: Arc<Store>) -> Result<WarcFs, StoreError> {
         let staging = store.root().join("staging");
-        fs::create_dir_all(&staging).map_err(|source| StoreError::Io { path: staging.clone(), source })?;
+        fs::create_dir_all(&staging).map_err(|err| StoreError::Io { path: staging.clone(), err })?;
         let inner = Arc::new(Inner {
             store: store.clone(),
             staging,
@@ -317,7 +317,7 @@ impl WarcFs {
         let worker = std::thread::Builder::new()
             .name("warcfs-ingest".into())
             .spawn(move || ingest_loop(worker_inner, rx))
-            .map_err(|source| StoreError::Io { path: "ingest thread".into(), source })?;
+            .map_err(|err| StoreError::Io { path: "ingest thread".into(), err })?;
         Ok(WarcFs { inner, tx: Some(tx), worker: Some(worker) })
     }
 

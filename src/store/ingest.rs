@@ -306,12 +306,12 @@ impl Store {
         if w.open.is_none() {
             let id = w.next_pack;
             w.next_pack += 1;
-            w.open = Some(OpenPack::create(&tmp_dir, id).map_err(|source| StoreError::Io { path: tmp_dir.clone(), source })?);
+            w.open = Some(OpenPack::create(&tmp_dir, id).map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?);
         }
         let open = w.open.as_mut().expect("open pack exists");
         let info = open
             .append(key, kind, codec, data.len() as u32, stored)
-            .map_err(|source| StoreError::Io { path: tmp_dir.clone(), source })?;
+            .map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?;
         ctx.new_bytes += (BLOB_HEADER_LEN + stored.len()) as u64;
         let entry = ChunkEntry {
             pack: open.id,
@@ -339,7 +339,7 @@ impl Store {
     pub(super) fn commit_with(&self, w: &mut Writer, mut b: Batch, delta: RefDelta, pending: &Pending) -> Result<()> {
         if let Some(open) = w.open.as_mut() {
             let dir = self.root.join("packs-tmp");
-            open.sync().map_err(|source| StoreError::Io { path: dir, source })?;
+            open.sync().map_err(|err| StoreError::Io { path: dir, err })?;
         }
         for (key, d) in delta.0 {
             if d == 0 {

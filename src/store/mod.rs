@@ -45,8 +45,8 @@ pub const PACK_TARGET: u64 = 32 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: io::Error },
     #[error("{0}: not a warcfs store (no {CONFIG_FILE}, and the directory is not empty)")]
     NotAStore(PathBuf),
     #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} version {FORMAT_VERSION}")]
@@ -82,7 +82,7 @@ pub enum StoreError {
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io { path: path.to_path_buf(), source }
+    move |err| StoreError::Io { path: path.to_path_buf(), err }
 }
 
 /// How a digest hit is proven to be the same bytes before it is shared.
@@ -162,7 +162,7 @@ impl Store {
         if root.join(CONFIG_FILE).exists() {
             return Err(StoreError::Io {
                 path: root.to_path_buf(),
-                source: io::Error::new(io::ErrorKind::AlreadyExists, "a store already exists here"),
+                err: io::Error::new(io::ErrorKind::AlreadyExists, "a store already exists here"),
             });
         }
         Store::open_with(root, &OpenOptionsStore { create: true, config }, digest::sha256)
@@ -186,25 +186,32 @@ impl Store {
         }
         let fresh = !cfg_path.exists();
         if fresh {
-            let empty = fs::read_dir(root).map_err(io_at(root))?.next().is_none();
-            if !empty || !opts.create {
-                return Err(if empty { StoreError::NoStore(root.to_path_buf()) } else { StoreError::NotAStore(root.to_path_buf()) });
+            // Only what a creation cut short can leave (the lock, the config's temporary
+            // file) may be here; anything else is someone else's directory.
+            let foreign = fs::read_dir(root)
+                .map_err(io_at(root))?
+                .filter_map(|e| e.ok())
+                .any(|e| !matches!(e.file_name().to_str(), Some("lock") | Some("warcfs.tmp")));
+            if foreign || !opts.create {
+                return Err(if foreign { StoreError::NotAStore(root.to_path_buf()) } else { StoreError::NoStore(root.to_path_buf()) });
             }
             // The store holds whole archives: keep it private to its owner.
             set_mode(root, 0o700)?;
         }
         let lock = take_lock(root)?;
-        let config = if fresh {
+        let config = if fresh && !cfg_path.exists() {
+            // The config goes first: a directory with it is a store, whatever else a crash
+            // left out, and the directories below are created at every open.
             let cfg = opts.config.clone();
-            for d in ["packs", "packs-tmp", "index"] {
-                fs::create_dir_all(root.join(d)).map_err(io_at(root))?;
-            }
             let json = serde_json::to_vec_pretty(&cfg).expect("config serialises");
             pack::write_file_atomic(&cfg_path, &json).map_err(io_at(&cfg_path))?;
             cfg
         } else {
             read_config(&cfg_path)?
         };
+        for d in ["packs", "packs-tmp", "index", "staging"] {
+            fs::create_dir_all(root.join(d)).map_err(io_at(root))?;
+        }
         crate::format::engine::self_test().map_err(StoreError::ZlibEngine)?;
         let index = Index::open(&root.join("index"))?;
         let packs_dir = root.join("packs");
@@ -242,6 +249,38 @@ impl Store {
         };
         store.ensure_root()?;
         Ok(store)
+    }
+
+    /// Opens a store that another process owns (a mounted store) for reading: `stats`,
+    /// `ls` and `cat` see it as of now. Nothing can be written through it.
+    pub fn open_read_only(root: &Path) -> Result<Store> {
+        let cfg_path = root.join(CONFIG_FILE);
+        if !cfg_path.exists() {
+            return Err(if root.exists() { StoreError::NotAStore(root.to_path_buf()) } else { StoreError::NoStore(root.to_path_buf()) });
+        }
+        let config = read_config(&cfg_path)?;
+        crate::format::engine::self_test().map_err(StoreError::ZlibEngine)?;
+        let index = Index::open_read_only(&root.join("index"))?;
+        let lock = File::open(root.join("lock")).map_err(io_at(root))?;
+        Ok(Store {
+            root: root.to_path_buf(),
+            config,
+            index,
+            packs: PackReader::new(root.join("packs"), root.join("packs-tmp")),
+            cache: ReadCache::new(256 << 20, 128 << 20),
+            writer: Mutex::new(Writer { open: None, next_pack: 0, pending: HashMap::new(), collisions: 0, next_ino: 0, next_recipe: 0 }),
+            digest: digest::sha256,
+            _lock: lock,
+        })
+    }
+
+    /// Opens the store to read: exclusively if it is free, read-only if another process
+    /// (a mount) owns it.
+    pub fn open_for_reading(root: &Path) -> Result<Store> {
+        match Store::open(root, false) {
+            Err(StoreError::Busy { .. }) => Store::open_read_only(root),
+            r => r,
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -318,7 +357,7 @@ fn take_lock(root: &Path) -> Result<File> {
             let pid = pid.trim().to_string();
             return Err(StoreError::Busy { path: root.to_path_buf(), pid: if pid.is_empty() { "unknown".into() } else { pid } });
         }
-        return Err(StoreError::Io { path, source: err });
+        return Err(StoreError::Io { path, err });
     }
     f.set_len(0).map_err(io_at(&path))?;
     f.seek(io::SeekFrom::Start(0)).map_err(io_at(&path))?;

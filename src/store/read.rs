@@ -216,7 +216,7 @@ impl Store {
         const WINDOW: u64 = 32 << 20;
         const TASK: u64 = 4 << 20;
         let mut written = 0u64;
-        let io_err = |source| StoreError::Io { path: "<output>".into(), source };
+        let io_err = |err| StoreError::Io { path: "<output>".into(), err };
         for pno in 0..head.pieces() {
             let piece = self.piece(head.id, pno)?;
             // Units of work: a whole member, or a run of a data segment's extents.
