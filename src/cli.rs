@@ -221,6 +221,28 @@ pub fn human(n: u64) -> String {
     format!("{v:.1} {}", units[u])
 }
 
+/// A source file mapped into memory with its gzip members already split.
+struct Loaded {
+    map: Option<memmap2::Mmap>,
+    split: crate::store::Presplit,
+    meta: FileMeta,
+}
+
+fn load(src: &Path) -> Result<Loaded> {
+    use std::os::unix::fs::PermissionsExt;
+    let f = fs::File::open(src).with_context(|| format!("{}: cannot open", src.display()))?;
+    let md = f.metadata().with_context(|| format!("{}: cannot stat", src.display()))?;
+    // SAFETY: the source is mapped read-only; a file changed under an import gives whatever
+    // bytes were there, as `cp` would.
+    let map = if md.len() == 0 { None } else { Some(unsafe { memmap2::Mmap::map(&f) }.with_context(|| format!("{}: cannot map", src.display()))?) };
+    let split = crate::store::Presplit::new(map.as_deref().unwrap_or(&[]));
+    let meta = FileMeta {
+        mode: md.permissions().mode() & 0o7777,
+        mtime: md.modified().map(Timestamp::from).unwrap_or_else(|_| Timestamp::now()),
+    };
+    Ok(Loaded { map, split, meta })
+}
+
 /// One thing to copy: a source path and where it lands in the store.
 enum Item {
     Dir(String),
@@ -262,7 +284,7 @@ fn plan(src: &Path, dest_dir: &str, items: &mut Vec<Item>) -> Result<()> {
 }
 
 fn import(store: &Path, srcs: &[PathBuf], to: &str) -> Result<i32> {
-    let mut items = Vec::new();
+    let mut items: Vec<Item> = Vec::new();
     for src in srcs {
         plan(src, to, &mut items)?;
     }
@@ -281,46 +303,50 @@ fn import(store: &Path, srcs: &[PathBuf], to: &str) -> Result<i32> {
     };
     let started = std::time::Instant::now();
     let (mut files, mut bytes_in, mut new_bytes, mut members, mut raw_members) = (0u64, 0u64, 0u64, 0u64, 0u64);
-    for item in &items {
-        match item {
-            Item::Dir(path) => {
-                s.mkdir_p(path)?;
+    // Finding and inflating gzip members needs no store: a second thread does it for the
+    // next file while this one ingests the current one.
+    let (tx, rx) = crossbeam_channel::bounded::<Result<Loaded>>(1);
+    std::thread::scope(|scope| -> Result<()> {
+        let items = &items;
+        scope.spawn(move || {
+            for item in items {
+                if let Item::File { src, .. } = item {
+                    if tx.send(load(src)).is_err() {
+                        break;
+                    }
+                }
             }
-            Item::Symlink { src, dir, name } => {
-                let target = fs::read_link(src).with_context(|| format!("{}: cannot read link", src.display()))?;
-                let d = s.resolve(dir)?;
-                use std::os::unix::ffi::OsStrExt;
-                s.put_symlink(d, name.as_bytes(), target.as_os_str().as_bytes())?;
-            }
-            Item::File { src, dir, name, .. } => {
-                bar.set_message(name.clone());
-                let f = fs::File::open(src).with_context(|| format!("{}: cannot open", src.display()))?;
-                let meta = f.metadata().with_context(|| format!("{}: cannot stat", src.display()))?;
-                // SAFETY: the source is mapped read-only; a file changed under an import gives
-                // whatever bytes were there, as `cp` would.
-                let map;
-                let data: &[u8] = if meta.len() == 0 {
-                    &[]
-                } else {
-                    map = unsafe { memmap2::Mmap::map(&f) }.with_context(|| format!("{}: cannot map", src.display()))?;
-                    &map
-                };
-                let d = s.resolve(dir)?;
-                use std::os::unix::fs::PermissionsExt;
-                let fm = FileMeta {
-                    mode: meta.permissions().mode() & 0o7777,
-                    mtime: meta.modified().map(Timestamp::from).unwrap_or_else(|_| Timestamp::now()),
-                };
-                let rep = s.put_file(d, name.as_bytes(), data, fm).with_context(|| format!("{}: import failed", src.display()))?;
-                files += 1;
-                bytes_in += rep.size;
-                new_bytes += rep.new_bytes;
-                members += rep.stats.gzip_members;
-                raw_members += rep.stats.gzip_members_raw;
-                bar.inc(rep.size);
+        });
+        for item in items {
+            match item {
+                Item::Dir(path) => {
+                    s.mkdir_p(path)?;
+                }
+                Item::Symlink { src, dir, name } => {
+                    let target = fs::read_link(src).with_context(|| format!("{}: cannot read link", src.display()))?;
+                    let d = s.resolve(dir)?;
+                    use std::os::unix::ffi::OsStrExt;
+                    s.put_symlink(d, name.as_bytes(), target.as_os_str().as_bytes())?;
+                }
+                Item::File { src, dir, name, .. } => {
+                    bar.set_message(name.clone());
+                    let loaded = rx.recv().context("file loader stopped")??;
+                    let d = s.resolve(dir)?;
+                    let data: &[u8] = loaded.map.as_deref().unwrap_or(&[]);
+                    let rep = s
+                        .put_file_presplit(d, name.as_bytes(), data, loaded.split, loaded.meta)
+                        .with_context(|| format!("{}: import failed", src.display()))?;
+                    files += 1;
+                    bytes_in += rep.size;
+                    new_bytes += rep.new_bytes;
+                    members += rep.stats.gzip_members;
+                    raw_members += rep.stats.gzip_members_raw;
+                    bar.inc(rep.size);
+                }
             }
         }
-    }
+        Ok(())
+    })?;
     s.flush()?;
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();

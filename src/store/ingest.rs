@@ -88,20 +88,36 @@ fn slices_in(exts: &[(u64, Slice)], cursor: &mut usize, a: u64, b: u64) -> Vec<S
     out
 }
 
+/// A file's gzip members found and inflated ahead of ingest. Splitting needs no store, so an
+/// importer can split the next file on another core while this one is ingested.
+pub struct Presplit {
+    /// None: not gzip, ingest the bytes as they are.
+    gzip: Option<(Vec<Region>, Vec<u8>)>,
+}
+
+impl Presplit {
+    pub fn new(data: &[u8]) -> Presplit {
+        if !gzip::looks_gzip(data) {
+            return Presplit { gzip: None };
+        }
+        let mut plain = Vec::new();
+        let regions = gzip::split(data, &mut plain);
+        Presplit { gzip: Some((regions, plain)) }
+    }
+}
+
 impl Store {
     pub(super) fn ingest(&self, w: &mut Writer, data: &[u8]) -> Result<Ingested> {
+        self.ingest_presplit(w, data, Presplit::new(data))
+    }
+
+    pub(super) fn ingest_presplit(&self, w: &mut Writer, data: &[u8], split: Presplit) -> Result<Ingested> {
         // Chunks of an ingest that failed are garbage, never shared.
         w.pending.clear();
         w.collisions = 0;
         let mut ctx = Ctx { stats: FileStats::default(), new_bytes: 0 };
         let mut rb = RecipeBuilder::new();
-        if !gzip::looks_gzip(data) {
-            let exts = self.chunk_plain(w, &mut ctx, data)?;
-            let slices: Vec<Slice> = exts.into_iter().map(|(_, s)| s).collect();
-            rb.push_data(&slices);
-        } else {
-            let mut plain = Vec::new();
-            let regions = gzip::split(data, &mut plain);
+        if let Some((regions, plain)) = split.gzip {
             let members: Vec<&Member> = regions
                 .iter()
                 .filter_map(|r| match r {
@@ -177,6 +193,10 @@ impl Store {
                 let sl = self.chunk_raw(w, &mut ctx, &data[a..b])?;
                 rb.push_data(&sl);
             }
+        } else {
+            let exts = self.chunk_plain(w, &mut ctx, data)?;
+            let slices: Vec<Slice> = exts.into_iter().map(|(_, s)| s).collect();
+            rb.push_data(&slices);
         }
         let (pieces, starts, size) = rb.finish();
         debug_assert_eq!(size, data.len() as u64);

@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::ingest::Ingested;
+use super::ingest::{Ingested, Presplit};
 use super::{Result, Store, StoreError, Writer};
 use crate::digest::ChunkKey;
 use crate::index::Batch;
@@ -248,8 +248,13 @@ impl Store {
     /// Stores `data` as the file `name` in directory `dir`, replacing a file of that name.
     /// The file's recipe, its chunks' refcounts and the directory entry commit together.
     pub fn put_file(&self, dir: u64, name: &[u8], data: &[u8], meta: FileMeta) -> Result<PutReport> {
+        self.put_file_presplit(dir, name, data, Presplit::new(data), meta)
+    }
+
+    /// `put_file` with the gzip members already found (see `Presplit`).
+    pub fn put_file_presplit(&self, dir: u64, name: &[u8], data: &[u8], split: Presplit, meta: FileMeta) -> Result<PutReport> {
         let mut w = self.writer.lock().unwrap();
-        let ingested = self.ingest(&mut w, data)?;
+        let ingested = self.ingest_presplit(&mut w, data, split)?;
         self.commit_file(&mut w, dir, name, ingested, meta)
     }
 
