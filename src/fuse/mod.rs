@@ -33,6 +33,7 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
+use crate::recipe::RecipeHead;
 use crate::store::{Inode, InodeKind, Store, StoreError, Timestamp};
 
 const TTL: Duration = Duration::from_secs(1);
@@ -71,7 +72,13 @@ pub struct WarcFs {
     inner: Arc<Inner>,
     tx: Option<Sender<u64>>,
     worker: Option<JoinHandle<()>>,
+    /// Where a sequential reader of a stored file will read next, for the prefetcher.
+    prefetch_tx: Option<Sender<(RecipeHead, u64)>>,
+    prefetcher: Option<JoinHandle<()>>,
 }
+
+/// How far ahead of a reader gzip members are rebuilt in the background.
+const PREFETCH: u64 = 8 << 20;
 
 fn errno(e: &StoreError) -> Errno {
     match e {
@@ -318,7 +325,13 @@ impl WarcFs {
             .name("warcfs-ingest".into())
             .spawn(move || ingest_loop(worker_inner, rx))
             .map_err(|err| StoreError::Io { path: "ingest thread".into(), err })?;
-        Ok(WarcFs { inner, tx: Some(tx), worker: Some(worker) })
+        let (ptx, prx) = crossbeam_channel::unbounded::<(RecipeHead, u64)>();
+        let pstore = store.clone();
+        let prefetcher = std::thread::Builder::new()
+            .name("warcfs-prefetch".into())
+            .spawn(move || prefetch_loop(pstore, prx))
+            .map_err(|err| StoreError::Io { path: "prefetch thread".into(), err })?;
+        Ok(WarcFs { inner, tx: Some(tx), worker: Some(worker), prefetch_tx: Some(ptx), prefetcher: Some(prefetcher) })
     }
 
     fn queue(&self, ino: u64) {
@@ -346,6 +359,10 @@ impl WarcFs {
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }
+        self.prefetch_tx.take();
+        if let Some(p) = self.prefetcher.take() {
+            let _ = p.join();
+        }
         if let Err(e) = self.inner.store.flush() {
             log::error!("sealing the open pack: {e}");
         }
@@ -355,6 +372,34 @@ impl WarcFs {
 impl Drop for WarcFs {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Rebuilds gzip members ahead of sequential readers on a core the FUSE threads leave idle.
+/// Only the latest position per file matters; older requests are dropped.
+fn prefetch_loop(store: Arc<Store>, rx: Receiver<(RecipeHead, u64)>) {
+    let mut done_to: HashMap<u64, u64> = HashMap::new();
+    while let Ok(first) = rx.recv() {
+        let mut latest: HashMap<u64, (RecipeHead, u64)> = HashMap::new();
+        latest.insert(first.0.id, first);
+        while let Ok((h, off)) = rx.try_recv() {
+            latest.insert(h.id, (h, off));
+        }
+        for (rid, (head, off)) in latest {
+            let from = off.max(*done_to.get(&rid).unwrap_or(&0));
+            if from >= off + PREFETCH || from >= head.size {
+                continue;
+            }
+            match store.prefetch(&head, from, off + PREFETCH - from) {
+                Ok(()) => {
+                    done_to.insert(rid, off + PREFETCH);
+                }
+                Err(e) => log::warn!("prefetch of recipe {rid}: {e}"),
+            }
+        }
+        if done_to.len() > 4096 {
+            done_to.clear();
+        }
     }
 }
 
@@ -601,7 +646,12 @@ impl Filesystem for WarcFs {
         let n = (head.size.saturating_sub(offset)).min(size as u64) as usize;
         let mut buf = vec![0u8; n];
         match inner.store.read_at(&head, offset, &mut buf) {
-            Ok(k) => reply.data(&buf[..k]),
+            Ok(k) => {
+                reply.data(&buf[..k]);
+                if let Some(tx) = &self.prefetch_tx {
+                    let _ = tx.send((head, offset + k as u64));
+                }
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }

@@ -8,7 +8,8 @@
 use std::hash::Hash;
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::{Arc, Condvar, Mutex};
 
 use lru::LruCache;
 
@@ -56,9 +57,15 @@ impl<K: Hash + Eq, V> SizedLru<K, V> {
     }
 }
 
+type MemberKey = (u64, u32, u32);
+
 pub struct ReadCache {
     chunks: Mutex<SizedLru<ChunkKey, Vec<u8>>>,
-    members: Mutex<SizedLru<(u64, u32, u32), Vec<u8>>>,
+    members: Mutex<SizedLru<MemberKey, Vec<u8>>>,
+    /// Members being rebuilt right now: a second reader waits for the first instead of
+    /// compressing the same member again.
+    building: Mutex<HashSet<MemberKey>>,
+    built: Condvar,
     pieces: Mutex<SizedLru<(u64, u32), Piece>>,
 }
 
@@ -67,6 +74,8 @@ impl ReadCache {
         ReadCache {
             chunks: Mutex::new(SizedLru::new(chunk_budget)),
             members: Mutex::new(SizedLru::new(member_budget)),
+            building: Mutex::new(HashSet::new()),
+            built: Condvar::new(),
             pieces: Mutex::new(SizedLru::new(64 << 20)),
         }
     }
@@ -144,12 +153,50 @@ impl Store {
 
     fn member_cached(&self, rid: u64, pno: u32, sno: u32, piece: &Piece) -> Result<Arc<Vec<u8>>> {
         let k = (rid, pno, sno);
-        if let Some(m) = self.cache.members.lock().unwrap().get(&k) {
-            return Ok(m);
+        {
+            let mut building = self.cache.building.lock().unwrap();
+            loop {
+                if let Some(m) = self.cache.members.lock().unwrap().get(&k) {
+                    return Ok(m);
+                }
+                if !building.contains(&k) {
+                    building.insert(k);
+                    break;
+                }
+                building = self.cache.built.wait(building).unwrap();
+            }
         }
-        let m = Arc::new(self.rebuild_member(piece, &piece.segments[sno as usize])?);
-        self.cache.members.lock().unwrap().put(k, m.clone(), m.len());
-        Ok(m)
+        let r = self.rebuild_member(piece, &piece.segments[sno as usize]).map(Arc::new);
+        if let Ok(m) = &r {
+            self.cache.members.lock().unwrap().put(k, m.clone(), m.len());
+        }
+        self.cache.building.lock().unwrap().remove(&k);
+        self.cache.built.notify_all();
+        r
+    }
+
+    /// Rebuilds the gzip members in [offset, offset + len) that are not cached yet, so that a
+    /// sequential reader finds them ready: called from a background thread.
+    pub fn prefetch(&self, head: &RecipeHead, offset: u64, len: u64) -> Result<()> {
+        let end = (offset + len).min(head.size);
+        let mut pos = offset;
+        while pos < end {
+            let Some(pno) = head.piece_at(pos) else { break };
+            let piece = self.piece(head.id, pno)?;
+            let mut seg_start = head.piece_starts[pno as usize];
+            for (sno, seg) in piece.segments.iter().enumerate() {
+                let seg_end = seg_start + seg.len();
+                if seg_end > pos && seg_start < end && matches!(seg, Segment::Member { .. }) {
+                    self.member_cached(head.id, pno, sno as u32, &piece)?;
+                }
+                seg_start = seg_end;
+                if seg_start >= end {
+                    break;
+                }
+            }
+            pos = seg_start.max(pos + 1);
+        }
+        Ok(())
     }
 
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at EOF).
