@@ -782,6 +782,10 @@ impl Filesystem for WarcFs {
         if !name.as_bytes().starts_with(b"user.") {
             return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
         }
+        if name.as_bytes().starts_with(b"user.warcfs.") {
+            // Computed from the store; not settable.
+            return reply.error(Errno::EPERM);
+        }
         let r = (|| {
             let mut inode = self.inner.inode(ino.0)?;
             let exists = inode.xattrs.contains_key(name.as_bytes());
@@ -802,6 +806,24 @@ impl Filesystem for WarcFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        // Read-only attributes every stored file has, computed from the index.
+        if let Some(field) = name.as_bytes().strip_prefix(b"user.warcfs.") {
+            let value = match self.inner.store.file_usage(ino.0) {
+                Ok(u) => match field {
+                    b"logical_size" => u.logical_bytes.to_string(),
+                    b"stored_bytes" => u.own_stored_bytes.to_string(),
+                    b"records" => u.records.to_string(),
+                    b"duplicate_share" => format!("{:.4}", u.duplicate_share),
+                    _ => return reply.error(Errno::from_i32(libc::ENODATA)),
+                },
+                Err(e) => return reply.error(errno(&e)),
+            };
+            return match value.len() {
+                n if size == 0 => reply.size(n as u32),
+                n if n <= size as usize => reply.data(value.as_bytes()),
+                _ => reply.error(Errno::ERANGE),
+            };
+        }
         match self.inner.inode(ino.0) {
             Ok(inode) => match inode.xattrs.get(name.as_bytes()) {
                 Some(v) if size == 0 => reply.size(v.len() as u32),
@@ -816,6 +838,8 @@ impl Filesystem for WarcFs {
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         match self.inner.inode(ino.0) {
             Ok(inode) => {
+                // The computed user.warcfs.* attributes are not listed: `cp -a` and `rsync -X`
+                // would try to copy them and fail to set them.
                 let mut list = Vec::new();
                 for k in inode.xattrs.keys() {
                     list.extend_from_slice(k);

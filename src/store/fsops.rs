@@ -280,3 +280,35 @@ impl Prepared<'_> {
         Ok(Some(PutReport { ino, size: ing.size, new_bytes: ing.new_bytes, stats: ing.stats }))
     }
 }
+
+/// How much of one file's storage is its own.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FileUsage {
+    pub logical_bytes: u64,
+    /// Pack bytes of chunks no other file references.
+    pub own_stored_bytes: u64,
+    /// Share (0..1) of the file's chunk bytes that other files reference too.
+    pub duplicate_share: f64,
+    pub records: u64,
+}
+
+impl Store {
+    /// Storage figures of one stored file (for `user.warcfs.*` attributes).
+    pub fn file_usage(&self, ino: u64) -> Result<FileUsage> {
+        let inode = self.get(ino)?;
+        let mut u = FileUsage { logical_bytes: inode.size, records: inode.stats.records, ..FileUsage::default() };
+        let Some(head) = &inode.recipe else { return Ok(u) };
+        let (mut shared, mut total) = (0u64, 0u64);
+        for k in crate::recipe::distinct_keys(&self.load_pieces(head)?) {
+            let Some(e) = self.index.chunk(&k)? else { continue };
+            total += e.raw_len as u64;
+            if e.refs > 1 {
+                shared += e.raw_len as u64;
+            } else {
+                u.own_stored_bytes += e.stored_len as u64 + crate::pack::BLOB_HEADER_LEN as u64;
+            }
+        }
+        u.duplicate_share = if total > 0 { shared as f64 / total as f64 } else { 0.0 };
+        Ok(u)
+    }
+}

@@ -31,7 +31,7 @@ use crate::digest::{self, ChunkKey, Digest, DigestFn};
 use crate::index::{ChunkEntry, Index, IndexError};
 use crate::pack::{self, OpenPack, PackError, PackReader};
 
-pub use fsops::Prepared;
+pub use fsops::{FileUsage, Prepared};
 pub use ingest::Presplit;
 pub use maintain::{FsckReport, GcReport, Stats};
 pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
