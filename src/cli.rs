@@ -70,6 +70,9 @@ pub enum Cmd {
     },
     /// Reclaim space held by chunks that no file references.
     Gc { store: PathBuf },
+    /// Make DEST a complete, consistent copy of the store as of now (hard links where
+    /// possible); run again to update it. Works while the store is mounted.
+    Snapshot { store: PathBuf, dest: PathBuf },
     /// Mount a store as a directory (creates the store if missing). Returns once the mount
     /// is live; `fusermount3 -u MOUNTPOINT`, `umount` or SIGTERM end it.
     Mount {
@@ -182,6 +185,37 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
         }
         Cmd::RebuildBound { files } => rebuild_bound(&files),
+        Cmd::Snapshot { store, dest } => {
+            let dest = std::path::absolute(&dest).with_context(|| format!("{}: bad path", dest.display()))?;
+            match Store::open(&store, false) {
+                Ok(s) => {
+                    let r = s.snapshot(&dest)?;
+                    println!(
+                        "snapshot {}: {} packs linked, {} copied, {} kept, {} removed, {} staged files copied",
+                        dest.display(),
+                        r.packs_linked,
+                        r.packs_copied,
+                        r.packs_kept,
+                        r.packs_removed,
+                        r.staged_files
+                    );
+                    Ok(0)
+                }
+                Err(crate::StoreError::Busy { pid, .. }) => {
+                    // Mounted: the daemon owns the index, so it takes the snapshot.
+                    let answer = crate::fuse::control::request(&store, &format!("snapshot {}", dest.display()))
+                        .with_context(|| format!("{}: in use by process {pid}, and its control socket does not answer", store.display()))?;
+                    match answer.strip_prefix("ok ") {
+                        Some(rest) => {
+                            println!("snapshot {}: {rest}", dest.display());
+                            Ok(0)
+                        }
+                        None => bail!("{}: {}", dest.display(), answer.strip_prefix("error ").unwrap_or(&answer)),
+                    }
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
         Cmd::Mount { store, mountpoint, foreground, options } => crate::fuse::mount(crate::fuse::MountArgs { store, mountpoint, foreground, options }),
         Cmd::Gc { store } => {
             let s = Store::open(&store, false)?;

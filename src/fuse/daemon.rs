@@ -160,6 +160,7 @@ fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<Fi
     let result = (|| -> Result<Session<WarcFs>> {
         let store = Arc::new(Store::open(store_path, true)?);
         init_logging(store_path, ready.is_none())?;
+        super::control::serve(store.clone()).context("control socket")?;
         let fs = WarcFs::new(store)?;
         let mut options = vec![
             MountOption::FSName(store_path.canonicalize().unwrap_or(store_path.to_path_buf()).display().to_string()),

@@ -10,6 +10,7 @@
 //!
 //! Lock order: the staged-file map, then the store's own lock (inside `Store` calls).
 
+pub mod control;
 mod daemon;
 
 pub use daemon::{mount, MountArgs};

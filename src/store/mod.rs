@@ -17,6 +17,7 @@ mod ingest;
 mod maintain;
 mod namespace;
 mod read;
+mod snapshot;
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -36,10 +37,11 @@ pub use ingest::Presplit;
 pub use maintain::{FsckReport, GcReport, Stats};
 pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
 pub use read::ReadCache;
+pub use snapshot::SnapshotReport;
 
 pub const FORMAT_NAME: &str = "warcfs-store";
 pub const FORMAT_VERSION: u32 = 1;
-const CONFIG_FILE: &str = "warcfs.json";
+pub(crate) const CONFIG_FILE: &str = "warcfs.json";
 
 /// Sealed packs grow to about this size.
 pub const PACK_TARGET: u64 = 32 << 20;
@@ -326,7 +328,7 @@ impl Drop for Store {
     }
 }
 
-fn read_config(path: &Path) -> Result<Config> {
+pub(crate) fn read_config(path: &Path) -> Result<Config> {
     let bytes = fs::read(path).map_err(io_at(path))?;
     let store = path.parent().unwrap_or(path).to_path_buf();
     let v: serde_json::Value = serde_json::from_slice(&bytes)

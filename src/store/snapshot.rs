@@ -1,0 +1,125 @@
+//! Snapshots: a complete, consistent copy of a store as of now, for backups.
+//!
+//! DEST gets a RocksDB checkpoint of the index and the sealed packs, hard-linked where DEST is
+//! on the same filesystem (sealed packs never change, so sharing their inodes is safe and
+//! `gc` deleting a pack in STORE cannot touch DEST's link). Staged files (written through a
+//! mount, not yet ingested) are copied; the copy ingests them when it is first opened by a
+//! mount. Run again on the same DEST, a snapshot updates it: new packs are linked, packs the
+//! new index no longer needs are removed, the index is replaced atomically. So `rsync -a
+//! --delete DEST/ elsewhere` after each snapshot moves only new packs and the index.
+
+use std::fs;
+use std::io;
+use std::path::Path;
+
+use super::{io_at, read_config, Result, Store, StoreError, CONFIG_FILE};
+use crate::pack;
+
+#[derive(Clone, Debug, Default)]
+pub struct SnapshotReport {
+    pub packs_linked: u64,
+    pub packs_copied: u64,
+    pub packs_kept: u64,
+    pub packs_removed: u64,
+    pub staged_files: u64,
+}
+
+/// Hard-links `src` to `dst`, or copies it when they are on different filesystems.
+fn link_or_copy(src: &Path, dst: &Path) -> io::Result<bool> {
+    match fs::hard_link(src, dst) {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) || e.kind() == io::ErrorKind::PermissionDenied => {
+            let tmp = dst.with_extension("part");
+            fs::copy(src, &tmp)?;
+            fs::File::open(&tmp)?.sync_all()?;
+            fs::rename(&tmp, dst)?;
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+impl Store {
+    /// Makes `dest` a complete store as of now (see the module documentation).
+    pub fn snapshot(&self, dest: &Path) -> Result<SnapshotReport> {
+        if dest.join(CONFIG_FILE).exists() {
+            let theirs = read_config(&dest.join(CONFIG_FILE))?;
+            if theirs != self.config {
+                return Err(StoreError::Format { path: dest.to_path_buf(), found: "a store with other settings".into() });
+            }
+        } else if dest.exists() && fs::read_dir(dest).map_err(io_at(dest))?.next().is_some() {
+            return Err(StoreError::NotAStore(dest.to_path_buf()));
+        } else {
+            // The config first: from now on DEST is a store that the next snapshot completes.
+            fs::create_dir_all(dest).map_err(io_at(dest))?;
+            let cfg = serde_json::to_vec_pretty(&self.config).expect("config serialises");
+            pack::write_file_atomic(&dest.join(CONFIG_FILE), &cfg).map_err(io_at(dest))?;
+        }
+        for d in ["packs", "packs-tmp", "staging"] {
+            fs::create_dir_all(dest.join(d)).map_err(io_at(dest))?;
+        }
+        let mut rep = SnapshotReport::default();
+        // Holding the writer lock: nothing commits while the index and packs are captured.
+        let mut w = self.writer.lock().unwrap();
+        self.seal_open(&mut w)?;
+        let new_index = dest.join(format!("index.new-{}", std::process::id()));
+        if new_index.exists() {
+            fs::remove_dir_all(&new_index).map_err(io_at(&new_index))?;
+        }
+        self.index.checkpoint(&new_index)?;
+        let src_packs = self.root.join("packs");
+        let dst_packs = dest.join("packs");
+        let mut live = std::collections::HashSet::new();
+        for e in fs::read_dir(&src_packs).map_err(io_at(&src_packs))? {
+            let e = e.map_err(io_at(&src_packs))?;
+            let name = e.file_name();
+            if name.to_str().and_then(pack::parse_pack_name).is_none() {
+                continue;
+            }
+            live.insert(name.clone());
+            let target = dst_packs.join(&name);
+            if target.exists() {
+                rep.packs_kept += 1;
+            } else if link_or_copy(&e.path(), &target).map_err(io_at(&target))? {
+                rep.packs_linked += 1;
+            } else {
+                rep.packs_copied += 1;
+            }
+        }
+        // Staged bytes can still change; copy them as they are now.
+        let dst_staging = dest.join("staging");
+        for e in fs::read_dir(&dst_staging).map_err(io_at(&dst_staging))?.flatten() {
+            let _ = fs::remove_file(e.path());
+        }
+        let src_staging = self.root.join("staging");
+        if let Ok(rd) = fs::read_dir(&src_staging) {
+            for e in rd.flatten() {
+                let target = dst_staging.join(e.file_name());
+                fs::copy(e.path(), &target).map_err(io_at(&target))?;
+                rep.staged_files += 1;
+            }
+        }
+        drop(w);
+        // Swap the index in, then drop packs the new index cannot reference.
+        let index = dest.join("index");
+        let old = dest.join("index.old");
+        if old.exists() {
+            fs::remove_dir_all(&old).map_err(io_at(&old))?;
+        }
+        if index.exists() {
+            fs::rename(&index, &old).map_err(io_at(&index))?;
+        }
+        fs::rename(&new_index, &index).map_err(io_at(&index))?;
+        if old.exists() {
+            fs::remove_dir_all(&old).map_err(io_at(&old))?;
+        }
+        for e in fs::read_dir(&dst_packs).map_err(io_at(&dst_packs))?.flatten() {
+            if !live.contains(&e.file_name()) {
+                fs::remove_file(e.path()).map_err(io_at(&dst_packs))?;
+                rep.packs_removed += 1;
+            }
+        }
+        fs::File::open(dest).and_then(|d| d.sync_all()).map_err(io_at(dest))?;
+        Ok(rep)
+    }
+}
