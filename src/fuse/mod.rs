@@ -598,8 +598,9 @@ impl Filesystem for WarcFs {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let inner = &self.inner;
         let ino = ino.0;
-        let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         let trunc = flags.0 & libc::O_TRUNC != 0;
+        // O_RDONLY|O_TRUNC truncates on Linux: that handle changes the file like a writer.
+        let write = flags.acc_mode() != OpenAccMode::O_RDONLY || trunc;
         let r = (|| {
             let inode = inner.inode(ino)?;
             if inode.kind == InodeKind::Dir && write {
