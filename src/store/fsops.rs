@@ -27,7 +27,7 @@ impl Store {
 
     /// Creates `name` in `parent`; `inode` gives kind, mode, owner and symlink target.
     pub fn create_node(&self, parent: u64, name: &[u8], mut inode: Inode) -> Result<(u64, Inode)> {
-        let mut w = self.writer.lock().unwrap();
+        let mut w = self.ns.lock().unwrap();
         let mut dir = self.get(parent)?;
         if dir.kind != InodeKind::Dir {
             return Err(StoreError::NotADirectory(name_str(name)));
@@ -55,7 +55,7 @@ impl Store {
     /// Writes an inode's attributes as given (the caller changed mode, owner, times, size of
     /// a staged file, xattrs, or the staged flag).
     pub fn set_inode(&self, ino: u64, inode: &Inode) -> Result<()> {
-        let _w = self.writer.lock().unwrap();
+        let _w = self.ns.lock().unwrap();
         if self.index.inode::<Inode>(ino)?.is_none() {
             return Err(StoreError::NotFound(format!("<inode {ino}>")));
         }
@@ -66,7 +66,7 @@ impl Store {
 
     /// Adds a hard link to `ino` as `name` in `parent`.
     pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Inode> {
-        let _w = self.writer.lock().unwrap();
+        let _w = self.ns.lock().unwrap();
         let mut inode = self.get(ino)?;
         if inode.kind == InodeKind::Dir {
             return Err(StoreError::IsADirectory(name_str(name)));
@@ -110,7 +110,7 @@ impl Store {
     /// Removes the entry `name` of `parent`: a file or symlink (`dir == false`) or an empty
     /// directory (`dir == true`). Returns the inode number removed.
     pub fn unlink_entry(&self, parent: u64, name: &[u8], dir: bool, keep_open: &dyn Fn(u64) -> bool) -> Result<u64> {
-        let mut w = self.writer.lock().unwrap();
+        let mut w = self.ns.lock().unwrap();
         let ino = self.index.lookup(parent, name)?.ok_or_else(|| StoreError::NotFound(name_str(name)))?;
         let inode = self.get(ino)?;
         match (dir, inode.kind == InodeKind::Dir) {
@@ -137,7 +137,7 @@ impl Store {
 
     /// Deletes an orphan (unlinked while open) once its last handle closes.
     pub fn drop_orphan(&self, ino: u64) -> Result<()> {
-        let mut w = self.writer.lock().unwrap();
+        let mut w = self.ns.lock().unwrap();
         let Some(inode) = self.index.inode::<Inode>(ino)? else { return Ok(()) };
         if inode.nlink > 0 {
             return Ok(());
@@ -169,7 +169,7 @@ impl Store {
     /// Moves `name` in `parent` to `newname` in `newparent`, replacing a compatible target
     /// unless `noreplace`.
     pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], noreplace: bool, keep_open: &dyn Fn(u64) -> bool) -> Result<()> {
-        let mut w = self.writer.lock().unwrap();
+        let mut w = self.ns.lock().unwrap();
         let ino = self.index.lookup(parent, name)?.ok_or_else(|| StoreError::NotFound(name_str(name)))?;
         let mut inode = self.get(ino)?;
         let is_dir = inode.kind == InodeKind::Dir;
@@ -239,6 +239,7 @@ impl Store {
     pub fn prepare(&self, data: &[u8]) -> Result<Prepared<'_>> {
         let mut w = self.writer.lock().unwrap();
         let ing = self.ingest(&mut w, data)?;
+        drop(w);
         Ok(Prepared { store: self, ing })
     }
 
@@ -257,7 +258,7 @@ impl Prepared<'_> {
     /// batch with the refcount changes. None if the inode no longer exists.
     pub fn commit_into(self, ino: u64) -> Result<Option<PutReport>> {
         let s = self.store;
-        let mut w = s.writer.lock().unwrap();
+        let mut w = s.ns.lock().unwrap();
         let Some(mut inode) = s.index.inode::<Inode>(ino)? else { return Ok(None) };
         let mut b = Batch::new();
         let mut delta = RefDelta::default();
@@ -276,7 +277,7 @@ impl Prepared<'_> {
         inode.staged = false;
         inode.recipe = Some(RecipeHead { id: rid, size: ing.size, piece_starts: ing.starts });
         b.put_inode(&s.index, ino, &inode);
-        s.commit_with(&mut w, b, delta, &ing.pending)?;
+        s.commit_with(&mut w, b, delta, &ing.pending, ing.collisions)?;
         Ok(Some(PutReport { ino, size: ing.size, new_bytes: ing.new_bytes, stats: ing.stats }))
     }
 }

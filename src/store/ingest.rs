@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
 use super::namespace::RefDelta;
-use super::{Compression, Result, Store, StoreError, Verify, Writer, PACK_TARGET};
+use super::{Compression, Ns, Result, Store, StoreError, Verify, Writer, PACK_TARGET};
 use crate::digest::{ChunkKey, Digest};
 use crate::format::gzip::{self, DeflateRecipe, Member, Region};
 use crate::format::warc::{self, SpanKind};
@@ -43,6 +43,8 @@ pub(super) struct Ingested {
     pub new_bytes: u64,
     /// The chunks this ingest appended to packs; their index entries commit with the recipe.
     pub pending: Pending,
+    /// Digest collisions met (and kept apart) by this ingest.
+    pub collisions: u64,
 }
 
 /// Chunks appended to packs but not yet in the index, by digest.
@@ -201,7 +203,8 @@ impl Store {
         let (pieces, starts, size) = rb.finish();
         debug_assert_eq!(size, data.len() as u64);
         let pending = std::mem::take(&mut w.pending);
-        Ok(Ingested { pieces, starts, size, stats: ctx.stats, new_bytes: ctx.new_bytes, pending })
+        let collisions = std::mem::take(&mut w.collisions);
+        Ok(Ingested { pieces, starts, size, stats: ctx.stats, new_bytes: ctx.new_bytes, pending, collisions })
     }
 
     /// Segments plain text into headers, payloads and unparsed bytes and stores them;
@@ -349,17 +352,21 @@ impl Store {
         Ok(key)
     }
 
-    /// Makes the open pack durable, then writes `b` with the refcount changes in one synced
-    /// batch: the index never points at bytes that are not on disk.
-    pub(super) fn commit(&self, w: &mut Writer, b: Batch, delta: RefDelta) -> Result<()> {
-        self.commit_with(w, b, delta, &Pending::new())
+    /// Writes `b` with the refcount changes in one synced batch. The caller holds the
+    /// namespace lock (`ns`), which makes the refcount read-modify-write atomic.
+    pub(super) fn commit(&self, ns: &mut Ns, b: Batch, delta: RefDelta) -> Result<()> {
+        self.commit_with(ns, b, delta, &Pending::new(), 0)
     }
 
-    /// `commit` for a batch that references chunks of an ingest (`pending`).
-    pub(super) fn commit_with(&self, w: &mut Writer, mut b: Batch, delta: RefDelta, pending: &Pending) -> Result<()> {
-        if let Some(open) = w.open.as_mut() {
-            let dir = self.root.join("packs-tmp");
-            open.sync().map_err(|err| StoreError::Io { path: dir, err })?;
+    /// `commit` for a batch that references the chunks of an ingest (`pending`): the open
+    /// pack is made durable first, so the index never points at bytes that are not on disk.
+    pub(super) fn commit_with(&self, _ns: &mut Ns, mut b: Batch, delta: RefDelta, pending: &Pending, collisions: u64) -> Result<()> {
+        if !pending.is_empty() {
+            let mut w = self.writer.lock().unwrap();
+            if let Some(open) = w.open.as_mut() {
+                let dir = self.root.join("packs-tmp");
+                open.sync().map_err(|err| StoreError::Io { path: dir, err })?;
+            }
         }
         for (key, d) in delta.0 {
             if d == 0 {
@@ -377,12 +384,11 @@ impl Store {
             entry.refs = refs.max(0) as u64;
             b.put_chunk(&self.index, &key, &entry);
         }
-        if w.collisions > 0 {
-            let total = self.index.meta_u64("collisions")? + w.collisions;
+        if collisions > 0 {
+            let total = self.index.meta_u64("collisions")? + collisions;
             b.put_meta_u64(&self.index, "collisions", total);
         }
         self.index.write(b)?;
-        w.collisions = 0;
         Ok(())
     }
 }

@@ -114,6 +114,7 @@ impl Store {
 
     /// Checks every reference, refcount, blob and pack footer; `deep` also re-hashes chunks.
     pub fn fsck(&self, deep: bool) -> Result<FsckReport> {
+        let _ns = self.ns.lock().unwrap();
         let mut w = self.writer.lock().unwrap();
         self.seal_open(&mut w)?;
         let mut rep = FsckReport::default();
@@ -207,6 +208,7 @@ impl Store {
 
     /// Drops unreferenced chunks and reclaims their pack space.
     pub fn gc(&self) -> Result<GcReport> {
+        let _ns = self.ns.lock().unwrap();
         let mut w = self.writer.lock().unwrap();
         self.seal_open(&mut w)?;
         let packs_dir = self.root.join("packs");

@@ -129,6 +129,11 @@ struct Writer {
     /// Chunks the ingest in progress appended; handed to its `Ingested` when it ends.
     pending: HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>>,
     collisions: u64,
+}
+
+/// Namespace and refcount changes are read-modify-write of index records: they hold this
+/// lock, not the writer's, so they never wait for an ingest in progress.
+pub(crate) struct Ns {
     /// Next inode / recipe id to hand out; 0 until first read from the index.
     next_ino: u64,
     next_recipe: u64,
@@ -141,6 +146,7 @@ pub struct Store {
     packs: PackReader,
     cache: ReadCache,
     writer: Mutex<Writer>,
+    ns: Mutex<Ns>,
     digest: DigestFn,
     _lock: File,
 }
@@ -246,7 +252,8 @@ impl Store {
             index,
             packs: PackReader::new(packs_dir, tmp_dir),
             cache: ReadCache::new(256 << 20, 128 << 20),
-            writer: Mutex::new(Writer { open: None, next_pack: max_id + 1, pending: HashMap::new(), collisions: 0, next_ino: 0, next_recipe: 0 }),
+            writer: Mutex::new(Writer { open: None, next_pack: max_id + 1, pending: HashMap::new(), collisions: 0 }),
+            ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
             digest,
             _lock: lock,
         };
@@ -271,7 +278,8 @@ impl Store {
             index,
             packs: PackReader::new(root.join("packs"), root.join("packs-tmp")),
             cache: ReadCache::new(256 << 20, 128 << 20),
-            writer: Mutex::new(Writer { open: None, next_pack: 0, pending: HashMap::new(), collisions: 0, next_ino: 0, next_recipe: 0 }),
+            writer: Mutex::new(Writer { open: None, next_pack: 0, pending: HashMap::new(), collisions: 0 }),
+            ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
             digest: digest::sha256,
             _lock: lock,
         })

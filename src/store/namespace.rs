@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::ingest::{Ingested, Presplit};
-use super::{Result, Store, StoreError, Writer};
+use super::{Ns, Result, Store, StoreError};
 use crate::digest::ChunkKey;
 use crate::index::Batch;
 use crate::recipe::{self, FileStats, Piece, RecipeHead};
@@ -198,7 +198,7 @@ impl Store {
         Ok(vec![DirEntry { name, ino, inode }])
     }
 
-    pub(super) fn alloc(&self, w: &mut Writer, b: &mut Batch, what: &'static str) -> Result<u64> {
+    pub(super) fn alloc(&self, w: &mut Ns, b: &mut Batch, what: &'static str) -> Result<u64> {
         let counter = match what {
             "ino" => &mut w.next_ino,
             _ => &mut w.next_recipe,
@@ -214,7 +214,7 @@ impl Store {
 
     /// Creates every missing directory along `path` and returns the last one's inode.
     pub fn mkdir_p(&self, path: &str) -> Result<u64> {
-        let mut w = self.writer.lock().unwrap();
+        let mut w = self.ns.lock().unwrap();
         let mut ino = ROOT_INO;
         for c in components(path)? {
             match self.index.lookup(ino, c.as_bytes())? {
@@ -253,12 +253,15 @@ impl Store {
 
     /// `put_file` with the gzip members already found (see `Presplit`).
     pub fn put_file_presplit(&self, dir: u64, name: &[u8], data: &[u8], split: Presplit, meta: FileMeta) -> Result<PutReport> {
-        let mut w = self.writer.lock().unwrap();
-        let ingested = self.ingest_presplit(&mut w, data, split)?;
-        self.commit_file(&mut w, dir, name, ingested, meta)
+        let ingested = {
+            let mut w = self.writer.lock().unwrap();
+            self.ingest_presplit(&mut w, data, split)?
+        };
+        let mut ns = self.ns.lock().unwrap();
+        self.commit_file(&mut ns, dir, name, ingested, meta)
     }
 
-    fn commit_file(&self, w: &mut Writer, dir: u64, name: &[u8], ing: Ingested, meta: FileMeta) -> Result<PutReport> {
+    fn commit_file(&self, w: &mut Ns, dir: u64, name: &[u8], ing: Ingested, meta: FileMeta) -> Result<PutReport> {
         let display = String::from_utf8_lossy(name).to_string();
         let mut b = Batch::new();
         let mut delta = RefDelta::default();
@@ -294,12 +297,12 @@ impl Store {
         if existing.is_none() {
             b.put_dirent(&self.index, dir, name, ino);
         }
-        self.commit_with(w, b, delta, &ing.pending)?;
+        self.commit_with(w, b, delta, &ing.pending, ing.collisions)?;
         Ok(PutReport { ino, size: ing.size, new_bytes: ing.new_bytes, stats: ing.stats })
     }
 
     pub fn put_symlink(&self, dir: u64, name: &[u8], target: &[u8]) -> Result<u64> {
-        let mut w = self.writer.lock().unwrap();
+        let mut w = self.ns.lock().unwrap();
         let display = String::from_utf8_lossy(name).to_string();
         if self.index.lookup(dir, name)?.is_some() {
             self.remove_entry(&mut w, dir, name, false, &display)?;
@@ -322,11 +325,11 @@ impl Store {
             return Err(StoreError::InvalidPath(path.to_string()));
         };
         let dir = self.resolve(&parents.join("/"))?;
-        let mut w = self.writer.lock().unwrap();
+        let mut w = self.ns.lock().unwrap();
         self.remove_entry(&mut w, dir, last.as_bytes(), recursive, path)
     }
 
-    fn remove_entry(&self, w: &mut Writer, dir: u64, name: &[u8], recursive: bool, path: &str) -> Result<()> {
+    fn remove_entry(&self, w: &mut Ns, dir: u64, name: &[u8], recursive: bool, path: &str) -> Result<()> {
         let ino = self.index.lookup(dir, name)?.ok_or_else(|| StoreError::NotFound(path.to_string()))?;
         let inode = self.inode_or_missing(ino, path)?;
         if inode.kind == InodeKind::Dir {

@@ -60,6 +60,7 @@ impl Store {
         }
         let mut rep = SnapshotReport::default();
         // Holding the writer lock: nothing commits while the index and packs are captured.
+        let _ns = self.ns.lock().unwrap();
         let mut w = self.writer.lock().unwrap();
         self.seal_open(&mut w)?;
         let new_index = dest.join(format!("index.new-{}", std::process::id()));
