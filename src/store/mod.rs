@@ -17,6 +17,7 @@ mod ingest;
 mod maintain;
 mod namespace;
 mod read;
+mod records;
 mod snapshot;
 
 use std::collections::HashMap;
@@ -37,6 +38,7 @@ pub use ingest::Presplit;
 pub use maintain::{FsckReport, GcReport, Stats};
 pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
 pub use read::ReadCache;
+pub use records::RecordHead;
 pub use snapshot::SnapshotReport;
 
 pub const FORMAT_NAME: &str = "warcfs-store";

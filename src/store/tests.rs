@@ -193,3 +193,40 @@ proptest! {
         prop_assert_eq!(read_all(&s, "/f"), data);
     }
 }
+
+#[test]
+fn records_are_found_from_header_chunks_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let gz = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpus/real/webrecorder-pywb/iana.warc.gz")).unwrap();
+    let mut plain = Vec::new();
+    let regions = crate::format::gzip::split(&gz, &mut plain);
+    s.put_file(ROOT_INO, b"iana.warc.gz", &gz, meta()).unwrap();
+    s.put_file(ROOT_INO, b"iana.warc", &plain, meta()).unwrap();
+
+    let head = |name: &str| s.inode(s.resolve(name).unwrap()).unwrap().unwrap().recipe.unwrap();
+    let members: Vec<(u64, u64)> = regions
+        .iter()
+        .filter_map(|r| match r {
+            crate::format::gzip::Region::Member(m) => Some((m.start, m.comp_len)),
+            _ => None,
+        })
+        .collect();
+    let recs = s.records(&head("/iana.warc.gz")).unwrap();
+    assert_eq!(recs.iter().map(|r| (r.offset, r.length)).collect::<Vec<_>>(), members);
+    assert!(recs.iter().all(|r| r.warc_header.starts_with(b"WARC/1.0\r\n") && r.warc_header.ends_with(b"\r\n\r\n")));
+    assert!(recs.iter().any(|r| r.http_header.as_ref().is_some_and(|h| h.starts_with(b"HTTP/1.1 200"))));
+
+    // The plain file: every record at its offset, length including the separator.
+    let recs = s.records(&head("/iana.warc")).unwrap();
+    let mut expect = Vec::new();
+    let mut pos = 0usize;
+    while pos < plain.len() {
+        let end = pos + plain[pos..].windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let text = String::from_utf8_lossy(&plain[pos..end]).to_string();
+        let clen: usize = text.lines().find_map(|l| l.strip_prefix("Content-Length: ")).unwrap().trim().parse().unwrap();
+        expect.push((pos as u64, (end - pos + clen + 4) as u64));
+        pos = end + clen + 4;
+    }
+    assert_eq!(recs.iter().map(|r| (r.offset, r.length)).collect::<Vec<_>>(), expect);
+}
