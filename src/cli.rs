@@ -111,6 +111,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 InodeKind::Dir => bail!("{path}: is a directory"),
                 InodeKind::Symlink => bail!("{path}: is a symbolic link to {}", String::from_utf8_lossy(&inode.target)),
                 InodeKind::File => {}
+                _ => bail!("{path}: is a special file (fifo, socket or device)"),
             }
             let stdout = io::stdout();
             let mut out = BufWriter::with_capacity(1 << 20, stdout.lock());
@@ -135,6 +136,10 @@ pub fn run(cli: Cli) -> Result<i32> {
                     InodeKind::Dir => 'd',
                     InodeKind::File => '-',
                     InodeKind::Symlink => 'l',
+                    InodeKind::Fifo => 'p',
+                    InodeKind::Socket => 's',
+                    InodeKind::CharDevice => 'c',
+                    InodeKind::BlockDevice => 'b',
                 };
                 let name = String::from_utf8_lossy(&e.name);
                 let suffix = if e.inode.kind == InodeKind::Symlink { format!(" -> {}", String::from_utf8_lossy(&e.inode.target)) } else { String::new() };

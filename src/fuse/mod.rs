@@ -38,6 +38,8 @@ use crate::recipe::RecipeHead;
 use crate::store::{Inode, InodeKind, Store, StoreError, Timestamp};
 
 const TTL: Duration = Duration::from_secs(1);
+/// Longest file name, as statfs reports it.
+const NAME_MAX: usize = 255;
 /// Reported as st_blksize: `cp` and friends size their I/O by it, and every FUSE request
 /// costs a round trip, so ask for 1 MiB.
 const BLKSIZE: u32 = 1 << 20;
@@ -125,6 +127,10 @@ fn kind_of(k: InodeKind) -> FileType {
         InodeKind::Dir => FileType::Directory,
         InodeKind::File => FileType::RegularFile,
         InodeKind::Symlink => FileType::Symlink,
+        InodeKind::Fifo => FileType::NamedPipe,
+        InodeKind::Socket => FileType::Socket,
+        InodeKind::CharDevice => FileType::CharDevice,
+        InodeKind::BlockDevice => FileType::BlockDevice,
     }
 }
 
@@ -148,7 +154,7 @@ impl Inner {
             nlink: inode.nlink,
             uid: inode.uid,
             gid: inode.gid,
-            rdev: 0,
+            rdev: inode.rdev,
             blksize: BLKSIZE,
             flags: 0,
         }
@@ -229,24 +235,14 @@ impl Inner {
                 _ => return,
             }
         };
-        let len = match file.metadata() {
-            Ok(m) => m.len(),
-            Err(e) => return log::error!("staged inode {ino}: {e}"),
-        };
-        // SAFETY: the staging file is private to this process; a write racing the ingest
-        // bumps `gen`, and then this ingest is discarded.
-        let map_guard;
-        let data: &[u8] = if len == 0 {
-            &[]
-        } else {
-            match unsafe { memmap2::Mmap::map(&*file) } {
-                Ok(m) => {
-                    map_guard = m;
-                    &map_guard
-                }
-                Err(e) => return log::error!("staged inode {ino}: cannot map: {e}"),
-            }
-        };
+        // Read, not mmap: a truncate racing this ingest would turn mapped pages into SIGBUS
+        // and take the daemon down. A racing change bumps `gen`; then this ingest is dropped.
+        let mut buf = Vec::new();
+        let mut f = &*file;
+        if let Err(e) = io::Seek::seek(&mut f, io::SeekFrom::Start(0)).and_then(|_| io::Read::read_to_end(&mut f, &mut buf)) {
+            return log::error!("staged inode {ino}: cannot read: {e}");
+        }
+        let data: &[u8] = &buf;
         let prepared = match self.store.prepare(data) {
             Ok(p) => p,
             Err(e) => return log::error!("ingest of inode {ino} failed, it stays staged: {e}"),
@@ -425,6 +421,9 @@ impl Filesystem for WarcFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if name.len() > NAME_MAX {
+            return reply.error(Errno::ENAMETOOLONG);
+        }
         let r = (|| {
             let ino = self.inner.store.lookup(parent.0, name.as_bytes()).map_err(|e| errno(&e))?.ok_or(Errno::ENOENT)?;
             let inode = self.inner.inode(ino)?;
@@ -530,6 +529,25 @@ impl Filesystem for WarcFs {
         }
     }
 
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFIFO => InodeKind::Fifo,
+            libc::S_IFSOCK => InodeKind::Socket,
+            libc::S_IFCHR => InodeKind::CharDevice,
+            libc::S_IFBLK => InodeKind::BlockDevice,
+            // A regular file made by mknod: an empty stored file.
+            libc::S_IFREG | 0 => InodeKind::File,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let mut inode = Inode::new(kind, mode & !umask & 0o7777);
+        inode.uid = req.uid();
+        inode.gid = req.gid();
+        if matches!(kind, InodeKind::CharDevice | InodeKind::BlockDevice) {
+            inode.rdev = rdev;
+        }
+        self.new_node(parent.0, name, inode, reply);
+    }
+
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let mut inode = Inode::new(InodeKind::Dir, mode & !umask & 0o7777);
         inode.uid = req.uid();
@@ -571,6 +589,9 @@ impl Filesystem for WarcFs {
         if flags.contains(RenameFlags::RENAME_EXCHANGE) || flags.contains(RenameFlags::RENAME_WHITEOUT) {
             return reply.error(Errno::EINVAL);
         }
+        if newname.len() > NAME_MAX {
+            return reply.error(Errno::ENAMETOOLONG);
+        }
         let inner = &self.inner;
         let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
         let target = inner.store.lookup(newparent.0, newname.as_bytes()).ok().flatten();
@@ -589,6 +610,9 @@ impl Filesystem for WarcFs {
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        if newname.len() > NAME_MAX {
+            return reply.error(Errno::ENAMETOOLONG);
+        }
         match self.inner.store.link(ino.0, newparent.0, newname.as_bytes()) {
             Ok(inode) => reply.entry(&TTL, &self.inner.attr(ino.0, &inode), Generation(0)),
             Err(e) => reply.error(errno(&e)),
@@ -883,6 +907,9 @@ impl Filesystem for WarcFs {
     }
 
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        if name.len() > NAME_MAX {
+            return reply.error(Errno::ENAMETOOLONG);
+        }
         let inner = &self.inner;
         let mut inode = Inode::new(InodeKind::File, mode & !umask & 0o7777);
         inode.uid = req.uid();
@@ -912,7 +939,7 @@ impl WarcFs {
     }
 
     fn new_node(&self, parent: u64, name: &OsStr, inode: Inode, reply: ReplyEntry) {
-        if name.len() > 255 {
+        if name.len() > NAME_MAX {
             return reply.error(Errno::ENAMETOOLONG);
         }
         match self.inner.store.create_node(parent, name.as_bytes(), inode) {

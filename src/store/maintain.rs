@@ -82,7 +82,7 @@ impl Store {
                     fs_ += inode.stats;
                 }
                 InodeKind::Dir => s.directories += 1,
-                InodeKind::Symlink => {}
+                _ => {}
             }
             Ok(())
         })?;

@@ -19,6 +19,11 @@ pub enum InodeKind {
     Dir,
     File,
     Symlink,
+    /// Special files (made with mknod): they hold no bytes, only their type and `rdev`.
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -69,6 +74,8 @@ pub struct Inode {
     pub staged: bool,
     /// For directories: the parent directory (for `..` and rename loop checks).
     pub parent: u64,
+    /// Device number of a character or block device node.
+    pub rdev: u32,
 }
 
 impl Inode {
@@ -92,6 +99,7 @@ impl Inode {
             xattrs: BTreeMap::new(),
             staged: false,
             parent: 0,
+            rdev: 0,
         }
     }
 }
