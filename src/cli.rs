@@ -70,6 +70,14 @@ pub enum Cmd {
     },
     /// Reclaim space held by chunks that no file references.
     Gc { store: PathBuf },
+    /// Print a CDXJ index of the stored WARCs under PATHs (default: all), built from their
+    /// header chunks alone, sorted, for pywb and other replay tools.
+    Index {
+        store: PathBuf,
+        paths: Vec<String>,
+        #[arg(long, default_value = "cdxj")]
+        format: String,
+    },
     /// Make DEST a complete, consistent copy of the store as of now (hard links where
     /// possible); run again to update it. Works while the store is mounted.
     Snapshot { store: PathBuf, dest: PathBuf },
@@ -190,6 +198,24 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
         }
         Cmd::RebuildBound { files } => rebuild_bound(&files),
+        Cmd::Index { store, paths, format } => {
+            if format != "cdxj" {
+                bail!("--format {format}: only cdxj is supported");
+            }
+            let s = Store::open_for_reading(&store)?;
+            let mut lines = Vec::new();
+            let roots = if paths.is_empty() { vec!["/".to_string()] } else { paths };
+            for root in &roots {
+                index_tree(&s, root, &mut lines).with_context(|| format!("{root}: cannot index"))?;
+            }
+            lines.sort_unstable();
+            let mut out = BufWriter::new(io::stdout().lock());
+            for l in &lines {
+                writeln!(out, "{l}")?;
+            }
+            out.flush()?;
+            Ok(0)
+        }
         Cmd::Snapshot { store, dest } => {
             let dest = std::path::absolute(&dest).with_context(|| format!("{}: bad path", dest.display()))?;
             match Store::open(&store, false) {
@@ -436,4 +462,44 @@ fn rebuild_bound(files: &[PathBuf]) -> Result<i32> {
     let secs = started.elapsed().as_secs_f64();
     println!("{bytes} {secs:.3} {:.1}", bytes as f64 / 1e6 / secs);
     Ok(0)
+}
+
+/// Appends the CDXJ lines of every WARC under `root` (a directory or one file); file names
+/// are given relative to `root`, as cdxj-indexer prints them for a directory it indexes.
+fn index_tree(s: &Store, root: &str, lines: &mut Vec<String>) -> Result<()> {
+    let ino = s.resolve(root)?;
+    let inode = s.inode(ino)?.with_context(|| format!("{root}: no such file"))?;
+    let mut files: Vec<(String, crate::store::Inode)> = Vec::new();
+    if inode.kind == InodeKind::Dir {
+        let mut stack = vec![(ino, String::new())];
+        while let Some((dir, prefix)) = stack.pop() {
+            for e in s.read_dir(dir)? {
+                let name = format!("{prefix}{}", String::from_utf8_lossy(&e.name));
+                match e.inode.kind {
+                    InodeKind::Dir => stack.push((e.ino, format!("{name}/"))),
+                    InodeKind::File => files.push((name, e.inode)),
+                    _ => {}
+                }
+            }
+        }
+    } else {
+        let name = crate::store::components(root)?.last().map(|c| c.to_string()).unwrap_or_default();
+        files.push((name, inode));
+    }
+    for (name, inode) in files {
+        let indexed = [".warc", ".warc.gz"].iter().any(|ext| name.ends_with(ext));
+        let Some(head) = inode.recipe.as_ref().filter(|_| indexed) else { continue };
+        for r in s.records(head)? {
+            // Header chunks suffice, unless the record names no payload digest (DNS and
+            // metadata records, mostly small): then the digest is computed from its block.
+            let line = if r.indexable_from_headers() {
+                crate::format::cdx::cdxj_line(&r.warc_header, r.http_header.as_deref(), r.offset, r.length, &name)
+            } else {
+                let block = s.record_block(head, &r)?;
+                crate::format::cdx::cdxj_line_from_block(&r.warc_header, &block, r.offset, r.length, &name)
+            };
+            lines.extend(line);
+        }
+    }
+    Ok(())
 }

@@ -2,6 +2,7 @@
 //! byte) and WARC/ARC records (where headers end and payloads begin). Parsing here only
 //! decides how well a file dedups; it never decides whether bytes are stored.
 
+pub mod cdx;
 pub mod engine;
 pub mod gzip;
 pub mod warc;

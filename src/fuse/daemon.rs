@@ -186,7 +186,7 @@ fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<Fi
         Ok(s) => s,
         Err(e) => {
             if let Some(r) = ready.as_mut() {
-                let _ = write!(r, "warcfs: {e:#}");
+                let _ = write!(r, "{e:#}");
             }
             return Err(e);
         }

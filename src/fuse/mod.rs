@@ -181,9 +181,11 @@ impl Inner {
             }
             return Ok(());
         }
-        let mut inode = self.inode(ino)?;
-        if inode.kind != InodeKind::File {
-            return Err(Errno::EISDIR);
+        let inode = self.inode(ino)?;
+        match inode.kind {
+            InodeKind::File => {}
+            InodeKind::Dir => return Err(Errno::EISDIR),
+            _ => return Err(Errno::EINVAL),
         }
         let path = self.staging_path(ino);
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).map_err(|e| io_errno(&e))?;
@@ -197,9 +199,7 @@ impl Inner {
         }
         // The staged flag may only point at complete bytes.
         file.sync_data().map_err(|e| io_errno(&e))?;
-        inode.staged = true;
-        inode.size = size;
-        self.store.set_inode(ino, &inode).map_err(|e| errno(&e))?;
+        self.set_staged(ino, size)?;
         map.insert(ino, Staged { file: Arc::new(file), size, gen: 0, writers: 0, dirty: false });
         Ok(())
     }
@@ -217,13 +217,24 @@ impl Inner {
             (s.file.clone(), s.size)
         };
         file.sync_data().map_err(|e| io_errno(&e))?;
-        let Some(mut inode) = self.store.inode(ino).map_err(|e| errno(&e))? else { return Ok(()) };
-        if inode.size != size || !inode.staged {
-            inode.size = size;
-            inode.staged = true;
-            self.store.set_inode(ino, &inode).map_err(|e| errno(&e))?;
+        match self.set_staged(ino, size) {
+            // Unlinked meanwhile: nothing to record.
+            Err(e) if e == Errno::ENOENT => Ok(()),
+            r => r,
         }
-        Ok(())
+    }
+
+    /// Records in the index that a file's bytes (of `size`) are in staging. Only these two
+    /// fields change: a concurrent commit of other attributes is never overwritten.
+    fn set_staged(&self, ino: u64, size: u64) -> Result<(), Errno> {
+        match self.store.update_inode(ino, |i| {
+            i.staged = true;
+            i.size = size;
+            Ok::<(), Errno>(())
+        }) {
+            Ok(r) => r.map(|_| ()),
+            Err(e) => Err(errno(&e)),
+        }
     }
 
     /// Ingests a staged file whose writers are all gone; called by the worker.
@@ -298,11 +309,11 @@ impl WarcFs {
                 }
                 Err(_) => {
                     // Created but never written before the crash: an empty file.
-                    if let Some(mut inode) = store.inode(ino)? {
-                        inode.staged = false;
-                        inode.size = 0;
-                        store.set_inode(ino, &inode)?;
-                    }
+                    let _ = store.update_inode(ino, |i| {
+                        i.staged = false;
+                        i.size = 0;
+                        Ok::<(), ()>(())
+                    })?;
                 }
             }
         }
@@ -472,8 +483,12 @@ impl Filesystem for WarcFs {
                 s.gen += 1;
                 s.dirty = true;
             }
-            let mut inode = inner.inode(ino)?;
             let now = Timestamp::now();
+            // Hold the staged map so its size cannot change under this update; only the
+            // attributes asked for change (a background ingest may commit content meanwhile).
+            let map = inner.staged.lock().unwrap();
+            let staged_size = map.get(&ino).map(|s| s.size);
+            let updated = inner.store.update_inode(ino, |inode| {
             if let Some(m) = mode {
                 inode.mode = m & 0o7777;
             }
@@ -498,12 +513,14 @@ impl Filesystem for WarcFs {
                 inode.mtime = now;
             }
             inode.ctime = ctime.map(Timestamp::from).unwrap_or(now);
-            if let Some(s) = inner.staged.lock().unwrap().get(&ino) {
-                inode.size = s.size;
+            if let Some(size) = staged_size {
+                inode.size = size;
                 inode.staged = true;
             }
-            inner.store.set_inode(ino, &inode).map_err(|e| errno(&e))?;
-            Ok::<_, Errno>(inode)
+            Ok::<(), Errno>(())
+            });
+            drop(map);
+            updated.map_err(|e| errno(&e))?
         })();
         match r {
             Ok(inode) => {
@@ -812,8 +829,7 @@ impl Filesystem for WarcFs {
             // Computed from the store; not settable.
             return reply.error(Errno::EPERM);
         }
-        let r = (|| {
-            let mut inode = self.inner.inode(ino.0)?;
+        let r = self.inner.store.update_inode(ino.0, |inode| {
             let exists = inode.xattrs.contains_key(name.as_bytes());
             if flags & libc::XATTR_CREATE != 0 && exists {
                 return Err(Errno::EEXIST);
@@ -823,11 +839,12 @@ impl Filesystem for WarcFs {
             }
             inode.xattrs.insert(name.as_bytes().to_vec(), value.to_vec());
             inode.ctime = Timestamp::now();
-            self.inner.store.set_inode(ino.0, &inode).map_err(|e| errno(&e))
-        })();
+            Ok(())
+        });
         match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
+            Ok(Ok(_)) => reply.ok(),
+            Ok(Err(e)) => reply.error(e),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 
@@ -884,17 +901,17 @@ impl Filesystem for WarcFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = (|| {
-            let mut inode = self.inner.inode(ino.0)?;
+        let r = self.inner.store.update_inode(ino.0, |inode| {
             if inode.xattrs.remove(name.as_bytes()).is_none() {
                 return Err(Errno::from_i32(libc::ENODATA));
             }
             inode.ctime = Timestamp::now();
-            self.inner.store.set_inode(ino.0, &inode).map_err(|e| errno(&e))
-        })();
+            Ok(())
+        });
         match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
+            Ok(Ok(_)) => reply.ok(),
+            Ok(Err(e)) => reply.error(e),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 

@@ -52,18 +52,6 @@ impl Store {
         Ok((ino, inode))
     }
 
-    /// Writes an inode's attributes as given (the caller changed mode, owner, times, size of
-    /// a staged file, xattrs, or the staged flag).
-    pub fn set_inode(&self, ino: u64, inode: &Inode) -> Result<()> {
-        let _w = self.ns.lock().unwrap();
-        if self.index.inode::<Inode>(ino)?.is_none() {
-            return Err(StoreError::NotFound(format!("<inode {ino}>")));
-        }
-        let mut b = Batch::new();
-        b.put_inode(&self.index, ino, inode);
-        Ok(self.index.write(b)?)
-    }
-
     /// Adds a hard link to `ino` as `name` in `parent`.
     pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Inode> {
         let _w = self.ns.lock().unwrap();
@@ -311,5 +299,22 @@ impl Store {
         }
         u.duplicate_share = if total > 0 { shared as f64 / total as f64 } else { 0.0 };
         Ok(u)
+    }
+}
+
+impl Store {
+    /// Changes some attributes of an inode atomically with respect to every other inode
+    /// change (a background ingest committing new content included): `f` sees the current
+    /// record and edits only what it means to change. An `Err` from `f` writes nothing.
+    pub fn update_inode<E>(&self, ino: u64, f: impl FnOnce(&mut Inode) -> std::result::Result<(), E>) -> Result<std::result::Result<Inode, E>> {
+        let _ns = self.ns.lock().unwrap();
+        let mut inode = self.get(ino)?;
+        if let Err(e) = f(&mut inode) {
+            return Ok(Err(e));
+        }
+        let mut b = Batch::new();
+        b.put_inode(&self.index, ino, &inode);
+        self.index.write(b)?;
+        Ok(Ok(inode))
     }
 }

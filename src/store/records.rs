@@ -14,12 +14,37 @@ use crate::recipe::{Extent, Piece, RecipeHead, Segment};
 pub struct RecordHead {
     /// Where the record starts in the file: its gzip member for `.warc.gz`, else the record.
     pub offset: u64,
-    /// Its length: the whole gzip member, or the record with its trailing separator.
+    /// Its length: the whole gzip member, or the record without its trailing separator (as
+    /// warcio and cdxj-indexer count it).
     pub length: u64,
     /// The WARC header block, version line through the blank line.
     pub warc_header: Vec<u8>,
     /// The HTTP header block at the start of the record's block, if there is one.
     pub http_header: Option<Vec<u8>>,
+    /// Where its block is: gzip member (piece, segment), or None for a plain file.
+    member: Option<(u32, u32)>,
+}
+
+impl RecordHead {
+    /// Whether the header chunks hold all an index needs: a payload digest, and for HTTP
+    /// records the HTTP header. Otherwise (DNS and metadata records, odd HTTP blocks the
+    /// parser kept as payload) an index reads the record's block.
+    pub fn indexable_from_headers(&self) -> bool {
+        let field = |name: &[u8]| {
+            self.warc_header.split(|&b| b == b'\n').find_map(|l| {
+                (l.len() > name.len() && l[..name.len()].eq_ignore_ascii_case(name)).then(|| l[name.len()..].trim_ascii().to_vec())
+            })
+        };
+        let http_type = matches!(field(b"WARC-Type:").as_deref(), Some(b"response") | Some(b"revisit"));
+        let empty = content_length(&self.warc_header) == Some(0);
+        self.has_payload_digest() && (!http_type || empty || self.http_header.is_some())
+    }
+
+    fn has_payload_digest(&self) -> bool {
+        self.warc_header
+            .split(|&b| b == b'\n')
+            .any(|l| l.len() > 20 && l[..20].eq_ignore_ascii_case(b"WARC-Payload-Digest:"))
+    }
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -38,20 +63,14 @@ fn split_heads(bytes: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>, u64)> {
     let end = find(bytes, b"\r\n\r\n")? + 4;
     let warc = &bytes[..end];
     let clen = content_length(warc)?;
-    let block = &bytes[end..];
-    let http = if block.starts_with(b"HTTP/") || is_request_line(block) {
-        let limit = block.len().min(clen as usize);
-        find(&block[..limit], b"\r\n\r\n").map(|e| block[..e + 4].to_vec())
-    } else {
-        None
-    };
+    // Everything of the block the header chunks hold: the HTTP header, when there is one,
+    // is all there (the segmenter keeps it with the WARC header); the CDXJ writer finds its
+    // end exactly as warcio does.
+    let block = &bytes[end..bytes.len().min(end + clen as usize)];
+    let http = (!block.is_empty()).then(|| block.to_vec());
     Some((warc.to_vec(), http, end as u64 + clen))
 }
 
-fn is_request_line(b: &[u8]) -> bool {
-    let line = &b[..b.iter().position(|&c| c == b'\n').unwrap_or(b.len()).min(b.len())];
-    line.windows(6).any(|w| w == b" HTTP/") && line.first().is_some_and(|c| c.is_ascii_uppercase())
-}
 
 impl Store {
     fn literal_kinds(&self, piece: &Piece, cache: &mut HashMap<ChunkKey, bool>) -> Result<Vec<bool>> {
@@ -84,7 +103,7 @@ impl Store {
             let piece = self.piece(head.id, pno)?;
             let lit = self.literal_kinds(&piece, &mut kinds)?;
             let mut pos = head.piece_starts[pno as usize];
-            for seg in &piece.segments {
+            for (sno, seg) in piece.segments.iter().enumerate() {
                 match seg {
                     Segment::Member { plain, comp_len, .. } => {
                         // The member's leading header slices hold its record's headers.
@@ -94,7 +113,7 @@ impl Store {
                         }
                         if bytes.starts_with(b"WARC/") {
                             if let Some((warc_header, http_header, _)) = split_heads(&bytes) {
-                                out.push(RecordHead { offset: pos, length: *comp_len, warc_header, http_header });
+                                out.push(RecordHead { offset: pos, length: *comp_len, warc_header, http_header, member: Some((pno, sno as u32)) });
                             }
                         }
                     }
@@ -110,7 +129,7 @@ impl Store {
                                     let at = from + i;
                                     if at == 0 || bytes[at - 1] == b'\n' {
                                         if let Some((warc_header, http_header, len)) = split_heads(&bytes[at..]) {
-                                            out.push(RecordHead { offset: epos + at as u64, length: len + 4, warc_header, http_header });
+                                            out.push(RecordHead { offset: epos + at as u64, length: len, warc_header, http_header, member: None });
                                         }
                                     }
                                     from = at + 5;
@@ -124,5 +143,32 @@ impl Store {
             }
         }
         Ok(out)
+    }
+
+    /// The block of one record (the bytes after its WARC header): reads payload chunks, so
+    /// an index asks for it only when a record lacks a payload digest.
+    pub fn record_block(&self, head: &RecipeHead, r: &RecordHead) -> Result<Vec<u8>> {
+        let hlen = r.warc_header.len();
+        let clen = content_length(&r.warc_header).unwrap_or(0) as usize;
+        match r.member {
+            Some((pno, sno)) => {
+                let piece = self.piece(head.id, pno)?;
+                let Segment::Member { plain, .. } = &piece.segments[sno as usize] else { return Ok(Vec::new()) };
+                let mut text = Vec::new();
+                for e in plain {
+                    let key = piece.keys[e.chunk as usize];
+                    let entry = self.index.chunk(&key)?.ok_or_else(|| super::StoreError::MissingChunk(key.to_string()))?;
+                    let chunk = self.chunk_bytes(&key, &entry)?;
+                    text.extend_from_slice(chunk.get(e.offset as usize..(e.offset + e.len) as usize).unwrap_or(&[]));
+                }
+                Ok(text.get(hlen..(hlen + clen).min(text.len())).unwrap_or(&[]).to_vec())
+            }
+            None => {
+                let mut buf = vec![0u8; clen];
+                let n = self.read_at(head, r.offset + hlen as u64, &mut buf)?;
+                buf.truncate(n);
+                Ok(buf)
+            }
+        }
     }
 }

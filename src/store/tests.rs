@@ -217,7 +217,7 @@ fn records_are_found_from_header_chunks_alone() {
     assert!(recs.iter().all(|r| r.warc_header.starts_with(b"WARC/1.0\r\n") && r.warc_header.ends_with(b"\r\n\r\n")));
     assert!(recs.iter().any(|r| r.http_header.as_ref().is_some_and(|h| h.starts_with(b"HTTP/1.1 200"))));
 
-    // The plain file: every record at its offset, length including the separator.
+    // The plain file: every record at its offset, length without the separator.
     let recs = s.records(&head("/iana.warc")).unwrap();
     let mut expect = Vec::new();
     let mut pos = 0usize;
@@ -225,7 +225,7 @@ fn records_are_found_from_header_chunks_alone() {
         let end = pos + plain[pos..].windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
         let text = String::from_utf8_lossy(&plain[pos..end]).to_string();
         let clen: usize = text.lines().find_map(|l| l.strip_prefix("Content-Length: ")).unwrap().trim().parse().unwrap();
-        expect.push((pos as u64, (end - pos + clen + 4) as u64));
+        expect.push((pos as u64, (end - pos + clen) as u64));
         pos = end + clen + 4;
     }
     assert_eq!(recs.iter().map(|r| (r.offset, r.length)).collect::<Vec<_>>(), expect);

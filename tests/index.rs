@@ -1,0 +1,85 @@
+//! `warcfs index`: the CDXJ index built from recipes equals what cdxj-indexer 1.5.0 prints
+//! for the original files (expected outputs in tests/data/cdxj/, made with cdxj-indexer).
+
+mod common;
+
+use std::io::Read;
+use std::path::Path;
+
+use common::*;
+use tempfile::TempDir;
+
+fn sorted_lines(text: &str) -> Vec<String> {
+    let mut v: Vec<String> = text.lines().filter(|l| !l.is_empty()).map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+fn expected(name: &str) -> Vec<String> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cdxj").join(format!("{name}.cdxj"));
+    sorted_lines(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+}
+
+/// Files cdxj-indexer cannot index to the end (it aborts part-way: a non-chunked or
+/// record-spanning gzip, an invalid date), and files whose records sit in bytes that warcfs
+/// keeps raw (members Go's deflate wrote; a truncated member), whose headers it does not
+/// parse and so cannot index. (A known gap: `warcfs index` misses records in raw regions.)
+const SKIP: [&str; 5] = ["clueweb-quirk.warc.gz", "example-bad-non-chunked.warc.gz", "example-wrong-chunks.warc.gz", "test.warc.gz", "clipped.warc.gz"];
+
+#[test]
+fn index_equals_cdxj_indexer_on_the_real_corpus() {
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let mut names = Vec::new();
+    for entry in walk(&real_corpus()) {
+        let name = entry.file_name().unwrap().to_string_lossy().to_string();
+        if !name.ends_with(".warc.gz") || SKIP.contains(&name.as_str()) {
+            continue;
+        }
+        std::fs::copy(&entry, src.join(&name)).unwrap();
+        names.push(name.clone());
+        // The gunzipped form too, where cdxj-indexer's output for it was recorded.
+        let plain = name.trim_end_matches(".gz").to_string();
+        if Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/cdxj/{plain}.cdxj")).exists() {
+            let mut out = Vec::new();
+            flate2::read::MultiGzDecoder::new(std::fs::File::open(&entry).unwrap()).read_to_end(&mut out).unwrap();
+            std::fs::write(src.join(&plain), out).unwrap();
+            names.push(plain);
+        }
+    }
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cdxj/synthetic.warc"), src.join("synthetic.warc")).unwrap();
+    names.push("synthetic.warc".into());
+    assert!(names.len() >= 24, "{names:?}");
+    ok(&["import", &s(&store), &s(&src), "--to", "/"]);
+    let mut total = 0;
+    for name in &names {
+        let got = sorted_lines(&ok(&["index", &s(&store), &format!("/src/{name}")]).out());
+        let want = expected(name);
+        let missing: Vec<_> = want.iter().filter(|l| !got.contains(l)).collect();
+        let extra: Vec<_> = got.iter().filter(|l| !want.contains(l)).collect();
+        assert!(missing.is_empty() && extra.is_empty(), "{name}: warcfs index differs from cdxj-indexer\nmissing: {missing:#?}\nextra: {extra:#?}");
+        total += got.len();
+    }
+    // Indexing the directory gives every line once, sorted, with paths relative to it.
+    let all = ok(&["index", &s(&store), "/src"]).out();
+    let lines: Vec<&str> = all.lines().collect();
+    assert_eq!(lines.len(), total);
+    assert!(lines.windows(2).all(|w| w[0] <= w[1]), "index output must be sorted");
+    eprintln!("{} files, {total} CDXJ lines identical to cdxj-indexer", names.len());
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
