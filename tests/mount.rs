@@ -1203,21 +1203,10 @@ fn metadata_change_racing_ingest() {
         .collect();
     m.unmount_clean();
     let fsck = run(&["fsck", &s(&store)]);
-    // BUG: setattr, setxattr and removexattr (src/fuse/mod.rs) read the whole Inode with
-    // inner.inode(ino), change a field and write it back with store.set_inode(); the
-    // ingest worker's Prepared::commit_into (src/store/fsops.rs) can commit in between
-    // (recipe = Some, staged = false, refcounts +1). The stale write-back puts recipe = None
-    // and staged = true back: the page cache still shows the bytes, but after a remount the
-    // file has no data (WarcFs::new finds a staged inode with no staging file and makes it
-    // an empty file; or st_size is kept and reads return nothing) and fsck reports "chunk ...: refcount N but M references". A plain rename
-    // triggers it too: with FUSE_WRITEBACK_CACHE the kernel follows RENAME with a SETATTR of
-    // mtime/ctime (`cp F M/x; mv M/x M/y` then unmount: fsck reports 33 chunks with
-    // "refcount 1 but 0 references" and `warcfs cat S /y` is empty). Still there at 541579f
-    // (9afb980's separate namespace lock narrowed the window; a few setattrs per file still
-    // hit it). Repro: `warcfs mount S M`, then in Python
-    //   for i in range(400): p=f"M/f{i}"; open(p,"wb").write(b"x\n"); [os.utime(p,(k,k)) for k in range(20)]
-    // then `fusermount3 -u M`: `warcfs fsck S` reports ~130 problems and, after a remount,
-    // ~130 of the 400 files read back empty.
+    // Regression (fixed): setattr/setxattr/removexattr used to write back a whole inode read
+    // before a background ingest committed, dropping the new recipe (empty file after a
+    // remount, refcounts off in fsck). They now change only their fields under the store's
+    // namespace lock (Store::update_inode).
     assert!(lost.is_empty() && fsck.ok(), "metadata changes racing the ingest lost content after remount: {lost:?}\n{}", fsck.describe());
 }
 
@@ -1280,10 +1269,6 @@ fn bad_mount_input() {
     assert_eq!(errno_of(OpenOptions::new().write(true).open(m.path("hello.txt"))), Some(libc::EROFS), "open for writing on a read-only mount");
     m.unmount_clean();
 
-    // BUG: errors that the daemon reports back to `warcfs mount` (store busy, not a store,
-    // cannot mount) come out as "warcfs: warcfs: ...": the child writes "warcfs: {e:#}" into
-    // the ready pipe (src/fuse/daemon.rs, fn run), the parent bails with that message, and
-    // main prints "warcfs: {e:#}" again. Repro: `warcfs mount S A; warcfs mount S B` prints
-    // "warcfs: warcfs: S: store is in use by process N".
+    // Regression (fixed): errors the daemon reported back came out as "warcfs: warcfs: ...".
     assert!(doubled.is_empty(), "error lines with a doubled 'warcfs: ' prefix:\n{}", doubled.join("\n"));
 }
