@@ -7,7 +7,6 @@
 
 use std::hash::Hash;
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::collections::HashSet;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -257,26 +256,25 @@ impl Store {
         Ok(done)
     }
 
-    /// Writes a whole file to `out`, rebuilding gzip members on two threads in windows of
-    /// bounded size. Returns the number of bytes written.
+    /// Writes a whole file to `out`, rebuilding gzip members on two threads that run ahead
+    /// of the writer by a bounded amount. Returns the number of bytes written.
     pub fn copy_to(&self, head: &RecipeHead, out: &mut dyn Write) -> Result<u64> {
-        const WINDOW: u64 = 32 << 20;
+        /// Output a worker may have finished before the writer catches up.
+        const AHEAD: u64 = 64 << 20;
         const TASK: u64 = 4 << 20;
-        let mut written = 0u64;
-        let io_err = |err| StoreError::Io { path: "<output>".into(), err };
+        // Units of work in file order: a whole member, or a run of a data segment's extents.
+        let mut tasks: Vec<(u32, usize, usize, usize, u64)> = Vec::new();
         for pno in 0..head.pieces() {
             let piece = self.piece(head.id, pno)?;
-            // Units of work: a whole member, or a run of a data segment's extents.
-            let mut tasks: Vec<(usize, usize, usize, u64)> = Vec::new();
             for (sno, seg) in piece.segments.iter().enumerate() {
                 match seg {
-                    Segment::Member { comp_len, .. } => tasks.push((sno, 0, 0, *comp_len)),
+                    Segment::Member { comp_len, .. } => tasks.push((pno, sno, 0, 0, *comp_len)),
                     Segment::Data { extents } => {
                         let (mut a, mut len) = (0usize, 0u64);
                         for (i, e) in extents.iter().enumerate() {
                             len += e.len as u64;
                             if len >= TASK || i + 1 == extents.len() {
-                                tasks.push((sno, a, i + 1, len));
+                                tasks.push((pno, sno, a, i + 1, len));
                                 a = i + 1;
                                 len = 0;
                             }
@@ -284,44 +282,73 @@ impl Store {
                     }
                 }
             }
-            let mut t0 = 0usize;
-            while t0 < tasks.len() {
-                let (mut t1, mut win) = (t0, 0u64);
-                while t1 < tasks.len() && (t1 == t0 || win + tasks[t1].3 <= WINDOW) {
-                    win += tasks[t1].3;
-                    t1 += 1;
-                }
-                let window = &tasks[t0..t1];
-                let slots: Vec<Mutex<Option<Result<Vec<u8>>>>> = window.iter().map(|_| Mutex::new(None)).collect();
-                // Biggest first: one slow member started last would leave a core idle.
-                let mut order: Vec<usize> = (0..window.len()).collect();
-                order.sort_by_key(|&i| std::cmp::Reverse(window[i].3));
-                let next = AtomicUsize::new(0);
-                std::thread::scope(|s| {
-                    for _ in 0..2 {
-                        s.spawn(|| loop {
-                            let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
-                            let (sno, a, b, len) = window[i];
-                            let seg = &piece.segments[sno];
-                            let r = match seg {
-                                Segment::Member { .. } => self.rebuild_member(&piece, seg),
-                                Segment::Data { extents } => {
-                                    let mut v = Vec::with_capacity(len as usize);
-                                    self.gather(&piece, &extents[a..b], &mut v).map(|_| v)
-                                }
-                            };
-                            *slots[i].lock().unwrap() = Some(r);
-                        });
-                    }
-                });
-                for slot in slots {
-                    let bytes = slot.into_inner().unwrap().expect("every task ran")?;
-                    out.write_all(&bytes).map_err(io_err)?;
-                    written += bytes.len() as u64;
-                }
-                t0 = t1;
-            }
         }
-        Ok(written)
+        struct Progress {
+            done: Vec<Option<Result<Vec<u8>>>>,
+            /// Tasks handed out, and bytes of output between the writer and them.
+            next: usize,
+            in_flight: u64,
+            failed: bool,
+        }
+        let state = Mutex::new(Progress { done: (0..tasks.len()).map(|_| None).collect(), next: 0, in_flight: 0, failed: false });
+        let changed = Condvar::new();
+        let io_err = |err| StoreError::Io { path: "<output>".into(), err };
+        let work = || loop {
+            let i = {
+                let mut st = state.lock().unwrap();
+                loop {
+                    if st.failed || st.next >= tasks.len() {
+                        return;
+                    }
+                    if st.in_flight < AHEAD || st.in_flight == 0 {
+                        break;
+                    }
+                    st = changed.wait(st).unwrap();
+                }
+                let i = st.next;
+                st.next += 1;
+                st.in_flight += tasks[i].4;
+                i
+            };
+            let (pno, sno, a, b, len) = tasks[i];
+            let r = self.piece(head.id, pno).and_then(|piece| match &piece.segments[sno] {
+                seg @ Segment::Member { .. } => self.rebuild_member(&piece, seg),
+                Segment::Data { extents } => {
+                    let mut v = Vec::with_capacity(len as usize);
+                    self.gather(&piece, &extents[a..b], &mut v).map(|_| v)
+                }
+            });
+            state.lock().unwrap().done[i] = Some(r);
+            changed.notify_all();
+        };
+        let mut written = 0u64;
+        let result = std::thread::scope(|s| -> Result<()> {
+            for _ in 0..2 {
+                s.spawn(work);
+            }
+            let fail = |e| {
+                state.lock().unwrap().failed = true;
+                changed.notify_all();
+                e
+            };
+            for i in 0..tasks.len() {
+                let bytes = {
+                    let mut st = state.lock().unwrap();
+                    loop {
+                        if let Some(r) = st.done[i].take() {
+                            break r;
+                        }
+                        st = changed.wait(st).unwrap();
+                    }
+                };
+                let bytes = bytes.map_err(fail)?;
+                out.write_all(&bytes).map_err(io_err).map_err(fail)?;
+                written += bytes.len() as u64;
+                state.lock().unwrap().in_flight -= tasks[i].4;
+                changed.notify_all();
+            }
+            Ok(())
+        });
+        result.map(|_| written)
     }
 }
