@@ -403,6 +403,16 @@ impl PackReader {
         Ok(f)
     }
 
+    /// Asks the kernel to start reading these byte ranges of a pack now, so a reader that
+    /// needs them soon finds them cached instead of waiting for one small read at a time.
+    pub fn will_need(&self, pack: u64, ranges: &[(u64, u64)]) {
+        let Ok(f) = self.file(pack) else { return };
+        for &(off, len) in ranges {
+            // SAFETY: advisory call on a descriptor we hold open.
+            unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&*f), off as i64, len as i64, libc::POSIX_FADV_WILLNEED) };
+        }
+    }
+
     /// Forgets a cached handle (after a pack was sealed, rewritten or deleted).
     pub fn forget(&self, pack: u64) {
         self.files.lock().unwrap().remove(&pack);

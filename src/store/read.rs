@@ -7,7 +7,7 @@
 
 use std::hash::Hash;
 use std::io::Write;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex};
 
 use lru::LruCache;
@@ -16,6 +16,7 @@ use super::{Result, Store, StoreError};
 use crate::digest::ChunkKey;
 use crate::format::gzip;
 use crate::index::ChunkEntry;
+use crate::pack::BLOB_HEADER_LEN;
 use crate::recipe::{Extent, Piece, RecipeHead, Segment};
 
 /// An LRU bounded by the bytes it holds rather than by entry count.
@@ -264,8 +265,17 @@ impl Store {
         const TASK: u64 = 4 << 20;
         // Units of work in file order: a whole member, or a run of a data segment's extents.
         let mut tasks: Vec<(u32, usize, usize, usize, u64)> = Vec::new();
+        let mut wanted: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
+        let mut seen: HashSet<ChunkKey> = HashSet::new();
         for pno in 0..head.pieces() {
             let piece = self.piece(head.id, pno)?;
+            for key in &piece.keys {
+                if seen.insert(*key) && self.cache.chunks.lock().unwrap().get(key).is_none() {
+                    if let Some(e) = self.index.chunk(key)? {
+                        wanted.entry(e.pack).or_default().push((e.offset, BLOB_HEADER_LEN as u64 + e.stored_len as u64));
+                    }
+                }
+            }
             for (sno, seg) in piece.segments.iter().enumerate() {
                 match seg {
                     Segment::Member { comp_len, .. } => tasks.push((pno, sno, 0, 0, *comp_len)),
@@ -282,6 +292,18 @@ impl Store {
                     }
                 }
             }
+        }
+        // Cold packs: let the kernel fetch every needed blob at once, in pack order.
+        for (pack, mut ranges) in wanted {
+            ranges.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::new();
+            for (off, len) in ranges {
+                match merged.last_mut() {
+                    Some(last) if off <= last.0 + last.1 + (1 << 20) => last.1 = (off + len).max(last.0 + last.1) - last.0,
+                    _ => merged.push((off, len)),
+                }
+            }
+            self.packs.will_need(pack, &merged);
         }
         struct Progress {
             done: Vec<Option<Result<Vec<u8>>>>,
