@@ -57,6 +57,9 @@ struct Staged {
 
 struct Handle {
     write: bool,
+    /// The recipe a read-only handle of a stored file reads (it cannot change while open:
+    /// a writer stages the file first, and reads then go to staging).
+    head: Option<Arc<RecipeHead>>,
 }
 
 struct Inner {
@@ -80,8 +83,8 @@ pub struct WarcFs {
     prefetcher: Option<JoinHandle<()>>,
 }
 
-/// How far ahead of a reader gzip members are rebuilt in the background.
-const PREFETCH: u64 = 8 << 20;
+/// How far ahead of a reader chunks are fetched and gzip members rebuilt in the background.
+const PREFETCH: u64 = 16 << 20;
 
 fn errno(e: &StoreError) -> Errno {
     match e {
@@ -663,7 +666,7 @@ impl Filesystem for WarcFs {
         reply.opened(FileHandle(fh), if keep { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() });
     }
 
-    fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
+    fn read(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
         let inner = &self.inner;
         let ino = ino.0;
         let staged = inner.staged.lock().unwrap().get(&ino).map(|s| (s.file.clone(), s.size));
@@ -681,21 +684,50 @@ impl Filesystem for WarcFs {
             buf.truncate(done);
             return reply.data(&buf);
         }
-        let head = match inner.store.head(ino) {
-            Ok(Some(h)) => h,
-            Ok(None) => return reply.data(&[]),
-            Err(e) => return reply.error(errno(&e)),
+        // The handle's recipe saves an index lookup per read; if the file was rewritten
+        // since (its old recipe is gone), the current one answers.
+        let cached = inner.handles.lock().unwrap().get(&fh.0).and_then(|h| h.head.clone());
+        let fresh = || match inner.store.head(ino) {
+            Ok(h) => Ok(h.unwrap_or_default()),
+            Err(e) => Err(errno(&e)),
         };
-        let n = (head.size.saturating_sub(offset)).min(size as u64) as usize;
-        let mut buf = vec![0u8; n];
-        match inner.store.read_at(&head, offset, &mut buf) {
-            Ok(k) => {
-                reply.data(&buf[..k]);
+        let mut head = match cached {
+            Some(h) => (*h).clone(),
+            None => match fresh() {
+                Ok(h) => h,
+                Err(e) => return reply.error(e),
+            },
+        };
+        let mut result = None;
+        for attempt in 0..2 {
+            let n = (head.size.saturating_sub(offset)).min(size as u64) as usize;
+            let mut buf = vec![0u8; n];
+            match inner.store.read_at(&head, offset, &mut buf) {
+                Ok(k) => {
+                    buf.truncate(k);
+                    result = Some(Ok(buf));
+                    break;
+                }
+                Err(e) if attempt == 0 => {
+                    head = match fresh() {
+                        Ok(h) => h,
+                        Err(_) => {
+                            result = Some(Err(errno(&e)));
+                            break;
+                        }
+                    };
+                }
+                Err(e) => result = Some(Err(errno(&e))),
+            }
+        }
+        match result.unwrap_or(Err(Errno::EIO)) {
+            Ok(buf) => {
+                reply.data(&buf);
                 if let Some(tx) = &self.prefetch_tx {
-                    let _ = tx.send((head, offset + k as u64));
+                    let _ = tx.send((head, offset + buf.len() as u64));
                 }
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -950,7 +982,8 @@ impl Filesystem for WarcFs {
 impl WarcFs {
     fn register(&self, ino: u64, write: bool) -> u64 {
         let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.inner.handles.lock().unwrap().insert(fh, Handle { write });
+        let head = if write { None } else { self.inner.store.head(ino).ok().flatten().map(Arc::new) };
+        self.inner.handles.lock().unwrap().insert(fh, Handle { write, head });
         *self.inner.opens.lock().unwrap().entry(ino).or_insert(0) += 1;
         fh
     }

@@ -19,8 +19,10 @@ use crate::index::{Batch, ChunkEntry};
 use crate::pack::{ChunkKind, Codec, OpenPack, BLOB_HEADER_LEN};
 use crate::recipe::{FileStats, Piece, RecipeBuilder};
 
-/// Header bytes of one file are cut into blocks of about this size (one chunk each).
-const LITERAL_BLOCK: usize = 256 << 10;
+/// Header bytes of one file are cut into blocks of about this size (one chunk each). Small
+/// enough that a reader of one record decodes little besides its header; large enough for
+/// zstd to find the repetition between neighbouring headers.
+const LITERAL_BLOCK: usize = 64 << 10;
 /// Members whose plain text is larger are kept raw: a read inside one would have to rebuild
 /// it from its start.
 const MAX_MEMBER_PLAIN: u64 = 64 << 20;

@@ -179,6 +179,7 @@ impl Store {
     /// sequential reader finds them ready: called from a background thread.
     pub fn prefetch(&self, head: &RecipeHead, offset: u64, len: u64) -> Result<()> {
         let end = (offset + len).min(head.size);
+        self.will_need(head, offset, end)?;
         let mut pos = offset;
         while pos < end {
             let Some(pno) = head.piece_at(pos) else { break };
@@ -186,8 +187,26 @@ impl Store {
             let mut seg_start = head.piece_starts[pno as usize];
             for (sno, seg) in piece.segments.iter().enumerate() {
                 let seg_end = seg_start + seg.len();
-                if seg_end > pos && seg_start < end && matches!(seg, Segment::Member { .. }) {
-                    self.member_cached(head.id, pno, sno as u32, &piece)?;
+                if seg_end > pos && seg_start < end {
+                    match seg {
+                        Segment::Member { .. } => {
+                            self.member_cached(head.id, pno, sno as u32, &piece)?;
+                        }
+                        // Plain bytes: decode the chunks ahead of the reader, on this thread.
+                        Segment::Data { extents } => {
+                            let mut e_start = seg_start;
+                            for e in extents {
+                                let e_end = e_start + e.len as u64;
+                                if e_end > pos && e_start < end {
+                                    self.chunk_by_key(&piece.keys[e.chunk as usize])?;
+                                }
+                                e_start = e_end;
+                                if e_start >= end {
+                                    break;
+                                }
+                            }
+                        }
+                    }
                 }
                 seg_start = seg_end;
                 if seg_start >= end {
@@ -195,6 +214,42 @@ impl Store {
                 }
             }
             pos = seg_start.max(pos + 1);
+        }
+        Ok(())
+    }
+
+    /// Asks the kernel to read the pack ranges of every chunk of [offset, end) that is not
+    /// cached: one batch of asynchronous reads instead of one blocking read per chunk.
+    fn will_need(&self, head: &RecipeHead, offset: u64, end: u64) -> Result<()> {
+        let mut wanted: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
+        let mut pos = offset;
+        while pos < end {
+            let Some(pno) = head.piece_at(pos) else { break };
+            let piece = self.piece(head.id, pno)?;
+            let mut seg_start = head.piece_starts[pno as usize];
+            for seg in &piece.segments {
+                let seg_end = seg_start + seg.len();
+                if let (true, Segment::Data { extents }) = (seg_end > pos && seg_start < end, seg) {
+                    let mut e_start = seg_start;
+                    for e in extents {
+                        let key = &piece.keys[e.chunk as usize];
+                        if e_start + e.len as u64 > pos && e_start < end && self.cache.chunks.lock().unwrap().get(key).is_none() {
+                            if let Some(c) = self.index.chunk(key)? {
+                                wanted.entry(c.pack).or_default().push((c.offset, BLOB_HEADER_LEN as u64 + c.stored_len as u64));
+                            }
+                        }
+                        e_start += e.len as u64;
+                    }
+                }
+                seg_start = seg_end;
+                if seg_start >= end {
+                    break;
+                }
+            }
+            pos = seg_start.max(pos + 1);
+        }
+        for (pack, ranges) in wanted {
+            self.packs.will_need(pack, &ranges);
         }
         Ok(())
     }

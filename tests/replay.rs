@@ -1,0 +1,409 @@
+//! Replay through a mounted store: the 3-crawl corpus is copied into a pywb collection
+//! (`collections/test/archive/`) inside a mount; `warcio check` and `cdxj-indexer` read it
+//! through FUSE exactly as they read the original files; `warcfs index` agrees with
+//! cdxj-indexer; and pywb's `wayback` replays a seeded sample of captures (`id_` mode) from
+//! the mount byte for byte as a second pywb does from a plain copy of the original WARCs.
+//! The Python tools (pinned in tests/replay/requirements.txt) live in a venv under
+//! CARGO_TARGET_TMPDIR, made once and reused while the pins are unchanged.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::*;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use tempfile::TempDir;
+
+const REQUIREMENTS: &str = include_str!("replay/requirements.txt");
+const COLL: &str = "collections/test";
+
+/// A live mount that is always unmounted, even when the test fails.
+struct Mount {
+    mnt: PathBuf,
+}
+
+impl Mount {
+    fn new(store: &Path, mnt: &Path) -> Mount {
+        fs::create_dir_all(mnt).unwrap();
+        ok(&["mount", &s(store), &s(mnt)]);
+        Mount { mnt: mnt.to_path_buf() }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let m = s(&self.mnt);
+        let unmounted = Command::new("fusermount3").args(["-u", &m]).status().is_ok_and(|st| st.success());
+        if !unmounted {
+            let _ = Command::new("umount").args(["-l", &m]).status();
+        }
+        // The daemon finishes its ingests and releases the store after unmount.
+        let t0 = Instant::now();
+        while fs::read_to_string("/proc/mounts").unwrap_or_default().contains(&format!(" {m} ")) && t0.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn wait_ingested(store: &Path) {
+    let t0 = Instant::now();
+    loop {
+        if num(&stats(store), "staged_files") == 0 {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(300), "staged files were not ingested within 5 minutes: {}", stats(store));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The venv's bin/ with pywb, cdxj-indexer and warcio as pinned in requirements.txt. A pip
+/// failure fails the test with pip's output.
+fn venv_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        fs::create_dir_all(&base).unwrap();
+        let _lock = FileLock::exclusive(&base.join("replay-venv.lock"));
+        let venv = base.join("replay-venv");
+        let bin = venv.join("bin");
+        // .complete holds the requirements the venv was made from.
+        if fs::read_to_string(venv.join(".complete")).is_ok_and(|r| r == REQUIREMENTS) {
+            return bin;
+        }
+        let _ = fs::remove_dir_all(&venv);
+        let out = Command::new("python3").args(["-m", "venv"]).arg(&venv).stdin(Stdio::null()).output().expect("spawn python3 -m venv");
+        assert!(out.status.success(), "python3 -m venv failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let reqs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/replay/requirements.txt");
+        let out = Command::new(bin.join("python"))
+            .args(["-m", "pip", "install", "--disable-pip-version-check", "-r"])
+            .arg(&reqs)
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn pip");
+        assert!(
+            out.status.success(),
+            "pip install -r {} failed ({}):\n{}\n{}",
+            reqs.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The entry points must import (gevent's plugin loading breaks with some zope pins).
+        for (tool, want) in [("wayback", "2.8.3"), ("cdxj-indexer", "usage"), ("warcio", "usage")] {
+            let arg = if tool == "wayback" { "-V" } else { "-h" };
+            let out = Command::new(bin.join(tool)).arg(arg).stdin(Stdio::null()).output().expect("spawn venv tool");
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success() && text.contains(want), "{tool} {arg} does not run in the venv ({}):\n{text}", out.status);
+        }
+        fs::write(venv.join(".complete"), REQUIREMENTS).unwrap();
+        bin
+    })
+    .clone()
+}
+
+/// Runs a venv tool to completion; panics with its output unless it exits 0.
+fn tool(bin: &Path, name: &str, args: &[&str], cwd: &Path) -> String {
+    let out = Command::new(bin.join(name)).args(args).current_dir(cwd).stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+    assert!(
+        out.status.success(),
+        "{name} {args:?} (in {}) failed ({}):\n{}\n{}",
+        cwd.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap_or_else(|e| panic!("{name} {args:?}: output is not UTF-8: {e}"))
+}
+
+fn sorted_lines(text: &str) -> Vec<String> {
+    let mut v: Vec<String> = text.lines().filter(|l| !l.is_empty()).map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+/// Describes how two sorted line lists differ (first few lines on each side).
+fn line_diff(a_name: &str, a: &[String], b_name: &str, b: &[String]) -> String {
+    let only_a: Vec<&String> = a.iter().filter(|l| b.binary_search(l).is_err()).take(10).collect();
+    let only_b: Vec<&String> = b.iter().filter(|l| a.binary_search(l).is_err()).take(10).collect();
+    format!("{} lines vs {} lines\nonly in {a_name}: {only_a:#?}\nonly in {b_name}: {only_b:#?}", a.len(), b.len())
+}
+
+/// A pywb `wayback` server on 127.0.0.1, killed when dropped.
+struct Wayback {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Wayback {
+    /// Starts `wayback` over ROOT (which holds `collections/`) and waits until it answers.
+    fn start(bin: &Path, root: &Path, log: &Path) -> Wayback {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let logf = fs::File::create(log).unwrap();
+        let child = Command::new(bin.join("wayback"))
+            .args(["-p", &port.to_string(), "-b", "127.0.0.1", "-d"])
+            .arg(root)
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone().unwrap())
+            .stderr(logf)
+            .spawn()
+            .expect("spawn wayback");
+        let mut w = Wayback { child, port, log: log.to_path_buf() };
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = w.child.try_wait().unwrap() {
+                panic!("wayback over {} exited ({st}) before answering:\n{}", root.display(), w.log_text());
+            }
+            if let Ok(r) = http_get(port, "/") {
+                assert_eq!(r.status, 200, "wayback over {} answers / with {}:\n{}", root.display(), r.status_line, w.log_text());
+                return w;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(90), "wayback over {} did not answer on port {port} within 90 s:\n{}", root.display(), w.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Wayback {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Response {
+    status_line: String,
+    status: u16,
+    /// Header lines in order, as sent.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+/// A plain HTTP/1.0 GET (the server closes the connection after the response).
+fn http_get(port: u16, path: &str) -> std::io::Result<Response> {
+    let mut c = TcpStream::connect(("127.0.0.1", port))?;
+    c.set_read_timeout(Some(Duration::from_secs(120)))?;
+    write!(c, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: warcfs-replay-test\r\n\r\n")?;
+    let mut raw = Vec::new();
+    c.read_to_end(&mut raw)?;
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{what} in response to GET {path}"));
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| bad("no end of headers"))?;
+    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+    let body = raw[end + 4..].to_vec();
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default().to_string();
+    let status = status_line.split(' ').nth(1).and_then(|x| x.parse().ok()).ok_or_else(|| bad("no status"))?;
+    let headers: Vec<(String, String)> =
+        lines.map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).unwrap_or((l.to_string(), String::new()))).collect();
+    if let Some((_, len)) = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-length")) {
+        if len.parse::<usize>().ok() != Some(body.len()) {
+            return Err(bad(&format!("Content-Length {len} but {} body bytes", body.len())));
+        }
+    }
+    Ok(Response { status_line, status, headers, body })
+}
+
+/// Headers that must agree between two servers replaying the same capture: all but Date,
+/// with each server's own address made neutral (Link and Content-Location name it).
+fn comparable_headers(r: &Response, port: u16) -> Vec<(String, String)> {
+    let me = format!("127.0.0.1:{port}");
+    r.headers.iter().filter(|(k, _)| !k.eq_ignore_ascii_case("date")).map(|(k, v)| (k.clone(), v.replace(&me, "127.0.0.1:PORT"))).collect()
+}
+
+/// Percent-encodes what cannot stand in a request line as is.
+fn request_safe(url: &str) -> String {
+    let mut out = String::new();
+    for b in url.bytes() {
+        if b.is_ascii_graphic() {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[derive(Debug, Clone)]
+struct Capture {
+    timestamp: String,
+    url: String,
+    status: u16,
+    mime: String,
+    filename: String,
+}
+
+/// The kind a capture is sampled as: its status when not 200, otherwise its type.
+fn kind(c: &Capture) -> &'static str {
+    match (c.status, c.mime.as_str()) {
+        (301, _) => "301",
+        (404, _) => "404",
+        (200, "text/html") => "html",
+        (200, "image/png") => "png",
+        (200, "text/javascript" | "application/javascript") => "js",
+        (200, "text/css") => "css",
+        (200, "image/jpeg") => "jpeg",
+        _ => "other",
+    }
+}
+
+/// A seeded sample of ~50 HTTP captures from a CDXJ index: per crawl file, a few of each kind.
+fn sample(cdxj: &[String]) -> Vec<Capture> {
+    let mut groups: BTreeMap<(String, &'static str), Vec<Capture>> = BTreeMap::new();
+    for line in cdxj {
+        let mut parts = line.splitn(3, ' ');
+        let (_key, ts, json) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap_or_else(|| panic!("bad CDXJ line {line:?}")));
+        let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("bad CDXJ JSON ({e}) in {line:?}"));
+        let field = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or_default().to_string();
+        let Ok(status) = field("status").parse::<u16>() else { continue };
+        let c = Capture { timestamp: ts.to_string(), url: field("url"), status, mime: field("mime"), filename: field("filename") };
+        if !c.url.starts_with("http") {
+            continue;
+        }
+        groups.entry((c.filename.clone(), kind(&c))).or_default().push(c);
+    }
+    let quota = |k: &str| match k {
+        "html" => 4,
+        "png" | "404" => 3,
+        "js" | "301" => 2,
+        _ => 1,
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x7265_706c_6179);
+    let mut out = Vec::new();
+    for ((_, k), caps) in &groups {
+        out.extend(caps.choose_multiple(&mut rng, quota(k)).cloned());
+    }
+    out
+}
+
+#[test]
+fn pywb_replays_and_cdxj_indexer_indexes_through_the_mount() {
+    let t_start = Instant::now();
+    let bin = venv_bin();
+    let crawls = crawl_files();
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+
+    // The reference: a plain directory with the original WARCs in pywb's layout.
+    let plain = tmp.path().join("plain");
+    let plain_archive = plain.join(COLL).join("archive");
+    fs::create_dir_all(&plain_archive).unwrap();
+    fs::create_dir_all(plain.join(COLL).join("indexes")).unwrap();
+    for f in &crawls {
+        fs::copy(f, plain_archive.join(f.file_name().unwrap())).unwrap();
+    }
+
+    // 2. The same files copied into a pywb collection inside a fresh mount.
+    let m = Mount::new(&store, &tmp.path().join("mnt"));
+    let archive = m.mnt.join(COLL).join("archive");
+    fs::create_dir_all(&archive).unwrap();
+    fs::create_dir_all(m.mnt.join(COLL).join("indexes")).unwrap();
+    for f in &crawls {
+        fs::copy(f, archive.join(f.file_name().unwrap())).unwrap();
+    }
+    wait_ingested(&store);
+    for f in &crawls {
+        let got = fs::read(archive.join(f.file_name().unwrap())).unwrap();
+        assert!(got == fs::read(f).unwrap(), "{} reads back differently through the mount", f.display());
+    }
+
+    // 3. warcio check passes on every WARC in the mount, record for record as on the originals.
+    for f in &crawls {
+        let name = f.file_name().unwrap().to_str().unwrap();
+        let mounted = tool(&bin, "warcio", &["check", "-v", name], &archive);
+        let original = tool(&bin, "warcio", &["check", "-v", name], &plain_archive);
+        assert!(mounted.matches("digest pass").count() > 100, "warcio check -v {name} checked too few digests:\n{mounted}");
+        assert!(mounted == original, "warcio check -v {name}: the mount's report differs from the original's:\n{mounted}");
+    }
+
+    // 4. cdxj-indexer over the mounted archive dir prints what it prints over the originals.
+    let idx_mounted = sorted_lines(&tool(&bin, "cdxj-indexer", &[&s(&archive)], tmp.path()));
+    let idx_plain = sorted_lines(&tool(&bin, "cdxj-indexer", &[&s(&plain_archive)], tmp.path()));
+    assert!(idx_plain.len() > 1000, "cdxj-indexer found only {} captures in the crawl corpus", idx_plain.len());
+    assert!(idx_mounted == idx_plain, "cdxj-indexer over the mount differs from over the originals: {}", line_diff("mount", &idx_mounted, "originals", &idx_plain));
+
+    // 5. warcfs index (from the recipes) equals cdxj-indexer's output.
+    let warcfs_index = ok(&["index", &s(&store), &format!("/{COLL}/archive")]).out();
+    let idx_warcfs = sorted_lines(&warcfs_index);
+    assert!(idx_warcfs == idx_plain, "warcfs index differs from cdxj-indexer: {}", line_diff("warcfs index", &idx_warcfs, "cdxj-indexer", &idx_plain));
+    assert!(warcfs_index.lines().collect::<Vec<_>>().windows(2).all(|w| w[0] <= w[1]), "warcfs index output is not sorted");
+
+    // 6. Replay: pywb over the mount (indexed by warcfs index) and over the plain copy
+    //    (indexed by cdxj-indexer) serve every sampled capture identically.
+    fs::write(m.mnt.join(COLL).join("indexes/index.cdxj"), &warcfs_index).unwrap();
+    fs::write(plain.join(COLL).join("indexes/index.cdxj"), idx_plain.join("\n") + "\n").unwrap();
+    wait_ingested(&store);
+    // Declared after the mount, so both servers are stopped before it is unmounted.
+    let ours = Wayback::start(&bin, &m.mnt, &tmp.path().join("wayback-mount.log"));
+    let reference = Wayback::start(&bin, &plain, &tmp.path().join("wayback-plain.log"));
+
+    let caps = sample(&idx_plain);
+    let mut kinds: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for c in &caps {
+        *kinds.entry((c.filename.as_str(), kind(c))).or_default() += 1;
+    }
+    for k in ["html", "png", "js", "404", "301"] {
+        assert!(caps.iter().any(|c| kind(c) == k), "the sample has no {k} capture: {kinds:?}");
+    }
+    assert!(crawls.iter().all(|f| caps.iter().any(|c| f.ends_with(&c.filename))), "the sample misses a crawl: {kinds:?}");
+    assert!((40..=60).contains(&caps.len()), "sampled {} captures: {kinds:?}", caps.len());
+
+    let mut problems = Vec::new();
+    let mut body_bytes = 0;
+    for c in &caps {
+        let path = format!("/test/{}id_/{}", c.timestamp, request_safe(&c.url));
+        let (a, b) = match (http_get(ours.port, &path), http_get(reference.port, &path)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (a, b) => {
+                problems.push(format!("GET {path}: mount {:?}, plain {:?}", a.err(), b.err()));
+                continue;
+            }
+        };
+        if a.status != c.status || b.status != c.status {
+            problems.push(format!("GET {path}: archived status {}, mount {:?}, plain {:?}", c.status, a.status_line, b.status_line));
+        }
+        if a.status_line != b.status_line || comparable_headers(&a, ours.port) != comparable_headers(&b, reference.port) {
+            problems.push(format!(
+                "GET {path}: headers differ\nmount: {} {:?}\nplain: {} {:?}",
+                a.status_line,
+                comparable_headers(&a, ours.port),
+                b.status_line,
+                comparable_headers(&b, reference.port)
+            ));
+        }
+        if a.body != b.body {
+            let first = a.body.iter().zip(&b.body).position(|(x, y)| x != y).unwrap_or(a.body.len().min(b.body.len()));
+            problems.push(format!("GET {path}: body differs: {} bytes from the mount, {} from the plain copy, first difference at {first}", a.body.len(), b.body.len()));
+        }
+        if c.status == 200 && a.body.is_empty() {
+            problems.push(format!("GET {path}: empty body for a 200 capture"));
+        }
+        body_bytes += a.body.len();
+    }
+    assert!(
+        problems.is_empty(),
+        "{} of {} replayed captures differ:\n{}\n--- wayback over the mount:\n{}\n--- wayback over the plain copy:\n{}",
+        problems.len(),
+        caps.len(),
+        problems.join("\n"),
+        ours.log_text(),
+        reference.log_text()
+    );
+    eprintln!(
+        "{} CDXJ lines identical (cdxj-indexer over the mount, over the originals, warcfs index); {} captures replayed identically ({body_bytes} body bytes; {kinds:?}) in {:.1} s",
+        idx_plain.len(),
+        caps.len(),
+        t_start.elapsed().as_secs_f64()
+    );
+}
