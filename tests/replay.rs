@@ -25,34 +25,6 @@ use tempfile::TempDir;
 const REQUIREMENTS: &str = include_str!("replay/requirements.txt");
 const COLL: &str = "collections/test";
 
-/// A live mount that is always unmounted, even when the test fails.
-struct Mount {
-    mnt: PathBuf,
-}
-
-impl Mount {
-    fn new(store: &Path, mnt: &Path) -> Mount {
-        fs::create_dir_all(mnt).unwrap();
-        ok(&["mount", &s(store), &s(mnt)]);
-        Mount { mnt: mnt.to_path_buf() }
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let m = s(&self.mnt);
-        let unmounted = Command::new("fusermount3").args(["-u", &m]).status().is_ok_and(|st| st.success());
-        if !unmounted {
-            let _ = Command::new("umount").args(["-l", &m]).status();
-        }
-        // The daemon finishes its ingests and releases the store after unmount.
-        let t0 = Instant::now();
-        while fs::read_to_string("/proc/mounts").unwrap_or_default().contains(&format!(" {m} ")) && t0.elapsed() < Duration::from_secs(20) {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
 fn wait_ingested(store: &Path) {
     let t0 = Instant::now();
     loop {

@@ -105,6 +105,26 @@ fn errno(e: &StoreError) -> Errno {
     }
 }
 
+/// Answers an xattr read: the size when asked for it, the bytes if they fit, else ERANGE.
+fn reply_xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
+    if size == 0 {
+        reply.size(value.len() as u32)
+    } else if value.len() <= size as usize {
+        reply.data(value)
+    } else {
+        reply.error(Errno::ERANGE)
+    }
+}
+
+/// Answers an xattr change made through `Store::update_inode`.
+fn reply_update(reply: ReplyEmpty, r: Result<Result<Inode, Errno>, StoreError>) {
+    match r {
+        Ok(Ok(_)) => reply.ok(),
+        Ok(Err(e)) => reply.error(e),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
 fn io_errno(e: &io::Error) -> Errno {
     log::error!("staging I/O: {e}");
     Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
@@ -873,11 +893,7 @@ impl Filesystem for WarcFs {
             inode.ctime = Timestamp::now();
             Ok(())
         });
-        match r {
-            Ok(Ok(_)) => reply.ok(),
-            Ok(Err(e)) => reply.error(e),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_update(reply, r);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -893,17 +909,11 @@ impl Filesystem for WarcFs {
                 },
                 Err(e) => return reply.error(errno(&e)),
             };
-            return match value.len() {
-                n if size == 0 => reply.size(n as u32),
-                n if n <= size as usize => reply.data(value.as_bytes()),
-                _ => reply.error(Errno::ERANGE),
-            };
+            return reply_xattr(reply, size, value.as_bytes());
         }
         match self.inner.inode(ino.0) {
             Ok(inode) => match inode.xattrs.get(name.as_bytes()) {
-                Some(v) if size == 0 => reply.size(v.len() as u32),
-                Some(v) if v.len() <= size as usize => reply.data(v),
-                Some(_) => reply.error(Errno::ERANGE),
+                Some(v) => reply_xattr(reply, size, v),
                 None => reply.error(Errno::from_i32(libc::ENODATA)),
             },
             Err(e) => reply.error(e),
@@ -920,13 +930,7 @@ impl Filesystem for WarcFs {
                     list.extend_from_slice(k);
                     list.push(0);
                 }
-                if size == 0 {
-                    reply.size(list.len() as u32)
-                } else if list.len() <= size as usize {
-                    reply.data(&list)
-                } else {
-                    reply.error(Errno::ERANGE)
-                }
+                reply_xattr(reply, size, &list)
             }
             Err(e) => reply.error(e),
         }
@@ -940,11 +944,7 @@ impl Filesystem for WarcFs {
             inode.ctime = Timestamp::now();
             Ok(())
         });
-        match r {
-            Ok(Ok(_)) => reply.ok(),
-            Ok(Err(e)) => reply.error(e),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_update(reply, r);
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {

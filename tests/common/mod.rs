@@ -303,3 +303,31 @@ pub fn crawl_files() -> Vec<PathBuf> {
     assert_eq!(v.len(), 3, "expected 3 crawl files in {}", crawl_corpus().display());
     v
 }
+
+/// A live mount that is always unmounted, even when the test fails.
+pub struct Mount {
+    pub mnt: PathBuf,
+}
+
+impl Mount {
+    pub fn new(store: &Path, mnt: &Path) -> Mount {
+        fs::create_dir_all(mnt).unwrap();
+        ok(&["mount", &s(store), &s(mnt)]);
+        Mount { mnt: mnt.to_path_buf() }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let m = s(&self.mnt);
+        let unmounted = Command::new("fusermount3").args(["-u", &m]).status().is_ok_and(|st| st.success());
+        if !unmounted {
+            let _ = Command::new("umount").args(["-l", &m]).status();
+        }
+        // The daemon finishes its ingests and releases the store after unmount.
+        let t0 = std::time::Instant::now();
+        while fs::read_to_string("/proc/mounts").unwrap_or_default().contains(&format!(" {m} ")) && t0.elapsed() < std::time::Duration::from_secs(20) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
