@@ -206,7 +206,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             let mut lines = Vec::new();
             let roots = if paths.is_empty() { vec!["/".to_string()] } else { paths };
             for root in &roots {
-                index_tree(&s, root, &mut lines).with_context(|| format!("{root}: cannot index"))?;
+                lines.extend(s.cdxj(root).with_context(|| format!("{root}: cannot index"))?);
             }
             lines.sort_unstable();
             let mut out = BufWriter::new(io::stdout().lock());
@@ -464,42 +464,3 @@ fn rebuild_bound(files: &[PathBuf]) -> Result<i32> {
     Ok(0)
 }
 
-/// Appends the CDXJ lines of every WARC under `root` (a directory or one file); file names
-/// are given relative to `root`, as cdxj-indexer prints them for a directory it indexes.
-fn index_tree(s: &Store, root: &str, lines: &mut Vec<String>) -> Result<()> {
-    let ino = s.resolve(root)?;
-    let inode = s.inode(ino)?.with_context(|| format!("{root}: no such file"))?;
-    let mut files: Vec<(String, crate::store::Inode)> = Vec::new();
-    if inode.kind == InodeKind::Dir {
-        let mut stack = vec![(ino, String::new())];
-        while let Some((dir, prefix)) = stack.pop() {
-            for e in s.read_dir(dir)? {
-                let name = format!("{prefix}{}", String::from_utf8_lossy(&e.name));
-                match e.inode.kind {
-                    InodeKind::Dir => stack.push((e.ino, format!("{name}/"))),
-                    InodeKind::File => files.push((name, e.inode)),
-                    _ => {}
-                }
-            }
-        }
-    } else {
-        let name = crate::store::components(root)?.last().map(|c| c.to_string()).unwrap_or_default();
-        files.push((name, inode));
-    }
-    for (name, inode) in files {
-        let indexed = [".warc", ".warc.gz"].iter().any(|ext| name.ends_with(ext));
-        let Some(head) = inode.recipe.as_ref().filter(|_| indexed) else { continue };
-        for r in s.records(head)? {
-            // Header chunks suffice, unless the record names no payload digest (DNS and
-            // metadata records, mostly small): then the digest is computed from its block.
-            let line = if r.indexable_from_headers() {
-                crate::format::cdx::cdxj_line(&r.warc_header, r.http_header.as_deref(), r.offset, r.length, &name)
-            } else {
-                let block = s.record_block(head, &r)?;
-                crate::format::cdx::cdxj_line_from_block(&r.warc_header, &block, r.offset, r.length, &name)
-            };
-            lines.extend(line);
-        }
-    }
-    Ok(())
-}

@@ -65,6 +65,9 @@ pub fn recipe_key(rid: u64, piece: u32) -> [u8; 12] {
 
 pub struct Index {
     db: DB,
+    /// Bumped by every write: lets caches of derived data (the mount's index file) know
+    /// when they are stale.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 /// A set of changes that commit together or not at all.
@@ -79,7 +82,7 @@ impl Index {
     pub fn open_read_only(path: &Path) -> Result<Index> {
         let opts = Options::default();
         let db = DB::open_cf_for_read_only(&opts, path, CFS, false)?;
-        Ok(Index { db })
+        Ok(Index { db, generation: Default::default() })
     }
 
     pub fn open(path: &Path) -> Result<Index> {
@@ -100,7 +103,7 @@ impl Index {
             ColumnFamilyDescriptor::new(*name, o)
         });
         let db = DB::open_cf_descriptors(&opts, path, cfs)?;
-        Ok(Index { db })
+        Ok(Index { db, generation: Default::default() })
     }
 
     fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
@@ -111,7 +114,12 @@ impl Index {
         let mut wo = WriteOptions::default();
         wo.set_sync(true);
         self.db.write_opt(batch.wb, &wo)?;
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
         Ok(())
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Copies the index, consistently, to `dest` (hard links where possible).

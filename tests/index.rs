@@ -83,3 +83,43 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     out.sort();
     out
 }
+
+fn wait_ingested(store: &Path) {
+    let t0 = std::time::Instant::now();
+    while num(&stats(store), "staged_files") != 0 {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(300), "staged files were not ingested within 5 minutes");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn mount_exposes_a_current_index_in_dot_warcfs() {
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let m = Mount::new(&store, &tmp.path().join("mnt"));
+    let crawls = crawl_files();
+    std::fs::create_dir_all(m.mnt.join("c")).unwrap();
+    std::fs::copy(&crawls[0], m.mnt.join("c").join(crawls[0].file_name().unwrap())).unwrap();
+    wait_ingested(&store);
+    let index = m.mnt.join(".warcfs/index.cdxj");
+    let first = std::fs::read_to_string(&index).unwrap();
+    assert!(first.lines().count() > 100, "{first}");
+    assert_eq!(first, ok(&["index", &s(&store)]).out(), "the mount's index is `warcfs index` of the whole store");
+    assert!(first.lines().all(|l| l.contains("\"filename\": \"c/")), "paths relative to the mount's root");
+
+    // Kept current: another crawl shows up (within the one-second refresh).
+    std::fs::copy(&crawls[1], m.mnt.join("c").join(crawls[1].file_name().unwrap())).unwrap();
+    wait_ingested(&store);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let second = std::fs::read_to_string(&index).unwrap();
+    assert!(second.lines().count() > first.lines().count());
+    assert_eq!(second, ok(&["index", &s(&store)]).out());
+
+    // Read-only, reserved, and not listed (so cp -r and rsync of the mount copy only WARCs).
+    let err = std::fs::write(&index, b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    assert_eq!(std::fs::create_dir(m.mnt.join(".warcfs")).unwrap_err().raw_os_error(), Some(libc::EEXIST));
+    assert_eq!(std::fs::File::create(m.mnt.join(".warcfs/new")).unwrap_err().raw_os_error(), Some(libc::EROFS));
+    let names: Vec<String> = std::fs::read_dir(&m.mnt).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    assert_eq!(names, vec!["c".to_string()]);
+}

@@ -40,6 +40,31 @@ use crate::store::{Inode, InodeKind, Store, StoreError, Timestamp};
 const TTL: Duration = Duration::from_secs(1);
 /// Longest file name, as statfs reports it.
 const NAME_MAX: usize = 255;
+
+/// `/.warcfs/`: what the store knows, as read-only files. Not listed in the root (so `cp -r`
+/// and rsync of a mount copy only the archive), reachable by name. Its inode numbers are
+/// far above any the store hands out.
+const CTL_NAME: &[u8] = b".warcfs";
+const CTL_INO: u64 = u64::MAX - 1;
+/// `/.warcfs/index.cdxj`: the CDXJ index of every WARC in the store (paths relative to the
+/// mount's root), sorted, regenerated when the store has changed, at most once a second.
+const INDEX_NAME: &[u8] = b"index.cdxj";
+const INDEX_INO: u64 = u64::MAX - 2;
+
+fn is_virtual(ino: u64) -> bool {
+    ino == CTL_INO || ino == INDEX_INO
+}
+
+/// The error for making or replacing `name` in `parent` when that touches `/.warcfs`.
+fn reserved(parent: u64, name: &[u8]) -> Option<Errno> {
+    if parent == CTL_INO {
+        Some(Errno::EROFS)
+    } else if parent == crate::store::ROOT_INO && name == CTL_NAME {
+        Some(Errno::EEXIST)
+    } else {
+        None
+    }
+}
 /// Reported as st_blksize: `cp` and friends size their I/O by it, and every FUSE request
 /// costs a round trip, so ask for 1 MiB.
 const BLKSIZE: u32 = 1 << 20;
@@ -57,6 +82,8 @@ struct Staged {
 
 struct Handle {
     write: bool,
+    /// Contents of a virtual file as of its open.
+    snapshot: Option<Arc<Vec<u8>>>,
     /// The recipe a read-only handle of a stored file reads (it cannot change while open:
     /// a writer stages the file first, and reads then go to staging).
     head: Option<Arc<RecipeHead>>,
@@ -64,6 +91,8 @@ struct Handle {
 
 struct Inner {
     store: Arc<Store>,
+    /// The last generated `/.warcfs/index.cdxj`: store generation, when, bytes.
+    index_file: Mutex<Option<(u64, std::time::Instant, Arc<Vec<u8>>)>>,
     staging: PathBuf,
     staged: Mutex<HashMap<u64, Staged>>,
     /// Open handles per inode (readers and writers), for orphans.
@@ -181,6 +210,45 @@ impl Inner {
             blksize: BLKSIZE,
             flags: 0,
         }
+    }
+
+    /// The current `/.warcfs/index.cdxj`.
+    fn index_bytes(&self) -> Result<Arc<Vec<u8>>, Errno> {
+        let mut cache = self.index_file.lock().unwrap();
+        let gen = self.store.generation();
+        if let Some((g, at, bytes)) = cache.as_ref() {
+            if *g == gen || at.elapsed() < Duration::from_secs(1) {
+                return Ok(bytes.clone());
+            }
+        }
+        let mut lines = self.store.cdxj("/").map_err(|e| errno(&e))?;
+        lines.sort_unstable();
+        let mut bytes = Vec::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
+        for l in lines {
+            bytes.extend_from_slice(l.as_bytes());
+            bytes.push(b'\n');
+        }
+        let bytes = Arc::new(bytes);
+        *cache = Some((gen, std::time::Instant::now(), bytes.clone()));
+        Ok(bytes)
+    }
+
+    fn virtual_attr(&self, ino: u64) -> Result<FileAttr, Errno> {
+        let root = self.inode(crate::store::ROOT_INO)?;
+        let mut attr = self.attr(ino, &root);
+        attr.ino = INodeNo(ino);
+        if ino == INDEX_INO {
+            attr.kind = FileType::RegularFile;
+            attr.perm = 0o444;
+            attr.nlink = 1;
+            attr.size = self.index_bytes()?.len() as u64;
+            attr.blocks = attr.size.div_ceil(512);
+        } else {
+            attr.perm = 0o555;
+            attr.nlink = 2;
+            attr.size = 0;
+        }
+        Ok(attr)
     }
 
     fn inode(&self, ino: u64) -> Result<Inode, Errno> {
@@ -306,6 +374,7 @@ impl WarcFs {
         fs::create_dir_all(&staging).map_err(|err| StoreError::Io { path: staging.clone(), err })?;
         let inner = Arc::new(Inner {
             store: store.clone(),
+            index_file: Mutex::new(None),
             staging,
             staged: Mutex::new(HashMap::new()),
             opens: Mutex::new(HashMap::new()),
@@ -458,6 +527,18 @@ impl Filesystem for WarcFs {
         if name.len() > NAME_MAX {
             return reply.error(Errno::ENAMETOOLONG);
         }
+        let virt = match (parent.0, name.as_bytes()) {
+            (crate::store::ROOT_INO, CTL_NAME) => Some(CTL_INO),
+            (CTL_INO, INDEX_NAME) => Some(INDEX_INO),
+            (CTL_INO, _) => return reply.error(Errno::ENOENT),
+            _ => None,
+        };
+        if let Some(v) = virt {
+            return match self.inner.virtual_attr(v) {
+                Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+                Err(e) => reply.error(e),
+            };
+        }
         let r = (|| {
             let ino = self.inner.store.lookup(parent.0, name.as_bytes()).map_err(|e| errno(&e))?.ok_or(Errno::ENOENT)?;
             let inode = self.inner.inode(ino)?;
@@ -470,6 +551,12 @@ impl Filesystem for WarcFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if is_virtual(ino.0) {
+            return match self.inner.virtual_attr(ino.0) {
+                Ok(attr) => reply.attr(&Duration::ZERO, &attr),
+                Err(e) => reply.error(e),
+            };
+        }
         match self.inner.inode(ino.0) {
             Ok(inode) => reply.attr(&TTL, &self.inner.attr(ino.0, &inode)),
             Err(e) => reply.error(e),
@@ -494,6 +581,9 @@ impl Filesystem for WarcFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if is_virtual(ino.0) {
+            return reply.error(Errno::EROFS);
+        }
         let inner = &self.inner;
         let ino = ino.0;
         let r = (|| {
@@ -596,6 +686,9 @@ impl Filesystem for WarcFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Some(e) = reserved(parent.0, name.as_bytes()) {
+            return reply.error(if e == Errno::EEXIST { Errno::EISDIR } else { e });
+        }
         let inner = &self.inner;
         match inner.store.unlink_entry(parent.0, name.as_bytes(), false, &|ino| inner.is_open(ino)) {
             Ok(ino) => {
@@ -610,6 +703,9 @@ impl Filesystem for WarcFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Some(e) = reserved(parent.0, name.as_bytes()) {
+            return reply.error(if e == Errno::EEXIST { Errno::EBUSY } else { e });
+        }
         match self.inner.store.unlink_entry(parent.0, name.as_bytes(), true, &|_| false) {
             Ok(_) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -632,6 +728,9 @@ impl Filesystem for WarcFs {
         if newname.len() > NAME_MAX {
             return reply.error(Errno::ENAMETOOLONG);
         }
+        if let Some(e) = reserved(parent.0, name.as_bytes()).or(reserved(newparent.0, newname.as_bytes())) {
+            return reply.error(if e == Errno::EEXIST { Errno::EBUSY } else { e });
+        }
         let inner = &self.inner;
         let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
         let target = inner.store.lookup(newparent.0, newname.as_bytes()).ok().flatten();
@@ -650,6 +749,9 @@ impl Filesystem for WarcFs {
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        if let Some(e) = reserved(newparent.0, newname.as_bytes()).or(is_virtual(ino.0).then_some(Errno::EPERM)) {
+            return reply.error(e);
+        }
         if newname.len() > NAME_MAX {
             return reply.error(Errno::ENAMETOOLONG);
         }
@@ -660,6 +762,19 @@ impl Filesystem for WarcFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if ino.0 == INDEX_INO {
+            if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
+                return reply.error(Errno::EROFS);
+            }
+            let bytes = match self.inner.index_bytes() {
+                Ok(b) => b,
+                Err(e) => return reply.error(e),
+            };
+            let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
+            self.inner.handles.lock().unwrap().insert(fh, Handle { write: false, head: None, snapshot: Some(bytes) });
+            // Its size changes with the store: no page cache, every read comes here.
+            return reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
+        }
         let inner = &self.inner;
         let ino = ino.0;
         let trunc = flags.0 & libc::O_TRUNC != 0;
@@ -687,6 +802,13 @@ impl Filesystem for WarcFs {
     }
 
     fn read(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
+        if ino.0 == INDEX_INO {
+            let snap = self.inner.handles.lock().unwrap().get(&fh.0).and_then(|h| h.snapshot.clone());
+            let Some(bytes) = snap else { return reply.error(Errno::EBADF) };
+            let from = (offset as usize).min(bytes.len());
+            let to = (from + size as usize).min(bytes.len());
+            return reply.data(&bytes[from..to]);
+        }
         let inner = &self.inner;
         let ino = ino.0;
         let staged = inner.staged.lock().unwrap().get(&ino).map(|s| (s.file.clone(), s.size));
@@ -782,6 +904,10 @@ impl Filesystem for WarcFs {
     }
 
     fn release(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, _lock: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
+        if is_virtual(ino.0) {
+            self.inner.handles.lock().unwrap().remove(&fh.0);
+            return reply.ok();
+        }
         let inner = &self.inner;
         let ino = ino.0;
         let handle = inner.handles.lock().unwrap().remove(&fh.0);
@@ -830,6 +956,15 @@ impl Filesystem for WarcFs {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        if ino.0 == CTL_INO {
+            let all = [(CTL_INO, FileType::Directory, &b"."[..]), (crate::store::ROOT_INO, FileType::Directory, b".."), (INDEX_INO, FileType::RegularFile, INDEX_NAME)];
+            for (i, (child, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
+                if reply.add(INodeNo(child), (i + 1) as u64, kind, OsStr::from_bytes(name)) {
+                    break;
+                }
+            }
+            return reply.ok();
+        }
         let inner = &self.inner;
         let dir = match inner.inode(ino.0) {
             Ok(d) if d.kind == InodeKind::Dir => d,
@@ -874,6 +1009,9 @@ impl Filesystem for WarcFs {
     }
 
     fn setxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        if is_virtual(ino.0) {
+            return reply.error(Errno::EROFS);
+        }
         if !name.as_bytes().starts_with(b"user.") {
             return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
         }
@@ -897,6 +1035,9 @@ impl Filesystem for WarcFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if is_virtual(ino.0) {
+            return reply.error(Errno::from_i32(libc::ENODATA));
+        }
         // Read-only attributes every stored file has, computed from the index.
         if let Some(field) = name.as_bytes().strip_prefix(b"user.warcfs.") {
             let value = match self.inner.store.file_usage(ino.0) {
@@ -921,6 +1062,9 @@ impl Filesystem for WarcFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if is_virtual(ino.0) {
+            return reply_xattr(reply, size, &[]);
+        }
         match self.inner.inode(ino.0) {
             Ok(inode) => {
                 // The computed user.warcfs.* attributes are not listed: `cp -a` and `rsync -X`
@@ -937,6 +1081,9 @@ impl Filesystem for WarcFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if is_virtual(ino.0) {
+            return reply.error(Errno::EROFS);
+        }
         let r = self.inner.store.update_inode(ino.0, |inode| {
             if inode.xattrs.remove(name.as_bytes()).is_none() {
                 return Err(Errno::from_i32(libc::ENODATA));
@@ -948,6 +1095,9 @@ impl Filesystem for WarcFs {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        if is_virtual(ino.0) {
+            return reply.ok();
+        }
         // default_permissions: the kernel checks modes; this only answers existence.
         match self.inner.inode(ino.0) {
             Ok(_) => reply.ok(),
@@ -956,6 +1106,9 @@ impl Filesystem for WarcFs {
     }
 
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        if let Some(e) = reserved(parent.0, name.as_bytes()) {
+            return reply.error(e);
+        }
         if name.len() > NAME_MAX {
             return reply.error(Errno::ENAMETOOLONG);
         }
@@ -983,12 +1136,15 @@ impl WarcFs {
     fn register(&self, ino: u64, write: bool) -> u64 {
         let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
         let head = if write { None } else { self.inner.store.head(ino).ok().flatten().map(Arc::new) };
-        self.inner.handles.lock().unwrap().insert(fh, Handle { write, head });
+        self.inner.handles.lock().unwrap().insert(fh, Handle { write, head, snapshot: None });
         *self.inner.opens.lock().unwrap().entry(ino).or_insert(0) += 1;
         fh
     }
 
     fn new_node(&self, parent: u64, name: &OsStr, inode: Inode, reply: ReplyEntry) {
+        if let Some(e) = reserved(parent, name.as_bytes()) {
+            return reply.error(e);
+        }
         if name.len() > NAME_MAX {
             return reply.error(Errno::ENAMETOOLONG);
         }

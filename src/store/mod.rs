@@ -296,6 +296,11 @@ impl Store {
         }
     }
 
+    /// Changes whenever the store's index changes.
+    pub fn generation(&self) -> u64 {
+        self.index.generation()
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }

@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use super::{Result, Store};
+use super::{Inode, InodeKind, Result, Store};
+use crate::format::cdx;
 use crate::digest::ChunkKey;
 use crate::pack::ChunkKind;
 use crate::recipe::{Extent, Piece, RecipeHead, Segment};
@@ -170,5 +171,46 @@ impl Store {
                 Ok(buf)
             }
         }
+    }
+
+    /// The CDXJ lines (unsorted) of every WARC under `root`, a directory or one file; file
+    /// names relative to `root`, as cdxj-indexer prints them for a directory it indexes.
+    pub fn cdxj(&self, root: &str) -> Result<Vec<String>> {
+        let ino = self.resolve(root)?;
+        let inode = self.inode(ino)?.ok_or_else(|| super::StoreError::NotFound(root.to_string()))?;
+        let mut files: Vec<(String, Inode)> = Vec::new();
+        if inode.kind == InodeKind::Dir {
+            let mut stack = vec![(ino, String::new())];
+            while let Some((dir, prefix)) = stack.pop() {
+                for e in self.read_dir(dir)? {
+                    let name = format!("{prefix}{}", String::from_utf8_lossy(&e.name));
+                    match e.inode.kind {
+                        InodeKind::Dir => stack.push((e.ino, format!("{name}/"))),
+                        InodeKind::File => files.push((name, e.inode)),
+                        _ => {}
+                    }
+                }
+            }
+        } else {
+            let name = super::components(root)?.last().map(|c| c.to_string()).unwrap_or_default();
+            files.push((name, inode));
+        }
+        let mut lines = Vec::new();
+        for (name, inode) in files {
+            let indexed = [".warc", ".warc.gz"].iter().any(|ext| name.ends_with(ext));
+            let Some(head) = inode.recipe.as_ref().filter(|_| indexed) else { continue };
+            for r in self.records(head)? {
+                // Header chunks suffice, unless the record names no payload digest (DNS and
+                // metadata records, mostly small): then the digest is computed from its block.
+                let line = if r.indexable_from_headers() {
+                    cdx::cdxj_line(&r.warc_header, r.http_header.as_deref(), r.offset, r.length, &name)
+                } else {
+                    let block = self.record_block(head, &r)?;
+                    cdx::cdxj_line_from_block(&r.warc_header, &block, r.offset, r.length, &name)
+                };
+                lines.extend(line);
+            }
+        }
+        Ok(lines)
     }
 }
