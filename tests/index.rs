@@ -115,6 +115,18 @@ fn mount_exposes_a_current_index_in_dot_warcfs() {
     assert!(second.lines().count() > first.lines().count());
     assert_eq!(second, ok(&["index", &s(&store)]).out());
 
+    // Every stored file answers user.warcfs.* with its own figures.
+    let c1 = m.mnt.join("c").join(crawls[0].file_name().unwrap());
+    let c2 = m.mnt.join("c").join(crawls[1].file_name().unwrap());
+    assert_eq!(xattr(&c1, "user.warcfs.logical_size"), std::fs::metadata(&crawls[0]).unwrap().len().to_string());
+    let st = stats(&store);
+    let records: u64 = xattr(&c1, "user.warcfs.records").parse().unwrap();
+    assert!(records > 100 && records < num(&st, "records"), "{records}");
+    let share: f64 = xattr(&c2, "user.warcfs.duplicate_share").parse().unwrap();
+    assert!(share > 0.3 && share <= 1.0, "the second crawl shares most payloads with the first: {share}");
+    let own: u64 = xattr(&c2, "user.warcfs.stored_bytes").parse().unwrap();
+    assert!(own > 0 && own < std::fs::metadata(&crawls[1]).unwrap().len() / 2, "{own}");
+
     // Read-only, reserved, and not listed (so cp -r and rsync of the mount copy only WARCs).
     let err = std::fs::write(&index, b"x").unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
@@ -122,4 +134,16 @@ fn mount_exposes_a_current_index_in_dot_warcfs() {
     assert_eq!(std::fs::File::create(m.mnt.join(".warcfs/new")).unwrap_err().raw_os_error(), Some(libc::EROFS));
     let names: Vec<String> = std::fs::read_dir(&m.mnt).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
     assert_eq!(names, vec!["c".to_string()]);
+}
+
+fn xattr(path: &Path, name: &str) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 256];
+    // SAFETY: valid C strings and a buffer of the length given.
+    let len = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(len >= 0, "getxattr {name} on {}: {}", path.display(), std::io::Error::last_os_error());
+    buf.truncate(len as usize);
+    String::from_utf8(buf).unwrap()
 }
