@@ -15,3 +15,11 @@ pub mod recipe;
 pub mod store;
 
 pub use store::{Config, Compression, Store, StoreError, Verify};
+
+/// What unit tests share: where the real sample corpus is (`../shared/corpus/real`).
+#[cfg(test)]
+pub(crate) mod test_support {
+    pub fn real_corpus() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/real")
+    }
+}

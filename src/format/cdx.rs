@@ -1376,7 +1376,7 @@ fn punycode(input: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::{Path, PathBuf};
+
 
     // Generated with Python surt 0.3.1 `surt.surt(url)`; where it raises, the expectation is
     // the URL itself (cdxj-indexer's fallback key).
@@ -1712,17 +1712,7 @@ mod tests {
 
     // ---------------------------------------------------------------- whole-file check
 
-    fn corpus_dir() -> PathBuf {
-        let rel = Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/corpus/real"
-        ));
-        if rel.is_dir() {
-            rel.to_path_buf()
-        } else {
-            PathBuf::from("/work/shared/corpus/real")
-        }
-    }
+    use crate::test_support::real_corpus as corpus_dir;
 
     struct Rec {
         warc_header: Vec<u8>,

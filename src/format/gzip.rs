@@ -446,19 +446,9 @@ pub fn trailer_for(plain: &[u8]) -> [u8; 8] {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::path::{Path, PathBuf};
 
-    fn corpus_dir() -> PathBuf {
-        let rel = Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/corpus/real"
-        ));
-        if rel.is_dir() {
-            rel.to_path_buf()
-        } else {
-            PathBuf::from("/work/shared/corpus/real")
-        }
-    }
+
+    use crate::test_support::real_corpus as corpus_dir;
 
     fn corpus_files() -> Vec<(String, Vec<u8>)> {
         let root = corpus_dir();

@@ -631,17 +631,7 @@ mod tests {
         }
     }
 
-    fn corpus_dir() -> PathBuf {
-        let rel = PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/corpus/real"
-        ));
-        if rel.is_dir() {
-            rel
-        } else {
-            PathBuf::from("/work/shared/corpus/real")
-        }
-    }
+    use crate::test_support::real_corpus as corpus_dir;
 
     /// All of the file that gunzips; a broken tail is ignored.
     fn gunzip(path: &std::path::Path) -> Vec<u8> {
