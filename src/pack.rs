@@ -152,7 +152,18 @@ pub fn decode_stored(codec: u8, stored: &[u8], raw_len: u32) -> io::Result<Vec<u
     match Codec::from_u8(codec) {
         Some(Codec::None) => Ok(stored.to_vec()),
         Some(Codec::Zstd) => {
-            let out = zstd::bulk::decompress(stored, raw_len as usize)?;
+            // A decompression context costs more to create than a small chunk costs to
+            // decode: keep one per thread.
+            thread_local! {
+                static DCTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
+            }
+            let out = DCTX.with(|cell| -> io::Result<Vec<u8>> {
+                let mut slot = cell.borrow_mut();
+                if slot.is_none() {
+                    *slot = Some(zstd::bulk::Decompressor::new()?);
+                }
+                slot.as_mut().expect("just created").decompress(stored, raw_len as usize)
+            })?;
             if out.len() != raw_len as usize {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "zstd length mismatch"));
             }

@@ -61,6 +61,10 @@ type MemberKey = (u64, u32, u32);
 
 pub struct ReadCache {
     chunks: Mutex<SizedLru<ChunkKey, Vec<u8>>>,
+    /// Chunks being read and decoded right now (the prefetcher and the FUSE threads often
+    /// want the same one): later askers wait for the first.
+    loading: Mutex<HashSet<ChunkKey>>,
+    loaded: Condvar,
     members: Mutex<SizedLru<MemberKey, Vec<u8>>>,
     /// Members being rebuilt right now: a second reader waits for the first instead of
     /// compressing the same member again.
@@ -73,6 +77,8 @@ impl ReadCache {
     pub fn new(chunk_budget: usize, member_budget: usize) -> ReadCache {
         ReadCache {
             chunks: Mutex::new(SizedLru::new(chunk_budget)),
+            loading: Mutex::new(HashSet::new()),
+            loaded: Condvar::new(),
             members: Mutex::new(SizedLru::new(member_budget)),
             building: Mutex::new(HashSet::new()),
             built: Condvar::new(),
@@ -96,12 +102,25 @@ fn extent_bytes<'a>(chunk: &'a [u8], e: &Extent, key: &ChunkKey) -> Result<&'a [
 impl Store {
     /// The bytes of one chunk, from the cache or its pack.
     pub(crate) fn chunk_bytes(&self, key: &ChunkKey, entry: &ChunkEntry) -> Result<Arc<Vec<u8>>> {
-        if let Some(v) = self.cache.chunks.lock().unwrap().get(key) {
-            return Ok(v);
+        {
+            let mut loading = self.cache.loading.lock().unwrap();
+            loop {
+                if let Some(v) = self.cache.chunks.lock().unwrap().get(key) {
+                    return Ok(v);
+                }
+                if loading.insert(*key) {
+                    break;
+                }
+                loading = self.cache.loaded.wait(loading).unwrap();
+            }
         }
-        let bytes = Arc::new(self.packs.read(entry.pack, entry.offset, key, entry.stored_len)?);
-        self.cache.chunks.lock().unwrap().put(*key, bytes.clone(), bytes.len());
-        Ok(bytes)
+        let r = self.packs.read(entry.pack, entry.offset, key, entry.stored_len).map(Arc::new);
+        if let Ok(bytes) = &r {
+            self.cache.chunks.lock().unwrap().put(*key, bytes.clone(), bytes.len());
+        }
+        self.cache.loading.lock().unwrap().remove(key);
+        self.cache.loaded.notify_all();
+        Ok(r?)
     }
 
     fn chunk_by_key(&self, key: &ChunkKey) -> Result<Arc<Vec<u8>>> {
