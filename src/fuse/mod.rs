@@ -108,7 +108,7 @@ pub struct WarcFs {
     tx: Option<Sender<u64>>,
     worker: Option<JoinHandle<()>>,
     /// Where a sequential reader of a stored file will read next, for the prefetcher.
-    prefetch_tx: Option<Sender<(RecipeHead, u64)>>,
+    prefetch_tx: Option<Sender<(Arc<RecipeHead>, u64)>>,
     prefetcher: Option<JoinHandle<()>>,
 }
 
@@ -210,6 +210,12 @@ impl Inner {
             blksize: BLKSIZE,
             flags: 0,
         }
+    }
+
+    /// Drops a file's staging copy: it was unlinked and nothing has it open.
+    fn discard_staged(&self, ino: u64) {
+        self.staged.lock().unwrap().remove(&ino);
+        let _ = fs::remove_file(self.staging_path(ino));
     }
 
     /// The current `/.warcfs/index.cdxj`.
@@ -425,7 +431,7 @@ impl WarcFs {
             .name("warcfs-ingest".into())
             .spawn(move || ingest_loop(worker_inner, rx))
             .map_err(|err| StoreError::Io { path: "ingest thread".into(), err })?;
-        let (ptx, prx) = crossbeam_channel::unbounded::<(RecipeHead, u64)>();
+        let (ptx, prx) = crossbeam_channel::unbounded::<(Arc<RecipeHead>, u64)>();
         let pstore = store.clone();
         let prefetcher = std::thread::Builder::new()
             .name("warcfs-prefetch".into())
@@ -477,10 +483,10 @@ impl Drop for WarcFs {
 
 /// Rebuilds gzip members ahead of sequential readers on a core the FUSE threads leave idle.
 /// Only the latest position per file matters; older requests are dropped.
-fn prefetch_loop(store: Arc<Store>, rx: Receiver<(RecipeHead, u64)>) {
+fn prefetch_loop(store: Arc<Store>, rx: Receiver<(Arc<RecipeHead>, u64)>) {
     let mut done_to: HashMap<u64, u64> = HashMap::new();
     while let Ok(first) = rx.recv() {
-        let mut latest: HashMap<u64, (RecipeHead, u64)> = HashMap::new();
+        let mut latest: HashMap<u64, (Arc<RecipeHead>, u64)> = HashMap::new();
         latest.insert(first.0.id, first);
         while let Ok((h, off)) = rx.try_recv() {
             latest.insert(h.id, (h, off));
@@ -693,8 +699,7 @@ impl Filesystem for WarcFs {
         match inner.store.unlink_entry(parent.0, name.as_bytes(), false, &|ino| inner.is_open(ino)) {
             Ok(ino) => {
                 if !inner.is_open(ino) && inner.store.inode(ino).ok().flatten().is_none() {
-                    inner.staged.lock().unwrap().remove(&ino);
-                    let _ = fs::remove_file(inner.staging_path(ino));
+                    inner.discard_staged(ino);
                 }
                 reply.ok()
             }
@@ -738,8 +743,7 @@ impl Filesystem for WarcFs {
             Ok(()) => {
                 if let Some(t) = target {
                     if !inner.is_open(t) && inner.store.inode(t).ok().flatten().is_none() {
-                        inner.staged.lock().unwrap().remove(&t);
-                        let _ = fs::remove_file(inner.staging_path(t));
+                        inner.discard_staged(t);
                     }
                 }
                 reply.ok()
@@ -830,11 +834,11 @@ impl Filesystem for WarcFs {
         // since (its old recipe is gone), the current one answers.
         let cached = inner.handles.lock().unwrap().get(&fh.0).and_then(|h| h.head.clone());
         let fresh = || match inner.store.head(ino) {
-            Ok(h) => Ok(h.unwrap_or_default()),
+            Ok(h) => Ok(Arc::new(h.unwrap_or_default())),
             Err(e) => Err(errno(&e)),
         };
         let mut head = match cached {
-            Some(h) => (*h).clone(),
+            Some(h) => h,
             None => match fresh() {
                 Ok(h) => h,
                 Err(e) => return reply.error(e),
@@ -936,8 +940,7 @@ impl Filesystem for WarcFs {
             }
         }
         if last_open && inner.store.inode(ino).ok().flatten().is_some_and(|i| i.nlink == 0) {
-            inner.staged.lock().unwrap().remove(&ino);
-            let _ = fs::remove_file(inner.staging_path(ino));
+            inner.discard_staged(ino);
             if let Err(e) = inner.store.drop_orphan(ino) {
                 log::error!("dropping orphan inode {ino}: {e}");
             }

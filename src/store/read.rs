@@ -240,7 +240,7 @@ impl Store {
     /// Asks the kernel to read the pack ranges of every chunk of [offset, end) that is not
     /// cached: one batch of asynchronous reads instead of one blocking read per chunk.
     fn will_need(&self, head: &RecipeHead, offset: u64, end: u64) -> Result<()> {
-        let mut wanted: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
+        let mut keys = Vec::new();
         let mut pos = offset;
         while pos < end {
             let Some(pno) = head.piece_at(pos) else { break };
@@ -251,11 +251,8 @@ impl Store {
                 if let (true, Segment::Data { extents }) = (seg_end > pos && seg_start < end, seg) {
                     let mut e_start = seg_start;
                     for e in extents {
-                        let key = &piece.keys[e.chunk as usize];
-                        if e_start + e.len as u64 > pos && e_start < end && self.cache.chunks.lock().unwrap().get(key).is_none() {
-                            if let Some(c) = self.index.chunk(key)? {
-                                wanted.entry(c.pack).or_default().push((c.offset, BLOB_HEADER_LEN as u64 + c.stored_len as u64));
-                            }
+                        if e_start + e.len as u64 > pos && e_start < end {
+                            keys.push(piece.keys[e.chunk as usize]);
                         }
                         e_start += e.len as u64;
                     }
@@ -267,8 +264,31 @@ impl Store {
             }
             pos = seg_start.max(pos + 1);
         }
-        for (pack, ranges) in wanted {
-            self.packs.will_need(pack, &ranges);
+        self.request_chunks(&keys)
+    }
+
+    /// Starts the kernel reading the blobs of the chunks that are not cached, in pack order,
+    /// with nearby blobs merged into one range.
+    fn request_chunks(&self, keys: &[ChunkKey]) -> Result<()> {
+        let mut wanted: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
+        let mut seen: HashSet<ChunkKey> = HashSet::new();
+        for key in keys {
+            if seen.insert(*key) && self.cache.chunks.lock().unwrap().get(key).is_none() {
+                if let Some(e) = self.index.chunk(key)? {
+                    wanted.entry(e.pack).or_default().push((e.offset, BLOB_HEADER_LEN as u64 + e.stored_len as u64));
+                }
+            }
+        }
+        for (pack, mut ranges) in wanted {
+            ranges.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::new();
+            for (off, len) in ranges {
+                match merged.last_mut() {
+                    Some(last) if off <= last.0 + last.1 + (1 << 20) => last.1 = (off + len).max(last.0 + last.1) - last.0,
+                    _ => merged.push((off, len)),
+                }
+            }
+            self.packs.will_need(pack, &merged);
         }
         Ok(())
     }
@@ -339,17 +359,10 @@ impl Store {
         const TASK: u64 = 4 << 20;
         // Units of work in file order: a whole member, or a run of a data segment's extents.
         let mut tasks: Vec<(u32, usize, usize, usize, u64)> = Vec::new();
-        let mut wanted: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
-        let mut seen: HashSet<ChunkKey> = HashSet::new();
+        let mut keys: Vec<ChunkKey> = Vec::new();
         for pno in 0..head.pieces() {
             let piece = self.piece(head.id, pno)?;
-            for key in &piece.keys {
-                if seen.insert(*key) && self.cache.chunks.lock().unwrap().get(key).is_none() {
-                    if let Some(e) = self.index.chunk(key)? {
-                        wanted.entry(e.pack).or_default().push((e.offset, BLOB_HEADER_LEN as u64 + e.stored_len as u64));
-                    }
-                }
-            }
+            keys.extend_from_slice(&piece.keys);
             for (sno, seg) in piece.segments.iter().enumerate() {
                 match seg {
                     Segment::Member { comp_len, .. } => tasks.push((pno, sno, 0, 0, *comp_len)),
@@ -367,18 +380,8 @@ impl Store {
                 }
             }
         }
-        // Cold packs: let the kernel fetch every needed blob at once, in pack order.
-        for (pack, mut ranges) in wanted {
-            ranges.sort_unstable();
-            let mut merged: Vec<(u64, u64)> = Vec::new();
-            for (off, len) in ranges {
-                match merged.last_mut() {
-                    Some(last) if off <= last.0 + last.1 + (1 << 20) => last.1 = (off + len).max(last.0 + last.1) - last.0,
-                    _ => merged.push((off, len)),
-                }
-            }
-            self.packs.will_need(pack, &merged);
-        }
+        // Cold packs: let the kernel fetch every needed blob at once.
+        self.request_chunks(&keys)?;
         struct Progress {
             done: Vec<Option<Result<Vec<u8>>>>,
             /// Tasks handed out, and bytes of output between the writer and them.
