@@ -163,6 +163,19 @@ impl Index {
         }
     }
 
+    /// Many chunk lookups in one call: RocksDB sorts them and reads each block once.
+    pub fn chunks(&self, keys: &[ChunkKey]) -> Result<Vec<Option<ChunkEntry>>> {
+        let raw: Vec<[u8; 36]> = keys.iter().map(|k| k.to_bytes()).collect();
+        self.db
+            .batched_multi_get_cf(self.cf("chunk"), &raw, false)
+            .into_iter()
+            .map(|r| match r? {
+                Some(v) => Ok(Some(dec("chunk", &v)?)),
+                None => Ok(None),
+            })
+            .collect()
+    }
+
     pub fn for_each_chunk(&self, mut f: impl FnMut(ChunkKey, ChunkEntry) -> Result<()>) -> Result<()> {
         for item in self.db.iterator_cf(self.cf("chunk"), IteratorMode::Start) {
             let (k, v) = item?;

@@ -432,13 +432,20 @@ impl PackReader {
     /// Reads one blob, checks that it is the expected chunk and that its bytes are intact,
     /// and returns the decoded chunk bytes.
     pub fn read(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<Vec<u8>> {
-        let (info, stored) = self.read_stored(pack, offset, key, stored_len)?;
-        decode_stored(info.codec, &stored, info.raw_len)
+        let (info, blob) = self.read_blob(pack, offset, key, stored_len)?;
+        decode_stored(info.codec, &blob[BLOB_HEADER_LEN..], info.raw_len)
             .map_err(|e| PackError::Corrupt { pack, offset, what: format!("cannot decode chunk {}: {e}", key.short()) })
     }
 
     /// Like `read`, but returns the blob's stored (possibly compressed) bytes, checked.
     pub fn read_stored(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<(BlobInfo, Vec<u8>)> {
+        let (info, mut blob) = self.read_blob(pack, offset, key, stored_len)?;
+        blob.drain(..BLOB_HEADER_LEN);
+        Ok((info, blob))
+    }
+
+    /// One blob, header included, after checking that it holds `key` intact.
+    fn read_blob(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<(BlobInfo, Vec<u8>)> {
         let f = self.file(pack)?;
         let mut buf = vec![0u8; BLOB_HEADER_LEN + stored_len as usize];
         f.read_exact_at(&mut buf, offset).map_err(|source| {
@@ -456,7 +463,6 @@ impl PackReader {
         if crc32fast::hash(&buf[BLOB_HEADER_LEN..]) != crc {
             return Err(corrupt(&format!("checksum mismatch in chunk {}", key.short())));
         }
-        buf.drain(..BLOB_HEADER_LEN);
         Ok((info, buf))
     }
 }

@@ -29,13 +29,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, Sender};
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
+    OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::recipe::RecipeHead;
-use crate::store::{Inode, InodeKind, Store, StoreError, Timestamp};
+use crate::store::{Inode, InodeKind, ReadAhead, Store, StoreError, Timestamp};
 
 const TTL: Duration = Duration::from_secs(1);
 /// Longest file name, as statfs reports it.
@@ -65,9 +65,11 @@ fn reserved(parent: u64, name: &[u8]) -> Option<Errno> {
         None
     }
 }
-/// Reported as st_blksize: `cp` and friends size their I/O by it, and every FUSE request
-/// costs a round trip, so ask for 1 MiB.
-const BLKSIZE: u32 = 1 << 20;
+/// Reported as st_blksize, which sizes the buffers of stdio, Python and friends: a record
+/// lookup through such a buffer reads a whole block, and a block of a stored file costs
+/// decoding every chunk in it. Sequential readers still get 1 MiB FUSE requests from the
+/// kernel's read-ahead, and writers from the writeback cache.
+const BLKSIZE: u32 = 4096;
 
 /// A file whose current bytes live in the staging area.
 struct Staged {
@@ -87,6 +89,13 @@ struct Handle {
     /// The recipe a read-only handle of a stored file reads (it cannot change while open:
     /// a writer stages the file first, and reads then go to staging).
     head: Option<Arc<RecipeHead>>,
+    /// Where this handle's last read ended: a read that starts there is sequential and
+    /// worth reading ahead for; one that starts elsewhere (a record lookup) is not.
+    next: u64,
+    /// Bytes read in the current sequential run.
+    run: u64,
+    /// Opened for direct I/O: reads may return short.
+    direct: bool,
 }
 
 struct Inner {
@@ -107,13 +116,9 @@ pub struct WarcFs {
     inner: Arc<Inner>,
     tx: Option<Sender<u64>>,
     worker: Option<JoinHandle<()>>,
-    /// Where a sequential reader of a stored file will read next, for the prefetcher.
-    prefetch_tx: Option<Sender<(Arc<RecipeHead>, u64)>>,
-    prefetcher: Option<JoinHandle<()>>,
+    /// Decodes what sequential readers of stored files will read next.
+    ahead: Option<ReadAhead>,
 }
-
-/// How far ahead of a reader chunks are fetched and gzip members rebuilt in the background.
-const PREFETCH: u64 = 16 << 20;
 
 fn errno(e: &StoreError) -> Errno {
     match e {
@@ -431,13 +436,10 @@ impl WarcFs {
             .name("warcfs-ingest".into())
             .spawn(move || ingest_loop(worker_inner, rx))
             .map_err(|err| StoreError::Io { path: "ingest thread".into(), err })?;
-        let (ptx, prx) = crossbeam_channel::unbounded::<(Arc<RecipeHead>, u64)>();
-        let pstore = store.clone();
-        let prefetcher = std::thread::Builder::new()
-            .name("warcfs-prefetch".into())
-            .spawn(move || prefetch_loop(pstore, prx))
-            .map_err(|err| StoreError::Io { path: "prefetch thread".into(), err })?;
-        Ok(WarcFs { inner, tx: Some(tx), worker: Some(worker), prefetch_tx: Some(ptx), prefetcher: Some(prefetcher) })
+        // Two workers: decoding is what a cold sequential read waits for, and there are two
+        // cores; the FUSE threads mostly copy what the workers decoded.
+        let ahead = ReadAhead::start(store.clone(), 2).map_err(|err| StoreError::Io { path: "read-ahead threads".into(), err })?;
+        Ok(WarcFs { inner, tx: Some(tx), worker: Some(worker), ahead: Some(ahead) })
     }
 
     fn queue(&self, ino: u64) {
@@ -465,9 +467,8 @@ impl WarcFs {
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }
-        self.prefetch_tx.take();
-        if let Some(p) = self.prefetcher.take() {
-            let _ = p.join();
+        if let Some(mut a) = self.ahead.take() {
+            a.stop();
         }
         if let Err(e) = self.inner.store.flush() {
             log::error!("sealing the open pack: {e}");
@@ -481,34 +482,6 @@ impl Drop for WarcFs {
     }
 }
 
-/// Rebuilds gzip members ahead of sequential readers on a core the FUSE threads leave idle.
-/// Only the latest position per file matters; older requests are dropped.
-fn prefetch_loop(store: Arc<Store>, rx: Receiver<(Arc<RecipeHead>, u64)>) {
-    let mut done_to: HashMap<u64, u64> = HashMap::new();
-    while let Ok(first) = rx.recv() {
-        let mut latest: HashMap<u64, (Arc<RecipeHead>, u64)> = HashMap::new();
-        latest.insert(first.0.id, first);
-        while let Ok((h, off)) = rx.try_recv() {
-            latest.insert(h.id, (h, off));
-        }
-        for (rid, (head, off)) in latest {
-            let from = off.max(*done_to.get(&rid).unwrap_or(&0));
-            if from >= off + PREFETCH || from >= head.size {
-                continue;
-            }
-            match store.prefetch(&head, from, off + PREFETCH - from) {
-                Ok(()) => {
-                    done_to.insert(rid, off + PREFETCH);
-                }
-                Err(e) => log::warn!("prefetch of recipe {rid}: {e}"),
-            }
-        }
-        if done_to.len() > 4096 {
-            done_to.clear();
-        }
-    }
-}
-
 fn ingest_loop(inner: Arc<Inner>, rx: Receiver<u64>) {
     for ino in rx {
         inner.ingest(ino);
@@ -519,7 +492,11 @@ fn ingest_loop(inner: Arc<Inner>, rx: Receiver<u64>) {
 impl Filesystem for WarcFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         let _ = config.set_max_write(1 << 20);
-        let wanted = InitFlags::FUSE_WRITEBACK_CACHE | InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_AUTO_INVAL_DATA;
+        // Gzip files are opened for direct I/O (see `open`); mmap of them still works.
+        let wanted = InitFlags::FUSE_WRITEBACK_CACHE
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_AUTO_INVAL_DATA
+            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         let _ = config.add_capabilities(wanted & config.capabilities());
         let _ = config.set_time_granularity(Duration::from_nanos(1));
         Ok(())
@@ -775,7 +752,7 @@ impl Filesystem for WarcFs {
                 Err(e) => return reply.error(e),
             };
             let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
-            self.inner.handles.lock().unwrap().insert(fh, Handle { write: false, head: None, snapshot: Some(bytes) });
+            self.inner.handles.lock().unwrap().insert(fh, Handle { write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, direct: true });
             // Its size changes with the store: no page cache, every read comes here.
             return reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
         }
@@ -801,8 +778,24 @@ impl Filesystem for WarcFs {
             return reply.error(e);
         }
         let keep = !write && !inner.staged.lock().unwrap().contains_key(&ino);
-        let fh = self.register(ino, write);
-        reply.opened(FileHandle(fh), if keep { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() });
+        let (fh, head) = self.register(ino, write);
+        // Locks are the kernel's own (no POSIX lock requests come here) and a reader has
+        // nothing to persist: its close needs no FLUSH round trip.
+        let noflush = if write { FopenFlags::empty() } else { FopenFlags::FOPEN_NOFLUSH };
+        let flags = noflush | if !keep {
+            FopenFlags::empty()
+        } else if head.is_some_and(|h| inner.store.rebuilds_members(&h)) {
+            // Through the page cache, a read of one gzip member (a record at its CDX offset)
+            // grows to whole pages, which hold the ends of its neighbours: each of them would
+            // have to be rebuilt too. Direct I/O hands us the reader's exact range instead.
+            if let Some(h) = inner.handles.lock().unwrap().get_mut(&fh) {
+                h.direct = true;
+            }
+            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::FOPEN_KEEP_CACHE
+        };
+        reply.opened(FileHandle(fh), flags);
     }
 
     fn read(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
@@ -832,7 +825,10 @@ impl Filesystem for WarcFs {
         }
         // The handle's recipe saves an index lookup per read; if the file was rewritten
         // since (its old recipe is gone), the current one answers.
-        let cached = inner.handles.lock().unwrap().get(&fh.0).and_then(|h| h.head.clone());
+        let (cached, sequential, direct) = match inner.handles.lock().unwrap().get(&fh.0) {
+            Some(h) => (h.head.clone(), h.next == offset, h.direct),
+            None => (None, false, false),
+        };
         let fresh = || match inner.store.head(ino) {
             Ok(h) => Ok(Arc::new(h.unwrap_or_default())),
             Err(e) => Err(errno(&e)),
@@ -844,37 +840,63 @@ impl Filesystem for WarcFs {
                 Err(e) => return reply.error(e),
             },
         };
-        let mut result = None;
-        for attempt in 0..2 {
-            let n = (head.size.saturating_sub(offset)).min(size as u64) as usize;
-            let mut buf = vec![0u8; n];
-            match inner.store.read_at(&head, offset, &mut buf) {
-                Ok(k) => {
-                    buf.truncate(k);
-                    result = Some(Ok(buf));
-                    break;
+        // One reply buffer per FUSE thread: a fresh 1 MiB buffer per request costs page faults
+        // and zeroing comparable to the copy itself.
+        thread_local! {
+            static REPLY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        REPLY.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            let mut result = Err(Errno::EIO);
+            for attempt in 0..2 {
+                let n = (head.size.saturating_sub(offset)).min(size as u64) as usize;
+                if buf.len() < n {
+                    buf.resize(n, 0);
                 }
-                Err(e) if attempt == 0 => {
-                    head = match fresh() {
-                        Ok(h) => h,
+                // Direct I/O (gzip files) lets a read come back short, and a reader that is
+                // not reading straight through is likely after one record: give it that.
+                // Page-aligned requests may come from the page cache (mmap is allowed on
+                // these files), where a short read would read as the end of the file: they
+                // always get everything.
+                let lookup = direct && !sequential && offset % 4096 != 0;
+                let r = if lookup {
+                    inner.store.read_some(&head, offset, &mut buf[..n])
+                } else {
+                    inner.store.read_at(&head, offset, &mut buf[..n])
+                };
+                match r {
+                    Ok(k) => {
+                        result = Ok(k);
+                        break;
+                    }
+                    Err(e) if attempt == 0 => match fresh() {
+                        Ok(h) => head = h,
                         Err(_) => {
-                            result = Some(Err(errno(&e)));
+                            result = Err(errno(&e));
                             break;
                         }
+                    },
+                    Err(e) => result = Err(errno(&e)),
+                }
+            }
+            match result {
+                Ok(k) => {
+                    reply.data(&buf[..k]);
+                    let run = match inner.handles.lock().unwrap().get_mut(&fh.0) {
+                        Some(h) => {
+                            h.run = if sequential { h.run + k as u64 } else { 0 };
+                            h.next = offset + k as u64;
+                            h.run
+                        }
+                        None => 0,
                     };
+                    if let Some(a) = &self.ahead {
+                        a.reader_at(head, offset + k as u64, run);
+                    }
                 }
-                Err(e) => result = Some(Err(errno(&e))),
+                Err(e) => reply.error(e),
             }
-        }
-        match result.unwrap_or(Err(Errno::EIO)) {
-            Ok(buf) => {
-                reply.data(&buf);
-                if let Some(tx) = &self.prefetch_tx {
-                    let _ = tx.send((head, offset + buf.len() as u64));
-                }
-            }
-            Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn write(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, data: &[u8], _wf: WriteFlags, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyWrite) {
@@ -895,6 +917,12 @@ impl Filesystem for WarcFs {
         s.gen += 1;
         s.dirty = true;
         reply.written(data.len() as u32);
+    }
+
+    /// No ioctls. Every `open()` in Python and C stdio asks TCGETS (is it a terminal?): the
+    /// answer must be cheap and quiet, not fuser's "not implemented" log line.
+    fn ioctl(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: IoctlFlags, _cmd: u32, _in: &[u8], _out: u32, reply: ReplyIoctl) {
+        reply.error(Errno::ENOTTY);
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
@@ -1130,18 +1158,19 @@ impl Filesystem for WarcFs {
         };
         let write = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
         inner.staged.lock().unwrap().insert(ino, Staged { file: Arc::new(file), size: 0, gen: 0, writers: u32::from(write), dirty: false });
-        let fh = self.register(ino, write);
+        let (fh, _) = self.register(ino, write);
         reply.created(&TTL, &inner.attr(ino, &inode), Generation(0), FileHandle(fh), FopenFlags::empty());
     }
 }
 
 impl WarcFs {
-    fn register(&self, ino: u64, write: bool) -> u64 {
+    /// A new handle; a reader's carries the file's recipe, which is returned too.
+    fn register(&self, ino: u64, write: bool) -> (u64, Option<Arc<RecipeHead>>) {
         let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
         let head = if write { None } else { self.inner.store.head(ino).ok().flatten().map(Arc::new) };
-        self.inner.handles.lock().unwrap().insert(fh, Handle { write, head, snapshot: None });
+        self.inner.handles.lock().unwrap().insert(fh, Handle { write, head: head.clone(), snapshot: None, next: 0, run: 0, direct: false });
         *self.inner.opens.lock().unwrap().entry(ino).or_insert(0) += 1;
-        fh
+        (fh, head)
     }
 
     fn new_node(&self, parent: u64, name: &OsStr, inode: Inode, reply: ReplyEntry) {

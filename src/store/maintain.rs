@@ -271,6 +271,8 @@ impl Store {
             o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
         }
         self.index.write(b)?;
+        // Cached chunk places (and, after a dropped key is reused, chunk bytes) are stale now.
+        self.cache.clear();
         for id in doomed.iter().chain(rewrite.iter()) {
             let path = packs_dir.join(pack::pack_name(*id));
             self.packs.forget(*id);

@@ -12,6 +12,7 @@
 //! synced RocksDB batch that commits a recipe with its refcount changes. A crash leaves the
 //! old state or the new one, plus pack bytes nothing references, which `gc` reclaims.
 
+mod ahead;
 mod fsops;
 mod ingest;
 mod maintain;
@@ -33,6 +34,7 @@ use crate::digest::{self, ChunkKey, Digest, DigestFn};
 use crate::index::{ChunkEntry, Index, IndexError};
 use crate::pack::{self, OpenPack, PackError, PackReader};
 
+pub use ahead::ReadAhead;
 pub use fsops::{FileUsage, Prepared};
 pub use ingest::Presplit;
 pub use maintain::{FsckReport, GcReport, Stats};
@@ -47,6 +49,13 @@ pub(crate) const CONFIG_FILE: &str = "warcfs.json";
 
 /// Sealed packs grow to about this size.
 pub const PACK_TARGET: u64 = 32 << 20;
+/// Decoded chunks kept for readers. Sequential readers need a chunk only until they are past
+/// it (the kernel keeps the file's pages), so the cache is sized for the read-ahead window
+/// and for chunks shared between nearby records; memory it recycles costs no page faults,
+/// memory it grows into does.
+const CHUNK_CACHE: usize = 64 << 20;
+/// Rebuilt gzip members kept for readers.
+const MEMBER_CACHE: usize = 128 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -253,7 +262,7 @@ impl Store {
             config,
             index,
             packs: PackReader::new(packs_dir, tmp_dir),
-            cache: ReadCache::new(256 << 20, 128 << 20),
+            cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
             writer: Mutex::new(Writer { open: None, next_pack: max_id + 1, pending: HashMap::new(), collisions: 0 }),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
             digest,
@@ -279,7 +288,7 @@ impl Store {
             config,
             index,
             packs: PackReader::new(root.join("packs"), root.join("packs-tmp")),
-            cache: ReadCache::new(256 << 20, 128 << 20),
+            cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
             writer: Mutex::new(Writer { open: None, next_pack: 0, pending: HashMap::new(), collisions: 0 }),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
             digest: digest::sha256,

@@ -19,6 +19,17 @@ use crate::index::ChunkEntry;
 use crate::pack::BLOB_HEADER_LEN;
 use crate::recipe::{Extent, Piece, RecipeHead, Segment};
 
+/// Reads up to this size are taken for lookups (see `read_at`).
+const LOOKUP_READ: u64 = 256 << 10;
+
+/// One piece of work a sequential reader will need soon (see `Store::plan_ahead`).
+pub enum Ahead {
+    /// Decode this chunk into the cache.
+    Chunk(ChunkKey, ChunkEntry),
+    /// Rebuild this gzip member of the file into the cache.
+    Member { piece: u32, segment: u32 },
+}
+
 /// An LRU bounded by the bytes it holds rather than by entry count.
 struct SizedLru<K: Hash + Eq, V> {
     map: LruCache<K, (Arc<V>, usize)>,
@@ -71,6 +82,10 @@ pub struct ReadCache {
     building: Mutex<HashSet<MemberKey>>,
     built: Condvar,
     pieces: Mutex<SizedLru<(u64, u32), Piece>>,
+    /// Where chunks live in the packs. A chunk's blob never moves while the store is open
+    /// (only gc, which needs the store to itself, rewrites packs), and a blob stays readable
+    /// under its key even after its last reference goes: a stale entry still reads right.
+    places: Mutex<LruCache<ChunkKey, ChunkEntry>>,
 }
 
 impl ReadCache {
@@ -83,6 +98,7 @@ impl ReadCache {
             building: Mutex::new(HashSet::new()),
             built: Condvar::new(),
             pieces: Mutex::new(SizedLru::new(64 << 20)),
+            places: Mutex::new(LruCache::new(std::num::NonZeroUsize::new(1 << 18).expect("non-zero"))),
         }
     }
 
@@ -90,6 +106,7 @@ impl ReadCache {
         self.chunks.lock().unwrap().clear();
         self.members.lock().unwrap().clear();
         self.pieces.lock().unwrap().clear();
+        self.places.lock().unwrap().clear();
     }
 }
 
@@ -127,8 +144,32 @@ impl Store {
         if let Some(v) = self.cache.chunks.lock().unwrap().get(key) {
             return Ok(v);
         }
-        let entry = self.index.chunk(key)?.ok_or_else(|| StoreError::MissingChunk(key.to_string()))?;
+        let entry = self.locate(std::slice::from_ref(key))?.pop().flatten().ok_or_else(|| StoreError::MissingChunk(key.to_string()))?;
         self.chunk_bytes(key, &entry)
+    }
+
+    /// Where each chunk is stored (None for a key the index does not know).
+    fn locate(&self, keys: &[ChunkKey]) -> Result<Vec<Option<ChunkEntry>>> {
+        let mut found: Vec<Option<ChunkEntry>> = {
+            let mut places = self.cache.places.lock().unwrap();
+            keys.iter().map(|k| places.get(k).cloned()).collect()
+        };
+        let missing: Vec<ChunkKey> = keys.iter().zip(&found).filter(|(_, f)| f.is_none()).map(|(k, _)| *k).collect();
+        if missing.is_empty() {
+            return Ok(found);
+        }
+        let looked_up = if missing.len() == 1 { vec![self.index.chunk(&missing[0])?] } else { self.index.chunks(&missing)? };
+        let mut places = self.cache.places.lock().unwrap();
+        let mut looked_up = looked_up.into_iter();
+        for (k, slot) in keys.iter().zip(found.iter_mut()) {
+            if slot.is_none() {
+                *slot = looked_up.next().flatten();
+                if let Some(e) = slot {
+                    places.put(*k, e.clone());
+                }
+            }
+        }
+        Ok(found)
     }
 
     pub(crate) fn piece(&self, rid: u64, piece: u32) -> Result<Arc<Piece>> {
@@ -143,6 +184,11 @@ impl Store {
 
     /// Appends the plain text described by `extents` to `out`.
     fn gather(&self, piece: &Piece, extents: &[Extent], out: &mut Vec<u8>) -> Result<()> {
+        if extents.len() > 1 {
+            // Start every pack read at once rather than one after the other.
+            let keys: Vec<ChunkKey> = extents.iter().map(|e| piece.keys[e.chunk as usize]).collect();
+            self.request_chunks(&keys)?;
+        }
         for e in extents {
             let key = &piece.keys[e.chunk as usize];
             let chunk = self.chunk_by_key(key)?;
@@ -194,11 +240,18 @@ impl Store {
         r
     }
 
-    /// Rebuilds the gzip members in [offset, offset + len) that are not cached yet, so that a
-    /// sequential reader finds them ready: called from a background thread.
-    pub fn prefetch(&self, head: &RecipeHead, offset: u64, len: u64) -> Result<()> {
-        let end = (offset + len).min(head.size);
-        self.will_need(head, offset, end)?;
+    /// The work a reader of [offset, end) will need that is not cached yet, in file order:
+    /// chunks of plain bytes to decode and gzip members to rebuild. The kernel starts reading
+    /// the pack ranges of all of it at once.
+    pub fn plan_ahead(&self, head: &RecipeHead, offset: u64, end: u64) -> Result<Vec<Ahead>> {
+        let end = end.min(head.size);
+        // In file order: chunks to decode and members to rebuild; and every chunk to read.
+        enum Step {
+            Chunk(ChunkKey),
+            Member(u32, u32),
+        }
+        let mut order: Vec<Step> = Vec::new();
+        let mut needed: Vec<ChunkKey> = Vec::new();
         let mut pos = offset;
         while pos < end {
             let Some(pno) = head.piece_at(pos) else { break };
@@ -208,21 +261,21 @@ impl Store {
                 let seg_end = seg_start + seg.len();
                 if seg_end > pos && seg_start < end {
                     match seg {
-                        Segment::Member { .. } => {
-                            self.member_cached(head.id, pno, sno as u32, &piece)?;
+                        Segment::Member { plain, .. } => {
+                            if self.cache.members.lock().unwrap().get(&(head.id, pno, sno as u32)).is_none() {
+                                order.push(Step::Member(pno, sno as u32));
+                                needed.extend(plain.iter().map(|e| piece.keys[e.chunk as usize]));
+                            }
                         }
-                        // Plain bytes: decode the chunks ahead of the reader, on this thread.
                         Segment::Data { extents } => {
                             let mut e_start = seg_start;
                             for e in extents {
-                                let e_end = e_start + e.len as u64;
-                                if e_end > pos && e_start < end {
-                                    self.chunk_by_key(&piece.keys[e.chunk as usize])?;
+                                if e_start + e.len as u64 > pos && e_start < end {
+                                    let key = piece.keys[e.chunk as usize];
+                                    order.push(Step::Chunk(key));
+                                    needed.push(key);
                                 }
-                                e_start = e_end;
-                                if e_start >= end {
-                                    break;
-                                }
+                                e_start += e.len as u64;
                             }
                         }
                     }
@@ -234,53 +287,47 @@ impl Store {
             }
             pos = seg_start.max(pos + 1);
         }
-        Ok(())
+        let places: HashMap<ChunkKey, ChunkEntry> =
+            needed.iter().copied().zip(self.request_chunks(&needed)?).filter_map(|(k, e)| e.map(|e| (k, e))).collect();
+        let mut seen = HashSet::new();
+        Ok(order
+            .into_iter()
+            .filter_map(|job| match job {
+                Step::Chunk(key) => places.get(&key).filter(|_| seen.insert(key)).map(|e| Ahead::Chunk(key, e.clone())),
+                Step::Member(piece, segment) => Some(Ahead::Member { piece, segment }),
+            })
+            .collect())
     }
 
-    /// Asks the kernel to read the pack ranges of every chunk of [offset, end) that is not
-    /// cached: one batch of asynchronous reads instead of one blocking read per chunk.
-    fn will_need(&self, head: &RecipeHead, offset: u64, end: u64) -> Result<()> {
-        let mut keys = Vec::new();
-        let mut pos = offset;
-        while pos < end {
-            let Some(pno) = head.piece_at(pos) else { break };
-            let piece = self.piece(head.id, pno)?;
-            let mut seg_start = head.piece_starts[pno as usize];
-            for seg in &piece.segments {
-                let seg_end = seg_start + seg.len();
-                if let (true, Segment::Data { extents }) = (seg_end > pos && seg_start < end, seg) {
-                    let mut e_start = seg_start;
-                    for e in extents {
-                        if e_start + e.len as u64 > pos && e_start < end {
-                            keys.push(piece.keys[e.chunk as usize]);
-                        }
-                        e_start += e.len as u64;
-                    }
-                }
-                seg_start = seg_end;
-                if seg_start >= end {
-                    break;
-                }
+    /// Does one piece of planned work; its result lands in the caches.
+    pub fn run_ahead(&self, head: &RecipeHead, job: &Ahead) -> Result<()> {
+        match job {
+            Ahead::Chunk(key, entry) => self.chunk_bytes(key, entry).map(drop),
+            Ahead::Member { piece, segment } => {
+                let p = self.piece(head.id, *piece)?;
+                self.member_cached(head.id, *piece, *segment, &p).map(drop)
             }
-            pos = seg_start.max(pos + 1);
         }
-        self.request_chunks(&keys)
     }
 
     /// Starts the kernel reading the blobs of the chunks that are not cached, in pack order,
-    /// with nearby blobs merged into one range.
-    fn request_chunks(&self, keys: &[ChunkKey]) -> Result<()> {
-        let mut wanted: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
-        let mut seen: HashSet<ChunkKey> = HashSet::new();
-        for key in keys {
-            if seen.insert(*key) && self.cache.chunks.lock().unwrap().get(key).is_none() {
-                if let Some(e) = self.index.chunk(key)? {
-                    wanted.entry(e.pack).or_default().push((e.offset, BLOB_HEADER_LEN as u64 + e.stored_len as u64));
-                }
-            }
+    /// with nearby blobs merged into one range. Returns where each of `keys` is stored, or
+    /// None for one that is cached already (or unknown).
+    fn request_chunks(&self, keys: &[ChunkKey]) -> Result<Vec<Option<ChunkEntry>>> {
+        let cached: Vec<bool> = {
+            let mut chunks = self.cache.chunks.lock().unwrap();
+            keys.iter().map(|k| chunks.get(k).is_some()).collect()
+        };
+        let wanted: Vec<ChunkKey> = keys.iter().zip(&cached).filter(|(_, c)| !**c).map(|(k, _)| *k).collect();
+        let mut located = self.locate(&wanted)?.into_iter();
+        let places: Vec<Option<ChunkEntry>> = cached.iter().map(|c| if *c { None } else { located.next().flatten() }).collect();
+        let mut ranges: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
+        for e in places.iter().flatten() {
+            ranges.entry(e.pack).or_default().push((e.offset, BLOB_HEADER_LEN as u64 + e.stored_len as u64));
         }
-        for (pack, mut ranges) in wanted {
+        for (pack, mut ranges) in ranges {
             ranges.sort_unstable();
+            ranges.dedup();
             let mut merged: Vec<(u64, u64)> = Vec::new();
             for (off, len) in ranges {
                 match merged.last_mut() {
@@ -290,11 +337,33 @@ impl Store {
             }
             self.packs.will_need(pack, &merged);
         }
-        Ok(())
+        Ok(places)
+    }
+
+    /// Whether reading the file means rebuilding gzip members (its first piece holds one):
+    /// then any read that touches a member costs a whole member's deflate.
+    pub fn rebuilds_members(&self, head: &RecipeHead) -> bool {
+        head.pieces() > 0 && self.piece(head.id, 0).is_ok_and(|p| p.segments.iter().any(|s| matches!(s, Segment::Member { .. })))
     }
 
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at EOF).
     pub fn read_at(&self, head: &RecipeHead, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.read_inner(head, offset, buf, true)
+    }
+
+    /// Like `read_at`, but stops short before a gzip member that would have to be rebuilt,
+    /// once it has read something: a reader that looks up one record at its offset with a
+    /// large buffer gets that record's member without paying for its neighbours.
+    pub fn read_some(&self, head: &RecipeHead, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.read_inner(head, offset, buf, false)
+    }
+
+    fn read_inner(&self, head: &RecipeHead, offset: u64, buf: &mut [u8], whole: bool) -> Result<usize> {
+        if buf.len() as u64 <= LOOKUP_READ {
+            // A lookup-sized read (a record, a few pages): start all its pack reads at once.
+            // Larger reads are sequential, and the read-ahead has started theirs already.
+            self.plan_ahead(head, offset, offset + buf.len() as u64)?;
+        }
         let mut done = 0usize;
         while done < buf.len() {
             let pos = offset + done as u64;
@@ -331,6 +400,9 @@ impl Store {
                         }
                     }
                     Segment::Member { .. } => {
+                        if !whole && done > 0 && self.cache.members.lock().unwrap().get(&(head.id, pno, sno as u32)).is_none() {
+                            return Ok(done);
+                        }
                         let m = self.member_cached(head.id, pno, sno as u32, &piece)?;
                         let from = (offset + done as u64 - seg_start) as usize;
                         let n = (m.len() - from).min(buf.len() - done);

@@ -230,3 +230,63 @@ fn records_are_found_from_header_chunks_alone() {
     }
     assert_eq!(recs.iter().map(|r| (r.offset, r.length)).collect::<Vec<_>>(), expect);
 }
+
+#[test]
+fn lookup_reads_stop_at_the_member_they_start_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let gz = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpus/real/webrecorder-pywb/iana.warc.gz")).unwrap();
+    let mut plain = Vec::new();
+    let members: Vec<(u64, u64)> = crate::format::gzip::split(&gz, &mut plain)
+        .iter()
+        .filter_map(|r| match r {
+            crate::format::gzip::Region::Member(m) => Some((m.start, m.comp_len)),
+            _ => None,
+        })
+        .collect();
+    assert!(members.len() > 4);
+    s.put_file(ROOT_INO, b"f.warc.gz", &gz, meta()).unwrap();
+    let head = s.inode(s.resolve("/f.warc.gz").unwrap()).unwrap().unwrap().recipe.unwrap();
+    assert!(s.rebuilds_members(&head));
+
+    // From each member's start (and from its middle), with a buffer reaching far past it:
+    // a lookup read returns that member's bytes up to its end, exactly, and no further
+    // (nothing after it was rebuilt yet); a whole read fills the buffer.
+    for &(start, len) in members.iter().rev() {
+        for from in [start, start + len / 2] {
+            s.cache.clear();
+            let mut buf = vec![0u8; 256 << 10];
+            let want = (gz.len() as u64 - from).min(buf.len() as u64) as usize;
+            let n = s.read_some(&head, from, &mut buf).unwrap();
+            assert_eq!(n as u64, start + len - from, "lookup read at {from}");
+            assert_eq!(&buf[..n], &gz[from as usize..from as usize + n]);
+            let n = s.read_at(&head, from, &mut buf).unwrap();
+            assert_eq!(n, want);
+            assert_eq!(&buf[..n], &gz[from as usize..from as usize + n]);
+        }
+    }
+    // Members already rebuilt are cheap: a lookup read then carries on through them.
+    s.cache.clear();
+    let mut all = vec![0u8; gz.len()];
+    assert_eq!(s.read_at(&head, 0, &mut all).unwrap(), gz.len());
+    assert_eq!(s.read_some(&head, 0, &mut all).unwrap(), gz.len());
+
+    // The read-ahead plan of a cold file covers every member once, in file order, and
+    // running it leaves every member cached.
+    s.cache.clear();
+    let plan = s.plan_ahead(&head, 0, head.size).unwrap();
+    let planned: Vec<(u32, u32)> = plan
+        .iter()
+        .filter_map(|j| match j {
+            read::Ahead::Member { piece, segment } => Some((*piece, *segment)),
+            read::Ahead::Chunk(..) => None,
+        })
+        .collect();
+    assert_eq!(planned.len(), members.len());
+    assert!(planned.windows(2).all(|w| w[0] < w[1]));
+    for job in &plan {
+        s.run_ahead(&head, job).unwrap();
+    }
+    assert_eq!(s.read_some(&head, 0, &mut all).unwrap(), gz.len());
+    assert_eq!(all, gz);
+}

@@ -307,14 +307,23 @@ pub fn crawl_files() -> Vec<PathBuf> {
 /// A live mount that is always unmounted, even when the test fails.
 pub struct Mount {
     pub mnt: PathBuf,
+    store: PathBuf,
 }
 
 impl Mount {
     pub fn new(store: &Path, mnt: &Path) -> Mount {
         fs::create_dir_all(mnt).unwrap();
         ok(&["mount", &s(store), &s(mnt)]);
-        Mount { mnt: mnt.to_path_buf() }
+        Mount { mnt: mnt.to_path_buf(), store: store.to_path_buf() }
     }
+}
+
+/// Whether a process holds the store's lock (a daemon still shutting down, say).
+fn store_locked(store: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = fs::File::open(store.join("lock")) else { return false };
+    // SAFETY: flock on a descriptor we own; released when `f` closes.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
 }
 
 impl Drop for Mount {
@@ -326,7 +335,9 @@ impl Drop for Mount {
         }
         // The daemon finishes its ingests and releases the store after unmount.
         let t0 = std::time::Instant::now();
-        while fs::read_to_string("/proc/mounts").unwrap_or_default().contains(&format!(" {m} ")) && t0.elapsed() < std::time::Duration::from_secs(20) {
+        while (fs::read_to_string("/proc/mounts").unwrap_or_default().contains(&format!(" {m} ")) || store_locked(&self.store))
+            && t0.elapsed() < std::time::Duration::from_secs(20)
+        {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }

@@ -1,0 +1,141 @@
+//! Read-ahead for sequential readers: while a reader consumes one part of a file, background
+//! threads decode the chunks and rebuild the gzip members of the next `WINDOW` bytes, so its
+//! next reads are answered from the caches.
+//!
+//! Readers report where they are (`reader_at`); an idle worker turns the newest report of
+//! each file into planned work (`Store::plan_ahead`), and the workers take that work in file
+//! order. A reader that asks for a chunk a worker is decoding waits for it rather than
+//! decoding it again (see `ReadCache`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use super::read::Ahead;
+use super::Store;
+use crate::recipe::RecipeHead;
+
+/// How far ahead of a reader the work is done, at most.
+pub const WINDOW: u64 = 16 << 20;
+/// A reader starts being read ahead for once it has read this much in one sequential run:
+/// a record lookup reads a few pages in a row, and decoding megabytes after each would cost
+/// more than the lookups themselves.
+pub const START_AFTER: u64 = 256 << 10;
+
+pub struct ReadAhead {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+struct Shared {
+    store: Arc<Store>,
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    /// The newest position each reader reported, and how far ahead to work, per recipe, not
+    /// planned yet.
+    reported: HashMap<u64, (Arc<RecipeHead>, u64, u64)>,
+    /// How far each recipe is planned.
+    planned: HashMap<u64, u64>,
+    jobs: VecDeque<(Arc<RecipeHead>, Ahead)>,
+    closed: bool,
+}
+
+impl ReadAhead {
+    /// Starts `threads` workers.
+    pub fn start(store: Arc<Store>, threads: usize) -> std::io::Result<ReadAhead> {
+        let shared = Arc::new(Shared { store, state: Mutex::new(State::default()), wake: Condvar::new() });
+        let mut workers = Vec::new();
+        for i in 0..threads {
+            let s = shared.clone();
+            workers.push(std::thread::Builder::new().name(format!("warcfs-ahead-{i}")).spawn(move || work(&s))?);
+        }
+        Ok(ReadAhead { shared, workers })
+    }
+
+    /// A reader of `head` will read at `offset` next, after `run` bytes read in a row. Like
+    /// the kernel's read-ahead, the window grows with the run (twice the run, up to
+    /// `WINDOW`), so short runs cost little and long ones are served from the caches.
+    pub fn reader_at(&self, head: Arc<RecipeHead>, offset: u64, run: u64) {
+        if run < START_AFTER {
+            return;
+        }
+        let window = run.saturating_mul(2).min(WINDOW);
+        let mut st = self.shared.state.lock().unwrap();
+        st.reported.insert(head.id, (head, offset, window));
+        drop(st);
+        self.shared.wake.notify_one();
+    }
+
+    /// Drops pending work and stops the workers.
+    pub fn stop(&mut self) {
+        {
+            let mut st = self.shared.state.lock().unwrap();
+            st.closed = true;
+            st.jobs.clear();
+        }
+        self.shared.wake.notify_all();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for ReadAhead {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn work(shared: &Shared) {
+    let mut st = shared.state.lock().unwrap();
+    loop {
+        if st.closed {
+            return;
+        }
+        if let Some((head, job)) = st.jobs.pop_front() {
+            drop(st);
+            if let Err(e) = shared.store.run_ahead(&head, &job) {
+                // The reader will hit the same error itself and report it; this is only a hint.
+                log::debug!("read-ahead in recipe {}: {e}", head.id);
+            }
+            st = shared.state.lock().unwrap();
+            continue;
+        }
+        let Some(&rid) = st.reported.keys().next() else {
+            st = shared.wake.wait(st).unwrap();
+            continue;
+        };
+        let (head, offset, window) = st.reported.remove(&rid).expect("key just seen");
+        let planned = st.planned.get(&rid).copied().unwrap_or(0);
+        // A reader that moved outside the planned window sought elsewhere: what was queued
+        // for its old position is no longer wanted.
+        let from = if offset > planned || offset + 2 * WINDOW < planned {
+            st.jobs.retain(|(h, _)| h.id != rid);
+            offset
+        } else {
+            planned
+        };
+        let to = (offset + window).min(head.size);
+        if from >= to {
+            continue;
+        }
+        st.planned.insert(rid, to);
+        if st.planned.len() > 4096 {
+            st.planned.retain(|r, _| *r == rid);
+        }
+        drop(st);
+        let planned_jobs = shared.store.plan_ahead(&head, from, to);
+        st = shared.state.lock().unwrap();
+        match planned_jobs {
+            Ok(jobs) => {
+                st.jobs.extend(jobs.into_iter().map(|j| (head.clone(), j)));
+                shared.wake.notify_all();
+            }
+            Err(e) => log::debug!("planning read-ahead of recipe {rid}: {e}"),
+        }
+    }
+}
