@@ -19,7 +19,8 @@ use crate::index::ChunkEntry;
 use crate::pack::BLOB_HEADER_LEN;
 use crate::recipe::{Extent, Piece, RecipeHead, Segment};
 
-/// Reads up to this size are taken for lookups (see `read_at`).
+/// Reads up to this size are taken for lookups: the pack reads of all their chunks start at
+/// once (larger reads are sequential and read ahead for).
 const LOOKUP_READ: u64 = 256 << 10;
 
 /// One piece of work a sequential reader will need soon (see `Store::plan_ahead`).
@@ -321,6 +322,10 @@ impl Store {
         let wanted: Vec<ChunkKey> = keys.iter().zip(&cached).filter(|(_, c)| !**c).map(|(k, _)| *k).collect();
         let mut located = self.locate(&wanted)?.into_iter();
         let places: Vec<Option<ChunkEntry>> = cached.iter().map(|c| if *c { None } else { located.next().flatten() }).collect();
+        if wanted.len() < 2 {
+            // One read: nothing to overlap it with; the reader issues it right away.
+            return Ok(places);
+        }
         let mut ranges: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
         for e in places.iter().flatten() {
             ranges.entry(e.pack).or_default().push((e.offset, BLOB_HEADER_LEN as u64 + e.stored_len as u64));
@@ -359,11 +364,6 @@ impl Store {
     }
 
     fn read_inner(&self, head: &RecipeHead, offset: u64, buf: &mut [u8], whole: bool) -> Result<usize> {
-        if buf.len() as u64 <= LOOKUP_READ {
-            // A lookup-sized read (a record, a few pages): start all its pack reads at once.
-            // Larger reads are sequential, and the read-ahead has started theirs already.
-            self.plan_ahead(head, offset, offset + buf.len() as u64)?;
-        }
         let mut done = 0usize;
         while done < buf.len() {
             let pos = offset + done as u64;
@@ -379,6 +379,24 @@ impl Store {
                 }
                 match seg {
                     Segment::Data { extents } => {
+                        if buf.len() as u64 <= LOOKUP_READ {
+                            // A lookup-sized read (a record, a few pages) of plain bytes: start
+                            // the pack reads of all its chunks at once. Larger reads are
+                            // sequential, and the read-ahead has started theirs already.
+                            let end = offset + buf.len() as u64;
+                            let mut e_start = seg_start;
+                            let keys: Vec<ChunkKey> = extents
+                                .iter()
+                                .filter_map(|e| {
+                                    let hit = e_start + e.len as u64 > pos && e_start < end;
+                                    e_start += e.len as u64;
+                                    hit.then(|| piece.keys[e.chunk as usize])
+                                })
+                                .collect();
+                            if keys.len() > 1 {
+                                self.request_chunks(&keys)?;
+                            }
+                        }
                         let mut ext_start = seg_start;
                         for e in extents {
                             let cur = offset + done as u64;

@@ -194,24 +194,30 @@ proptest! {
     }
 }
 
-#[test]
-fn records_are_found_from_header_chunks_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+/// A real multi-member WARC (pywb's sample): its bytes, its plain text, and each gzip
+/// member's (offset, compressed length).
+fn iana_members() -> (Vec<u8>, Vec<u8>, Vec<(u64, u64)>) {
     let gz = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpus/real/webrecorder-pywb/iana.warc.gz")).unwrap();
     let mut plain = Vec::new();
-    let regions = crate::format::gzip::split(&gz, &mut plain);
-    s.put_file(ROOT_INO, b"iana.warc.gz", &gz, meta()).unwrap();
-    s.put_file(ROOT_INO, b"iana.warc", &plain, meta()).unwrap();
-
-    let head = |name: &str| s.inode(s.resolve(name).unwrap()).unwrap().unwrap().recipe.unwrap();
-    let members: Vec<(u64, u64)> = regions
+    let members = crate::format::gzip::split(&gz, &mut plain)
         .iter()
         .filter_map(|r| match r {
             crate::format::gzip::Region::Member(m) => Some((m.start, m.comp_len)),
             _ => None,
         })
         .collect();
+    (gz, plain, members)
+}
+
+#[test]
+fn records_are_found_from_header_chunks_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let (gz, plain, members) = iana_members();
+    s.put_file(ROOT_INO, b"iana.warc.gz", &gz, meta()).unwrap();
+    s.put_file(ROOT_INO, b"iana.warc", &plain, meta()).unwrap();
+
+    let head = |name: &str| s.inode(s.resolve(name).unwrap()).unwrap().unwrap().recipe.unwrap();
     let recs = s.records(&head("/iana.warc.gz")).unwrap();
     assert_eq!(recs.iter().map(|r| (r.offset, r.length)).collect::<Vec<_>>(), members);
     assert!(recs.iter().all(|r| r.warc_header.starts_with(b"WARC/1.0\r\n") && r.warc_header.ends_with(b"\r\n\r\n")));
@@ -235,15 +241,7 @@ fn records_are_found_from_header_chunks_alone() {
 fn lookup_reads_stop_at_the_member_they_start_in() {
     let dir = tempfile::tempdir().unwrap();
     let s = open(dir.path(), Verify::Bytes, digest::sha256);
-    let gz = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpus/real/webrecorder-pywb/iana.warc.gz")).unwrap();
-    let mut plain = Vec::new();
-    let members: Vec<(u64, u64)> = crate::format::gzip::split(&gz, &mut plain)
-        .iter()
-        .filter_map(|r| match r {
-            crate::format::gzip::Region::Member(m) => Some((m.start, m.comp_len)),
-            _ => None,
-        })
-        .collect();
+    let (gz, _, members) = iana_members();
     assert!(members.len() > 4);
     s.put_file(ROOT_INO, b"f.warc.gz", &gz, meta()).unwrap();
     let head = s.inode(s.resolve("/f.warc.gz").unwrap()).unwrap().unwrap().recipe.unwrap();
