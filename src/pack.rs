@@ -432,23 +432,38 @@ impl PackReader {
     /// Reads one blob, checks that it is the expected chunk and that its bytes are intact,
     /// and returns the decoded chunk bytes.
     pub fn read(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<Vec<u8>> {
-        let (info, blob) = self.read_blob(pack, offset, key, stored_len)?;
-        decode_stored(info.codec, &blob[BLOB_HEADER_LEN..], info.raw_len)
-            .map_err(|e| PackError::Corrupt { pack, offset, what: format!("cannot decode chunk {}: {e}", key.short()) })
+        // The stored bytes are only decoded from: read them into one buffer per thread
+        // rather than a fresh, zeroed allocation per chunk.
+        thread_local! {
+            static BLOB: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        check_stored_len(pack, offset, stored_len)?;
+        BLOB.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            let len = BLOB_HEADER_LEN + stored_len as usize;
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            let info = self.read_blob(pack, offset, key, stored_len, &mut buf[..len])?;
+            decode_stored(info.codec, &buf[BLOB_HEADER_LEN..len], info.raw_len)
+                .map_err(|e| PackError::Corrupt { pack, offset, what: format!("cannot decode chunk {}: {e}", key.short()) })
+        })
     }
 
     /// Like `read`, but returns the blob's stored (possibly compressed) bytes, checked.
     pub fn read_stored(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<(BlobInfo, Vec<u8>)> {
-        let (info, mut blob) = self.read_blob(pack, offset, key, stored_len)?;
+        check_stored_len(pack, offset, stored_len)?;
+        let mut blob = vec![0u8; BLOB_HEADER_LEN + stored_len as usize];
+        let info = self.read_blob(pack, offset, key, stored_len, &mut blob)?;
         blob.drain(..BLOB_HEADER_LEN);
         Ok((info, blob))
     }
 
-    /// One blob, header included, after checking that it holds `key` intact.
-    fn read_blob(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<(BlobInfo, Vec<u8>)> {
+    /// Reads one blob, header included, into `buf` (exactly its size) and checks that it
+    /// holds `key` intact.
+    fn read_blob(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, buf: &mut [u8]) -> Result<BlobInfo> {
         let f = self.file(pack)?;
-        let mut buf = vec![0u8; BLOB_HEADER_LEN + stored_len as usize];
-        f.read_exact_at(&mut buf, offset).map_err(|source| {
+        f.read_exact_at(buf, offset).map_err(|source| {
             if source.kind() == io::ErrorKind::UnexpectedEof {
                 PackError::Corrupt { pack, offset, what: "blob runs past the end of the pack".into() }
             } else {
@@ -456,15 +471,27 @@ impl PackReader {
             }
         })?;
         let corrupt = |what: &str| PackError::Corrupt { pack, offset, what: what.to_string() };
-        let (info, crc) = decode_header(&buf, offset).ok_or_else(|| corrupt("bad blob header"))?;
+        let (info, crc) = decode_header(buf, offset).ok_or_else(|| corrupt("bad blob header"))?;
         if info.key != *key || info.stored_len != stored_len {
             return Err(corrupt(&format!("blob holds {} instead of {}", info.key.short(), key.short())));
         }
         if crc32fast::hash(&buf[BLOB_HEADER_LEN..]) != crc {
             return Err(corrupt(&format!("checksum mismatch in chunk {}", key.short())));
         }
-        Ok((info, buf))
+        Ok(info)
     }
+}
+
+/// No chunk is stored in more than a few MiB (the largest are 4 MiB payload pieces); a
+/// length beyond this bound is a damaged index entry, which must not become a huge
+/// allocation.
+const MAX_STORED: u32 = 64 << 20;
+
+fn check_stored_len(pack: u64, offset: u64, stored_len: u32) -> Result<()> {
+    if stored_len > MAX_STORED {
+        return Err(PackError::Corrupt { pack, offset, what: format!("blob length {stored_len} is beyond any chunk's") });
+    }
+    Ok(())
 }
 
 /// Writes bytes to a new file durably (write, fsync, rename, fsync dir).

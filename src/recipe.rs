@@ -65,8 +65,22 @@ impl Piece {
         postcard::to_allocvec(self).expect("in-memory serialisation cannot fail")
     }
 
+    /// Decodes a stored piece. A piece whose extents name chunks beyond its key table is
+    /// refused here, so readers can index the table without checking each time.
     pub fn decode(b: &[u8]) -> Result<Piece, postcard::Error> {
-        postcard::from_bytes(b)
+        let p: Piece = postcard::from_bytes(b)?;
+        let ok = p.segments.iter().all(|s| {
+            let extents = match s {
+                Segment::Data { extents } => extents,
+                Segment::Member { plain, .. } => plain,
+            };
+            extents.iter().all(|e| (e.chunk as usize) < p.keys.len())
+        });
+        if ok {
+            Ok(p)
+        } else {
+            Err(postcard::Error::DeserializeBadEncoding)
+        }
     }
 
     pub fn len(&self) -> u64 {
@@ -252,5 +266,14 @@ mod tests {
         assert_eq!(head.piece_at(size), None);
         let p = &pieces[1];
         assert_eq!(Piece::decode(&p.encode()).unwrap(), *p);
+    }
+
+    #[test]
+    fn a_piece_naming_chunks_it_does_not_list_is_refused() {
+        let extent = |chunk| Extent { chunk, offset: 0, len: 1 };
+        let good = Piece { keys: vec![k(1), k(2)], segments: vec![Segment::Data { extents: vec![extent(0), extent(1)] }] };
+        assert_eq!(Piece::decode(&good.encode()).unwrap(), good);
+        let bad = Piece { keys: vec![k(1)], segments: vec![Segment::Data { extents: vec![extent(0), extent(1)] }] };
+        assert!(Piece::decode(&bad.encode()).is_err());
     }
 }

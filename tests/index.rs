@@ -163,7 +163,7 @@ fn mount_exposes_a_current_index_in_dot_warcfs() {
         // (A page-aligned read might come from the page cache, which needs it whole.)
         let whole = (original.len() as u64 - offset).min(buf.len() as u64);
         assert_eq!(n as u64, if offset % 4096 == 0 { whole } else { length }, "one member from {offset}");
-        assert_eq!(&buf[..n], &original[offset as usize..(offset + length) as usize]);
+        assert_eq!(&buf[..n], &original[offset as usize..offset as usize + n]);
         if i + 1 == lookups.len() {
             let n2 = f.read_at(&mut buf, offset + length).unwrap();
             let want = (original.len() as u64 - offset - length).min(buf.len() as u64) as usize;

@@ -75,6 +75,13 @@ fn init_logging(store: &Path, foreground: bool) -> Result<()> {
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .target(env_logger::Target::Pipe(Box::new(sink)))
         .try_init();
+    // The daemon's stderr is /dev/null once it detaches: a panicking thread (a bug) must
+    // still leave a line in the log.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        log::error!("panic in thread {}: {info}", std::thread::current().name().unwrap_or("?"));
+        default_hook(info);
+    }));
     Ok(())
 }
 

@@ -67,8 +67,9 @@ fn reserved(parent: u64, name: &[u8]) -> Option<Errno> {
 }
 /// Reported as st_blksize, which sizes the buffers of stdio, Python and friends: a record
 /// lookup through such a buffer reads a whole block, and a block of a stored file costs
-/// decoding every chunk in it. Sequential readers still get 1 MiB FUSE requests from the
-/// kernel's read-ahead, and writers from the writeback cache.
+/// decoding every chunk in it. Sequential readers of files in the page cache still get
+/// 1 MiB FUSE requests from the kernel's read-ahead, and writers from the writeback cache;
+/// readers of direct-I/O (gzip) files send their own read sizes (`cat` 128 KiB).
 const BLKSIZE: u32 = 4096;
 
 /// A file whose current bytes live in the staging area.
@@ -110,6 +111,8 @@ struct Inner {
     next_fh: AtomicU64,
     /// Pending ingests (also counted in `stats` as staged files).
     queued: AtomicU64,
+    /// The kernel allows mmap of files opened for direct I/O (see `open`).
+    direct_mmap: std::sync::atomic::AtomicBool,
 }
 
 pub struct WarcFs {
@@ -392,6 +395,7 @@ impl WarcFs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             queued: AtomicU64::new(0),
+            direct_mmap: std::sync::atomic::AtomicBool::new(false),
         });
         let (tx, rx) = crossbeam_channel::unbounded::<u64>();
         let (orphans, staged) = store.orphans_and_staged()?;
@@ -492,12 +496,18 @@ fn ingest_loop(inner: Arc<Inner>, rx: Receiver<u64>) {
 impl Filesystem for WarcFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         let _ = config.set_max_write(1 << 20);
-        // Gzip files are opened for direct I/O (see `open`); mmap of them still works.
+        // Gzip files are opened for direct I/O (see `open`), but only where the kernel
+        // (6.6 and later) still lets them be mmap'ed then.
         let wanted = InitFlags::FUSE_WRITEBACK_CACHE
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_AUTO_INVAL_DATA
             | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         let _ = config.add_capabilities(wanted & config.capabilities());
+        let direct_mmap = config.capabilities().contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+        self.inner.direct_mmap.store(direct_mmap, Ordering::Relaxed);
+        if !direct_mmap {
+            log::info!("this kernel cannot mmap direct-I/O files: gzip files go through the page cache");
+        }
         let _ = config.set_time_granularity(Duration::from_nanos(1));
         Ok(())
     }
@@ -784,7 +794,7 @@ impl Filesystem for WarcFs {
         let noflush = if write { FopenFlags::empty() } else { FopenFlags::FOPEN_NOFLUSH };
         let flags = noflush | if !keep {
             FopenFlags::empty()
-        } else if head.is_some_and(|h| inner.store.rebuilds_members(&h)) {
+        } else if inner.direct_mmap.load(Ordering::Relaxed) && head.is_some_and(|h| inner.store.rebuilds_members(&h)) {
             // Through the page cache, a read of one gzip member (a record at its CDX offset)
             // grows to whole pages, which hold the ends of its neighbours: each of them would
             // have to be rebuilt too. Direct I/O hands us the reader's exact range instead.
@@ -858,7 +868,7 @@ impl Filesystem for WarcFs {
                 // Page-aligned requests may come from the page cache (mmap is allowed on
                 // these files), where a short read would read as the end of the file: they
                 // always get everything.
-                let lookup = direct && !sequential && offset % 4096 != 0;
+                let lookup = direct && !sequential && !offset.is_multiple_of(4096);
                 let r = if lookup {
                     inner.store.read_some(&head, offset, &mut buf[..n])
                 } else {
@@ -881,7 +891,8 @@ impl Filesystem for WarcFs {
             }
             match result {
                 Ok(k) => {
-                    reply.data(&buf[..k]);
+                    // Before the reply: the reader's next read may reach the other FUSE
+                    // thread as soon as this one is answered.
                     let run = match inner.handles.lock().unwrap().get_mut(&fh.0) {
                         Some(h) => {
                             h.run = if sequential { h.run + k as u64 } else { 0 };
@@ -890,8 +901,9 @@ impl Filesystem for WarcFs {
                         }
                         None => 0,
                     };
+                    reply.data(&buf[..k]);
                     if let Some(a) = &self.ahead {
-                        a.reader_at(head, offset + k as u64, run);
+                        a.reader_at(fh.0, head, offset + k as u64, run);
                     }
                 }
                 Err(e) => reply.error(e),
@@ -943,6 +955,9 @@ impl Filesystem for WarcFs {
         let inner = &self.inner;
         let ino = ino.0;
         let handle = inner.handles.lock().unwrap().remove(&fh.0);
+        if let Some(a) = &self.ahead {
+            a.forget(fh.0);
+        }
         let last_open = {
             let mut opens = inner.opens.lock().unwrap();
             let n = opens.entry(ino).or_insert(1);

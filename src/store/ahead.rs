@@ -2,9 +2,9 @@
 //! threads decode the chunks and rebuild the gzip members of the next `WINDOW` bytes, so its
 //! next reads are answered from the caches.
 //!
-//! Readers report where they are (`reader_at`); an idle worker turns the newest report of
-//! each file into planned work (`Store::plan_ahead`), and the workers take that work in file
-//! order. A reader that asks for a chunk a worker is decoding waits for it rather than
+//! Readers (open handles) report where they are (`reader_at`); an idle worker turns the
+//! newest report of each reader into planned work (`Store::plan_ahead`), and the workers take
+//! that work in file order. A reader that asks for a chunk a worker is decoding waits for it rather than
 //! decoding it again (see `ReadCache`).
 
 use std::collections::{HashMap, VecDeque};
@@ -35,12 +35,12 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    /// The newest position each reader reported, and how far ahead to work, per recipe, not
-    /// planned yet.
+    /// The newest position each reader reported, and how far ahead to work, not planned yet.
     reported: HashMap<u64, (Arc<RecipeHead>, u64, u64)>,
-    /// How far each recipe is planned.
+    /// How far each reader is planned.
     planned: HashMap<u64, u64>,
-    jobs: VecDeque<(Arc<RecipeHead>, Ahead)>,
+    /// Planned work, in order: the reader it is for, the file, the job.
+    jobs: VecDeque<(u64, Arc<RecipeHead>, Ahead)>,
     closed: bool,
 }
 
@@ -59,15 +59,24 @@ impl ReadAhead {
     /// A reader of `head` will read at `offset` next, after `run` bytes read in a row. Like
     /// the kernel's read-ahead, the window grows with the run (twice the run, up to
     /// `WINDOW`), so short runs cost little and long ones are served from the caches.
-    pub fn reader_at(&self, head: Arc<RecipeHead>, offset: u64, run: u64) {
+    pub fn reader_at(&self, reader: u64, head: Arc<RecipeHead>, offset: u64, run: u64) {
         if run < START_AFTER {
             return;
         }
         let window = run.saturating_mul(2).min(WINDOW);
         let mut st = self.shared.state.lock().unwrap();
-        st.reported.insert(head.id, (head, offset, window));
+        st.reported.insert(reader, (head, offset, window));
         drop(st);
         self.shared.wake.notify_one();
+    }
+
+    /// The reader is gone (its handle was released): drop what was planned for it.
+    pub fn forget(&self, reader: u64) {
+        let mut st = self.shared.state.lock().unwrap();
+        st.reported.remove(&reader);
+        if st.planned.remove(&reader).is_some() {
+            st.jobs.retain(|(r, _, _)| *r != reader);
+        }
     }
 
     /// Drops pending work and stops the workers.
@@ -96,7 +105,7 @@ fn work(shared: &Shared) {
         if st.closed {
             return;
         }
-        if let Some((head, job)) = st.jobs.pop_front() {
+        if let Some((_, head, job)) = st.jobs.pop_front() {
             drop(st);
             if let Err(e) = shared.store.run_ahead(&head, &job) {
                 // The reader will hit the same error itself and report it; this is only a hint.
@@ -105,16 +114,16 @@ fn work(shared: &Shared) {
             st = shared.state.lock().unwrap();
             continue;
         }
-        let Some(&rid) = st.reported.keys().next() else {
+        let Some(&reader) = st.reported.keys().next() else {
             st = shared.wake.wait(st).unwrap();
             continue;
         };
-        let (head, offset, window) = st.reported.remove(&rid).expect("key just seen");
-        let planned = st.planned.get(&rid).copied().unwrap_or(0);
+        let (head, offset, window) = st.reported.remove(&reader).expect("key just seen");
+        let planned = st.planned.get(&reader).copied().unwrap_or(0);
         // A reader that moved outside the planned window sought elsewhere: what was queued
         // for its old position is no longer wanted.
         let from = if offset > planned || offset + 2 * WINDOW < planned {
-            st.jobs.retain(|(h, _)| h.id != rid);
+            st.jobs.retain(|(r, _, _)| *r != reader);
             offset
         } else {
             planned
@@ -123,19 +132,18 @@ fn work(shared: &Shared) {
         if from >= to {
             continue;
         }
-        st.planned.insert(rid, to);
-        if st.planned.len() > 4096 {
-            st.planned.retain(|r, _| *r == rid);
-        }
+        st.planned.insert(reader, to);
         drop(st);
         let planned_jobs = shared.store.plan_ahead(&head, from, to);
         st = shared.state.lock().unwrap();
         match planned_jobs {
-            Ok(jobs) => {
-                st.jobs.extend(jobs.into_iter().map(|j| (head.clone(), j)));
+            // The reader may have gone while this was planned.
+            Ok(jobs) if st.planned.contains_key(&reader) => {
+                st.jobs.extend(jobs.into_iter().map(|j| (reader, head.clone(), j)));
                 shared.wake.notify_all();
             }
-            Err(e) => log::debug!("planning read-ahead of recipe {rid}: {e}"),
+            Ok(_) => {}
+            Err(e) => log::debug!("planning read-ahead of recipe {}: {e}", head.id),
         }
     }
 }

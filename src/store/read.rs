@@ -20,7 +20,8 @@ use crate::pack::BLOB_HEADER_LEN;
 use crate::recipe::{Extent, Piece, RecipeHead, Segment};
 
 /// Reads up to this size are taken for lookups: the pack reads of all their chunks start at
-/// once (larger reads are sequential and read ahead for).
+/// once. Larger reads come from sequential readers (the kernel's read-ahead, or a program's
+/// big buffer), whose chunks the read-ahead workers have requested already.
 const LOOKUP_READ: u64 = 256 << 10;
 
 /// One piece of work a sequential reader will need soon (see `Store::plan_ahead`).
@@ -73,7 +74,7 @@ type MemberKey = (u64, u32, u32);
 
 pub struct ReadCache {
     chunks: Mutex<SizedLru<ChunkKey, Vec<u8>>>,
-    /// Chunks being read and decoded right now (the prefetcher and the FUSE threads often
+    /// Chunks being read and decoded right now (a read-ahead worker and a FUSE thread often
     /// want the same one): later askers wait for the first.
     loading: Mutex<HashSet<ChunkKey>>,
     loaded: Condvar,
@@ -111,6 +112,22 @@ impl ReadCache {
     }
 }
 
+/// Marks one chunk load or member rebuild as finished when dropped, and wakes those waiting
+/// for it; they then find it cached, or do it themselves after a failure.
+struct InFlight<'a, K: Hash + Eq> {
+    set: &'a Mutex<HashSet<K>>,
+    done: &'a Condvar,
+    key: K,
+}
+
+impl<K: Hash + Eq> Drop for InFlight<'_, K> {
+    fn drop(&mut self) {
+        // A poisoned lock only means another thread panicked; the set is still usable.
+        self.set.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.key);
+        self.done.notify_all();
+    }
+}
+
 fn extent_bytes<'a>(chunk: &'a [u8], e: &Extent, key: &ChunkKey) -> Result<&'a [u8]> {
     chunk
         .get(e.offset as usize..e.offset as usize + e.len as usize)
@@ -132,12 +149,12 @@ impl Store {
                 loading = self.cache.loaded.wait(loading).unwrap();
             }
         }
+        // Whatever happens below (even a panic), later askers must not wait forever.
+        let _done = InFlight { set: &self.cache.loading, done: &self.cache.loaded, key: *key };
         let r = self.packs.read(entry.pack, entry.offset, key, entry.stored_len).map(Arc::new);
         if let Ok(bytes) = &r {
             self.cache.chunks.lock().unwrap().put(*key, bytes.clone(), bytes.len());
         }
-        self.cache.loading.lock().unwrap().remove(key);
-        self.cache.loaded.notify_all();
         Ok(r?)
     }
 
@@ -232,12 +249,11 @@ impl Store {
                 building = self.cache.built.wait(building).unwrap();
             }
         }
+        let _done = InFlight { set: &self.cache.building, done: &self.cache.built, key: k };
         let r = self.rebuild_member(piece, &piece.segments[sno as usize]).map(Arc::new);
         if let Ok(m) = &r {
             self.cache.members.lock().unwrap().put(k, m.clone(), m.len());
         }
-        self.cache.building.lock().unwrap().remove(&k);
-        self.cache.built.notify_all();
         r
     }
 
