@@ -453,7 +453,7 @@ fn bad_input_gets_one_line_and_nonzero_exit() {
     // A busy store: another process holds the lock (and wrote its pid into it).
     let lock = FileLock::exclusive(&store.join("lock"));
     lock.file().set_len(0).unwrap();
-    write!(lock.file(), "{}\n", std::process::id()).unwrap();
+    writeln!(lock.file(), "{}", std::process::id()).unwrap();
     let busy = format!("in use by process {}", std::process::id());
     fails_with(&["import", &st, &s(&src), "--to", "/e"], &[&st, &busy]);
     fails_with(&["rm", &st, "/d/a.txt"], &[&st, &busy]);

@@ -1041,11 +1041,11 @@ impl Filesystem for WarcFs {
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         match nix::sys::statvfs::statvfs(self.inner.store.root()) {
             Ok(v) => reply.statfs(
-                v.blocks() as u64,
-                v.blocks_free() as u64,
-                v.blocks_available() as u64,
-                v.files() as u64,
-                v.files_free() as u64,
+                v.blocks(),
+                v.blocks_free(),
+                v.blocks_available(),
+                v.files(),
+                v.files_free(),
                 v.block_size() as u32,
                 255,
                 v.fragment_size() as u32,
