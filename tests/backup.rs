@@ -10,17 +10,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use tempfile::TempDir;
 
-fn wait_ingested(store: &Path) {
-    let t0 = Instant::now();
-    loop {
-        if num(&stats(store), "staged_files") == 0 {
-            return;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(300), "staged files were not ingested within 5 minutes");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 fn wait_released(store: &Path) {
     // After unmount the daemon exits and drops the lock; a writing command then works.
     let t0 = Instant::now();

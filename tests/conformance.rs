@@ -258,11 +258,6 @@ fn pjdfstest_passes_with_listed_exclusions() {
         PJDFSTEST_TIMEOUT,
     );
     m.assert_healthy("pjdfstest", &out);
-    let failures: Vec<String> = out
-        .lines()
-        .filter(|l| l.trim_end().ends_with("FAILED") || l.trim_end().ends_with("PASSED UNEXPECTEDLY"))
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect();
     let Some(sum) = parse_summary(&out) else {
         panic!("pjdfstest printed no summary (exit {status}); output:\n{}", tail(&out, 80));
     };
@@ -283,19 +278,19 @@ fn pjdfstest_passes_with_listed_exclusions() {
         applicable
     );
     // Failures print their panic message on the next line: show both.
-    let detail: Vec<String> = out
-        .lines()
-        .collect::<Vec<_>>()
-        .windows(2)
-        .filter(|w| w[0].trim_end().ends_with("FAILED") || w[0].trim_end().ends_with("PASSED UNEXPECTEDLY"))
-        .map(|w| format!("{}\n    {}", w[0].split_whitespace().collect::<Vec<_>>().join(" "), w[1].trim()))
+    let lines: Vec<&str> = out.lines().collect();
+    let detail: Vec<String> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.trim_end().ends_with("FAILED") || l.trim_end().ends_with("PASSED UNEXPECTEDLY"))
+        .map(|(i, l)| format!("{}\n    {}", l.split_whitespace().collect::<Vec<_>>().join(" "), lines.get(i + 1).map_or("", |n| n.trim())))
         .collect();
     assert_eq!(
         sum.failed,
         0,
         "{} pjdfstest tests failed outside the exclusion list (an unexpected pass means an exclusion no \
          longer applies: drop it from {} and docs/CONFORMANCE.md):\n{}",
-        failures.len(),
+        detail.len(),
         config.display(),
         detail.join("\n")
     );

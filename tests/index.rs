@@ -84,14 +84,6 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-fn wait_ingested(store: &Path) {
-    let t0 = std::time::Instant::now();
-    while num(&stats(store), "staged_files") != 0 {
-        assert!(t0.elapsed() < std::time::Duration::from_secs(300), "staged files were not ingested within 5 minutes");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-}
-
 #[test]
 fn mount_exposes_a_current_index_in_dot_warcfs() {
     let tmp = TempDir::new().unwrap();

@@ -414,31 +414,10 @@ fn cp_corpus_into_mount_then_remount_is_byte_identical() {
 fn warcio_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        fs::create_dir_all(&base).unwrap();
-        let _lock = FileLock::exclusive(&base.join("warcio-venv.lock"));
-        let venv = base.join("warcio-1.8.1-venv");
-        let bin = venv.join("bin/warcio");
-        if venv.join(".complete").exists() && bin.exists() {
-            return bin;
-        }
-        let _ = fs::remove_dir_all(&venv);
-        let out = Command::new("python3").args(["-m", "venv"]).arg(&venv).output().expect("spawn python3 -m venv");
-        assert!(out.status.success(), "python3 -m venv failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        let out = Command::new(venv.join("bin/python"))
-            .args(["-m", "pip", "install", "--disable-pip-version-check", "warcio==1.8.1"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("spawn pip");
-        assert!(
-            out.status.success() && bin.exists(),
-            "pip cannot install warcio==1.8.1 ({}):\n{}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        fs::write(venv.join(".complete"), b"").unwrap();
-        bin
+        let bin = pinned_venv("warcio-1.8.1-venv", "warcio==1.8.1\n", |bin| {
+            assert!(bin.join("warcio").exists(), "pip installed warcio==1.8.1 but bin/warcio is missing");
+        });
+        bin.join("warcio")
     })
     .clone()
 }

@@ -25,58 +25,20 @@ use tempfile::TempDir;
 const REQUIREMENTS: &str = include_str!("replay/requirements.txt");
 const COLL: &str = "collections/test";
 
-fn wait_ingested(store: &Path) {
-    let t0 = Instant::now();
-    loop {
-        if num(&stats(store), "staged_files") == 0 {
-            return;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(300), "staged files were not ingested within 5 minutes: {}", stats(store));
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// The venv's bin/ with pywb, cdxj-indexer and warcio as pinned in requirements.txt. A pip
 /// failure fails the test with pip's output.
 fn venv_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        fs::create_dir_all(&base).unwrap();
-        let _lock = FileLock::exclusive(&base.join("replay-venv.lock"));
-        let venv = base.join("replay-venv");
-        let bin = venv.join("bin");
-        // .complete holds the requirements the venv was made from.
-        if fs::read_to_string(venv.join(".complete")).is_ok_and(|r| r == REQUIREMENTS) {
-            return bin;
-        }
-        let _ = fs::remove_dir_all(&venv);
-        let out = Command::new("python3").args(["-m", "venv"]).arg(&venv).stdin(Stdio::null()).output().expect("spawn python3 -m venv");
-        assert!(out.status.success(), "python3 -m venv failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        let reqs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/replay/requirements.txt");
-        let out = Command::new(bin.join("python"))
-            .args(["-m", "pip", "install", "--disable-pip-version-check", "-r"])
-            .arg(&reqs)
-            .stdin(Stdio::null())
-            .output()
-            .expect("spawn pip");
-        assert!(
-            out.status.success(),
-            "pip install -r {} failed ({}):\n{}\n{}",
-            reqs.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // The entry points must import (gevent's plugin loading breaks with some zope pins).
-        for (tool, want) in [("wayback", "2.8.3"), ("cdxj-indexer", "usage"), ("warcio", "usage")] {
-            let arg = if tool == "wayback" { "-V" } else { "-h" };
-            let out = Command::new(bin.join(tool)).arg(arg).stdin(Stdio::null()).output().expect("spawn venv tool");
-            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-            assert!(out.status.success() && text.contains(want), "{tool} {arg} does not run in the venv ({}):\n{text}", out.status);
-        }
-        fs::write(venv.join(".complete"), REQUIREMENTS).unwrap();
-        bin
+        pinned_venv("replay-venv", REQUIREMENTS, |bin| {
+            // The entry points must import (gevent's plugin loading breaks with some zope pins).
+            for (tool, want) in [("wayback", "2.8.3"), ("cdxj-indexer", "usage"), ("warcio", "usage")] {
+                let arg = if tool == "wayback" { "-V" } else { "-h" };
+                let out = Command::new(bin.join(tool)).arg(arg).stdin(Stdio::null()).output().expect("spawn venv tool");
+                let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+                assert!(out.status.success() && text.contains(want), "{tool} {arg} does not run in the venv ({}):\n{text}", out.status);
+            }
+        })
     })
     .clone()
 }

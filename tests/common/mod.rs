@@ -110,6 +110,57 @@ pub fn num(v: &serde_json::Value, key: &str) -> u64 {
     v.get(key).and_then(|x| x.as_u64()).unwrap_or_else(|| panic!("stats has no numeric {key:?}: {v}"))
 }
 
+/// Waits (up to 5 minutes) until a mounted store has nothing staged, every written file
+/// ingested; returns the stats that said so.
+pub fn wait_ingested(store: &Path) -> serde_json::Value {
+    let t0 = std::time::Instant::now();
+    loop {
+        let st = stats(store);
+        if num(&st, "staged_files") == 0 {
+            return st;
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(300), "staged files were not ingested within 5 minutes: {st}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// A Python venv under CARGO_TARGET_TMPDIR/`name` with `requirements` (pip's file format)
+/// installed, made once and reused while its `.complete` marker holds the same requirements.
+/// `check` runs on the venv's bin/ before the venv is marked complete. Returns that bin/.
+/// A failing venv or pip fails the test with their output.
+pub fn pinned_venv(name: &str, requirements: &str, check: impl FnOnce(&Path)) -> PathBuf {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    fs::create_dir_all(&base).unwrap();
+    let _lock = FileLock::exclusive(&base.join(format!("{name}.lock")));
+    let venv = base.join(name);
+    let bin = venv.join("bin");
+    if fs::read_to_string(venv.join(".complete")).is_ok_and(|r| r == requirements) {
+        return bin;
+    }
+    let _ = fs::remove_dir_all(&venv);
+    let out = Command::new("python3").args(["-m", "venv"]).arg(&venv).stdin(Stdio::null()).output().expect("spawn python3 -m venv");
+    assert!(out.status.success(), "python3 -m venv failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let reqs = venv.join("requirements.txt");
+    fs::write(&reqs, requirements).unwrap();
+    let out = Command::new(bin.join("python"))
+        .args(["-m", "pip", "install", "--disable-pip-version-check", "-r"])
+        .arg(&reqs)
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn pip");
+    assert!(
+        out.status.success(),
+        "pip install -r {} failed ({}):\n{}\n{}",
+        reqs.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check(&bin);
+    fs::write(venv.join(".complete"), requirements).unwrap();
+    bin
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LsEntry {
     /// 'd', '-' or 'l'.
