@@ -23,7 +23,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -274,8 +274,10 @@ impl Inner {
     }
 
     /// Moves a file's bytes to the staging area (if they are not there yet), so it can be
-    /// written. `truncate` skips copying the old bytes.
-    fn ensure_staged(&self, ino: u64, truncate: bool) -> Result<(), Errno> {
+    /// written. `truncate` skips copying the old bytes. Returns the staged map still locked,
+    /// with the file in it: the background ingest may finish and unstage the file as soon as
+    /// the lock is let go, so the caller's change must be made under this same lock.
+    fn ensure_staged(&self, ino: u64, truncate: bool) -> Result<MutexGuard<'_, HashMap<u64, Staged>>, Errno> {
         let mut map = self.staged.lock().unwrap();
         if let Some(s) = map.get_mut(&ino) {
             if truncate && s.size != 0 {
@@ -284,7 +286,7 @@ impl Inner {
                 s.gen += 1;
                 s.dirty = true;
             }
-            return Ok(());
+            return Ok(map);
         }
         let inode = self.inode(ino)?;
         match inode.kind {
@@ -306,7 +308,7 @@ impl Inner {
         file.sync_data().map_err(|e| io_errno(&e))?;
         self.set_staged(ino, size)?;
         map.insert(ino, Staged { file: Arc::new(file), size, gen: 0, writers: 0, dirty: false });
-        Ok(())
+        Ok(map)
     }
 
     /// Makes a staged file's bytes durable and records its size: what `close` and `fsync`
@@ -486,6 +488,21 @@ impl Drop for WarcFs {
     }
 }
 
+/// Runs `f` with a buffer of at least `len` bytes, one per FUSE thread and reused: a fresh
+/// 1 MiB buffer per read request costs page faults and zeroing comparable to the copy itself.
+fn with_reply_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    thread_local! {
+        static REPLY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    REPLY.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        f(&mut buf[..len])
+    })
+}
+
 fn ingest_loop(inner: Arc<Inner>, rx: Receiver<u64>) {
     for ino in rx {
         inner.ingest(ino);
@@ -581,8 +598,7 @@ impl Filesystem for WarcFs {
         let ino = ino.0;
         let r = (|| {
             if let Some(size) = size {
-                inner.ensure_staged(ino, size == 0)?;
-                let mut map = inner.staged.lock().unwrap();
+                let mut map = inner.ensure_staged(ino, size == 0)?;
                 let s = map.get_mut(&ino).ok_or(Errno::EIO)?;
                 s.file.set_len(size).map_err(|e| io_errno(&e))?;
                 s.size = size;
@@ -777,9 +793,9 @@ impl Filesystem for WarcFs {
                 return Err(Errno::EISDIR);
             }
             if write || trunc {
-                inner.ensure_staged(ino, trunc)?;
+                let mut map = inner.ensure_staged(ino, trunc)?;
                 if write {
-                    inner.staged.lock().unwrap().get_mut(&ino).ok_or(Errno::EIO)?.writers += 1;
+                    map.get_mut(&ino).ok_or(Errno::EIO)?.writers += 1;
                 }
             }
             Ok::<_, Errno>(())
@@ -821,17 +837,17 @@ impl Filesystem for WarcFs {
         let staged = inner.staged.lock().unwrap().get(&ino).map(|s| (s.file.clone(), s.size));
         if let Some((file, len)) = staged {
             let n = (len.saturating_sub(offset)).min(size as u64) as usize;
-            let mut buf = vec![0u8; n];
-            let mut done = 0;
-            while done < n {
-                match file.read_at(&mut buf[done..], offset + done as u64) {
-                    Ok(0) => break,
-                    Ok(k) => done += k,
-                    Err(e) => return reply.error(io_errno(&e)),
+            return with_reply_buffer(n, |buf| {
+                let mut done = 0;
+                while done < n {
+                    match file.read_at(&mut buf[done..], offset + done as u64) {
+                        Ok(0) => break,
+                        Ok(k) => done += k,
+                        Err(e) => return reply.error(io_errno(&e)),
+                    }
                 }
-            }
-            buf.truncate(done);
-            return reply.data(&buf);
+                reply.data(&buf[..done]);
+            });
         }
         // The handle's recipe saves an index lookup per read; if the file was rewritten
         // since (its old recipe is gone), the current one answers.
@@ -850,19 +866,10 @@ impl Filesystem for WarcFs {
                 Err(e) => return reply.error(e),
             },
         };
-        // One reply buffer per FUSE thread: a fresh 1 MiB buffer per request costs page faults
-        // and zeroing comparable to the copy itself.
-        thread_local! {
-            static REPLY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
-        REPLY.with(|cell| {
-            let mut buf = cell.borrow_mut();
+        with_reply_buffer(size as usize, |buf| {
             let mut result = Err(Errno::EIO);
             for attempt in 0..2 {
                 let n = (head.size.saturating_sub(offset)).min(size as u64) as usize;
-                if buf.len() < n {
-                    buf.resize(n, 0);
-                }
                 // Direct I/O (gzip files) lets a read come back short, and a reader that is
                 // not reading straight through is likely after one record: give it that.
                 // Page-aligned requests may come from the page cache (mmap is allowed on
@@ -915,12 +922,10 @@ impl Filesystem for WarcFs {
         let inner = &self.inner;
         let ino = ino.0;
         // Writeback-cache writes can arrive after the writer closed: stage again if needed.
-        if !inner.staged.lock().unwrap().contains_key(&ino) {
-            if let Err(e) = inner.ensure_staged(ino, false) {
-                return reply.error(e);
-            }
-        }
-        let mut map = inner.staged.lock().unwrap();
+        let mut map = match inner.ensure_staged(ino, false) {
+            Ok(map) => map,
+            Err(e) => return reply.error(e),
+        };
         let Some(s) = map.get_mut(&ino) else { return reply.error(Errno::EIO) };
         if let Err(e) = s.file.write_all_at(data, offset) {
             return reply.error(io_errno(&e));
