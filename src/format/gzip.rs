@@ -46,6 +46,9 @@ pub struct Member {
     /// Offset of this member's plain text in the `plain` buffer given to [`split`].
     pub plain_start: u64,
     pub plain_len: u64,
+    /// False when the member's plain text was too large to keep (see [`split_window`]):
+    /// then `plain` holds none of it.
+    pub plain_kept: bool,
     pub xfl: u8,
     /// Verbatim CRC32 + ISIZE as found in the file (not checked here).
     pub trailer: [u8; 8],
@@ -63,36 +66,57 @@ pub struct DeflateRecipe {
 /// Splits `data` into members and raw regions that cover it exactly, in order, and appends
 /// every member's inflated bytes to `plain` (so members' plain ranges are consecutive).
 pub fn split(data: &[u8], plain: &mut Vec<u8>) -> Vec<Region> {
+    split_window(data, true, usize::MAX, usize::MAX, plain).0
+}
+
+/// A failed attempt at a member that may only be cut short by the end of the window: within
+/// this distance of it, a header that does not parse may be one whose end is not read yet.
+const HEADER_TAIL: usize = 64 << 10;
+
+/// [`split`] for one window of a file that is ingested a window at a time, so that memory
+/// stays bounded whatever the file's size. Regions tile `data[..consumed]`, returned with
+/// them. Unless `last` (the window reaches the end of the file), a member cut by the
+/// window's end is left for the next window, and splitting stops at the first member end
+/// after `plain` holds `max_plain` bytes. Consumed is 0 only when the window starts with a
+/// member longer than itself (the caller reads a larger one). Members of more than `keep`
+/// plain bytes are found, but their text is not kept (`plain_kept` is false).
+pub fn split_window(data: &[u8], last: bool, max_plain: usize, keep: usize, plain: &mut Vec<u8>) -> (Vec<Region>, usize) {
     let mut regions = Vec::new();
     let mut inflater = Decompress::new(false);
     let mut nul_memo = NulMemo::default();
     let mut raw_from: Option<usize> = None;
     let mut pos = 0usize;
+    let flush_raw = |regions: &mut Vec<Region>, raw_from: &mut Option<usize>, end: usize| {
+        if let Some(r) = raw_from.take() {
+            regions.push(Region::Raw { start: r as u64, len: (end - r) as u64 });
+        }
+    };
     while pos < data.len() {
-        if let Some(m) = parse_member(data, pos, plain, &mut inflater, &mut nul_memo) {
-            if let Some(r) = raw_from.take() {
-                regions.push(Region::Raw {
-                    start: r as u64,
-                    len: (pos - r) as u64,
-                });
+        if raw_from.is_none() && plain.len() >= max_plain {
+            return (regions, pos);
+        }
+        match parse_member(data, pos, plain, &mut inflater, &mut nul_memo, keep) {
+            Ok(m) => {
+                flush_raw(&mut regions, &mut raw_from, pos);
+                // comp_len came from slicing `data`, so it fits in usize.
+                pos += m.comp_len as usize;
+                regions.push(Region::Member(m));
+                continue;
             }
-            // comp_len came from slicing `data`, so it fits in usize.
-            pos += m.comp_len as usize;
-            regions.push(Region::Member(m));
-            continue;
+            Err(cut) if !last && (cut || data.len() - pos < HEADER_TAIL) => {
+                // Perhaps a member that goes on past this window: the next one starts here.
+                flush_raw(&mut regions, &mut raw_from, pos);
+                return (regions, pos);
+            }
+            Err(_) => {}
         }
         // Not a member here: these bytes are raw up to the next offset where a complete
         // member parses. Only `1f 8b 08` offsets can start one.
         raw_from.get_or_insert(pos);
         pos = next_candidate(data, pos + 1);
     }
-    if let Some(r) = raw_from {
-        regions.push(Region::Raw {
-            start: r as u64,
-            len: (data.len() - r) as u64,
-        });
-    }
-    regions
+    flush_raw(&mut regions, &mut raw_from, data.len());
+    (regions, data.len())
 }
 
 fn next_candidate(data: &[u8], from: usize) -> usize {
@@ -171,36 +195,46 @@ fn parse_header(data: &[u8], base: usize, memo: &mut NulMemo) -> Option<(usize, 
     Some((p, xfl))
 }
 
-/// Parses one complete member at `data[start..]`, appending its plain text to `plain`.
-/// On failure `plain` is left as it was.
+/// Parses one complete member at `data[start..]`, appending its plain text to `plain` (only
+/// if it is at most `keep` bytes). On failure `plain` is left as it was, and the error says
+/// whether the member's deflate stream or trailer ran into the end of `data`.
 fn parse_member(
     data: &[u8],
     start: usize,
     plain: &mut Vec<u8>,
     inflater: &mut Decompress,
     memo: &mut NulMemo,
-) -> Option<Member> {
-    let (header_len, xfl) = parse_header(data, start, memo)?;
+    keep: usize,
+) -> Result<Member, bool> {
+    let (header_len, xfl) = parse_header(data, start, memo).ok_or(false)?;
     let stream = &data[start + header_len..];
     let plain_start = plain.len();
     let mut flush_points = Vec::new();
-    let Some(deflate_len) = inflate_member(inflater, stream, plain, &mut flush_points) else {
-        plain.truncate(plain_start);
-        return None;
+    let (deflate_len, plain_len) = match inflate_member(inflater, stream, plain, &mut flush_points, keep) {
+        Ok(r) => r,
+        Err(cut) => {
+            plain.truncate(plain_start);
+            return Err(cut);
+        }
     };
     let Some(trailer) = stream.get(deflate_len..deflate_len + 8) else {
         plain.truncate(plain_start);
-        return None;
+        return Err(true);
     };
+    let plain_kept = plain.len() - plain_start == plain_len as usize;
+    if !plain_kept {
+        plain.truncate(plain_start);
+    }
     let mut tr = [0u8; 8];
     tr.copy_from_slice(trailer);
-    Some(Member {
+    Ok(Member {
         start: start as u64,
         header_len,
         deflate_len: deflate_len as u64,
         comp_len: (header_len + deflate_len + 8) as u64,
         plain_start: plain_start as u64,
-        plain_len: (plain.len() - plain_start) as u64,
+        plain_len,
+        plain_kept,
         xfl,
         trailer: tr,
         flush_points,
@@ -236,9 +270,12 @@ fn inflate_member(
     input: &[u8],
     plain: &mut Vec<u8>,
     flush_points: &mut Vec<u64>,
-) -> Option<usize> {
+    keep: usize,
+) -> Result<(usize, u64), bool> {
     d.reset(false);
     let base = plain.len();
+    // Plain bytes of this member let go of because it outgrew `keep`: only its length counts.
+    let mut dropped = 0u64;
     // Input is fed in growing pieces so the marker search never runs far past the end of a
     // small member (the stream's end is only known once inflate reports it); pieces end
     // right after each marker so total_out can be read there.
@@ -276,27 +313,32 @@ fn inflate_member(
             let out_before = plain.len();
             let status = d
                 .decompress_vec(&input[in_pos..target], plain, flush)
-                .ok()?;
+                .map_err(|_| false)?;
             let consumed = d.total_in() as usize;
-            if status == Status::StreamEnd {
-                return Some(consumed);
-            }
+            let produced = plain.len() - out_before;
             let output_full = plain.len() == plain.capacity();
+            if plain.len() - base > keep {
+                dropped += (plain.len() - base) as u64;
+                plain.truncate(base);
+            }
+            if status == Status::StreamEnd {
+                return Ok((consumed, dropped + (plain.len() - base) as u64));
+            }
             if consumed == target && !output_full {
                 break;
             }
-            if consumed == in_pos && plain.len() == out_before && !output_full {
+            if consumed == in_pos && produced == 0 && !output_full {
                 // No progress with input and output space available: stuck.
-                return None;
+                return Err(false);
             }
         }
         if at_marker {
-            flush_points.push((plain.len() - base) as u64);
+            flush_points.push(dropped + (plain.len() - base) as u64);
         }
         fed = target;
         if fed >= input.len() {
             // All input consumed without the end of the stream: truncated.
-            return None;
+            return Err(true);
         }
     }
 }
@@ -452,26 +494,10 @@ mod tests {
 
     fn corpus_files() -> Vec<(String, Vec<u8>)> {
         let root = corpus_dir();
-        let mut files = Vec::new();
-        let mut dirs = vec![root.clone()];
-        while let Some(dir) = dirs.pop() {
-            for e in std::fs::read_dir(&dir).unwrap() {
-                let p = e.unwrap().path();
-                if p.is_dir() {
-                    dirs.push(p);
-                } else if p.file_name().unwrap() != "README.md" {
-                    let name = p
-                        .strip_prefix(&root)
-                        .unwrap()
-                        .to_string_lossy()
-                        .into_owned();
-                    files.push((name, std::fs::read(&p).unwrap()));
-                }
-            }
-        }
-        files.sort();
-        assert!(files.len() >= 29, "corpus not found at {}", root.display());
-        files
+        crate::test_support::real_corpus_files()
+            .into_iter()
+            .map(|p| (p.strip_prefix(&root).unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+            .collect()
     }
 
     fn corpus_file(name: &str) -> Vec<u8> {
@@ -863,5 +889,51 @@ mod tests {
             }
             check(&data);
         }
+    }
+
+    /// Three members of a real WARC, cut by windows that end inside them.
+    #[test]
+    fn split_window_leaves_a_cut_member_to_the_next_window() {
+        let data = corpus_file("webrecorder-pywb/iana.warc.gz");
+        let mut plain = Vec::new();
+        let whole: Vec<(u64, u64)> = split(&data, &mut plain)
+            .iter()
+            .filter_map(|r| if let Region::Member(m) = r { Some((m.start, m.comp_len)) } else { None })
+            .collect();
+        assert!(whole.len() >= 3);
+        let (s1, l1) = whole[1];
+        // A window ending halfway through member 1: member 0 only, and 1 starts the next.
+        let mut p = Vec::new();
+        let (regions, consumed) = split_window(&data[..(s1 + l1 / 2) as usize], false, usize::MAX, usize::MAX, &mut p);
+        assert_eq!(consumed as u64, s1);
+        assert!(matches!(&regions[..], [Region::Member(m)] if m.start == 0 && m.comp_len == whole[0].1));
+        // Nothing fits: the caller must read more.
+        let mut p = Vec::new();
+        assert_eq!(split_window(&data[..(whole[0].1 / 2) as usize], false, usize::MAX, usize::MAX, &mut p).1, 0);
+        // The end of the file: a cut member is raw bytes.
+        let mut p = Vec::new();
+        let (regions, consumed) = split_window(&data[..(s1 + l1 / 2) as usize], true, usize::MAX, usize::MAX, &mut p);
+        assert_eq!(consumed as u64, s1 + l1 / 2);
+        assert!(matches!(regions.last(), Some(Region::Raw { start, .. }) if *start == s1));
+        // Enough plain text: stop at the first member end after it.
+        let mut p = Vec::new();
+        let (regions, consumed) = split_window(&data, false, 1, usize::MAX, &mut p);
+        assert_eq!((regions.len(), consumed as u64), (1, whole[0].1));
+    }
+
+    #[test]
+    fn a_member_too_large_to_keep_is_found_but_its_text_is_not_kept() {
+        let text: Vec<u8> = (0..200_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
+        std::io::Write::write_all(&mut e, &text).unwrap();
+        let mut data = e.finish().unwrap();
+        let first = data.len() as u64;
+        data.extend_from_slice(&data.clone());
+        let mut plain = Vec::new();
+        let (regions, consumed) = split_window(&data, true, usize::MAX, 100_000, &mut plain);
+        assert_eq!(consumed, data.len());
+        assert!(plain.is_empty());
+        let Region::Member(m) = &regions[1] else { panic!("{regions:?}") };
+        assert_eq!((m.start, m.plain_len, m.plain_kept), (first, text.len() as u64, false));
     }
 }

@@ -39,39 +39,73 @@ const MIN_PAYLOAD: usize = 64;
 
 /// Spans cover `plain` exactly, in order, no gaps, no empty spans.
 pub fn segment(plain: &[u8]) -> Segmentation {
+    segment_window(plain, true, true, &mut false).0
+}
+
+/// [`segment`] for one window of a larger stream, segmented a window at a time so that
+/// memory stays bounded. `first`: the window starts the stream (otherwise it starts where
+/// the previous window's consumed bytes ended: at a record, or at the separator after one).
+/// `last`: it ends the stream. Unless `last`, a record that runs past the window's end, or
+/// may (a header that does not parse close to the end), is left for the next window. Spans
+/// tile `plain[..consumed]`; consumed is 0 only when the window's first record does not fit
+/// (the caller reads a larger window). `arc_mode` carries over from window to window.
+pub fn segment_window(plain: &[u8], first: bool, last: bool, arc_mode: &mut bool) -> (Segmentation, usize) {
     let mut out = Out::default();
     let n = plain.len();
     let mut pos = 0usize;
-    // ARC record lines are only trusted once the stream showed an ARC file header:
-    // otherwise a stray text line in a damaged WARC could pass for a record.
-    let mut arc_mode = false;
+    if !first {
+        // The end of the previous record's separator.
+        pos = skip_separator(plain, 0);
+        out.push(SpanKind::Header, 0, pos);
+    }
     while pos < n {
+        let mark = out.mark();
         let parsed = match parse_warc(plain, pos, &mut out) {
-            Some(end) => Some(end),
-            None if arc_mode || plain[pos..].starts_with(b"filedesc:") => {
-                parse_arc(plain, pos, &mut out).inspect(|_| arc_mode = true)
+            Some(r) => Some(r),
+            // ARC record lines are only trusted once the stream showed an ARC file header:
+            // otherwise a stray text line in a damaged WARC could pass for a record.
+            None if *arc_mode || plain[pos..].starts_with(b"filedesc:") => {
+                parse_arc(plain, pos, &mut out).inspect(|_| *arc_mode = true)
             }
             None => None,
         };
         match parsed {
-            Some(end) => {
-                out.records += 1;
+            Some((end, cut)) => {
                 let sep_end = skip_separator(plain, end);
+                if !last && cut {
+                    // Its block goes on in the next window: so does the record.
+                    out.reset(mark);
+                    break;
+                }
+                out.records += 1;
+                if !last && sep_end == n {
+                    // So may its separator.
+                    pos = end;
+                    break;
+                }
                 out.push(SpanKind::Header, end, sep_end);
                 pos = sep_end;
             }
+            None if !last && n - pos < MAX_HEADER => break,
             None => {
-                let next = resync(plain, pos, arc_mode);
+                let mut next = resync(plain, pos, *arc_mode);
+                if next == n && !last {
+                    // A record may start in the part of a line that is cut off here.
+                    if let Some(i) = plain[pos..].iter().rposition(|&b| b == b'\n') {
+                        next = pos + i + 1;
+                    }
+                }
                 out.push(SpanKind::Raw, pos, next);
                 pos = next;
             }
         }
     }
-    Segmentation {
+    let seg = Segmentation {
         spans: out.spans,
         records: out.records,
         payloads: out.payloads,
-    }
+    };
+    (seg, pos)
 }
 
 #[derive(Default)]
@@ -81,7 +115,26 @@ struct Out {
     payloads: u64,
 }
 
+/// Where an [`Out`] stood, to take back what a record emitted.
+struct Mark {
+    spans: usize,
+    last_len: u64,
+    payloads: u64,
+}
+
 impl Out {
+    fn mark(&self) -> Mark {
+        Mark { spans: self.spans.len(), last_len: self.spans.last().map_or(0, |s| s.len), payloads: self.payloads }
+    }
+
+    fn reset(&mut self, m: Mark) {
+        self.spans.truncate(m.spans);
+        if let Some(last) = self.spans.last_mut() {
+            last.len = m.last_len;
+        }
+        self.payloads = m.payloads;
+    }
+
     /// Appends `start..end`, merging Header/Header and Raw/Raw; Payloads stay separate
     /// because each one is hashed and deduplicated on its own.
     fn push(&mut self, kind: SpanKind, start: usize, end: usize) {
@@ -114,9 +167,9 @@ impl Out {
     }
 }
 
-/// Parses a WARC record at `pos`, emits its spans and returns where its block ends.
-/// Emits nothing when it returns `None`.
-fn parse_warc(plain: &[u8], pos: usize, out: &mut Out) -> Option<usize> {
+/// Parses a WARC record at `pos`, emits its spans and returns where its block ends, and
+/// whether the block is cut short by the end of `plain`. Emits nothing when it returns `None`.
+fn parse_warc(plain: &[u8], pos: usize, out: &mut Out) -> Option<(usize, bool)> {
     if !plain[pos..].starts_with(b"WARC/") {
         return None;
     }
@@ -152,7 +205,7 @@ fn parse_warc(plain: &[u8], pos: usize, out: &mut Out) -> Option<usize> {
         }
         line_start = nl + 1;
     };
-    let block_end = block_end(plain.len(), header_end, content_length?);
+    let (block_end, cut) = block_end(plain.len(), header_end, content_length?);
     out.push(SpanKind::Header, pos, header_end);
     emit_block(
         plain,
@@ -161,22 +214,23 @@ fn parse_warc(plain: &[u8], pos: usize, out: &mut Out) -> Option<usize> {
         http_type || http_content_type,
         out,
     );
-    Some(block_end)
+    Some((block_end, cut))
 }
 
-/// Parses an ARC record at `pos`, emits its spans and returns where its block ends.
-fn parse_arc(plain: &[u8], pos: usize, out: &mut Out) -> Option<usize> {
+/// Parses an ARC record at `pos`, like [`parse_warc`].
+fn parse_arc(plain: &[u8], pos: usize, out: &mut Out) -> Option<(usize, bool)> {
     let (line_end, length) = parse_arc_line(plain, pos)?;
-    let block_end = block_end(plain.len(), line_end, length);
+    let (block_end, cut) = block_end(plain.len(), line_end, length);
     out.push(SpanKind::Header, pos, line_end);
     emit_block(plain, line_end, block_end, true, out);
-    Some(block_end)
+    Some((block_end, cut))
 }
 
-/// A truncated stream still gives the record whatever block bytes are there.
-fn block_end(n: usize, start: usize, length: u64) -> usize {
+/// A truncated stream still gives the record whatever block bytes are there; the flag says
+/// it was truncated.
+fn block_end(n: usize, start: usize, length: u64) -> (usize, bool) {
     let avail = (n - start) as u64;
-    start + length.min(avail) as usize
+    (start + length.min(avail) as usize, length > avail)
 }
 
 /// Checks for an ARC header line at `pos`: `URL IP DATE ... LENGTH\n`, at least five
@@ -889,5 +943,74 @@ mod tests {
                 check(&v[..cut], &seg);
             }
         }
+    }
+
+    /// Segments `plain` the way ingest does, `bytes` at a time (growing a window that holds
+    /// no whole record), and returns the spans with absolute offsets and the record count.
+    fn windowed(plain: &[u8], bytes: usize) -> (Vec<Span>, u64) {
+        let (mut spans, mut records, mut off, mut want, mut arc) = (Vec::new(), 0, 0usize, bytes, false);
+        while off < plain.len() {
+            let end = (off + want).min(plain.len());
+            let (seg, consumed) = segment_window(&plain[off..end], off == 0, end == plain.len(), &mut arc);
+            if consumed == 0 {
+                want *= 2;
+                continue;
+            }
+            let tiled: u64 = seg.spans.iter().map(|s| s.len).sum();
+            assert_eq!(tiled, consumed as u64, "spans must tile what the window consumed");
+            spans.extend(seg.spans.iter().map(|s| Span { start: s.start + off as u64, ..*s }));
+            records += seg.records;
+            off += consumed;
+            want = bytes;
+        }
+        (spans, records)
+    }
+
+    /// Neighbouring spans of one kind merged (payloads stay apart), as `segment` emits them.
+    fn merged(spans: &[Span]) -> Vec<Span> {
+        let mut out: Vec<Span> = Vec::new();
+        for s in spans {
+            match out.last_mut() {
+                Some(l) if l.kind == s.kind && s.kind != P => l.len += s.len,
+                _ => out.push(*s),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn windows_find_the_records_the_whole_stream_has() {
+        for name in ["webrecorder-pywb/iana.warc.gz", "webrecorder-warcio/example.warc.gz"] {
+            let mut plain = Vec::new();
+            flate2::read::MultiGzDecoder::new(&std::fs::read(corpus_dir().join(name)).unwrap()[..]).read_to_end(&mut plain).unwrap();
+            let whole = segment(&plain);
+            for bytes in [1, 100, 4096, 65536] {
+                let (spans, records) = windowed(&plain, bytes);
+                assert_eq!(records, whole.records, "{name} in windows of {bytes}");
+                assert_eq!(merged(&spans), whole.spans, "{name} in windows of {bytes}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_record_cut_by_the_window_is_left_for_the_next() {
+        let r1 = record("WARC/1.1", "resource", "text/plain", &[b'a'; 300]);
+        let r2 = record("WARC/1.1", "resource", "text/plain", &[b'b'; 300]);
+        let plain = cat(&[&r1, SEP, &r2, SEP]);
+        // Cut in the second record's header, then in its block.
+        for cut in [r1.len() + SEP.len() + 100, r1.len() + SEP.len() + r2.len() - 50] {
+            let (seg, consumed) = segment_window(&plain[..cut], true, false, &mut false);
+            assert_eq!((seg.records, consumed), (1, r1.len() + SEP.len()));
+        }
+        // Ending right after a block: its separator may go on, so it starts the next window.
+        let (seg, consumed) = segment_window(&plain[..r1.len() + 2], true, false, &mut false);
+        assert_eq!((seg.records, consumed), (1, r1.len()));
+        let (seg, consumed) = segment_window(&plain[r1.len()..], false, true, &mut false);
+        assert_eq!((seg.records, consumed), (1, plain.len() - r1.len()));
+        assert_eq!(seg.spans[0].kind, H);
+        // The end of the stream: the cut record is what there is of it.
+        let cut = r1.len() + SEP.len() + r2.len() - 50;
+        let (seg, consumed) = segment_window(&plain[..cut], true, true, &mut false);
+        assert_eq!((seg.records, consumed), (2, cut));
     }
 }

@@ -353,17 +353,16 @@ impl Inner {
                 _ => return,
             }
         };
-        // Read, not mmap: a truncate racing this ingest would turn mapped pages into SIGBUS
-        // and take the daemon down. A racing change bumps `gen`; then this ingest is dropped.
-        let mut buf = Vec::new();
-        let mut f = &*file;
-        if let Err(e) = io::Seek::seek(&mut f, io::SeekFrom::Start(0)).and_then(|_| io::Read::read_to_end(&mut f, &mut buf)) {
-            return log::error!("staged inode {ino}: cannot read: {e}");
-        }
-        let data: &[u8] = &buf;
-        let prepared = match self.store.prepare(data) {
+        // Read a window at a time (see `Source for File`); a racing change bumps `gen`, and
+        // then this ingest is dropped.
+        let prepared = match self.store.prepare(&*file) {
             Ok(p) => p,
-            Err(e) => return log::error!("ingest of inode {ino} failed, it stays staged: {e}"),
+            Err(e) => {
+                if self.staged.lock().unwrap().get(&ino).is_some_and(|s| s.gen == gen) {
+                    log::error!("ingest of inode {ino} failed, it stays staged: {e}");
+                }
+                return;
+            }
         };
         let mut map = self.staged.lock().unwrap();
         match map.get(&ino) {

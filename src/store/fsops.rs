@@ -223,10 +223,10 @@ impl Store {
         self.commit(&mut w, b, delta)
     }
 
-    /// Ingests `data` as the next content of a file; commit with `Prepared::commit_into`.
-    pub fn prepare(&self, data: &[u8]) -> Result<Prepared<'_>> {
+    /// Ingests `src` as the next content of a file; commit with `Prepared::commit_into`.
+    pub fn prepare<S: super::Source + ?Sized>(&self, src: &S) -> Result<Prepared<'_>> {
         let mut w = self.writer.lock().unwrap();
-        let ing = self.ingest(&mut w, data)?;
+        let ing = self.ingest(&mut w, src)?;
         drop(w);
         Ok(Prepared { store: self, ing })
     }

@@ -1,10 +1,11 @@
 //! Ingest: any bytes in, a recipe and new chunks out, then one atomic commit.
 //!
-//! gzip files are split into members; all members' plain text is segmented into WARC/ARC
-//! headers, payloads and unparsed bytes; each member is verified to rebuild byte for byte
-//! with zlib (on worker threads, while this thread hashes and stores chunks). A member that
-//! does not rebuild, and any bytes outside members, are stored as content-defined chunks of
-//! the compressed bytes themselves. Headers go into per-file literal blocks that recipes slice.
+//! A file is read a window at a time (see `Windows`), so memory stays bounded whatever its
+//! size. gzip files are split into members; the members' plain text is segmented into
+//! WARC/ARC headers, payloads and unparsed bytes; each member is verified to rebuild byte for
+//! byte with zlib (on worker threads, while this thread hashes and stores chunks). A member
+//! that does not rebuild, and any bytes outside members, are stored as content-defined chunks
+//! of the compressed bytes themselves. Headers go into literal blocks that recipes slice.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,7 +63,7 @@ fn cdc(data: &[u8], (min, avg, max): (u32, u32, u32)) -> impl Iterator<Item = (u
 }
 
 fn verify_member(data: &[u8], plain: &[u8], m: &Member) -> Option<DeflateRecipe> {
-    if m.plain_len > MAX_MEMBER_PLAIN {
+    if !m.plain_kept || m.plain_len > MAX_MEMBER_PLAIN {
         return None;
     }
     let d0 = m.start as usize + m.header_len;
@@ -92,127 +93,238 @@ fn slices_in(exts: &[(u64, Slice)], cursor: &mut usize, a: u64, b: u64) -> Vec<S
     out
 }
 
-/// A file's gzip members found and inflated ahead of ingest. Splitting needs no store, so an
-/// importer can split the next file on another core while this one is ingested.
+/// The bytes of a file to ingest. Ingest reads them a window at a time, so that its memory
+/// is bounded by the window, whatever the file's size.
+pub trait Source {
+    fn size(&self) -> u64;
+    /// Up to `len` bytes at `offset` (fewer only at the end): borrowed when the source is
+    /// in memory, read into `buf` otherwise.
+    fn window<'a>(&'a self, offset: u64, len: usize, buf: &'a mut Vec<u8>) -> std::io::Result<&'a [u8]>;
+}
+
+impl Source for [u8] {
+    fn size(&self) -> u64 {
+        self.len() as u64
+    }
+
+    fn window<'a>(&'a self, offset: u64, len: usize, _buf: &'a mut Vec<u8>) -> std::io::Result<&'a [u8]> {
+        let from = (offset as usize).min(self.len());
+        Ok(&self[from..from.saturating_add(len).min(self.len())])
+    }
+}
+
+/// A file read with `pread`, not mapped: a staged file can be truncated while it is being
+/// ingested, and a mapped page past the new end would be a SIGBUS that takes the daemon down.
+impl Source for std::fs::File {
+    fn size(&self) -> u64 {
+        self.metadata().map(|m| m.len()).unwrap_or(0)
+    }
+
+    fn window<'a>(&'a self, offset: u64, len: usize, buf: &'a mut Vec<u8>) -> std::io::Result<&'a [u8]> {
+        use std::os::unix::fs::FileExt;
+        let len = len.min(self.size().saturating_sub(offset) as usize);
+        buf.resize(len, 0);
+        let mut done = 0;
+        while done < len {
+            match self.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(k) => done += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(&buf[..done])
+    }
+}
+
+/// How much of a file ingest holds at once. A window of the file is read, its gzip members
+/// inflated (stopping at a member's end once `plain` bytes of text are out), segmented and
+/// stored; the next window starts where the last whole member or record ended. A member or
+/// record that does not fit makes the window grow, up to `max_bytes`; past that it is taken
+/// as cut short (stored raw or as a truncated record: every byte is kept either way).
+#[derive(Clone, Copy, Debug)]
+pub struct Windows {
+    pub bytes: usize,
+    pub max_bytes: usize,
+    pub plain: usize,
+}
+
+pub const WINDOWS: Windows = Windows { bytes: 32 << 20, max_bytes: 256 << 20, plain: 64 << 20 };
+
+/// The first window of a gzip file, split (members found and inflated) ahead of its ingest:
+/// that needs no store, so an importer can do it for the next file on another core.
 pub struct Presplit {
-    /// None: not gzip, ingest the bytes as they are.
-    gzip: Option<(Vec<Region>, Vec<u8>)>,
+    first: Option<SplitWindow>,
+}
+
+struct SplitWindow {
+    regions: Vec<Region>,
+    plain: Vec<u8>,
+    consumed: usize,
 }
 
 impl Presplit {
+    /// Splits the first window of `data`, a whole file, if it is gzip.
     pub fn new(data: &[u8]) -> Presplit {
-        if !gzip::looks_gzip(data) {
-            return Presplit { gzip: None };
-        }
-        let mut plain = Vec::new();
-        let regions = gzip::split(data, &mut plain);
-        Presplit { gzip: Some((regions, plain)) }
+        let n = data.len().min(WINDOWS.bytes);
+        Presplit { first: gzip::looks_gzip(data).then(|| split_window(&data[..n], n == data.len(), WINDOWS)) }
+    }
+
+    pub fn none() -> Presplit {
+        Presplit { first: None }
     }
 }
 
+/// Finds and inflates the gzip members of one window.
+fn split_window(data: &[u8], last: bool, win: Windows) -> SplitWindow {
+    let mut plain = Vec::new();
+    let (regions, consumed) = gzip::split_window(data, last, win.plain, MAX_MEMBER_PLAIN as usize, &mut plain);
+    SplitWindow { regions, plain, consumed }
+}
+
 impl Store {
-    pub(super) fn ingest(&self, w: &mut Writer, data: &[u8]) -> Result<Ingested> {
-        self.ingest_presplit(w, data, Presplit::new(data))
+    pub(super) fn ingest<S: Source + ?Sized>(&self, w: &mut Writer, src: &S) -> Result<Ingested> {
+        self.ingest_windows(w, src, Presplit::none(), WINDOWS)
     }
 
-    pub(super) fn ingest_presplit(&self, w: &mut Writer, data: &[u8], split: Presplit) -> Result<Ingested> {
+    pub(super) fn ingest_windows<S: Source + ?Sized>(&self, w: &mut Writer, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
         // Chunks of an ingest that failed are garbage, never shared.
         w.pending.clear();
         w.collisions = 0;
         let mut ctx = Ctx { stats: FileStats::default(), new_bytes: 0 };
         let mut rb = RecipeBuilder::new();
-        if let Some((regions, plain)) = split.gzip {
-            let members: Vec<&Member> = regions
-                .iter()
-                .filter_map(|r| match r {
-                    Region::Member(m) => Some(m),
-                    Region::Raw { .. } => None,
-                })
-                .collect();
-            let mut order: Vec<usize> = (0..members.len()).collect();
-            order.sort_by_key(|&i| std::cmp::Reverse(members[i].plain_len));
-            let next = AtomicUsize::new(0);
-            let (mut recipes, exts) = thread::scope(|s| {
-                // Verifying a rebuild costs a zlib compression of every member: the dominant
-                // cost of ingest, so it runs on two threads while this one stores chunks.
-                // Largest members first, so one slow member does not finish alone at the end.
-                const WORKERS: usize = 2;
-                let handles: Vec<_> = (0..WORKERS)
-                    .map(|_| {
-                        let (members, plain, order, next) = (&members, &plain, &order, &next);
-                        s.spawn(move || {
-                            let mut done = Vec::new();
-                            loop {
-                                let k = next.fetch_add(1, Ordering::Relaxed);
-                                let Some(&i) = order.get(k) else { break };
-                                done.push((i, verify_member(data, plain, members[i])));
-                            }
-                            done
-                        })
-                    })
-                    .collect();
-                let exts = self.chunk_plain(w, &mut ctx, &plain);
-                let mut recipes: Vec<Option<DeflateRecipe>> = vec![None; members.len()];
-                for h in handles {
-                    for (i, r) in h.join().expect("rebuild verification does not panic") {
-                        recipes[i] = r;
-                    }
-                }
-                (recipes, exts)
-            });
-            let exts = exts?;
-            let mut cursor = 0usize;
-            let mut member_no = 0usize;
-            // Bytes that are stored as they are: raw regions and members that do not rebuild.
-            let mut raw_run: Option<(usize, usize)> = None;
-            for region in &regions {
-                match region {
-                    Region::Raw { start, len } => {
-                        let (s, e) = (*start as usize, (*start + *len) as usize);
-                        raw_run = Some(raw_run.map_or((s, e), |(a, _)| (a, e)));
-                    }
-                    Region::Member(m) => {
-                        let recipe = recipes[member_no].take();
-                        member_no += 1;
-                        ctx.stats.gzip_members += 1;
-                        let (s, e) = (m.start as usize, (m.start + m.comp_len) as usize);
-                        let Some(recipe) = recipe else {
-                            ctx.stats.gzip_members_raw += 1;
-                            raw_run = Some(raw_run.map_or((s, e), |(a, _)| (a, e)));
-                            continue;
-                        };
-                        if let Some((a, b)) = raw_run.take() {
-                            let sl = self.chunk_raw(w, &mut ctx, &data[a..b])?;
-                            rb.push_data(&sl);
-                        }
-                        let plain_slice = &plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];
-                        let trailer = (gzip::trailer_for(plain_slice) != m.trailer).then_some(m.trailer);
-                        let slices = slices_in(&exts, &mut cursor, m.plain_start, m.plain_start + m.plain_len);
-                        let header = data[s..s + m.header_len].to_vec();
-                        rb.push_member(header, &slices, recipe, trailer, m.comp_len);
-                    }
-                }
+        let total = src.size();
+        let mut buf = Vec::new();
+        let mut first = split.first;
+        let mut gzip: Option<bool> = None;
+        let mut arc_mode = false;
+        let mut offset = 0u64;
+        let mut want = win.bytes;
+        while offset < total {
+            let data = src.window(offset, want, &mut buf).map_err(|err| StoreError::Io { path: "(file being ingested)".into(), err })?;
+            if data.is_empty() {
+                return Err(StoreError::Io {
+                    path: "(file being ingested)".into(),
+                    err: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file got shorter during its ingest"),
+                });
             }
-            if let Some((a, b)) = raw_run.take() {
-                let sl = self.chunk_raw(w, &mut ctx, &data[a..b])?;
-                rb.push_data(&sl);
+            let end = offset + data.len() as u64 >= total;
+            // A window that cannot grow any more is taken as if the file ended with it.
+            let last = end || want >= win.max_bytes;
+            let consumed = if *gzip.get_or_insert_with(|| gzip::looks_gzip(data)) {
+                let sw = match first.take().filter(|_| offset == 0) {
+                    Some(sw) => sw,
+                    None => split_window(data, last, win),
+                };
+                let seg = warc::segment_window(&sw.plain, offset == 0, true, &mut arc_mode).0;
+                self.ingest_members(w, &mut ctx, &mut rb, &data[..sw.consumed], &sw.plain, &seg, &sw.regions)?;
+                sw.consumed
+            } else {
+                let (seg, consumed) = warc::segment_window(data, offset == 0, last, &mut arc_mode);
+                let exts = self.chunk_segments(w, &mut ctx, &data[..consumed], &seg)?;
+                rb.push_data(&exts.into_iter().map(|(_, s)| s).collect::<Vec<_>>());
+                consumed
+            };
+            if consumed == 0 {
+                // The first member or record goes on past this window: read a larger one.
+                want = want.saturating_mul(2).min(win.max_bytes);
+                continue;
             }
-        } else {
-            let exts = self.chunk_plain(w, &mut ctx, data)?;
-            let slices: Vec<Slice> = exts.into_iter().map(|(_, s)| s).collect();
-            rb.push_data(&slices);
+            offset += consumed as u64;
+            want = win.bytes;
         }
         let (pieces, starts, size) = rb.finish();
-        debug_assert_eq!(size, data.len() as u64);
+        debug_assert_eq!(size, total);
         let pending = std::mem::take(&mut w.pending);
         let collisions = std::mem::take(&mut w.collisions);
         Ok(Ingested { pieces, starts, size, stats: ctx.stats, new_bytes: ctx.new_bytes, pending, collisions })
     }
 
-    /// Segments plain text into headers, payloads and unparsed bytes and stores them;
-    /// returns slices covering `plain` in order, each with its plain offset.
-    fn chunk_plain(&self, w: &mut Writer, ctx: &mut Ctx, plain: &[u8]) -> Result<Vec<(u64, Slice)>> {
-        let seg = warc::segment(plain);
+    /// Stores one window of a gzip file: `regions` tile `data`, and members' plain text is
+    /// in `plain`, segmented as `seg`.
+    #[allow(clippy::too_many_arguments)]
+    fn ingest_members(&self, w: &mut Writer, ctx: &mut Ctx, rb: &mut RecipeBuilder, data: &[u8], plain: &[u8], seg: &warc::Segmentation, regions: &[Region]) -> Result<()> {
+        let members: Vec<&Member> = regions
+            .iter()
+            .filter_map(|r| match r {
+                Region::Member(m) => Some(m),
+                Region::Raw { .. } => None,
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..members.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(members[i].plain_len));
+        let next = AtomicUsize::new(0);
+        let (mut recipes, exts) = thread::scope(|s| {
+            // Verifying a rebuild costs a zlib compression of every member: the dominant
+            // cost of ingest, so it runs on two threads while this one stores chunks.
+            // Largest members first, so one slow member does not finish alone at the end.
+            const WORKERS: usize = 2;
+            let handles: Vec<_> = (0..WORKERS)
+                .map(|_| {
+                    let (members, order, next) = (&members, &order, &next);
+                    s.spawn(move || {
+                        let mut done = Vec::new();
+                        loop {
+                            let k = next.fetch_add(1, Ordering::Relaxed);
+                            let Some(&i) = order.get(k) else { break };
+                            done.push((i, verify_member(data, plain, members[i])));
+                        }
+                        done
+                    })
+                })
+                .collect();
+            let exts = self.chunk_segments(w, ctx, plain, seg);
+            let mut recipes: Vec<Option<DeflateRecipe>> = vec![None; members.len()];
+            for h in handles {
+                for (i, r) in h.join().expect("rebuild verification does not panic") {
+                    recipes[i] = r;
+                }
+            }
+            (recipes, exts)
+        });
+        let exts = exts?;
+        let mut cursor = 0usize;
+        let mut member_no = 0usize;
+        // Bytes that are stored as they are: raw regions and members that do not rebuild.
+        let mut raw_run: Option<(usize, usize)> = None;
+        for region in regions {
+            match region {
+                Region::Raw { start, len } => {
+                    let (s, e) = (*start as usize, (*start + *len) as usize);
+                    raw_run = Some(raw_run.map_or((s, e), |(a, _)| (a, e)));
+                }
+                Region::Member(m) => {
+                    let recipe = recipes[member_no].take();
+                    member_no += 1;
+                    ctx.stats.gzip_members += 1;
+                    let (s, e) = (m.start as usize, (m.start + m.comp_len) as usize);
+                    let Some(recipe) = recipe else {
+                        ctx.stats.gzip_members_raw += 1;
+                        raw_run = Some(raw_run.map_or((s, e), |(a, _)| (a, e)));
+                        continue;
+                    };
+                    if let Some((a, b)) = raw_run.take() {
+                        let sl = self.chunk_raw(w, ctx, &data[a..b])?;
+                        rb.push_data(&sl);
+                    }
+                    let plain_slice = &plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];
+                    let trailer = (gzip::trailer_for(plain_slice) != m.trailer).then_some(m.trailer);
+                    let slices = slices_in(&exts, &mut cursor, m.plain_start, m.plain_start + m.plain_len);
+                    let header = data[s..s + m.header_len].to_vec();
+                    rb.push_member(header, &slices, recipe, trailer, m.comp_len);
+                }
+            }
+        }
+        if let Some((a, b)) = raw_run.take() {
+            let sl = self.chunk_raw(w, ctx, &data[a..b])?;
+            rb.push_data(&sl);
+        }
+        Ok(())
+    }
+
+    /// Stores plain text as segmented into headers, payloads and unparsed bytes; returns
+    /// slices covering `plain` in order, each with its plain offset.
+    fn chunk_segments(&self, w: &mut Writer, ctx: &mut Ctx, plain: &[u8], seg: &warc::Segmentation) -> Result<Vec<(u64, Slice)>> {
         ctx.stats.records += seg.records;
         ctx.stats.payloads += seg.payloads;
         // Header bytes first, into literal blocks, so each header becomes a slice of one.

@@ -36,7 +36,7 @@ use crate::pack::{self, OpenPack, PackError, PackReader};
 
 pub use ahead::ReadAhead;
 pub use fsops::{FileUsage, Prepared};
-pub use ingest::Presplit;
+pub use ingest::{Presplit, Source};
 pub use maintain::{FsckReport, GcReport, Stats};
 pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
 pub use read::ReadCache;

@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::ingest::{Ingested, Presplit};
+use super::ingest::{Ingested, Presplit, Windows};
 use super::{Ns, Result, Store, StoreError};
 use crate::digest::ChunkKey;
 use crate::index::Batch;
@@ -259,11 +259,16 @@ impl Store {
         self.put_file_presplit(dir, name, data, Presplit::new(data), meta)
     }
 
-    /// `put_file` with the gzip members already found (see `Presplit`).
+    /// `put_file` with the first gzip members already found (see `Presplit`).
     pub fn put_file_presplit(&self, dir: u64, name: &[u8], data: &[u8], split: Presplit, meta: FileMeta) -> Result<PutReport> {
+        self.put_file_windows(dir, name, data, split, super::ingest::WINDOWS, meta)
+    }
+
+    /// `put_file` ingesting `win` at a time (tests use tiny windows).
+    pub(super) fn put_file_windows(&self, dir: u64, name: &[u8], data: &[u8], split: Presplit, win: Windows, meta: FileMeta) -> Result<PutReport> {
         let ingested = {
             let mut w = self.writer.lock().unwrap();
-            self.ingest_presplit(&mut w, data, split)?
+            self.ingest_windows(&mut w, data, split, win)?
         };
         let mut ns = self.ns.lock().unwrap();
         self.commit_file(&mut ns, dir, name, ingested, meta)
