@@ -70,8 +70,9 @@ pub fn split(data: &[u8], plain: &mut Vec<u8>) -> Vec<Region> {
 }
 
 /// A failed attempt at a member that may only be cut short by the end of the window: within
-/// this distance of it, a header that does not parse may be one whose end is not read yet.
-const HEADER_TAIL: usize = 64 << 10;
+/// this distance of it, a header that does not parse may be one whose end is not read yet
+/// (FEXTRA alone can be 64 KiB; names and comments rarely come close).
+const HEADER_TAIL: usize = 256 << 10;
 
 /// [`split`] for one window of a file that is ingested a window at a time, so that memory
 /// stays bounded whatever the file's size. Regions tile `data[..consumed]`, returned with
@@ -87,7 +88,7 @@ pub fn split_window(data: &[u8], last: bool, max_plain: usize, keep: usize, plai
     let mut raw_from: Option<usize> = None;
     let mut pos = 0usize;
     let flush_raw = |regions: &mut Vec<Region>, raw_from: &mut Option<usize>, end: usize| {
-        if let Some(r) = raw_from.take() {
+        if let Some(r) = raw_from.take().filter(|&r| end > r) {
             regions.push(Region::Raw { start: r as u64, len: (end - r) as u64 });
         }
     };
@@ -114,6 +115,12 @@ pub fn split_window(data: &[u8], last: bool, max_plain: usize, keep: usize, plai
         // member parses. Only `1f 8b 08` offsets can start one.
         raw_from.get_or_insert(pos);
         pos = next_candidate(data, pos + 1);
+    }
+    if let (false, Some(r)) = (last, raw_from) {
+        // The raw run reaches the window's end, where a member's `1f 8b 08` may be cut.
+        let end = data.len().saturating_sub(2).max(r);
+        flush_raw(&mut regions, &mut raw_from, end);
+        return (regions, end);
     }
     flush_raw(&mut regions, &mut raw_from, data.len());
     (regions, data.len())
@@ -915,6 +922,17 @@ mod tests {
         let (regions, consumed) = split_window(&data[..(s1 + l1 / 2) as usize], true, usize::MAX, usize::MAX, &mut p);
         assert_eq!(consumed as u64, s1 + l1 / 2);
         assert!(matches!(regions.last(), Some(Region::Raw { start, .. }) if *start == s1));
+        // Raw bytes up to the window's end: the last two could begin a member's magic.
+        let n = HEADER_TAIL + 100;
+        let mut junk = vec![0x55u8; n];
+        junk.extend_from_slice(&data[..whole[0].1 as usize]);
+        let mut p = Vec::new();
+        let (regions, consumed) = split_window(&junk[..n + 1], false, usize::MAX, usize::MAX, &mut p);
+        assert_eq!(consumed, n - 1);
+        assert!(matches!(&regions[..], [Region::Raw { start: 0, len }] if *len == n as u64 - 1));
+        let mut p = Vec::new();
+        let (regions, _) = split_window(&junk[n - 1..], true, usize::MAX, usize::MAX, &mut p);
+        assert!(matches!(&regions[..], [Region::Raw { start: 0, len: 1 }, Region::Member(m)] if m.start == 1));
         // Enough plain text: stop at the first member end after it.
         let mut p = Vec::new();
         let (regions, consumed) = split_window(&data, false, 1, usize::MAX, &mut p);

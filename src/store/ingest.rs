@@ -96,15 +96,15 @@ fn slices_in(exts: &[(u64, Slice)], cursor: &mut usize, a: u64, b: u64) -> Vec<S
 /// The bytes of a file to ingest. Ingest reads them a window at a time, so that its memory
 /// is bounded by the window, whatever the file's size.
 pub trait Source {
-    fn size(&self) -> u64;
+    fn size(&self) -> std::io::Result<u64>;
     /// Up to `len` bytes at `offset` (fewer only at the end): borrowed when the source is
     /// in memory, read into `buf` otherwise.
     fn window<'a>(&'a self, offset: u64, len: usize, buf: &'a mut Vec<u8>) -> std::io::Result<&'a [u8]>;
 }
 
 impl Source for [u8] {
-    fn size(&self) -> u64 {
-        self.len() as u64
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.len() as u64)
     }
 
     fn window<'a>(&'a self, offset: u64, len: usize, _buf: &'a mut Vec<u8>) -> std::io::Result<&'a [u8]> {
@@ -116,13 +116,12 @@ impl Source for [u8] {
 /// A file read with `pread`, not mapped: a staged file can be truncated while it is being
 /// ingested, and a mapped page past the new end would be a SIGBUS that takes the daemon down.
 impl Source for std::fs::File {
-    fn size(&self) -> u64 {
-        self.metadata().map(|m| m.len()).unwrap_or(0)
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.metadata()?.len())
     }
 
     fn window<'a>(&'a self, offset: u64, len: usize, buf: &'a mut Vec<u8>) -> std::io::Result<&'a [u8]> {
         use std::os::unix::fs::FileExt;
-        let len = len.min(self.size().saturating_sub(offset) as usize);
         buf.resize(len, 0);
         let mut done = 0;
         while done < len {
@@ -158,6 +157,8 @@ pub struct Presplit {
 }
 
 struct SplitWindow {
+    /// The length of the window split.
+    len: usize,
     regions: Vec<Region>,
     plain: Vec<u8>,
     consumed: usize,
@@ -178,8 +179,8 @@ impl Presplit {
 /// Finds and inflates the gzip members of one window.
 fn split_window(data: &[u8], last: bool, win: Windows) -> SplitWindow {
     let mut plain = Vec::new();
-    let (regions, consumed) = gzip::split_window(data, last, win.plain, MAX_MEMBER_PLAIN as usize, &mut plain);
-    SplitWindow { regions, plain, consumed }
+    let (regions, consumed) = gzip::split_window(data, last, win.plain.max(1), MAX_MEMBER_PLAIN as usize, &mut plain);
+    SplitWindow { len: data.len(), regions, plain, consumed }
 }
 
 impl Store {
@@ -193,7 +194,9 @@ impl Store {
         w.collisions = 0;
         let mut ctx = Ctx { stats: FileStats::default(), new_bytes: 0 };
         let mut rb = RecipeBuilder::new();
-        let total = src.size();
+        let io_err = |err| StoreError::Io { path: "(file being ingested)".into(), err };
+        let total = src.size().map_err(io_err)?;
+        let win = Windows { bytes: win.bytes.max(1), max_bytes: win.max_bytes.max(win.bytes), plain: win.plain.max(1) };
         let mut buf = Vec::new();
         let mut first = split.first;
         let mut gzip: Option<bool> = None;
@@ -201,18 +204,18 @@ impl Store {
         let mut offset = 0u64;
         let mut want = win.bytes;
         while offset < total {
-            let data = src.window(offset, want, &mut buf).map_err(|err| StoreError::Io { path: "(file being ingested)".into(), err })?;
+            // Never past the size taken at the start, even if the file grew since: the
+            // recipe must describe exactly `total` bytes (a grown file is ingested again).
+            let len = want.min((total - offset).min(usize::MAX as u64) as usize);
+            let data = src.window(offset, len, &mut buf).map_err(io_err)?;
             if data.is_empty() {
-                return Err(StoreError::Io {
-                    path: "(file being ingested)".into(),
-                    err: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file got shorter during its ingest"),
-                });
+                return Err(io_err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file got shorter during its ingest")));
             }
             let end = offset + data.len() as u64 >= total;
             // A window that cannot grow any more is taken as if the file ended with it.
             let last = end || want >= win.max_bytes;
             let consumed = if *gzip.get_or_insert_with(|| gzip::looks_gzip(data)) {
-                let sw = match first.take().filter(|_| offset == 0) {
+                let sw = match first.take().filter(|sw| offset == 0 && sw.len == data.len()) {
                     Some(sw) => sw,
                     None => split_window(data, last, win),
                 };
@@ -231,7 +234,9 @@ impl Store {
                 continue;
             }
             offset += consumed as u64;
-            want = win.bytes;
+            // Highly compressed gzip windows stop at the plain budget long before the end of
+            // what was read: read about twice what the last one took, not a full window again.
+            want = win.bytes.min(consumed.saturating_mul(2).max(win.bytes / 8).max(1));
         }
         let (pieces, starts, size) = rb.finish();
         debug_assert_eq!(size, total);
