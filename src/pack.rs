@@ -149,28 +149,48 @@ fn decode_header(h: &[u8], offset: u64) -> Option<(BlobInfo, u32)> {
 
 /// Decodes stored bytes into the chunk's bytes.
 pub fn decode_stored(codec: u8, stored: &[u8], raw_len: u32) -> io::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(raw_len as usize);
     match Codec::from_u8(codec) {
-        Some(Codec::None) => Ok(stored.to_vec()),
-        Some(Codec::Zstd) => {
-            // A decompression context costs more to create than a small chunk costs to
-            // decode: keep one per thread.
-            thread_local! {
-                static DCTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
-            }
-            let out = DCTX.with(|cell| -> io::Result<Vec<u8>> {
-                let mut slot = cell.borrow_mut();
-                if slot.is_none() {
-                    *slot = Some(zstd::bulk::Decompressor::new()?);
-                }
-                slot.as_mut().expect("just created").decompress(stored, raw_len as usize)
-            })?;
-            if out.len() != raw_len as usize {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "zstd length mismatch"));
-            }
-            Ok(out)
-        }
-        None => Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown codec {codec}"))),
+        Some(Codec::None) => out.extend_from_slice(stored),
+        Some(Codec::Zstd) => out = with_dctx(|d| d.decompress(stored, raw_len as usize))?,
+        None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown codec {codec}"))),
     }
+    if out.len() != raw_len as usize {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "decoded length mismatch"));
+    }
+    Ok(out)
+}
+
+/// Decodes stored bytes into `out`, which must be exactly their decoded length.
+pub fn decode_stored_into(codec: u8, stored: &[u8], out: &mut [u8]) -> io::Result<()> {
+    let n = match Codec::from_u8(codec) {
+        Some(Codec::None) if stored.len() == out.len() => {
+            out.copy_from_slice(stored);
+            out.len()
+        }
+        Some(Codec::None) => stored.len(),
+        Some(Codec::Zstd) => with_dctx(|d| d.decompress_to_buffer(stored, out))?,
+        None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown codec {codec}"))),
+    };
+    if n != out.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "decoded length mismatch"));
+    }
+    Ok(())
+}
+
+/// Runs `f` with this thread's zstd decompression context: one costs more to create than a
+/// small chunk costs to decode.
+fn with_dctx<T>(f: impl FnOnce(&mut zstd::bulk::Decompressor<'static>) -> io::Result<T>) -> io::Result<T> {
+    thread_local! {
+        static DCTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
+    }
+    DCTX.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new()?);
+        }
+        f(slot.as_mut().expect("just created"))
+    })
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -432,6 +452,22 @@ impl PackReader {
     /// Reads one blob, checks that it is the expected chunk and that its bytes are intact,
     /// and returns the decoded chunk bytes.
     pub fn read(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<Vec<u8>> {
+        self.with_blob(pack, offset, key, stored_len, |info, stored| decode_stored(info.codec, stored, info.raw_len))
+    }
+
+    /// Like `read`, decoding into `out`, which must be the chunk's exact length: a reader
+    /// that wants a whole chunk once (a sequential one) gets it with no copy and no cache.
+    pub fn read_into(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, out: &mut [u8]) -> Result<()> {
+        self.with_blob(pack, offset, key, stored_len, |info, stored| {
+            if info.raw_len as usize != out.len() {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("holds {} bytes, not {}", info.raw_len, out.len())));
+            }
+            decode_stored_into(info.codec, stored, out)
+        })
+    }
+
+    /// Reads and checks a blob, then hands its stored bytes to `decode`.
+    fn with_blob<T>(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, decode: impl FnOnce(&BlobInfo, &[u8]) -> io::Result<T>) -> Result<T> {
         // The stored bytes are only decoded from: read them into one buffer per thread
         // rather than a fresh, zeroed allocation per chunk.
         thread_local! {
@@ -445,7 +481,7 @@ impl PackReader {
                 buf.resize(len, 0);
             }
             let info = self.read_blob(pack, offset, key, stored_len, &mut buf[..len])?;
-            decode_stored(info.codec, &buf[BLOB_HEADER_LEN..len], info.raw_len)
+            decode(&info, &buf[BLOB_HEADER_LEN..len])
                 .map_err(|e| PackError::Corrupt { pack, offset, what: format!("cannot decode chunk {}: {e}", key.short()) })
         })
     }

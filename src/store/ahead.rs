@@ -1,11 +1,11 @@
 //! Read-ahead for sequential readers: while a reader consumes one part of a file, background
-//! threads decode the chunks and rebuild the gzip members of the next `WINDOW` bytes, so its
-//! next reads are answered from the caches.
+//! threads have the kernel read the pack ranges of the next `WINDOW` bytes and rebuild its
+//! gzip members, so its next reads find the bytes in memory and the members in the cache.
 //!
 //! Readers (open handles) report where they are (`reader_at`); an idle worker turns the
 //! newest report of each reader into planned work (`Store::plan_ahead`), and the workers take
-//! that work in file order. A reader that asks for a chunk a worker is decoding waits for it rather than
-//! decoding it again (see `ReadCache`).
+//! that work in file order. A reader that needs a member a worker is rebuilding waits for it
+//! rather than rebuilding it again (see `ReadCache`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
@@ -16,10 +16,10 @@ use super::Store;
 use crate::recipe::RecipeHead;
 
 /// How far ahead of a reader the work is done, at most.
-pub const WINDOW: u64 = 16 << 20;
+pub const WINDOW: u64 = 32 << 20;
 /// A reader starts being read ahead for once it has read this much in one sequential run:
-/// a record lookup reads a few pages in a row, and decoding megabytes after each would cost
-/// more than the lookups themselves.
+/// a record lookup reads a few pages in a row, and rebuilding megabytes after each would
+/// cost more than the lookups themselves.
 pub const START_AFTER: u64 = 256 << 10;
 
 pub struct ReadAhead {
@@ -57,13 +57,15 @@ impl ReadAhead {
     }
 
     /// A reader of `head` will read at `offset` next, after `run` bytes read in a row. Like
-    /// the kernel's read-ahead, the window grows with the run (twice the run, up to
-    /// `WINDOW`), so short runs cost little and long ones are served from the caches.
+    /// the kernel's read-ahead, the window grows with the run (four times the run, up to
+    /// `WINDOW`), so short runs cost little and long ones find their bytes read and their
+    /// members rebuilt. (Twice the run, up to 16 MiB, left a cold `cat` waiting on the disk
+    /// more: 0.24 s against 0.20 s for 148 MB, medians of four.)
     pub fn reader_at(&self, reader: u64, head: Arc<RecipeHead>, offset: u64, run: u64) {
         if run < START_AFTER {
             return;
         }
-        let window = run.saturating_mul(2).min(WINDOW);
+        let window = run.saturating_mul(4).min(WINDOW);
         let mut st = self.shared.state.lock().unwrap();
         st.reported.insert(reader, (head, offset, window));
         drop(st);

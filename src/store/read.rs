@@ -24,12 +24,11 @@ use crate::recipe::{Extent, Piece, RecipeHead, Segment};
 /// big buffer), whose chunks the read-ahead workers have requested already.
 const LOOKUP_READ: u64 = 256 << 10;
 
-/// One piece of work a sequential reader will need soon (see `Store::plan_ahead`).
-pub enum Ahead {
-    /// Decode this chunk into the cache.
-    Chunk(ChunkKey, ChunkEntry),
-    /// Rebuild this gzip member of the file into the cache.
-    Member { piece: u32, segment: u32 },
+/// A gzip member of the file that a sequential reader will need soon: rebuilding it ahead of
+/// the reader is the work worth a worker thread (see `Store::plan_ahead`).
+pub struct Ahead {
+    pub piece: u32,
+    pub segment: u32,
 }
 
 /// An LRU bounded by the bytes it holds rather than by entry count.
@@ -257,17 +256,14 @@ impl Store {
         r
     }
 
-    /// The work a reader of [offset, end) will need that is not cached yet, in file order:
-    /// chunks of plain bytes to decode and gzip members to rebuild. The kernel starts reading
-    /// the pack ranges of all of it at once.
+    /// The gzip members a reader of [offset, end) will need that are not rebuilt yet, in file
+    /// order. The kernel starts reading the pack ranges of every chunk there at once. Plain
+    /// chunks are left to the reader itself: it decodes them straight into its reply, while
+    /// the kernel's own read-ahead keeps two FUSE threads busy; decoding them here as well
+    /// only raced it for the CPU and filled the cache.
     pub fn plan_ahead(&self, head: &RecipeHead, offset: u64, end: u64) -> Result<Vec<Ahead>> {
         let end = end.min(head.size);
-        // In file order: chunks to decode and members to rebuild; and every chunk to read.
-        enum Step {
-            Chunk(ChunkKey),
-            Member(u32, u32),
-        }
-        let mut order: Vec<Step> = Vec::new();
+        let mut jobs: Vec<Ahead> = Vec::new();
         let mut needed: Vec<ChunkKey> = Vec::new();
         let mut pos = offset;
         while pos < end {
@@ -280,7 +276,7 @@ impl Store {
                     match seg {
                         Segment::Member { plain, .. } => {
                             if self.cache.members.lock().unwrap().get(&(head.id, pno, sno as u32)).is_none() {
-                                order.push(Step::Member(pno, sno as u32));
+                                jobs.push(Ahead { piece: pno, segment: sno as u32 });
                                 needed.extend(plain.iter().map(|e| piece.keys[e.chunk as usize]));
                             }
                         }
@@ -288,9 +284,7 @@ impl Store {
                             let mut e_start = seg_start;
                             for e in extents {
                                 if e_start + e.len as u64 > pos && e_start < end {
-                                    let key = piece.keys[e.chunk as usize];
-                                    order.push(Step::Chunk(key));
-                                    needed.push(key);
+                                    needed.push(piece.keys[e.chunk as usize]);
                                 }
                                 e_start += e.len as u64;
                             }
@@ -304,27 +298,16 @@ impl Store {
             }
             pos = seg_start.max(pos + 1);
         }
-        let places: HashMap<ChunkKey, ChunkEntry> =
-            needed.iter().copied().zip(self.request_chunks(&needed)?).filter_map(|(k, e)| e.map(|e| (k, e))).collect();
-        let mut seen = HashSet::new();
-        Ok(order
-            .into_iter()
-            .filter_map(|job| match job {
-                Step::Chunk(key) => places.get(&key).filter(|_| seen.insert(key)).map(|e| Ahead::Chunk(key, e.clone())),
-                Step::Member(piece, segment) => Some(Ahead::Member { piece, segment }),
-            })
-            .collect())
+        needed.sort_unstable();
+        needed.dedup();
+        self.request_chunks(&needed)?;
+        Ok(jobs)
     }
 
-    /// Does one piece of planned work; its result lands in the caches.
+    /// Rebuilds one planned member into the cache.
     pub fn run_ahead(&self, head: &RecipeHead, job: &Ahead) -> Result<()> {
-        match job {
-            Ahead::Chunk(key, entry) => self.chunk_bytes(key, entry).map(drop),
-            Ahead::Member { piece, segment } => {
-                let p = self.piece(head.id, *piece)?;
-                self.member_cached(head.id, *piece, *segment, &p).map(drop)
-            }
-        }
+        let p = self.piece(head.id, job.piece)?;
+        self.member_cached(head.id, job.piece, job.segment, &p).map(drop)
     }
 
     /// Starts the kernel reading the blobs of the chunks that are not cached, in pack order,
@@ -424,9 +407,25 @@ impl Store {
                                 continue;
                             }
                             let key = &piece.keys[e.chunk as usize];
-                            let chunk = self.chunk_by_key(key)?;
-                            let bytes = extent_bytes(&chunk, e, key)?;
                             let from = (cur - ext_start) as usize;
+                            let cached = self.cache.chunks.lock().unwrap().get(key);
+                            if cached.is_none() && from == 0 && e.offset == 0 && e.len as usize <= buf.len() - done {
+                                // The whole chunk lands in this read: decode it straight into
+                                // the reply, without a cache entry (and its allocation and
+                                // copy) that a reader going through the file would not reuse.
+                                if let Some(entry) = self.locate(std::slice::from_ref(key))?.pop().flatten().filter(|en| en.raw_len == e.len) {
+                                    let n = e.len as usize;
+                                    self.packs.read_into(entry.pack, entry.offset, key, entry.stored_len, &mut buf[done..done + n])?;
+                                    done += n;
+                                    ext_start += e.len as u64;
+                                    continue;
+                                }
+                            }
+                            let chunk = match cached {
+                                Some(c) => c,
+                                None => self.chunk_by_key(key)?,
+                            };
+                            let bytes = extent_bytes(&chunk, e, key)?;
                             let n = (bytes.len() - from).min(buf.len() - done);
                             buf[done..done + n].copy_from_slice(&bytes[from..from + n]);
                             done += n;

@@ -308,13 +308,7 @@ fn lookup_reads_stop_at_the_member_they_start_in() {
     // running it leaves every member cached.
     s.cache.clear();
     let plan = s.plan_ahead(&head, 0, head.size).unwrap();
-    let planned: Vec<(u32, u32)> = plan
-        .iter()
-        .filter_map(|j| match j {
-            read::Ahead::Member { piece, segment } => Some((*piece, *segment)),
-            read::Ahead::Chunk(..) => None,
-        })
-        .collect();
+    let planned: Vec<(u32, u32)> = plan.iter().map(|j| (j.piece, j.segment)).collect();
     assert_eq!(planned.len(), members.len());
     assert!(planned.windows(2).all(|w| w[0] < w[1]));
     for job in &plan {
