@@ -797,13 +797,14 @@ impl Filesystem for WarcFs {
                     map.get_mut(&ino).ok_or(Errno::EIO)?.writers += 1;
                 }
             }
-            Ok::<_, Errno>(())
+            Ok::<_, Errno>(inode.recipe)
         })();
-        if let Err(e) = r {
-            return reply.error(e);
-        }
+        let recipe = match r {
+            Ok(recipe) => recipe,
+            Err(e) => return reply.error(e),
+        };
         let keep = !write && !inner.staged.lock().unwrap().contains_key(&ino);
-        let (fh, head) = self.register(ino, write);
+        let (fh, head) = self.register(ino, write, if write { None } else { recipe });
         // Locks are the kernel's own (no POSIX lock requests come here) and a reader has
         // nothing to persist: its close needs no FLUSH round trip.
         let noflush = if write { FopenFlags::empty() } else { FopenFlags::FOPEN_NOFLUSH };
@@ -1177,16 +1178,17 @@ impl Filesystem for WarcFs {
         };
         let write = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
         inner.staged.lock().unwrap().insert(ino, Staged { file: Arc::new(file), size: 0, gen: 0, writers: u32::from(write), dirty: false });
-        let (fh, _) = self.register(ino, write);
+        let (fh, _) = self.register(ino, write, None);
         reply.created(&TTL, &inner.attr(ino, &inode), Generation(0), FileHandle(fh), FopenFlags::empty());
     }
 }
 
 impl WarcFs {
-    /// A new handle; a reader's carries the file's recipe, which is returned too.
-    fn register(&self, ino: u64, write: bool) -> (u64, Option<Arc<RecipeHead>>) {
+    /// A new handle; a reader's carries the file's recipe (read with its inode at open), which
+    /// is returned too.
+    fn register(&self, ino: u64, write: bool, recipe: Option<RecipeHead>) -> (u64, Option<Arc<RecipeHead>>) {
         let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
-        let head = if write { None } else { self.inner.store.head(ino).ok().flatten().map(Arc::new) };
+        let head = recipe.map(Arc::new);
         self.inner.handles.lock().unwrap().insert(fh, Handle { write, head: head.clone(), snapshot: None, next: 0, run: 0, direct: false });
         *self.inner.opens.lock().unwrap().entry(ino).or_insert(0) += 1;
         (fh, head)
