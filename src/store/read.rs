@@ -208,10 +208,27 @@ impl Store {
         }
         for e in extents {
             let key = &piece.keys[e.chunk as usize];
+            if let Some(entry) = self.uncached_whole(key, e)? {
+                let at = out.len();
+                out.resize(at + e.len as usize, 0);
+                self.packs.read_into(entry.pack, entry.offset, key, entry.stored_len, &mut out[at..])?;
+                continue;
+            }
             let chunk = self.chunk_by_key(key)?;
             out.extend_from_slice(extent_bytes(&chunk, e, key)?);
         }
         Ok(())
+    }
+
+    /// Where the chunk of `e` is stored, if `e` is the whole chunk and it is not cached: then
+    /// the caller decodes it straight to where its bytes go, without a cache entry (and its
+    /// allocation and copy) that a reader going through a file would not come back for.
+    /// Header blocks, which many records slice, are never whole and go through the cache.
+    fn uncached_whole(&self, key: &ChunkKey, e: &Extent) -> Result<Option<ChunkEntry>> {
+        if e.offset != 0 || self.cache.chunks.lock().unwrap().get(key).is_some() {
+            return Ok(None);
+        }
+        Ok(self.locate(std::slice::from_ref(key))?.pop().flatten().filter(|en| en.raw_len == e.len))
     }
 
     /// Rebuilds one gzip member's exact compressed bytes.
@@ -408,12 +425,8 @@ impl Store {
                             }
                             let key = &piece.keys[e.chunk as usize];
                             let from = (cur - ext_start) as usize;
-                            let cached = self.cache.chunks.lock().unwrap().get(key);
-                            if cached.is_none() && from == 0 && e.offset == 0 && e.len as usize <= buf.len() - done {
-                                // The whole chunk lands in this read: decode it straight into
-                                // the reply, without a cache entry (and its allocation and
-                                // copy) that a reader going through the file would not reuse.
-                                if let Some(entry) = self.locate(std::slice::from_ref(key))?.pop().flatten().filter(|en| en.raw_len == e.len) {
+                            if from == 0 && e.len as usize <= buf.len() - done {
+                                if let Some(entry) = self.uncached_whole(key, e)? {
                                     let n = e.len as usize;
                                     self.packs.read_into(entry.pack, entry.offset, key, entry.stored_len, &mut buf[done..done + n])?;
                                     done += n;
@@ -421,10 +434,7 @@ impl Store {
                                     continue;
                                 }
                             }
-                            let chunk = match cached {
-                                Some(c) => c,
-                                None => self.chunk_by_key(key)?,
-                            };
+                            let chunk = self.chunk_by_key(key)?;
                             let bytes = extent_bytes(&chunk, e, key)?;
                             let n = (bytes.len() - from).min(buf.len() - done);
                             buf[done..done + n].copy_from_slice(&bytes[from..from + n]);
