@@ -224,7 +224,7 @@ impl Store {
     }
 
     /// Ingests `src` as the next content of a file; commit with `Prepared::commit_into`.
-    pub fn prepare<S: super::Source + ?Sized>(&self, src: &S) -> Result<Prepared<'_>> {
+    pub fn prepare<S: super::Source + ?Sized + Sync>(&self, src: &S) -> Result<Prepared<'_>> {
         let mut w = self.writer.lock().unwrap();
         let ing = self.ingest(&mut w, src)?;
         drop(w);

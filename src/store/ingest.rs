@@ -148,7 +148,7 @@ pub struct Windows {
     pub plain: usize,
 }
 
-pub const WINDOWS: Windows = Windows { bytes: 32 << 20, max_bytes: 256 << 20, plain: 64 << 20 };
+pub const WINDOWS: Windows = Windows { bytes: 32 << 20, max_bytes: 256 << 20, plain: 32 << 20 };
 
 /// The first window of a gzip file, split (members found and inflated) ahead of its ingest:
 /// that needs no store, so an importer can do it for the next file on another core.
@@ -183,63 +183,106 @@ fn split_window(data: &[u8], last: bool, win: Windows) -> SplitWindow {
     SplitWindow { len: data.len(), regions, plain, consumed }
 }
 
+fn io_err(err: std::io::Error) -> StoreError {
+    StoreError::Io { path: "(file being ingested)".into(), err }
+}
+
+fn shorter() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file got shorter during its ingest")
+}
+
+/// Walks `src` a window at a time: `take` gets each window's offset and bytes and whether it
+/// is to be taken as the last, and returns how much of it it used; the next window starts
+/// there. A window of which nothing could be used (its first member or record goes on past
+/// it) is read again, larger.
+fn each_window<S: Source + ?Sized>(src: &S, total: u64, win: Windows, mut take: impl FnMut(u64, &[u8], bool) -> Result<usize>) -> Result<()> {
+    let mut buf = Vec::new();
+    let mut offset = 0u64;
+    let mut want = win.bytes;
+    while offset < total {
+        // Never past the size taken at the start, even if the file grew since: the recipe
+        // must describe exactly `total` bytes (a grown file is ingested again).
+        let len = want.min((total - offset).min(usize::MAX as u64) as usize);
+        let data = src.window(offset, len, &mut buf).map_err(io_err)?;
+        if data.is_empty() {
+            return Err(io_err(shorter()));
+        }
+        // A window that cannot grow any more is taken as if the file ended with it.
+        let last = offset + data.len() as u64 >= total || want >= win.max_bytes;
+        let consumed = take(offset, data, last)?;
+        if consumed == 0 {
+            want = want.saturating_mul(2).min(win.max_bytes);
+            continue;
+        }
+        offset += consumed as u64;
+        // Highly compressed gzip windows stop at the plain budget long before the end of
+        // what was read: read about twice what the last one took, not a full window again.
+        want = win.bytes.min(consumed.saturating_mul(2).max(win.bytes / 8).max(1));
+    }
+    Ok(())
+}
+
 impl Store {
-    pub(super) fn ingest<S: Source + ?Sized>(&self, w: &mut Writer, src: &S) -> Result<Ingested> {
+    pub(super) fn ingest<S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &S) -> Result<Ingested> {
         self.ingest_windows(w, src, Presplit::none(), WINDOWS)
     }
 
-    pub(super) fn ingest_windows<S: Source + ?Sized>(&self, w: &mut Writer, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
+    pub(super) fn ingest_windows<S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
         // Chunks of an ingest that failed are garbage, never shared.
         w.pending.clear();
         w.collisions = 0;
         let mut ctx = Ctx { stats: FileStats::default(), new_bytes: 0 };
         let mut rb = RecipeBuilder::new();
-        let io_err = |err| StoreError::Io { path: "(file being ingested)".into(), err };
         let total = src.size().map_err(io_err)?;
         let win = Windows { bytes: win.bytes.max(1), max_bytes: win.max_bytes.max(win.bytes), plain: win.plain.max(1) };
-        let mut buf = Vec::new();
-        let mut first = split.first;
-        let mut gzip: Option<bool> = None;
         let mut arc_mode = false;
-        let mut offset = 0u64;
-        let mut want = win.bytes;
-        while offset < total {
-            // Never past the size taken at the start, even if the file grew since: the
-            // recipe must describe exactly `total` bytes (a grown file is ingested again).
-            let len = want.min((total - offset).min(usize::MAX as u64) as usize);
-            let data = src.window(offset, len, &mut buf).map_err(io_err)?;
-            if data.is_empty() {
-                return Err(io_err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file got shorter during its ingest")));
-            }
-            let end = offset + data.len() as u64 >= total;
-            // A window that cannot grow any more is taken as if the file ended with it.
-            let last = end || want >= win.max_bytes;
-            let consumed = if *gzip.get_or_insert_with(|| gzip::looks_gzip(data)) {
-                let sw = match first.take().filter(|sw| offset == 0 && sw.len == data.len()) {
-                    Some(sw) => sw,
-                    None => split_window(data, last, win),
-                };
-                let seg = warc::segment_window(&sw.plain, offset == 0, true, &mut arc_mode).0;
-                self.ingest_members(w, &mut ctx, &mut rb, &data[..sw.consumed], &sw.plain, &seg, &sw.regions)?;
-                sw.consumed
-            } else {
+        let mut buf = Vec::new();
+        if gzip::looks_gzip(src.window(0, 3, &mut buf).map_err(io_err)?) {
+            // Finding and inflating the members of the next window (a thread of its own)
+            // overlaps with verifying and storing this one.
+            let mut first = split.first;
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(u64, SplitWindow)>>(0);
+            thread::scope(|s| -> Result<()> {
+                s.spawn(move || {
+                    let r = each_window(src, total, win, |offset, data, last| {
+                        let sw = match first.take().filter(|sw| offset == 0 && sw.len == data.len()) {
+                            Some(sw) => sw,
+                            None => split_window(data, last, win),
+                        };
+                        let consumed = sw.consumed;
+                        if consumed > 0 && tx.send(Ok((offset, sw))).is_err() {
+                            // The ingest stopped on an error of its own.
+                            return Err(StoreError::Io { path: "(file being ingested)".into(), err: std::io::ErrorKind::Interrupted.into() });
+                        }
+                        Ok(consumed)
+                    });
+                    if let Err(e) = r {
+                        let _ = tx.send(Err(e));
+                    }
+                });
+                for msg in rx {
+                    let (offset, sw) = msg?;
+                    let data = src.window(offset, sw.consumed, &mut buf).map_err(io_err)?;
+                    if data.len() != sw.consumed {
+                        return Err(io_err(shorter()));
+                    }
+                    let seg = warc::segment_window(&sw.plain, offset == 0, true, &mut arc_mode).0;
+                    self.ingest_members(w, &mut ctx, &mut rb, data, &sw.plain, &seg, &sw.regions)?;
+                }
+                Ok(())
+            })?;
+        } else {
+            each_window(src, total, win, |offset, data, last| {
                 let (seg, consumed) = warc::segment_window(data, offset == 0, last, &mut arc_mode);
                 let exts = self.chunk_segments(w, &mut ctx, &data[..consumed], &seg)?;
                 rb.push_data(&exts.into_iter().map(|(_, s)| s).collect::<Vec<_>>());
-                consumed
-            };
-            if consumed == 0 {
-                // The first member or record goes on past this window: read a larger one.
-                want = want.saturating_mul(2).min(win.max_bytes);
-                continue;
-            }
-            offset += consumed as u64;
-            // Highly compressed gzip windows stop at the plain budget long before the end of
-            // what was read: read about twice what the last one took, not a full window again.
-            want = win.bytes.min(consumed.saturating_mul(2).max(win.bytes / 8).max(1));
+                Ok(consumed)
+            })?;
         }
         let (pieces, starts, size) = rb.finish();
-        debug_assert_eq!(size, total);
+        if size != total {
+            return Err(io_err(shorter()));
+        }
         let pending = std::mem::take(&mut w.pending);
         let collisions = std::mem::take(&mut w.collisions);
         Ok(Ingested { pieces, starts, size, stats: ctx.stats, new_bytes: ctx.new_bytes, pending, collisions })
