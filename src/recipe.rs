@@ -46,6 +46,10 @@ impl Segment {
         }
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn extent_count(&self) -> usize {
         match self {
             Segment::Data { extents } => extents.len(),
@@ -85,6 +89,10 @@ impl Piece {
 
     pub fn len(&self) -> u64 {
         self.segments.iter().map(Segment::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.segments.iter().all(Segment::is_empty)
     }
 }
 

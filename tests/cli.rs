@@ -51,7 +51,7 @@ fn round_trip_real_corpus() {
     let sum = parse_import_summary(&r.out());
     assert_eq!(sum.files, n, "{}", r.describe());
 
-    let files = expected_files(&[corpus.clone()], "/");
+    let files = expected_files(std::slice::from_ref(&corpus), "/");
     assert_eq!(files.len() as u64, n);
     let listed = ls_tree(&store, "/");
     // Nothing but the copied tree: /real, its subdirectories and its files.
@@ -346,7 +346,7 @@ fn fsck_reports_flipped_byte_with_files() {
     let store = tmp.path().join("store");
     let corpus = real_corpus();
     ok(&["import", &s(&store), &s(&corpus)]);
-    let files = expected_files(&[corpus.clone()], "/");
+    let files = expected_files(std::slice::from_ref(&corpus), "/");
     assert_fsck_clean(&store, false);
 
     // Flip one byte in the middle of the stored data of a blob in the middle of the largest pack.
@@ -509,7 +509,7 @@ fn init_modes_and_import_of_plain_files() {
     symlink("/nonexistent/target", src.join("a/dangling")).unwrap();
 
     let r = ok(&["import", &st, &s(&src), "--to", "/in/here"]);
-    let files = expected_files(&[src.clone()], "/in/here");
+    let files = expected_files(std::slice::from_ref(&src), "/in/here");
     assert_eq!(files.len(), 9);
     let sum = parse_import_summary(&r.out());
     assert_eq!(sum.files, files.len() as u64, "{}", r.describe());

@@ -595,7 +595,7 @@ fn concurrent_writers_and_readers() {
     // Ingested files for the readers.
     cp_r(&[&real], &m.mnt);
     wait_ingested(&store);
-    let ro: Vec<(PathBuf, Vec<u8>)> = expected_files(&[real.clone()], "/").into_iter().map(|(p, src)| (m.path(&p), fs::read(src).unwrap())).collect();
+    let ro: Vec<(PathBuf, Vec<u8>)> = expected_files(std::slice::from_ref(&real), "/").into_iter().map(|(p, src)| (m.path(&p), fs::read(src).unwrap())).collect();
     let gz = [
         "oduwsdl-ipwb/IAH-20080430204825-00000-blackbook.warc.gz",
         "oduwsdl-ipwb/sample-1.warc.gz",
@@ -785,7 +785,7 @@ fn kill_9_during_cp_loses_nothing_closed() {
     let ctx = |trial: usize| format!("(seed {seed}, trial {trial}; rerun with WARCFS_MOUNT_CRASH_SEED={seed})");
     let mut rng = StdRng::seed_from_u64(seed);
     let real = real_corpus();
-    let mut sources: Vec<(String, Vec<u8>)> = expected_files(&[real.clone()], "/")
+    let mut sources: Vec<(String, Vec<u8>)> = expected_files(std::slice::from_ref(&real), "/")
         .into_iter()
         .map(|(p, src)| (p.trim_start_matches("/real/").replace('/', "_"), fs::read(src).unwrap()))
         .collect();

@@ -99,10 +99,12 @@ struct Handle {
     direct: bool,
 }
 
+/// The last generated `/.warcfs/index.cdxj`: store generation, when, bytes.
+type IndexFile = Option<(u64, std::time::Instant, Arc<Vec<u8>>)>;
+
 struct Inner {
     store: Arc<Store>,
-    /// The last generated `/.warcfs/index.cdxj`: store generation, when, bytes.
-    index_file: Mutex<Option<(u64, std::time::Instant, Arc<Vec<u8>>)>>,
+    index_file: Mutex<IndexFile>,
     staging: PathBuf,
     staged: Mutex<HashMap<u64, Staged>>,
     /// Open handles per inode (readers and writers), for orphans.

@@ -545,7 +545,7 @@ impl Store {
                 changed.notify_all();
                 e
             };
-            for i in 0..tasks.len() {
+            for (i, task) in tasks.iter().enumerate() {
                 let bytes = {
                     let mut st = state.lock().unwrap();
                     loop {
@@ -558,7 +558,7 @@ impl Store {
                 let bytes = bytes.map_err(fail)?;
                 out.write_all(&bytes).map_err(io_err).map_err(fail)?;
                 written += bytes.len() as u64;
-                state.lock().unwrap().in_flight -= tasks[i].4;
+                state.lock().unwrap().in_flight -= task.4;
                 changed.notify_all();
             }
             Ok(())
