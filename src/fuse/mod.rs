@@ -799,14 +799,19 @@ impl Filesystem for WarcFs {
                     map.get_mut(&ino).ok_or(Errno::EIO)?.writers += 1;
                 }
             }
-            Ok::<_, Errno>(inode.recipe)
+            Ok::<_, Errno>((inode.recipe, inode.staged))
         })();
-        let recipe = match r {
-            Ok(recipe) => recipe,
+        let (recipe, was_staged) = match r {
+            Ok(r) => r,
             Err(e) => return reply.error(e),
         };
-        let keep = !write && !inner.staged.lock().unwrap().contains_key(&ino);
-        let (fh, head) = self.register(ino, write, if write { None } else { recipe });
+        let staged = inner.staged.lock().unwrap().contains_key(&ino);
+        let keep = !write && !staged;
+        // A file being written (or ingested) gets a new recipe when its ingest commits: a
+        // handle opened meanwhile must not keep the old one, or it would read the old bytes
+        // once the file leaves staging. Without one, each read looks the recipe up.
+        let recipe = if write || staged || was_staged { None } else { recipe };
+        let (fh, head) = self.register(ino, write, recipe);
         // Locks are the kernel's own (no POSIX lock requests come here) and a reader has
         // nothing to persist: its close needs no FLUSH round trip.
         let noflush = if write { FopenFlags::empty() } else { FopenFlags::FOPEN_NOFLUSH };

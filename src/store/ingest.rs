@@ -281,7 +281,7 @@ impl Store {
         }
         let (pieces, starts, size) = rb.finish();
         if size != total {
-            return Err(io_err(shorter()));
+            return Err(io_err(std::io::Error::other(format!("the recipe covers {size} of the file's {total} bytes"))));
         }
         let pending = std::mem::take(&mut w.pending);
         let collisions = std::mem::take(&mut w.collisions);
