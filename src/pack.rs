@@ -573,6 +573,34 @@ mod tests {
         assert_eq!(r.read(7, a.offset, &key(1), 5).unwrap(), b"hello");
         assert_eq!(r.read(7, b.offset, &key(2), b.stored_len).unwrap(), vec![b'x'; 1000]);
         assert!(matches!(r.read(7, b.offset, &key(1), b.stored_len), Err(PackError::Corrupt { .. })));
+        // Decoding straight into a caller's buffer: only into one of the chunk's exact length.
+        let mut out = vec![0u8; 1000];
+        r.read_into(7, b.offset, &key(2), b.stored_len, &mut out).unwrap();
+        assert_eq!(out, vec![b'x'; 1000]);
+        let mut five = [0u8; 5];
+        r.read_into(7, a.offset, &key(1), 5, &mut five).unwrap();
+        assert_eq!(&five, b"hello");
+        for len in [999, 1001] {
+            let mut out = vec![0u8; len];
+            assert!(matches!(r.read_into(7, b.offset, &key(2), b.stored_len, &mut out), Err(PackError::Corrupt { .. })), "{len}");
+        }
+        assert!(r.read_into(7, a.offset, &key(1), 5, &mut [0u8; 4]).is_err());
+    }
+
+    #[test]
+    fn decoding_into_a_buffer_checks_the_length() {
+        let z = zstd::bulk::compress(&[7u8; 500], 3).unwrap();
+        let mut exact = [0u8; 500];
+        decode_stored_into(Codec::Zstd as u8, &z, &mut exact).unwrap();
+        assert_eq!(exact, [7u8; 500]);
+        // A frame holding more or less than the buffer, a stored blob of another length, an
+        // unknown codec: errors, never a partly filled buffer taken as whole.
+        assert!(decode_stored_into(Codec::Zstd as u8, &z, &mut [0u8; 499]).is_err());
+        assert!(decode_stored_into(Codec::Zstd as u8, &z, &mut [0u8; 501]).is_err());
+        assert!(decode_stored_into(Codec::None as u8, b"abc", &mut [0u8; 4]).is_err());
+        assert!(decode_stored_into(Codec::None as u8, b"abcd", &mut [0u8; 3]).is_err());
+        assert!(decode_stored_into(99, b"abc", &mut [0u8; 3]).is_err());
+        assert!(decode_stored(Codec::None as u8, b"abc", 4).is_err());
     }
 
     #[test]

@@ -328,9 +328,8 @@ impl Store {
     }
 
     /// Starts the kernel reading the blobs of the chunks that are not cached, in pack order,
-    /// with nearby blobs merged into one range. Returns where each of `keys` is stored, or
-    /// None for one that is cached already (or unknown).
-    fn request_chunks(&self, keys: &[ChunkKey]) -> Result<Vec<Option<ChunkEntry>>> {
+    /// with nearby blobs merged into one range; their locations land in the location cache.
+    fn request_chunks(&self, keys: &[ChunkKey]) -> Result<()> {
         let cached: Vec<bool> = {
             let mut chunks = self.cache.chunks.lock().unwrap();
             keys.iter().map(|k| chunks.get(k).is_some()).collect()
@@ -340,7 +339,7 @@ impl Store {
         let places: Vec<Option<ChunkEntry>> = cached.iter().map(|c| if *c { None } else { located.next().flatten() }).collect();
         if wanted.len() < 2 {
             // One read: nothing to overlap it with; the reader issues it right away.
-            return Ok(places);
+            return Ok(());
         }
         let mut ranges: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
         for e in places.iter().flatten() {
@@ -358,7 +357,7 @@ impl Store {
             }
             self.packs.will_need(pack, &merged);
         }
-        Ok(places)
+        Ok(())
     }
 
     /// Whether reading the file means rebuilding gzip members (its first piece holds one):
