@@ -121,7 +121,7 @@ pub struct WarcFs {
     inner: Arc<Inner>,
     tx: Option<Sender<u64>>,
     worker: Option<JoinHandle<()>>,
-    /// Decodes what sequential readers of stored files will read next.
+    /// Rebuilds the gzip members sequential readers of stored files will read next.
     ahead: Option<ReadAhead>,
 }
 
@@ -443,8 +443,9 @@ impl WarcFs {
             .name("warcfs-ingest".into())
             .spawn(move || ingest_loop(worker_inner, rx))
             .map_err(|err| StoreError::Io { path: "ingest thread".into(), err })?;
-        // Two workers: decoding is what a cold sequential read waits for, and there are two
-        // cores; the FUSE threads mostly copy what the workers decoded.
+        // Two workers, one per core: they rebuild the gzip members sequential readers are
+        // about to reach and have the kernel read their pack ranges; plain chunks are decoded
+        // by the FUSE threads straight into their replies.
         let ahead = ReadAhead::start(store.clone(), 2).map_err(|err| StoreError::Io { path: "read-ahead threads".into(), err })?;
         Ok(WarcFs { inner, tx: Some(tx), worker: Some(worker), ahead: Some(ahead) })
     }
@@ -812,8 +813,8 @@ impl Filesystem for WarcFs {
         // once the file leaves staging. Without one, each read looks the recipe up.
         let recipe = if write || staged || was_staged { None } else { recipe };
         let (fh, head) = self.register(ino, write, recipe);
-        // Locks are the kernel's own (no POSIX lock requests come here) and a reader has
-        // nothing to persist: its close needs no FLUSH round trip.
+        // A reader has nothing to persist at close. (With the writeback cache the kernel sends
+        // FLUSH anyway: measured, it ignores this flag then; it matters only without it.)
         let noflush = if write { FopenFlags::empty() } else { FopenFlags::FOPEN_NOFLUSH };
         let flags = noflush | if !keep {
             FopenFlags::empty()

@@ -7,6 +7,7 @@
 //! that does not rebuild, and any bytes outside members, are stored as content-defined chunks
 //! of the compressed bytes themselves. Headers go into literal blocks that recipes slice.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
@@ -98,8 +99,8 @@ fn slices_in(exts: &[(u64, Slice)], cursor: &mut usize, a: u64, b: u64) -> Vec<S
 pub trait Source {
     fn size(&self) -> std::io::Result<u64>;
     /// Up to `len` bytes at `offset` (fewer only at the end): borrowed when the source is
-    /// in memory, read into `buf` otherwise.
-    fn window<'a>(&'a self, offset: u64, len: usize, buf: &'a mut Vec<u8>) -> std::io::Result<&'a [u8]>;
+    /// in memory, read into a buffer of their own otherwise (which can go to another thread).
+    fn window(&self, offset: u64, len: usize) -> std::io::Result<Cow<'_, [u8]>>;
 }
 
 impl Source for [u8] {
@@ -107,9 +108,9 @@ impl Source for [u8] {
         Ok(self.len() as u64)
     }
 
-    fn window<'a>(&'a self, offset: u64, len: usize, _buf: &'a mut Vec<u8>) -> std::io::Result<&'a [u8]> {
+    fn window(&self, offset: u64, len: usize) -> std::io::Result<Cow<'_, [u8]>> {
         let from = (offset as usize).min(self.len());
-        Ok(&self[from..from.saturating_add(len).min(self.len())])
+        Ok(Cow::Borrowed(&self[from..from.saturating_add(len).min(self.len())]))
     }
 }
 
@@ -120,9 +121,9 @@ impl Source for std::fs::File {
         Ok(self.metadata()?.len())
     }
 
-    fn window<'a>(&'a self, offset: u64, len: usize, buf: &'a mut Vec<u8>) -> std::io::Result<&'a [u8]> {
+    fn window(&self, offset: u64, len: usize) -> std::io::Result<Cow<'_, [u8]>> {
         use std::os::unix::fs::FileExt;
-        buf.resize(len, 0);
+        let mut buf = vec![0u8; len];
         let mut done = 0;
         while done < len {
             match self.read_at(&mut buf[done..], offset + done as u64) {
@@ -132,7 +133,8 @@ impl Source for std::fs::File {
                 Err(e) => return Err(e),
             }
         }
-        Ok(&buf[..done])
+        buf.truncate(done);
+        Ok(Cow::Owned(buf))
     }
 }
 
@@ -187,25 +189,20 @@ fn io_err(err: std::io::Error) -> StoreError {
     StoreError::Io { path: "(file being ingested)".into(), err }
 }
 
-fn shorter() -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file got shorter during its ingest")
-}
-
 /// Walks `src` a window at a time: `take` gets each window's offset and bytes and whether it
 /// is to be taken as the last, and returns how much of it it used; the next window starts
 /// there. A window of which nothing could be used (its first member or record goes on past
 /// it) is read again, larger.
-fn each_window<S: Source + ?Sized>(src: &S, total: u64, win: Windows, mut take: impl FnMut(u64, &[u8], bool) -> Result<usize>) -> Result<()> {
-    let mut buf = Vec::new();
+fn each_window<'s, S: Source + ?Sized>(src: &'s S, total: u64, win: Windows, mut take: impl FnMut(u64, Cow<'s, [u8]>, bool) -> Result<usize>) -> Result<()> {
     let mut offset = 0u64;
     let mut want = win.bytes;
     while offset < total {
         // Never past the size taken at the start, even if the file grew since: the recipe
         // must describe exactly `total` bytes (a grown file is ingested again).
         let len = want.min((total - offset).min(usize::MAX as u64) as usize);
-        let data = src.window(offset, len, &mut buf).map_err(io_err)?;
+        let data = src.window(offset, len).map_err(io_err)?;
         if data.is_empty() {
-            return Err(io_err(shorter()));
+            return Err(io_err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file got shorter during its ingest")));
         }
         // A window that cannot grow any more is taken as if the file ended with it.
         let last = offset + data.len() as u64 >= total || want >= win.max_bytes;
@@ -236,23 +233,22 @@ impl Store {
         let total = src.size().map_err(io_err)?;
         let win = Windows { bytes: win.bytes.max(1), max_bytes: win.max_bytes.max(win.bytes), plain: win.plain.max(1) };
         let mut arc_mode = false;
-        let mut buf = Vec::new();
-        if gzip::looks_gzip(src.window(0, 3, &mut buf).map_err(io_err)?) {
+        if gzip::looks_gzip(&src.window(0, 3).map_err(io_err)?) {
             // Finding and inflating the members of the next window (a thread of its own)
-            // overlaps with verifying and storing this one.
+            // overlaps with verifying and storing this one; the window's bytes go with it.
             let mut first = split.first;
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(u64, SplitWindow)>>(0);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(u64, Cow<'_, [u8]>, SplitWindow)>>(0);
             thread::scope(|s| -> Result<()> {
                 s.spawn(move || {
                     let r = each_window(src, total, win, |offset, data, last| {
                         let sw = match first.take().filter(|sw| offset == 0 && sw.len == data.len()) {
                             Some(sw) => sw,
-                            None => split_window(data, last, win),
+                            None => split_window(&data, last, win),
                         };
                         let consumed = sw.consumed;
-                        if consumed > 0 && tx.send(Ok((offset, sw))).is_err() {
+                        if consumed > 0 && tx.send(Ok((offset, data, sw))).is_err() {
                             // The ingest stopped on an error of its own.
-                            return Err(StoreError::Io { path: "(file being ingested)".into(), err: std::io::ErrorKind::Interrupted.into() });
+                            return Err(io_err(std::io::ErrorKind::Interrupted.into()));
                         }
                         Ok(consumed)
                     });
@@ -261,19 +257,15 @@ impl Store {
                     }
                 });
                 for msg in rx {
-                    let (offset, sw) = msg?;
-                    let data = src.window(offset, sw.consumed, &mut buf).map_err(io_err)?;
-                    if data.len() != sw.consumed {
-                        return Err(io_err(shorter()));
-                    }
+                    let (offset, data, sw) = msg?;
                     let seg = warc::segment_window(&sw.plain, offset == 0, true, &mut arc_mode).0;
-                    self.ingest_members(w, &mut ctx, &mut rb, data, &sw.plain, &seg, &sw.regions)?;
+                    self.ingest_members(w, &mut ctx, &mut rb, &data[..sw.consumed], &sw, &seg)?;
                 }
                 Ok(())
             })?;
         } else {
             each_window(src, total, win, |offset, data, last| {
-                let (seg, consumed) = warc::segment_window(data, offset == 0, last, &mut arc_mode);
+                let (seg, consumed) = warc::segment_window(&data, offset == 0, last, &mut arc_mode);
                 let exts = self.chunk_segments(w, &mut ctx, &data[..consumed], &seg)?;
                 rb.push_data(&exts.into_iter().map(|(_, s)| s).collect::<Vec<_>>());
                 Ok(consumed)
@@ -288,10 +280,10 @@ impl Store {
         Ok(Ingested { pieces, starts, size, stats: ctx.stats, new_bytes: ctx.new_bytes, pending, collisions })
     }
 
-    /// Stores one window of a gzip file: `regions` tile `data`, and members' plain text is
-    /// in `plain`, segmented as `seg`.
-    #[allow(clippy::too_many_arguments)]
-    fn ingest_members(&self, w: &mut Writer, ctx: &mut Ctx, rb: &mut RecipeBuilder, data: &[u8], plain: &[u8], seg: &warc::Segmentation, regions: &[Region]) -> Result<()> {
+    /// Stores one window of a gzip file: `sw`'s regions tile `data`, and its members' plain
+    /// text is segmented as `seg`.
+    fn ingest_members(&self, w: &mut Writer, ctx: &mut Ctx, rb: &mut RecipeBuilder, data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation) -> Result<()> {
+        let (plain, regions) = (&sw.plain[..], &sw.regions[..]);
         let members: Vec<&Member> = regions
             .iter()
             .filter_map(|r| match r {

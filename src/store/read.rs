@@ -330,13 +330,11 @@ impl Store {
     /// Starts the kernel reading the blobs of the chunks that are not cached, in pack order,
     /// with nearby blobs merged into one range; their locations land in the location cache.
     fn request_chunks(&self, keys: &[ChunkKey]) -> Result<()> {
-        let cached: Vec<bool> = {
+        let wanted: Vec<ChunkKey> = {
             let mut chunks = self.cache.chunks.lock().unwrap();
-            keys.iter().map(|k| chunks.get(k).is_some()).collect()
+            keys.iter().filter(|k| chunks.get(k).is_none()).copied().collect()
         };
-        let wanted: Vec<ChunkKey> = keys.iter().zip(&cached).filter(|(_, c)| !**c).map(|(k, _)| *k).collect();
-        let mut located = self.locate(&wanted)?.into_iter();
-        let places: Vec<Option<ChunkEntry>> = cached.iter().map(|c| if *c { None } else { located.next().flatten() }).collect();
+        let places = self.locate(&wanted)?;
         if wanted.len() < 2 {
             // One read: nothing to overlap it with; the reader issues it right away.
             return Ok(());
