@@ -504,17 +504,8 @@ fn wget_crawl(warc_base: &Path, url: &str, scratch: &Path) {
 }
 
 fn warcio_check(warcio: &Path, file: &Path) -> usize {
-    let out = Command::new(warcio).arg("check").arg("-v").arg(file).output().expect("spawn warcio check");
-    assert!(
-        out.status.success(),
-        "warcio check {} failed ({}):\n{}\n{}",
-        file.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = Command::new(warcio).args(["index", "-f", "warc-type"]).arg(file).output().expect("spawn warcio index");
-    assert!(out.status.success(), "warcio index {} failed: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+    checked(Command::new(warcio).arg("check").arg("-v").arg(file), &format!("warcio check {}", file.display()));
+    let out = checked(Command::new(warcio).args(["index", "-f", "warc-type"]).arg(file), &format!("warcio index {}", file.display()));
     String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains("\"response\"")).count()
 }
 

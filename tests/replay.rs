@@ -45,15 +45,7 @@ fn venv_bin() -> PathBuf {
 
 /// Runs a venv tool to completion; panics with its output unless it exits 0.
 fn tool(bin: &Path, name: &str, args: &[&str], cwd: &Path) -> String {
-    let out = Command::new(bin.join(name)).args(args).current_dir(cwd).stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
-    assert!(
-        out.status.success(),
-        "{name} {args:?} (in {}) failed ({}):\n{}\n{}",
-        cwd.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = checked(Command::new(bin.join(name)).args(args).current_dir(cwd), &format!("{name} {args:?} (in {})", cwd.display()));
     String::from_utf8(out.stdout).unwrap_or_else(|e| panic!("{name} {args:?}: output is not UTF-8: {e}"))
 }
 

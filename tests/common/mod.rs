@@ -124,6 +124,14 @@ pub fn wait_ingested(store: &Path) -> serde_json::Value {
     }
 }
 
+/// Runs `cmd` (stdin closed) to completion; fails the test with `what`, the exit status and
+/// both outputs unless it exits 0.
+pub fn checked(cmd: &mut Command, what: &str) -> std::process::Output {
+    let out = cmd.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+    assert!(out.status.success(), "{what} failed ({}):\n{}\n{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    out
+}
+
 /// A Python venv under CARGO_TARGET_TMPDIR/`name` with `requirements` (pip's file format)
 /// installed, made once and reused while its `.complete` marker holds the same requirements.
 /// `check` runs on the venv's bin/ before the venv is marked complete. Returns that bin/.
@@ -142,20 +150,7 @@ pub fn pinned_venv(name: &str, requirements: &str, check: impl FnOnce(&Path)) ->
     assert!(out.status.success(), "python3 -m venv failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let reqs = venv.join("requirements.txt");
     fs::write(&reqs, requirements).unwrap();
-    let out = Command::new(bin.join("python"))
-        .args(["-m", "pip", "install", "--disable-pip-version-check", "-r"])
-        .arg(&reqs)
-        .stdin(Stdio::null())
-        .output()
-        .expect("spawn pip");
-    assert!(
-        out.status.success(),
-        "pip install -r {} failed ({}):\n{}\n{}",
-        reqs.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    checked(Command::new(bin.join("python")).args(["-m", "pip", "install", "--disable-pip-version-check", "-r"]).arg(&reqs), &format!("pip install -r {}", reqs.display()));
     check(&bin);
     fs::write(venv.join(".complete"), requirements).unwrap();
     bin
