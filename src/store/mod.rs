@@ -49,10 +49,10 @@ pub(crate) const CONFIG_FILE: &str = "warcfs.json";
 
 /// Sealed packs grow to about this size.
 pub const PACK_TARGET: u64 = 32 << 20;
-/// Decoded chunks kept for readers. Sequential readers need a chunk only until they are past
-/// it (the kernel keeps the file's pages), so the cache is sized for the read-ahead window
-/// and for chunks shared between nearby records; memory it recycles costs no page faults,
-/// memory it grows into does.
+/// Decoded chunks kept for readers: header blocks, which the records of a stretch of a file
+/// all slice, and chunks read in part. A chunk read whole goes straight into the reader's
+/// buffer and is not kept (the kernel keeps the file's pages). Memory the cache recycles
+/// costs no page faults, memory it grows into does.
 const CHUNK_CACHE: usize = 64 << 20;
 /// Rebuilt gzip members kept for readers.
 const MEMBER_CACHE: usize = 128 << 20;
