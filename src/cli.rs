@@ -165,8 +165,14 @@ pub fn run(cli: Cli) -> Result<i32> {
         Cmd::Stats { store, json } => {
             let s = Store::open_for_reading(&store)?;
             let st = s.stats()?;
+            // A mounted store also tells what its reads have cost since it was mounted.
+            let reads = crate::fuse::control::read_counters(&store);
             if json {
-                println!("{}", serde_json::to_string(&st)?);
+                let mut v = serde_json::to_value(&st)?;
+                if let (Some(r), Some(obj)) = (reads, v.as_object_mut()) {
+                    obj.insert("reads_since_mount".into(), serde_json::to_value(r)?);
+                }
+                println!("{v}");
             } else {
                 let ratio = if st.stored_bytes > 0 { st.logical_bytes as f64 / st.stored_bytes as f64 } else { 0.0 };
                 println!("files            {}", st.files);
@@ -180,6 +186,12 @@ pub fn run(cli: Cli) -> Result<i32> {
                 println!("collisions       {}", st.collisions);
                 println!("staged           {} files, {} bytes (written through a mount, not yet ingested)", st.staged_files, st.staged_bytes);
                 println!("packs            {}", st.packs);
+                if let Some(r) = reads {
+                    println!(
+                        "reads (mounted)  {} gzip members rebuilt, {} served from cache; {} chunks read; {} recipe pieces loaded",
+                        r.members_rebuilt, r.member_hits, r.chunks_read, r.pieces_loaded
+                    );
+                }
             }
             Ok(0)
         }

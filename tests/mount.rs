@@ -406,6 +406,66 @@ fn cp_corpus_into_mount_then_remount_is_byte_identical() {
     assert_fsck_clean(&store);
 }
 
+/// How many gzip members the mounted daemon of `store` has rebuilt so far.
+fn members_rebuilt(store: &Path) -> u64 {
+    let st = stats(store);
+    let reads = st.get("reads_since_mount").unwrap_or_else(|| panic!("a mounted store's stats have reads_since_mount: {st}"));
+    num(reads, "members_rebuilt")
+}
+
+/// A replay tool reads one record of a .warc.gz at its CDX offset through a buffered reader:
+/// Python's takes a record longer than its 4 KiB buffer as one read of whole buffers and a
+/// second, unaligned one for the rest. Neither read may rebuild the next member (a level-9
+/// deflate as costly as the record's own), and the record must read back exact.
+#[test]
+fn record_lookup_rebuilds_only_its_own_member() {
+    let name = "crawl-1.warc.gz";
+    let src = crawl_corpus().join(name);
+    let bytes = fs::read(&src).unwrap();
+    let mut plain = Vec::new();
+    let members: Vec<(u64, u64)> = warcfs::format::gzip::split(&bytes, &mut plain)
+        .into_iter()
+        .filter_map(|r| match r {
+            warcfs::format::gzip::Region::Member(m) => Some((m.start, m.comp_len)),
+            warcfs::format::gzip::Region::Raw { .. } => None,
+        })
+        .collect();
+    // Records past a 4 KiB buffer, at unaligned offsets, each with a member after it.
+    let picked: Vec<(u64, u64)> = members
+        .windows(2)
+        .map(|w| w[0])
+        .filter(|&(start, len)| start % 4096 != 0 && len > 8192 && len % 4096 != 0 && len < 256 << 10)
+        .step_by(7)
+        .take(5)
+        .collect();
+    assert_eq!(picked.len(), 5, "{name} should hold records of 8-256 KiB: {} members", members.len());
+
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&src)]);
+    let m = Mounted::new(&store, &tmp.path().join("mnt"));
+    let before = members_rebuilt(&store);
+    for &(start, len) in &picked {
+        let f = File::open(m.path(name)).unwrap();
+        let whole = len - len % 4096;
+        let mut got = vec![0u8; whole as usize];
+        let n = f.read_at(&mut got, start).unwrap();
+        got.truncate(n);
+        // Then 4 KiB at a time, as the buffer refills, until the record is complete.
+        while (got.len() as u64) < len {
+            let mut buf = vec![0u8; 4096];
+            let k = f.read_at(&mut buf, start + got.len() as u64).unwrap();
+            assert!(k > 0, "EOF inside the record at {start}+{}", got.len());
+            got.extend_from_slice(&buf[..k]);
+        }
+        let want = &bytes[start as usize..(start + len) as usize];
+        assert!(got.len() >= want.len() && &got[..want.len()] == want, "record at {start} (+{len}) reads back different bytes");
+    }
+    let rebuilt = members_rebuilt(&store) - before;
+    m.unmount_clean();
+    assert_eq!(rebuilt, picked.len() as u64, "looking up {} records rebuilt {rebuilt} members: neighbours were rebuilt too", picked.len());
+}
+
 // ---------------------------------------------------------------------------------------
 // 2. wget writes WARCs into the mount
 // ---------------------------------------------------------------------------------------

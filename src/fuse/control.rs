@@ -1,6 +1,7 @@
 //! The control socket of a mounted store (`STORE/control.sock`): how a second process asks
 //! the daemon that owns the store to do something only the owner can, such as a snapshot.
-//! One request per connection, one line each way: `snapshot DEST` → `ok ...` / `error ...`.
+//! One request per connection, one line each way: `snapshot DEST` → `ok ...` / `error ...`;
+//! `counters` → `ok {JSON}`, what the mount's reads have cost so far (see `ReadCounters`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -39,16 +40,35 @@ fn handle(store: &Store, conn: UnixStream) -> std::io::Result<()> {
             ),
             Err(e) => format!("error {e}"),
         },
+        None if line.trim_end() == "counters" => match serde_json::to_string(&store.read_counters()) {
+            Ok(j) => format!("ok {j}"),
+            Err(e) => format!("error {e}"),
+        },
         _ => format!("error unknown request {:?}", line.trim_end()),
     };
-    log::info!("control: {} -> {answer}", line.trim_end());
+    if !answer.starts_with("ok {") {
+        log::info!("control: {} -> {answer}", line.trim_end());
+    }
     (&conn).write_all(answer.as_bytes())?;
     (&conn).write_all(b"\n")
 }
 
+/// The read counters of the daemon that has `store` mounted; None if it is not mounted
+/// (or is a daemon too old to count).
+pub fn read_counters(store: &Path) -> Option<crate::store::ReadCounters> {
+    // A daemon that cannot answer this at once is busy or stuck: `stats` must not hang on it.
+    let answer = ask(store, "counters", Some(std::time::Duration::from_secs(5))).ok()?;
+    serde_json::from_str(answer.strip_prefix("ok ")?).ok()
+}
+
 /// Sends one request to the daemon owning `store`; returns its answer line.
 pub fn request(store: &Path, req: &str) -> std::io::Result<String> {
+    ask(store, req, None)
+}
+
+fn ask(store: &Path, req: &str, timeout: Option<std::time::Duration>) -> std::io::Result<String> {
     let mut conn = UnixStream::connect(socket_path(store))?;
+    conn.set_read_timeout(timeout)?;
     conn.write_all(req.as_bytes())?;
     conn.write_all(b"\n")?;
     let mut answer = String::new();

@@ -72,6 +72,11 @@ fn reserved(parent: u64, name: &[u8]) -> Option<Errno> {
 /// readers of direct-I/O (gzip) files send their own read sizes (`cat` 128 KiB).
 const BLKSIZE: u32 = 4096;
 
+/// A direct-I/O reader that has read less than this since it last jumped is taken to be
+/// reading one record (see `read`): a read that would go on into a member not rebuilt yet
+/// stops short before it.
+const LOOKUP_RUN: u64 = 64 << 10;
+
 /// A file whose current bytes live in the staging area.
 struct Staged {
     file: Arc<File>,
@@ -859,9 +864,9 @@ impl Filesystem for WarcFs {
         }
         // The handle's recipe saves an index lookup per read; if the file was rewritten
         // since (its old recipe is gone), the current one answers.
-        let (cached, sequential, direct) = match inner.handles.lock().unwrap().get(&fh.0) {
-            Some(h) => (h.head.clone(), h.next == offset, h.direct),
-            None => (None, false, false),
+        let (cached, sequential, run, direct) = match inner.handles.lock().unwrap().get(&fh.0) {
+            Some(h) => (h.head.clone(), h.next == offset, h.run, h.direct),
+            None => (None, false, 0, false),
         };
         let fresh = || match inner.store.head(ino) {
             Ok(h) => Ok(Arc::new(h.unwrap_or_default())),
@@ -879,11 +884,14 @@ impl Filesystem for WarcFs {
             for attempt in 0..2 {
                 let n = (head.size.saturating_sub(offset)).min(size as u64) as usize;
                 // Direct I/O (gzip files) lets a read come back short, and a reader that is
-                // not reading straight through is likely after one record: give it that.
-                // Page-aligned requests may come from the page cache (mmap is allowed on
-                // these files), where a short read would read as the end of the file: they
-                // always get everything.
-                let lookup = direct && !sequential && !offset.is_multiple_of(4096);
+                // not reading straight through is likely after one record: give it that. So
+                // is one that has read only a little since it jumped there: a buffered reader
+                // (Python's, stdio) takes a record larger than its buffer in two reads, and
+                // the second one must not rebuild the members after the record (a deflate
+                // each, as long as the record's own). Page-aligned requests may come from
+                // the page cache (mmap is allowed on these files), where a short read would
+                // read as the end of the file: they always get everything.
+                let lookup = direct && (!sequential || run < LOOKUP_RUN) && !offset.is_multiple_of(4096);
                 let r = if lookup {
                     inner.store.read_some(&head, offset, &mut buf[..n])
                 } else {

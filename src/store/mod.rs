@@ -39,7 +39,7 @@ pub use fsops::{FileUsage, Prepared};
 pub use ingest::{Presplit, Source};
 pub use maintain::{FsckReport, GcReport, Stats};
 pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
-pub use read::ReadCache;
+pub use read::{ReadCache, ReadCounters};
 pub use records::RecordHead;
 pub use snapshot::SnapshotReport;
 

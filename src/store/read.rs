@@ -8,6 +8,7 @@
 use std::hash::Hash;
 use std::io::Write;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use lru::LruCache;
@@ -87,6 +88,33 @@ pub struct ReadCache {
     /// (only gc, which needs the store to itself, rewrites packs), and a blob stays readable
     /// under its key even after its last reference goes: a stale entry still reads right.
     places: Mutex<LruCache<ChunkKey, ChunkEntry>>,
+    counters: Counters,
+}
+
+/// What reads have cost since the store was opened: how often the expensive steps ran.
+#[derive(Default)]
+struct Counters {
+    members_rebuilt: AtomicU64,
+    member_hits: AtomicU64,
+    chunks_read: AtomicU64,
+    pieces_loaded: AtomicU64,
+}
+
+/// A snapshot of the read counters (`warcfs stats` of a mounted store shows them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReadCounters {
+    /// gzip members compressed again (a deflate each).
+    pub members_rebuilt: u64,
+    /// Reads of a member served from the rebuilt-member cache.
+    pub member_hits: u64,
+    /// Chunks read from a pack and decoded.
+    pub chunks_read: u64,
+    /// Recipe pieces read from the index.
+    pub pieces_loaded: u64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
 }
 
 impl ReadCache {
@@ -100,6 +128,7 @@ impl ReadCache {
             built: Condvar::new(),
             pieces: Mutex::new(SizedLru::new(64 << 20)),
             places: Mutex::new(LruCache::new(std::num::NonZeroUsize::new(1 << 18).expect("non-zero"))),
+            counters: Counters::default(),
         }
     }
 
@@ -150,6 +179,7 @@ impl Store {
         }
         // Whatever happens below (even a panic), later askers must not wait forever.
         let _done = InFlight { set: &self.cache.loading, done: &self.cache.loaded, key: *key };
+        bump(&self.cache.counters.chunks_read);
         let r = self.packs.read(entry.pack, entry.offset, key, entry.stored_len).map(Arc::new);
         if let Ok(bytes) = &r {
             self.cache.chunks.lock().unwrap().put(*key, bytes.clone(), bytes.len());
@@ -189,10 +219,23 @@ impl Store {
         Ok(found)
     }
 
+    /// What reads have cost since the store was opened.
+    pub fn read_counters(&self) -> ReadCounters {
+        let c = &self.cache.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ReadCounters {
+            members_rebuilt: get(&c.members_rebuilt),
+            member_hits: get(&c.member_hits),
+            chunks_read: get(&c.chunks_read),
+            pieces_loaded: get(&c.pieces_loaded),
+        }
+    }
+
     pub(crate) fn piece(&self, rid: u64, piece: u32) -> Result<Arc<Piece>> {
         if let Some(p) = self.cache.pieces.lock().unwrap().get(&(rid, piece)) {
             return Ok(p);
         }
+        bump(&self.cache.counters.pieces_loaded);
         let p = Arc::new(self.load_piece(rid, piece)?);
         let size = p.keys.len() * 40 + p.segments.iter().map(|s| s.extent_count() * 16 + 64).sum::<usize>();
         self.cache.pieces.lock().unwrap().put((rid, piece), p.clone(), size);
@@ -211,6 +254,7 @@ impl Store {
             if let Some(entry) = self.uncached_whole(key, e)? {
                 let at = out.len();
                 out.resize(at + e.len as usize, 0);
+                bump(&self.cache.counters.chunks_read);
                 self.packs.read_into(entry.pack, entry.offset, key, entry.stored_len, &mut out[at..])?;
                 continue;
             }
@@ -236,6 +280,7 @@ impl Store {
         let Segment::Member { header, plain, deflate, trailer, comp_len } = seg else {
             unreachable!("rebuild_member is called on member segments only");
         };
+        bump(&self.cache.counters.members_rebuilt);
         let plain_len: usize = plain.iter().map(|e| e.len as usize).sum();
         let mut text = Vec::with_capacity(plain_len);
         self.gather(piece, plain, &mut text)?;
@@ -256,6 +301,7 @@ impl Store {
             let mut building = self.cache.building.lock().unwrap();
             loop {
                 if let Some(m) = self.cache.members.lock().unwrap().get(&k) {
+                    bump(&self.cache.counters.member_hits);
                     return Ok(m);
                 }
                 if !building.contains(&k) {
@@ -425,6 +471,7 @@ impl Store {
                             if from == 0 && e.len as usize <= buf.len() - done {
                                 if let Some(entry) = self.uncached_whole(key, e)? {
                                     let n = e.len as usize;
+                                    bump(&self.cache.counters.chunks_read);
                                     self.packs.read_into(entry.pack, entry.offset, key, entry.stored_len, &mut buf[done..done + n])?;
                                     done += n;
                                     ext_start += e.len as u64;
