@@ -224,7 +224,19 @@ impl Store {
         self.ingest_windows(w, src, Presplit::none(), WINDOWS)
     }
 
+    /// Ingests `src` a window at a time. A panic anywhere in it (a parser bug met by some
+    /// input, in this thread or the gzip splitter's) becomes this file's error: the caller
+    /// holds the writer's lock outside the unwind, so the lock is not poisoned, and the next
+    /// ingest clears what this one left, as after any failed ingest. In the mount, the file
+    /// then stays staged (readable, byte-exact) instead of the ingest worker dying with it.
     pub(super) fn ingest_windows<S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.ingest_windows_unguarded(w, src, split, win))).unwrap_or_else(|p| {
+            let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+            Err(StoreError::Bug(format!("ingest panicked: {}", what.as_deref().unwrap_or("(no message)"))))
+        })
+    }
+
+    fn ingest_windows_unguarded<S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
         // Chunks of an ingest that failed are garbage, never shared.
         w.pending.clear();
         w.collisions = 0;
