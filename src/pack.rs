@@ -17,6 +17,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::LockExt;
 use crate::digest::{ChunkKey, Digest};
 
 pub const BLOB_MAGIC: &[u8; 4] = b"WFB1";
@@ -412,7 +413,7 @@ impl PackReader {
     }
 
     fn file(&self, pack: u64) -> Result<Arc<File>> {
-        if let Some(f) = self.files.lock().unwrap().get(&pack) {
+        if let Some(f) = self.files.locked().get(&pack) {
             return Ok(f.clone());
         }
         // A pack that was open when its chunks were committed may still be in packs-tmp/.
@@ -430,7 +431,7 @@ impl PackReader {
             Err(e) => return Err(PackError::Io { pack, source: e }),
         };
         let f = Arc::new(f);
-        self.files.lock().unwrap().insert(pack, f.clone());
+        self.files.locked().insert(pack, f.clone());
         Ok(f)
     }
 
@@ -446,7 +447,7 @@ impl PackReader {
 
     /// Forgets a cached handle (after a pack was sealed, rewritten or deleted).
     pub fn forget(&self, pack: u64) {
-        self.files.lock().unwrap().remove(&pack);
+        self.files.locked().remove(&pack);
     }
 
     /// Reads one blob, checks that it is the expected chunk and that its bytes are intact,

@@ -134,6 +134,11 @@ impl Mounted {
     }
 
     fn with(store: &Path, mnt: &Path, opts: &[&str]) -> Mounted {
+        Mounted::with_env(store, mnt, opts, &[])
+    }
+
+    /// Mounts with extra environment variables for the daemon.
+    fn with_env(store: &Path, mnt: &Path, opts: &[&str], env: &[(&str, &str)]) -> Mounted {
         become_subreaper();
         fs::create_dir_all(mnt).unwrap();
         let mnt = mnt.canonicalize().unwrap();
@@ -142,7 +147,8 @@ impl Mounted {
             args.push("-o".into());
             args.push(o.to_string());
         }
-        let r = run(&args);
+        let out = warcfs().args(&args).envs(env.iter().copied()).output().expect("spawn warcfs mount");
+        let r = Run { args: args.clone(), code: out.status.code(), stdout: out.stdout, stderr: String::from_utf8_lossy(&out.stderr).into_owned() };
         // From here on a guard owns whatever got mounted.
         let pid = fs::read_to_string(store.join("lock")).ok().and_then(|p| p.trim().parse::<i32>().ok()).unwrap_or(-1);
         let m = Mounted { mnt: mnt.clone(), store: store.to_path_buf(), pid, live: true };
@@ -464,6 +470,40 @@ fn record_lookup_rebuilds_only_its_own_member() {
     let rebuilt = members_rebuilt(&store) - before;
     m.unmount_clean();
     assert_eq!(rebuilt, picked.len() as u64, "looking up {} records rebuilt {rebuilt} members: neighbours were rebuilt too", picked.len());
+}
+
+/// A bug that panics inside a request must cost that request an EIO and a log line, not the
+/// mount: the daemon is built with a failpoint (debug builds only) that panics in READ while
+/// it holds the table of open handles, so this also shows that the lock stays usable.
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the failpoint exists in debug builds only")]
+fn a_panic_in_a_request_is_eio_and_the_mount_goes_on() {
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let src = real_corpus().join("webrecorder-warcio/example.warc.gz");
+    let want = fs::read(&src).unwrap();
+    ok(&["import", &s(&store), &s(&src)]);
+    // Two fuser event loops: two panics would end both without the guard.
+    let m = Mounted::with_env(&store, &tmp.path().join("mnt"), &[], &[("WARCFS_FAILPOINTS", "read=2")]);
+    let path = m.path("example.warc.gz");
+    let mut eio = 0;
+    let got = loop {
+        match fs::read(&path) {
+            Ok(b) => break b,
+            Err(e) if e.raw_os_error() == Some(libc::EIO) && eio < 2 => eio += 1,
+            Err(e) => panic!("read {} after {eio} EIOs: {e}; log:\n{}", path.display(), log_tail(&store)),
+        }
+    };
+    assert_eq!(eio, 2, "the failpoint should have failed two reads with EIO");
+    assert!(got == want, "{} reads back different bytes after the panics", path.display());
+    // Still a working filesystem: write, read back, list; then a clean unmount.
+    fs::write(m.path("after.txt"), b"still here").unwrap();
+    assert_eq!(fs::read(m.path("after.txt")).unwrap(), b"still here");
+    let names: BTreeSet<String> = fs::read_dir(&m.mnt).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(names.contains("example.warc.gz") && names.contains("after.txt"), "{names:?}");
+    let log = fs::read_to_string(store.join("warcfs.log")).unwrap();
+    assert_eq!(log.matches("failpoint read fired").count(), 2, "both panics should be in the log:\n{log}");
+    m.unmount_clean();
 }
 
 // ---------------------------------------------------------------------------------------

@@ -15,7 +15,9 @@ use anyhow::{bail, Context, Result};
 use fuser::{Config, MountOption, Session, SessionACL};
 use nix::sys::signal::{SigSet, Signal};
 
+use super::guard::Guarded;
 use super::WarcFs;
+use crate::LockExt;
 use crate::store::Store;
 
 pub struct MountArgs {
@@ -59,12 +61,12 @@ impl Write for &LogSink {
         if self.stderr {
             let _ = io::stderr().write_all(buf);
         }
-        self.file.lock().unwrap().write_all(buf)?;
+        self.file.locked().write_all(buf)?;
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.file.lock().unwrap().flush()
+        self.file.locked().flush()
     }
 }
 
@@ -164,7 +166,7 @@ fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<Fi
         signals.add(s);
     }
     signals.thread_block().context("blocking signals")?;
-    let result = (|| -> Result<Session<WarcFs>> {
+    let result = (|| -> Result<Session<Guarded>> {
         let store = Arc::new(Store::open(store_path, true)?);
         init_logging(store_path, ready.is_none())?;
         super::control::serve(store.clone()).context("control socket")?;
@@ -187,7 +189,7 @@ fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<Fi
         };
         cfg.n_threads = Some(2);
         cfg.clone_fd = true;
-        Session::new(fs, mountpoint, &cfg).with_context(|| format!("{}: cannot mount", mountpoint.display()))
+        Session::new(Guarded(fs), mountpoint, &cfg).with_context(|| format!("{}: cannot mount", mountpoint.display()))
     })();
     let mut session = match result {
         Ok(s) => s,

@@ -12,6 +12,7 @@
 
 pub mod control;
 mod daemon;
+mod guard;
 
 pub use daemon::{mount, MountArgs};
 
@@ -34,6 +35,7 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
+use crate::LockExt;
 use crate::recipe::RecipeHead;
 use crate::store::{Inode, InodeKind, ReadAhead, Store, StoreError, Timestamp};
 
@@ -207,7 +209,7 @@ impl Inner {
     }
 
     fn attr(&self, ino: u64, inode: &Inode) -> FileAttr {
-        let size = self.staged.lock().unwrap().get(&ino).map(|s| s.size).unwrap_or(inode.size);
+        let size = self.staged.locked().get(&ino).map(|s| s.size).unwrap_or(inode.size);
         FileAttr {
             ino: INodeNo(ino),
             size,
@@ -229,13 +231,13 @@ impl Inner {
 
     /// Drops a file's staging copy: it was unlinked and nothing has it open.
     fn discard_staged(&self, ino: u64) {
-        self.staged.lock().unwrap().remove(&ino);
+        self.staged.locked().remove(&ino);
         let _ = fs::remove_file(self.staging_path(ino));
     }
 
     /// The current `/.warcfs/index.cdxj`.
     fn index_bytes(&self) -> Result<Arc<Vec<u8>>, Errno> {
-        let mut cache = self.index_file.lock().unwrap();
+        let mut cache = self.index_file.locked();
         let gen = self.store.generation();
         if let Some((g, at, bytes)) = cache.as_ref() {
             if *g == gen || at.elapsed() < Duration::from_secs(1) {
@@ -277,7 +279,7 @@ impl Inner {
     }
 
     fn is_open(&self, ino: u64) -> bool {
-        self.opens.lock().unwrap().get(&ino).copied().unwrap_or(0) > 0
+        self.opens.locked().get(&ino).copied().unwrap_or(0) > 0
     }
 
     /// Moves a file's bytes to the staging area (if they are not there yet), so it can be
@@ -285,7 +287,7 @@ impl Inner {
     /// with the file in it: the background ingest may finish and unstage the file as soon as
     /// the lock is let go, so the caller's change must be made under this same lock.
     fn ensure_staged(&self, ino: u64, truncate: bool) -> Result<MutexGuard<'_, HashMap<u64, Staged>>, Errno> {
-        let mut map = self.staged.lock().unwrap();
+        let mut map = self.staged.locked();
         if let Some(s) = map.get_mut(&ino) {
             if truncate && s.size != 0 {
                 s.file.set_len(0).map_err(|e| io_errno(&e))?;
@@ -322,7 +324,7 @@ impl Inner {
     /// promise.
     fn persist(&self, ino: u64) -> Result<(), Errno> {
         let (file, size) = {
-            let mut map = self.staged.lock().unwrap();
+            let mut map = self.staged.locked();
             let Some(s) = map.get_mut(&ino) else { return Ok(()) };
             if !s.dirty {
                 return Ok(());
@@ -354,7 +356,7 @@ impl Inner {
     /// Ingests a staged file whose writers are all gone; called by the worker.
     fn ingest(&self, ino: u64) {
         let (file, gen) = {
-            let map = self.staged.lock().unwrap();
+            let map = self.staged.locked();
             match map.get(&ino) {
                 Some(s) if s.writers == 0 => (s.file.clone(), s.gen),
                 _ => return,
@@ -365,13 +367,13 @@ impl Inner {
         let prepared = match self.store.prepare(&*file) {
             Ok(p) => p,
             Err(e) => {
-                if self.staged.lock().unwrap().get(&ino).is_some_and(|s| s.gen == gen) {
+                if self.staged.locked().get(&ino).is_some_and(|s| s.gen == gen) {
                     log::error!("ingest of inode {ino} failed, it stays staged: {e}");
                 }
                 return;
             }
         };
-        let mut map = self.staged.lock().unwrap();
+        let mut map = self.staged.locked();
         match map.get(&ino) {
             Some(s) if s.gen == gen && s.writers == 0 && !s.dirty => {}
             _ => return,
@@ -418,7 +420,7 @@ impl WarcFs {
                 Ok(file) => {
                     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
                     log::info!("recovering staged inode {ino} ({size} bytes)");
-                    inner.staged.lock().unwrap().insert(ino, Staged { file: Arc::new(file), size, gen: 0, writers: 0, dirty: false });
+                    inner.staged.locked().insert(ino, Staged { file: Arc::new(file), size, gen: 0, writers: 0, dirty: false });
                     inner.queued.fetch_add(1, Ordering::Relaxed);
                     let _ = tx.send(ino);
                 }
@@ -436,7 +438,7 @@ impl WarcFs {
         if let Ok(rd) = fs::read_dir(&inner.staging) {
             for e in rd.flatten() {
                 let claimed = u64::from_str_radix(&e.file_name().to_string_lossy(), 16)
-                    .map(|ino| inner.staged.lock().unwrap().contains_key(&ino))
+                    .map(|ino| inner.staged.locked().contains_key(&ino))
                     .unwrap_or(false);
                 if !claimed {
                     let _ = fs::remove_file(e.path());
@@ -466,7 +468,7 @@ impl WarcFs {
     pub fn shutdown(&mut self) {
         // Writers still open at unmount: their bytes are durable in staging; ingest them.
         let pending: Vec<u64> = {
-            let mut map = self.inner.staged.lock().unwrap();
+            let mut map = self.inner.staged.locked();
             map.iter_mut().map(|(ino, s)| {
                 s.writers = 0;
                 *ino
@@ -615,7 +617,7 @@ impl Filesystem for WarcFs {
             let now = Timestamp::now();
             // Hold the staged map so its size cannot change under this update; only the
             // attributes asked for change (a background ingest may commit content meanwhile).
-            let map = inner.staged.lock().unwrap();
+            let map = inner.staged.locked();
             let staged_size = map.get(&ino).map(|s| s.size);
             let updated = inner.store.update_inode(ino, |inode| {
             if let Some(m) = mode {
@@ -655,7 +657,7 @@ impl Filesystem for WarcFs {
             Ok(inode) => {
                 if size.is_some() {
                     // truncate(2) by path opens no handle: nothing else would ingest it.
-                    let idle = inner.staged.lock().unwrap().get(&ino).is_some_and(|s| s.writers == 0);
+                    let idle = inner.staged.locked().get(&ino).is_some_and(|s| s.writers == 0);
                     if idle {
                         let _ = inner.persist(ino);
                         self.queue(ino);
@@ -785,7 +787,7 @@ impl Filesystem for WarcFs {
                 Err(e) => return reply.error(e),
             };
             let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
-            self.inner.handles.lock().unwrap().insert(fh, Handle { write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, direct: true });
+            self.inner.handles.locked().insert(fh, Handle { write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, direct: true });
             // Its size changes with the store: no page cache, every read comes here.
             return reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
         }
@@ -811,7 +813,7 @@ impl Filesystem for WarcFs {
             Ok(r) => r,
             Err(e) => return reply.error(e),
         };
-        let staged = inner.staged.lock().unwrap().contains_key(&ino);
+        let staged = inner.staged.locked().contains_key(&ino);
         let keep = !write && !staged;
         // A file being written (or ingested) gets a new recipe when its ingest commits: a
         // handle opened meanwhile must not keep the old one, or it would read the old bytes
@@ -827,7 +829,7 @@ impl Filesystem for WarcFs {
             // Through the page cache, a read of one gzip member (a record at its CDX offset)
             // grows to whole pages, which hold the ends of its neighbours: each of them would
             // have to be rebuilt too. Direct I/O hands us the reader's exact range instead.
-            if let Some(h) = inner.handles.lock().unwrap().get_mut(&fh) {
+            if let Some(h) = inner.handles.locked().get_mut(&fh) {
                 h.direct = true;
             }
             FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_KEEP_CACHE
@@ -839,7 +841,7 @@ impl Filesystem for WarcFs {
 
     fn read(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
         if ino.0 == INDEX_INO {
-            let snap = self.inner.handles.lock().unwrap().get(&fh.0).and_then(|h| h.snapshot.clone());
+            let snap = self.inner.handles.locked().get(&fh.0).and_then(|h| h.snapshot.clone());
             let Some(bytes) = snap else { return reply.error(Errno::EBADF) };
             let from = (offset as usize).min(bytes.len());
             let to = (from + size as usize).min(bytes.len());
@@ -847,7 +849,7 @@ impl Filesystem for WarcFs {
         }
         let inner = &self.inner;
         let ino = ino.0;
-        let staged = inner.staged.lock().unwrap().get(&ino).map(|s| (s.file.clone(), s.size));
+        let staged = inner.staged.locked().get(&ino).map(|s| (s.file.clone(), s.size));
         if let Some((file, len)) = staged {
             let n = (len.saturating_sub(offset)).min(size as u64) as usize;
             return with_reply_buffer(n, |buf| {
@@ -864,9 +866,14 @@ impl Filesystem for WarcFs {
         }
         // The handle's recipe saves an index lookup per read; if the file was rewritten
         // since (its old recipe is gone), the current one answers.
-        let (cached, sequential, run, direct) = match inner.handles.lock().unwrap().get(&fh.0) {
-            Some(h) => (h.head.clone(), h.next == offset, h.run, h.direct),
-            None => (None, false, 0, false),
+        let (cached, sequential, run, direct) = {
+            let handles = inner.handles.locked();
+            // (Inside the lock: a test makes this panic to show the lock outlives it.)
+            guard::failpoint("read");
+            match handles.get(&fh.0) {
+                Some(h) => (h.head.clone(), h.next == offset, h.run, h.direct),
+                None => (None, false, 0, false),
+            }
         };
         let fresh = || match inner.store.head(ino) {
             Ok(h) => Ok(Arc::new(h.unwrap_or_default())),
@@ -885,13 +892,17 @@ impl Filesystem for WarcFs {
                 let n = (head.size.saturating_sub(offset)).min(size as u64) as usize;
                 // Direct I/O (gzip files) lets a read come back short, and a reader that is
                 // not reading straight through is likely after one record: give it that. So
-                // is one that has read only a little since it jumped there: a buffered reader
-                // (Python's, stdio) takes a record larger than its buffer in two reads, and
-                // the second one must not rebuild the members after the record (a deflate
-                // each, as long as the record's own). Page-aligned requests may come from
-                // the page cache (mmap is allowed on these files), where a short read would
-                // read as the end of the file: they always get everything.
-                let lookup = direct && (!sequential || run < LOOKUP_RUN) && !offset.is_multiple_of(4096);
+                // is one that has read only a little since it jumped there and now reads the
+                // rest of a member: a buffered reader (Python's, stdio) takes a record larger
+                // than its buffer in two reads, and the second one must not rebuild the
+                // members after the record (a deflate each, as long as the record's own). A
+                // reader that goes on from a member's end is reading on, and gets it all.
+                // Page-aligned requests may come from the page cache (mmap is allowed on these
+                // files), where a short read would read as the end of the file: they always
+                // get everything.
+                let lookup = direct
+                    && !offset.is_multiple_of(4096)
+                    && (!sequential || (run < LOOKUP_RUN && inner.store.inside_member(&head, offset)));
                 let r = if lookup {
                     inner.store.read_some(&head, offset, &mut buf[..n])
                 } else {
@@ -916,7 +927,7 @@ impl Filesystem for WarcFs {
                 Ok(k) => {
                     // Before the reply: the reader's next read may reach the other FUSE
                     // thread as soon as this one is answered.
-                    let run = match inner.handles.lock().unwrap().get_mut(&fh.0) {
+                    let run = match inner.handles.locked().get_mut(&fh.0) {
                         Some(h) => {
                             h.run = if sequential { h.run + k as u64 } else { 0 };
                             h.next = offset + k as u64;
@@ -959,7 +970,7 @@ impl Filesystem for WarcFs {
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
-        let write = self.inner.handles.lock().unwrap().get(&fh.0).is_some_and(|h| h.write);
+        let write = self.inner.handles.locked().get(&fh.0).is_some_and(|h| h.write);
         if write {
             if let Err(e) = self.inner.persist(ino.0) {
                 return reply.error(e);
@@ -970,17 +981,17 @@ impl Filesystem for WarcFs {
 
     fn release(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, _lock: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
         if is_virtual(ino.0) {
-            self.inner.handles.lock().unwrap().remove(&fh.0);
+            self.inner.handles.locked().remove(&fh.0);
             return reply.ok();
         }
         let inner = &self.inner;
         let ino = ino.0;
-        let handle = inner.handles.lock().unwrap().remove(&fh.0);
+        let handle = inner.handles.locked().remove(&fh.0);
         if let Some(a) = &self.ahead {
             a.forget(fh.0);
         }
         let last_open = {
-            let mut opens = inner.opens.lock().unwrap();
+            let mut opens = inner.opens.locked();
             let n = opens.entry(ino).or_insert(1);
             *n = n.saturating_sub(1);
             let last = *n == 0;
@@ -992,7 +1003,7 @@ impl Filesystem for WarcFs {
         let mut result = Ok(());
         if handle.is_some_and(|h| h.write) {
             let idle = {
-                let mut map = inner.staged.lock().unwrap();
+                let mut map = inner.staged.locked();
                 map.get_mut(&ino).map(|s| {
                     s.writers = s.writers.saturating_sub(1);
                     s.writers == 0
@@ -1193,7 +1204,7 @@ impl Filesystem for WarcFs {
             Err(e) => return reply.error(io_errno(&e)),
         };
         let write = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
-        inner.staged.lock().unwrap().insert(ino, Staged { file: Arc::new(file), size: 0, gen: 0, writers: u32::from(write), dirty: false });
+        inner.staged.locked().insert(ino, Staged { file: Arc::new(file), size: 0, gen: 0, writers: u32::from(write), dirty: false });
         let (fh, _) = self.register(ino, write, None);
         reply.created(&TTL, &inner.attr(ino, &inode), Generation(0), FileHandle(fh), FopenFlags::empty());
     }
@@ -1205,8 +1216,8 @@ impl WarcFs {
     fn register(&self, ino: u64, write: bool, recipe: Option<RecipeHead>) -> (u64, Option<Arc<RecipeHead>>) {
         let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
         let head = recipe.map(Arc::new);
-        self.inner.handles.lock().unwrap().insert(fh, Handle { write, head: head.clone(), snapshot: None, next: 0, run: 0, direct: false });
-        *self.inner.opens.lock().unwrap().entry(ino).or_insert(0) += 1;
+        self.inner.handles.locked().insert(fh, Handle { write, head: head.clone(), snapshot: None, next: 0, run: 0, direct: false });
+        *self.inner.opens.locked().entry(ino).or_insert(0) += 1;
         (fh, head)
     }
 

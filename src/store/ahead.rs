@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 
 use super::read::Ahead;
 use super::Store;
+use crate::LockExt;
 use crate::recipe::RecipeHead;
 
 /// How far ahead of a reader the work is done, at most.
@@ -66,7 +67,7 @@ impl ReadAhead {
             return;
         }
         let window = run.saturating_mul(4).min(WINDOW);
-        let mut st = self.shared.state.lock().unwrap();
+        let mut st = self.shared.state.locked();
         st.reported.insert(reader, (head, offset, window));
         drop(st);
         self.shared.wake.notify_one();
@@ -74,7 +75,7 @@ impl ReadAhead {
 
     /// The reader is gone (its handle was released): drop what was planned for it.
     pub fn forget(&self, reader: u64) {
-        let mut st = self.shared.state.lock().unwrap();
+        let mut st = self.shared.state.locked();
         st.reported.remove(&reader);
         if st.planned.remove(&reader).is_some() {
             st.jobs.retain(|(r, _, _)| *r != reader);
@@ -84,7 +85,7 @@ impl ReadAhead {
     /// Drops pending work and stops the workers.
     pub fn stop(&mut self) {
         {
-            let mut st = self.shared.state.lock().unwrap();
+            let mut st = self.shared.state.locked();
             st.closed = true;
             st.jobs.clear();
         }
@@ -102,7 +103,7 @@ impl Drop for ReadAhead {
 }
 
 fn work(shared: &Shared) {
-    let mut st = shared.state.lock().unwrap();
+    let mut st = shared.state.locked();
     loop {
         if st.closed {
             return;
@@ -113,11 +114,11 @@ fn work(shared: &Shared) {
                 // The reader will hit the same error itself and report it; this is only a hint.
                 log::debug!("read-ahead in recipe {}: {e}", head.id);
             }
-            st = shared.state.lock().unwrap();
+            st = shared.state.locked();
             continue;
         }
         let Some(&reader) = st.reported.keys().next() else {
-            st = shared.wake.wait(st).unwrap();
+            st = crate::wait_on(&shared.wake, st);
             continue;
         };
         let (head, offset, window) = st.reported.remove(&reader).expect("key just seen");
@@ -137,7 +138,7 @@ fn work(shared: &Shared) {
         st.planned.insert(reader, to);
         drop(st);
         let planned_jobs = shared.store.plan_ahead(&head, from, to);
-        st = shared.state.lock().unwrap();
+        st = shared.state.locked();
         match planned_jobs {
             // The reader may have gone while this was planned.
             Ok(jobs) if st.planned.contains_key(&reader) => {

@@ -5,6 +5,7 @@
 use super::ingest::Ingested;
 use super::namespace::{Inode, InodeKind, PutReport, RefDelta, Timestamp, ROOT_INO};
 use super::{Result, Store, StoreError};
+use crate::LockExt;
 use crate::index::Batch;
 use crate::recipe::RecipeHead;
 
@@ -27,7 +28,7 @@ impl Store {
 
     /// Creates `name` in `parent`; `inode` gives kind, mode, owner and symlink target.
     pub fn create_node(&self, parent: u64, name: &[u8], mut inode: Inode) -> Result<(u64, Inode)> {
-        let mut w = self.ns.lock().unwrap();
+        let mut w = self.ns.locked();
         let mut dir = self.get(parent)?;
         if dir.kind != InodeKind::Dir {
             return Err(StoreError::NotADirectory(name_str(name)));
@@ -54,7 +55,7 @@ impl Store {
 
     /// Adds a hard link to `ino` as `name` in `parent`.
     pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Inode> {
-        let _w = self.ns.lock().unwrap();
+        let _w = self.ns.locked();
         let mut inode = self.get(ino)?;
         if inode.kind == InodeKind::Dir {
             return Err(StoreError::IsADirectory(name_str(name)));
@@ -98,7 +99,7 @@ impl Store {
     /// Removes the entry `name` of `parent`: a file or symlink (`dir == false`) or an empty
     /// directory (`dir == true`). Returns the inode number removed.
     pub fn unlink_entry(&self, parent: u64, name: &[u8], dir: bool, keep_open: &dyn Fn(u64) -> bool) -> Result<u64> {
-        let mut w = self.ns.lock().unwrap();
+        let mut w = self.ns.locked();
         let ino = self.index.lookup(parent, name)?.ok_or_else(|| StoreError::NotFound(name_str(name)))?;
         let inode = self.get(ino)?;
         match (dir, inode.kind == InodeKind::Dir) {
@@ -125,7 +126,7 @@ impl Store {
 
     /// Deletes an orphan (unlinked while open) once its last handle closes.
     pub fn drop_orphan(&self, ino: u64) -> Result<()> {
-        let mut w = self.ns.lock().unwrap();
+        let mut w = self.ns.locked();
         let Some(inode) = self.index.inode::<Inode>(ino)? else { return Ok(()) };
         if inode.nlink > 0 {
             return Ok(());
@@ -157,7 +158,7 @@ impl Store {
     /// Moves `name` in `parent` to `newname` in `newparent`, replacing a compatible target
     /// unless `noreplace`.
     pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], noreplace: bool, keep_open: &dyn Fn(u64) -> bool) -> Result<()> {
-        let mut w = self.ns.lock().unwrap();
+        let mut w = self.ns.locked();
         let ino = self.index.lookup(parent, name)?.ok_or_else(|| StoreError::NotFound(name_str(name)))?;
         let mut inode = self.get(ino)?;
         let is_dir = inode.kind == InodeKind::Dir;
@@ -225,7 +226,7 @@ impl Store {
 
     /// Ingests `src` as the next content of a file; commit with `Prepared::commit_into`.
     pub fn prepare<S: super::Source + ?Sized + Sync>(&self, src: &S) -> Result<Prepared<'_>> {
-        let mut w = self.writer.lock().unwrap();
+        let mut w = self.writer.locked();
         let ing = self.ingest(&mut w, src)?;
         drop(w);
         Ok(Prepared { store: self, ing })
@@ -246,7 +247,7 @@ impl Prepared<'_> {
     /// batch with the refcount changes. None if the inode no longer exists.
     pub fn commit_into(self, ino: u64) -> Result<Option<PutReport>> {
         let s = self.store;
-        let mut w = s.ns.lock().unwrap();
+        let mut w = s.ns.locked();
         let Some(mut inode) = s.index.inode::<Inode>(ino)? else { return Ok(None) };
         let mut b = Batch::new();
         let mut delta = RefDelta::default();
@@ -307,7 +308,7 @@ impl Store {
     /// change (a background ingest committing new content included): `f` sees the current
     /// record and edits only what it means to change. An `Err` from `f` writes nothing.
     pub fn update_inode<E>(&self, ino: u64, f: impl FnOnce(&mut Inode) -> std::result::Result<(), E>) -> Result<std::result::Result<Inode, E>> {
-        let _ns = self.ns.lock().unwrap();
+        let _ns = self.ns.locked();
         let mut inode = self.get(ino)?;
         if let Err(e) = f(&mut inode) {
             return Ok(Err(e));

@@ -14,6 +14,7 @@ use std::thread;
 
 use super::namespace::RefDelta;
 use super::{Compression, Ns, Result, Store, StoreError, Verify, Writer, PACK_TARGET};
+use crate::LockExt;
 use crate::digest::{ChunkKey, Digest};
 use crate::format::gzip::{self, DeflateRecipe, Member, Region};
 use crate::format::warc::{self, SpanKind};
@@ -528,7 +529,7 @@ impl Store {
     /// pack is made durable first, so the index never points at bytes that are not on disk.
     pub(super) fn commit_with(&self, _ns: &mut Ns, mut b: Batch, delta: RefDelta, pending: &Pending, collisions: u64) -> Result<()> {
         if !pending.is_empty() {
-            let mut w = self.writer.lock().unwrap();
+            let mut w = self.writer.locked();
             if let Some(open) = w.open.as_mut() {
                 let dir = self.root.join("packs-tmp");
                 open.sync().map_err(|err| StoreError::Io { path: dir, err })?;

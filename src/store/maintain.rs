@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::namespace::{Inode, InodeKind};
 use super::{io_at, Result, Store};
+use crate::LockExt;
 use crate::digest::ChunkKey;
 use crate::index::{Batch, ChunkEntry};
 use crate::pack::{self, ChunkKind, OpenPack, BLOB_HEADER_LEN};
@@ -114,8 +115,8 @@ impl Store {
 
     /// Checks every reference, refcount, blob and pack footer; `deep` also re-hashes chunks.
     pub fn fsck(&self, deep: bool) -> Result<FsckReport> {
-        let _ns = self.ns.lock().unwrap();
-        let mut w = self.writer.lock().unwrap();
+        let _ns = self.ns.locked();
+        let mut w = self.writer.locked();
         self.seal_open(&mut w)?;
         let mut rep = FsckReport::default();
         let paths = self.paths()?;
@@ -208,8 +209,8 @@ impl Store {
 
     /// Drops unreferenced chunks and reclaims their pack space.
     pub fn gc(&self) -> Result<GcReport> {
-        let _ns = self.ns.lock().unwrap();
-        let mut w = self.writer.lock().unwrap();
+        let _ns = self.ns.locked();
+        let mut w = self.writer.locked();
         self.seal_open(&mut w)?;
         let packs_dir = self.root.join("packs");
         let mut rep = GcReport { bytes_before: dir_bytes(&packs_dir), ..GcReport::default() };

@@ -30,6 +30,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use crate::LockExt;
 use crate::digest::{self, ChunkKey, Digest, DigestFn};
 use crate::index::{ChunkEntry, Index, IndexError};
 use crate::pack::{self, OpenPack, PackError, PackReader};
@@ -323,7 +324,7 @@ impl Store {
     /// Seals the open pack (if any). Called on close, so a cleanly closed store has no
     /// open pack.
     pub fn flush(&self) -> Result<()> {
-        let mut w = self.writer.lock().unwrap();
+        let mut w = self.writer.locked();
         self.seal_open(&mut w)
     }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ingest::{Ingested, Presplit, Windows};
 use super::{Ns, Result, Store, StoreError};
+use crate::LockExt;
 use crate::digest::ChunkKey;
 use crate::index::Batch;
 use crate::recipe::{self, FileStats, Piece, RecipeHead};
@@ -222,7 +223,7 @@ impl Store {
 
     /// Creates every missing directory along `path` and returns the last one's inode.
     pub fn mkdir_p(&self, path: &str) -> Result<u64> {
-        let mut w = self.ns.lock().unwrap();
+        let mut w = self.ns.locked();
         let mut ino = ROOT_INO;
         for c in components(path)? {
             match self.index.lookup(ino, c.as_bytes())? {
@@ -267,10 +268,10 @@ impl Store {
     /// `put_file` ingesting `win` at a time (tests use tiny windows).
     pub(super) fn put_file_windows(&self, dir: u64, name: &[u8], data: &[u8], split: Presplit, win: Windows, meta: FileMeta) -> Result<PutReport> {
         let ingested = {
-            let mut w = self.writer.lock().unwrap();
+            let mut w = self.writer.locked();
             self.ingest_windows(&mut w, data, split, win)?
         };
-        let mut ns = self.ns.lock().unwrap();
+        let mut ns = self.ns.locked();
         self.commit_file(&mut ns, dir, name, ingested, meta)
     }
 
@@ -315,7 +316,7 @@ impl Store {
     }
 
     pub fn put_symlink(&self, dir: u64, name: &[u8], target: &[u8]) -> Result<u64> {
-        let mut w = self.ns.lock().unwrap();
+        let mut w = self.ns.locked();
         let display = String::from_utf8_lossy(name).to_string();
         if self.index.lookup(dir, name)?.is_some() {
             self.remove_entry(&mut w, dir, name, false, &display)?;
@@ -338,7 +339,7 @@ impl Store {
             return Err(StoreError::InvalidPath(path.to_string()));
         };
         let dir = self.resolve(&parents.join("/"))?;
-        let mut w = self.ns.lock().unwrap();
+        let mut w = self.ns.locked();
         self.remove_entry(&mut w, dir, last.as_bytes(), recursive, path)
     }
 

@@ -14,6 +14,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use lru::LruCache;
 
 use super::{Result, Store, StoreError};
+use crate::LockExt;
 use crate::digest::ChunkKey;
 use crate::format::gzip;
 use crate::index::ChunkEntry;
@@ -133,10 +134,10 @@ impl ReadCache {
     }
 
     pub fn clear(&self) {
-        self.chunks.lock().unwrap().clear();
-        self.members.lock().unwrap().clear();
-        self.pieces.lock().unwrap().clear();
-        self.places.lock().unwrap().clear();
+        self.chunks.locked().clear();
+        self.members.locked().clear();
+        self.pieces.locked().clear();
+        self.places.locked().clear();
     }
 }
 
@@ -166,15 +167,15 @@ impl Store {
     /// The bytes of one chunk, from the cache or its pack.
     pub(crate) fn chunk_bytes(&self, key: &ChunkKey, entry: &ChunkEntry) -> Result<Arc<Vec<u8>>> {
         {
-            let mut loading = self.cache.loading.lock().unwrap();
+            let mut loading = self.cache.loading.locked();
             loop {
-                if let Some(v) = self.cache.chunks.lock().unwrap().get(key) {
+                if let Some(v) = self.cache.chunks.locked().get(key) {
                     return Ok(v);
                 }
                 if loading.insert(*key) {
                     break;
                 }
-                loading = self.cache.loaded.wait(loading).unwrap();
+                loading = crate::wait_on(&self.cache.loaded, loading);
             }
         }
         // Whatever happens below (even a panic), later askers must not wait forever.
@@ -182,13 +183,13 @@ impl Store {
         bump(&self.cache.counters.chunks_read);
         let r = self.packs.read(entry.pack, entry.offset, key, entry.stored_len).map(Arc::new);
         if let Ok(bytes) = &r {
-            self.cache.chunks.lock().unwrap().put(*key, bytes.clone(), bytes.len());
+            self.cache.chunks.locked().put(*key, bytes.clone(), bytes.len());
         }
         Ok(r?)
     }
 
     fn chunk_by_key(&self, key: &ChunkKey) -> Result<Arc<Vec<u8>>> {
-        if let Some(v) = self.cache.chunks.lock().unwrap().get(key) {
+        if let Some(v) = self.cache.chunks.locked().get(key) {
             return Ok(v);
         }
         let entry = self.locate(std::slice::from_ref(key))?.pop().flatten().ok_or_else(|| StoreError::MissingChunk(key.to_string()))?;
@@ -198,7 +199,7 @@ impl Store {
     /// Where each chunk is stored (None for a key the index does not know).
     fn locate(&self, keys: &[ChunkKey]) -> Result<Vec<Option<ChunkEntry>>> {
         let mut found: Vec<Option<ChunkEntry>> = {
-            let mut places = self.cache.places.lock().unwrap();
+            let mut places = self.cache.places.locked();
             keys.iter().map(|k| places.get(k).cloned()).collect()
         };
         let missing: Vec<ChunkKey> = keys.iter().zip(&found).filter(|(_, f)| f.is_none()).map(|(k, _)| *k).collect();
@@ -206,7 +207,7 @@ impl Store {
             return Ok(found);
         }
         let looked_up = if missing.len() == 1 { vec![self.index.chunk(&missing[0])?] } else { self.index.chunks(&missing)? };
-        let mut places = self.cache.places.lock().unwrap();
+        let mut places = self.cache.places.locked();
         let mut looked_up = looked_up.into_iter();
         for (k, slot) in keys.iter().zip(found.iter_mut()) {
             if slot.is_none() {
@@ -232,13 +233,13 @@ impl Store {
     }
 
     pub(crate) fn piece(&self, rid: u64, piece: u32) -> Result<Arc<Piece>> {
-        if let Some(p) = self.cache.pieces.lock().unwrap().get(&(rid, piece)) {
+        if let Some(p) = self.cache.pieces.locked().get(&(rid, piece)) {
             return Ok(p);
         }
         bump(&self.cache.counters.pieces_loaded);
         let p = Arc::new(self.load_piece(rid, piece)?);
         let size = p.keys.len() * 40 + p.segments.iter().map(|s| s.extent_count() * 16 + 64).sum::<usize>();
-        self.cache.pieces.lock().unwrap().put((rid, piece), p.clone(), size);
+        self.cache.pieces.locked().put((rid, piece), p.clone(), size);
         Ok(p)
     }
 
@@ -269,7 +270,7 @@ impl Store {
     /// allocation and copy) that a reader going through a file would not come back for.
     /// Header blocks, which many records slice, are never whole and go through the cache.
     fn uncached_whole(&self, key: &ChunkKey, e: &Extent) -> Result<Option<ChunkEntry>> {
-        if e.offset != 0 || self.cache.chunks.lock().unwrap().get(key).is_some() {
+        if e.offset != 0 || self.cache.chunks.locked().get(key).is_some() {
             return Ok(None);
         }
         Ok(self.locate(std::slice::from_ref(key))?.pop().flatten().filter(|en| en.raw_len == e.len))
@@ -298,9 +299,9 @@ impl Store {
     fn member_cached(&self, rid: u64, pno: u32, sno: u32, piece: &Piece) -> Result<Arc<Vec<u8>>> {
         let k = (rid, pno, sno);
         {
-            let mut building = self.cache.building.lock().unwrap();
+            let mut building = self.cache.building.locked();
             loop {
-                if let Some(m) = self.cache.members.lock().unwrap().get(&k) {
+                if let Some(m) = self.cache.members.locked().get(&k) {
                     bump(&self.cache.counters.member_hits);
                     return Ok(m);
                 }
@@ -308,13 +309,13 @@ impl Store {
                     building.insert(k);
                     break;
                 }
-                building = self.cache.built.wait(building).unwrap();
+                building = crate::wait_on(&self.cache.built, building);
             }
         }
         let _done = InFlight { set: &self.cache.building, done: &self.cache.built, key: k };
         let r = self.rebuild_member(piece, &piece.segments[sno as usize]).map(Arc::new);
         if let Ok(m) = &r {
-            self.cache.members.lock().unwrap().put(k, m.clone(), m.len());
+            self.cache.members.locked().put(k, m.clone(), m.len());
         }
         r
     }
@@ -338,7 +339,7 @@ impl Store {
                 if seg_end > pos && seg_start < end {
                     match seg {
                         Segment::Member { plain, .. } => {
-                            if self.cache.members.lock().unwrap().get(&(head.id, pno, sno as u32)).is_none() {
+                            if self.cache.members.locked().get(&(head.id, pno, sno as u32)).is_none() {
                                 jobs.push(Ahead { piece: pno, segment: sno as u32 });
                                 needed.extend(plain.iter().map(|e| piece.keys[e.chunk as usize]));
                             }
@@ -377,7 +378,7 @@ impl Store {
     /// with nearby blobs merged into one range; their locations land in the location cache.
     fn request_chunks(&self, keys: &[ChunkKey]) -> Result<()> {
         let wanted: Vec<ChunkKey> = {
-            let mut chunks = self.cache.chunks.lock().unwrap();
+            let mut chunks = self.cache.chunks.locked();
             keys.iter().filter(|k| chunks.get(k).is_none()).copied().collect()
         };
         let places = self.locate(&wanted)?;
@@ -408,6 +409,22 @@ impl Store {
     /// then any read that touches a member costs a whole member's deflate.
     pub fn rebuilds_members(&self, head: &RecipeHead) -> bool {
         head.pieces() > 0 && self.piece(head.id, 0).is_ok_and(|p| p.segments.iter().any(|s| matches!(s, Segment::Member { .. })))
+    }
+
+    /// Whether `offset` falls inside a gzip member, past its first byte: a read from there
+    /// is finishing a record rather than starting on the next one.
+    pub fn inside_member(&self, head: &RecipeHead, offset: u64) -> bool {
+        let Some(pno) = head.piece_at(offset) else { return false };
+        let Ok(piece) = self.piece(head.id, pno) else { return false };
+        let mut seg_start = head.piece_starts[pno as usize];
+        for seg in &piece.segments {
+            let seg_end = seg_start + seg.len();
+            if offset < seg_end {
+                return matches!(seg, Segment::Member { .. }) && offset > seg_start;
+            }
+            seg_start = seg_end;
+        }
+        false
     }
 
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at EOF).
@@ -487,7 +504,7 @@ impl Store {
                         }
                     }
                     Segment::Member { .. } => {
-                        if !whole && done > 0 && self.cache.members.lock().unwrap().get(&(head.id, pno, sno as u32)).is_none() {
+                        if !whole && done > 0 && self.cache.members.locked().get(&(head.id, pno, sno as u32)).is_none() {
                             return Ok(done);
                         }
                         let m = self.member_cached(head.id, pno, sno as u32, &piece)?;
@@ -553,7 +570,7 @@ impl Store {
         let io_err = |err| StoreError::Io { path: "<output>".into(), err };
         let work = || loop {
             let i = {
-                let mut st = state.lock().unwrap();
+                let mut st = state.locked();
                 loop {
                     if st.failed || st.next >= tasks.len() {
                         return;
@@ -561,7 +578,7 @@ impl Store {
                     if st.in_flight < AHEAD || st.in_flight == 0 {
                         break;
                     }
-                    st = changed.wait(st).unwrap();
+                    st = crate::wait_on(&changed, st);
                 }
                 let i = st.next;
                 st.next += 1;
@@ -576,7 +593,7 @@ impl Store {
                     self.gather(&piece, &extents[a..b], &mut v).map(|_| v)
                 }
             });
-            state.lock().unwrap().done[i] = Some(r);
+            state.locked().done[i] = Some(r);
             changed.notify_all();
         };
         let mut written = 0u64;
@@ -585,24 +602,24 @@ impl Store {
                 s.spawn(work);
             }
             let fail = |e| {
-                state.lock().unwrap().failed = true;
+                state.locked().failed = true;
                 changed.notify_all();
                 e
             };
             for (i, task) in tasks.iter().enumerate() {
                 let bytes = {
-                    let mut st = state.lock().unwrap();
+                    let mut st = state.locked();
                     loop {
                         if let Some(r) = st.done[i].take() {
                             break r;
                         }
-                        st = changed.wait(st).unwrap();
+                        st = crate::wait_on(&changed, st);
                     }
                 };
                 let bytes = bytes.map_err(fail)?;
                 out.write_all(&bytes).map_err(io_err).map_err(fail)?;
                 written += bytes.len() as u64;
-                state.lock().unwrap().in_flight -= task.4;
+                state.locked().in_flight -= task.4;
                 changed.notify_all();
             }
             Ok(())

@@ -13,6 +13,7 @@ use std::io;
 use std::path::Path;
 
 use super::{io_at, read_config, Result, Store, StoreError, CONFIG_FILE};
+use crate::LockExt;
 use crate::pack;
 
 #[derive(Clone, Debug, Default)]
@@ -60,8 +61,8 @@ impl Store {
         }
         let mut rep = SnapshotReport::default();
         // Holding the writer lock: nothing commits while the index and packs are captured.
-        let _ns = self.ns.lock().unwrap();
-        let mut w = self.writer.lock().unwrap();
+        let _ns = self.ns.locked();
+        let mut w = self.writer.locked();
         self.seal_open(&mut w)?;
         let new_index = dest.join(format!("index.new-{}", std::process::id()));
         if new_index.exists() {
