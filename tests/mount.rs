@@ -412,6 +412,13 @@ fn cp_corpus_into_mount_then_remount_is_byte_identical() {
     assert_fsck_clean(&store);
 }
 
+/// Whether the kernel let the mount of `store` open gzip files for direct I/O (Linux 6.6+,
+/// which lets such files be mapped): what a record lookup costs, and how many requests it
+/// makes, depends on it.
+fn gzip_files_direct(store: &Path) -> bool {
+    !fs::read_to_string(store.join("warcfs.log")).unwrap_or_default().contains("cannot mmap direct-I/O files")
+}
+
 /// How many gzip members the mounted daemon of `store` has rebuilt so far.
 fn members_rebuilt(store: &Path) -> u64 {
     let st = stats(store);
@@ -450,6 +457,10 @@ fn record_lookup_rebuilds_only_its_own_member() {
     let store = tmp.path().join("store");
     ok(&["import", &s(&store), &s(&src)]);
     let m = Mounted::new(&store, &tmp.path().join("mnt"));
+    if !gzip_files_direct(&store) {
+        eprintln!("skipped: this kernel reads gzip files through the page cache");
+        return m.unmount_clean();
+    }
     let before = members_rebuilt(&store);
     for &(start, len) in &picked {
         let f = File::open(m.path(name)).unwrap();
@@ -485,6 +496,11 @@ fn a_panic_in_a_request_is_eio_and_the_mount_goes_on() {
     ok(&["import", &s(&store), &s(&src)]);
     // Two fuser event loops: two panics would end both without the guard.
     let m = Mounted::with_env(&store, &tmp.path().join("mnt"), &[], &[("WARCFS_FAILPOINTS", "read=2")]);
+    if !gzip_files_direct(&store) {
+        // Through the page cache one read(2) may make several READs: the count below differs.
+        eprintln!("skipped: this kernel reads gzip files through the page cache");
+        return m.unmount_clean();
+    }
     let path = m.path("example.warc.gz");
     let mut eio = 0;
     let got = loop {

@@ -74,9 +74,9 @@ fn reserved(parent: u64, name: &[u8]) -> Option<Errno> {
 /// readers of direct-I/O (gzip) files send their own read sizes (`cat` 128 KiB).
 const BLKSIZE: u32 = 4096;
 
-/// A direct-I/O reader that has read less than this since it last jumped is taken to be
-/// reading one record (see `read`): a read that would go on into a member not rebuilt yet
-/// stops short before it.
+/// A direct-I/O reader that jumped and has read less than this since, and now reads from
+/// inside a member, is taken to be finishing one record (see `read`): its read stops at the
+/// end of that member instead of rebuilding the ones after it.
 const LOOKUP_RUN: u64 = 64 << 10;
 
 /// A file whose current bytes live in the staging area.
@@ -102,6 +102,9 @@ struct Handle {
     next: u64,
     /// Bytes read in the current sequential run.
     run: u64,
+    /// A read of this handle started elsewhere than where the last one ended (a reader
+    /// that starts at 0 and reads on never did).
+    jumped: bool,
     /// Opened for direct I/O: reads may return short.
     direct: bool,
 }
@@ -332,12 +335,19 @@ impl Inner {
             s.dirty = false;
             (s.file.clone(), s.size)
         };
-        file.sync_data().map_err(|e| io_errno(&e))?;
-        match self.set_staged(ino, size) {
+        let r = file.sync_data().map_err(|e| io_errno(&e)).and_then(|()| match self.set_staged(ino, size) {
             // Unlinked meanwhile: nothing to record.
             Err(e) if e == Errno::ENOENT => Ok(()),
             r => r,
+        });
+        if r.is_err() {
+            // Not durable after all: the next fsync or close must try again, not report
+            // success for bytes that never reached the disk.
+            if let Some(s) = self.staged.locked().get_mut(&ino) {
+                s.dirty = true;
+            }
         }
+        r
     }
 
     /// Records in the index that a file's bytes (of `size`) are in staging. Only these two
@@ -514,7 +524,12 @@ fn with_reply_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
 
 fn ingest_loop(inner: Arc<Inner>, rx: Receiver<u64>) {
     for ino in rx {
-        inner.ingest(ino);
+        // A bug met while committing one file must not stop the ingest of all later ones
+        // (the ingest itself already turns a panic into an error, see `Store::prepare`).
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.ingest(ino))).is_ok();
+        if !ok {
+            log::error!("ingest of inode {ino}: internal error (a bug, logged above); it stays staged");
+        }
         inner.queued.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -787,7 +802,7 @@ impl Filesystem for WarcFs {
                 Err(e) => return reply.error(e),
             };
             let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
-            self.inner.handles.locked().insert(fh, Handle { write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, direct: true });
+            self.inner.handles.locked().insert(fh, Handle { write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, jumped: false, direct: true });
             // Its size changes with the store: no page cache, every read comes here.
             return reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
         }
@@ -866,13 +881,13 @@ impl Filesystem for WarcFs {
         }
         // The handle's recipe saves an index lookup per read; if the file was rewritten
         // since (its old recipe is gone), the current one answers.
-        let (cached, sequential, run, direct) = {
+        let (cached, sequential, run, jumped, direct) = {
             let handles = inner.handles.locked();
             // (Inside the lock: a test makes this panic to show the lock outlives it.)
             guard::failpoint("read");
             match handles.get(&fh.0) {
-                Some(h) => (h.head.clone(), h.next == offset, h.run, h.direct),
-                None => (None, false, 0, false),
+                Some(h) => (h.head.clone(), h.next == offset, h.run, h.jumped, h.direct),
+                None => (None, false, 0, false, false),
             }
         };
         let fresh = || match inner.store.head(ino) {
@@ -892,17 +907,17 @@ impl Filesystem for WarcFs {
                 let n = (head.size.saturating_sub(offset)).min(size as u64) as usize;
                 // Direct I/O (gzip files) lets a read come back short, and a reader that is
                 // not reading straight through is likely after one record: give it that. So
-                // is one that has read only a little since it jumped there and now reads the
-                // rest of a member: a buffered reader (Python's, stdio) takes a record larger
-                // than its buffer in two reads, and the second one must not rebuild the
-                // members after the record (a deflate each, as long as the record's own). A
-                // reader that goes on from a member's end is reading on, and gets it all.
-                // Page-aligned requests may come from the page cache (mmap is allowed on these
-                // files), where a short read would read as the end of the file: they always
-                // get everything.
-                let lookup = direct
-                    && !offset.is_multiple_of(4096)
-                    && (!sequential || (run < LOOKUP_RUN && inner.store.inside_member(&head, offset)));
+                // is one that jumped, has read under LOOKUP_RUN since, and now reads the rest
+                // of a member: a buffered reader (Python's, stdio) takes a record larger than
+                // its buffer in two reads, and the second one must not rebuild the members
+                // after the record (a deflate each, as long as the record's own). A reader
+                // that goes on from a member's end, or that started at 0, is reading on and
+                // gets it all. Page-aligned requests may come from the page cache (mmap is
+                // allowed on these files), where a short read would read as the end of the
+                // file: they always get everything.
+                let finishing = sequential && jumped && run < LOOKUP_RUN;
+                let lookup =
+                    direct && !offset.is_multiple_of(4096) && (!sequential || (finishing && inner.store.inside_member(&head, offset)));
                 let r = if lookup {
                     inner.store.read_some(&head, offset, &mut buf[..n])
                 } else {
@@ -930,6 +945,7 @@ impl Filesystem for WarcFs {
                     let run = match inner.handles.locked().get_mut(&fh.0) {
                         Some(h) => {
                             h.run = if sequential { h.run + k as u64 } else { 0 };
+                            h.jumped |= !sequential;
                             h.next = offset + k as u64;
                             h.run
                         }
@@ -1216,7 +1232,7 @@ impl WarcFs {
     fn register(&self, ino: u64, write: bool, recipe: Option<RecipeHead>) -> (u64, Option<Arc<RecipeHead>>) {
         let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
         let head = recipe.map(Arc::new);
-        self.inner.handles.locked().insert(fh, Handle { write, head: head.clone(), snapshot: None, next: 0, run: 0, direct: false });
+        self.inner.handles.locked().insert(fh, Handle { write, head: head.clone(), snapshot: None, next: 0, run: 0, jumped: false, direct: false });
         *self.inner.opens.locked().entry(ino).or_insert(0) += 1;
         (fh, head)
     }

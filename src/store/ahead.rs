@@ -110,9 +110,12 @@ fn work(shared: &Shared) {
         }
         if let Some((_, head, job)) = st.jobs.pop_front() {
             drop(st);
-            if let Err(e) = shared.store.run_ahead(&head, &job) {
-                // The reader will hit the same error itself and report it; this is only a hint.
-                log::debug!("read-ahead in recipe {}: {e}", head.id);
+            // The reader will hit the same error (or bug) itself and report it; this is only
+            // a hint, and a worker lost to a panic would end read-ahead for every reader.
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shared.store.run_ahead(&head, &job))) {
+                Ok(Err(e)) => log::debug!("read-ahead in recipe {}: {e}", head.id),
+                Err(_) => log::error!("read-ahead in recipe {}: internal error (a bug, logged above)", head.id),
+                Ok(Ok(())) => {}
             }
             st = shared.state.locked();
             continue;
@@ -137,7 +140,8 @@ fn work(shared: &Shared) {
         }
         st.planned.insert(reader, to);
         drop(st);
-        let planned_jobs = shared.store.plan_ahead(&head, from, to);
+        let planned_jobs = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shared.store.plan_ahead(&head, from, to)))
+            .unwrap_or_else(|_| Err(crate::store::StoreError::Bug("planning read-ahead panicked".into())));
         st = shared.state.locked();
         match planned_jobs {
             // The reader may have gone while this was planned.

@@ -586,13 +586,19 @@ impl Store {
                 i
             };
             let (pno, sno, a, b, len) = tasks[i];
-            let r = self.piece(head.id, pno).and_then(|piece| match &piece.segments[sno] {
-                seg @ Segment::Member { .. } => self.rebuild_member(&piece, seg),
-                Segment::Data { extents } => {
-                    let mut v = Vec::with_capacity(len as usize);
-                    self.gather(&piece, &extents[a..b], &mut v).map(|_| v)
-                }
-            });
+            // A panic here (a bug) must still fill the slot: the writer waits for it, and in
+            // the mount that writer may hold the staged map (copy on write), which would
+            // wedge every request instead of failing one.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.piece(head.id, pno).and_then(|piece| match &piece.segments[sno] {
+                    seg @ Segment::Member { .. } => self.rebuild_member(&piece, seg),
+                    Segment::Data { extents } => {
+                        let mut v = Vec::with_capacity(len as usize);
+                        self.gather(&piece, &extents[a..b], &mut v).map(|_| v)
+                    }
+                })
+            }))
+            .unwrap_or_else(|_| Err(StoreError::Bug(format!("rebuilding part {i} of recipe {} panicked", head.id))));
             state.locked().done[i] = Some(r);
             changed.notify_all();
         };

@@ -356,6 +356,18 @@ fn a_panic_in_an_ingest_is_that_files_error_and_the_store_goes_on() {
         }
         assert!(src.calls.load(std::sync::atomic::Ordering::SeqCst) >= panic_at, "the panicking window was never asked for");
     }
+    // Late in a windowed ingest, after earlier windows' chunks went into the open pack.
+    let iana = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpus/real/webrecorder-pywb/iana.warc.gz")).unwrap();
+    let src = PanickingSource { bytes: iana.clone(), calls: Default::default(), panic_at: 6 };
+    let small = Windows { bytes: 16 << 10, max_bytes: 256 << 20, plain: 16 << 10 };
+    {
+        let mut w = s.writer.locked();
+        let r = s.ingest_windows(&mut w, &src, Presplit::none(), small);
+        assert!(matches!(r, Err(StoreError::Bug(_))), "a panic at window 6 should be a Bug error");
+        assert!(!w.pending.is_empty(), "the case should panic after chunks were appended");
+    }
+    s.put_file(ROOT_INO, b"iana.warc.gz", &iana, meta()).unwrap();
+    assert_eq!(read_all(&s, "/iana.warc.gz"), iana);
     // The writer's lock is not poisoned, and nothing of the failed ingests leaks in.
     s.put_file(ROOT_INO, b"after.warc.gz", &gz, meta()).unwrap();
     assert_eq!(read_all(&s, "/after.warc.gz"), gz);
