@@ -163,6 +163,20 @@ fn extent_bytes<'a>(chunk: &'a [u8], e: &Extent, key: &ChunkKey) -> Result<&'a [
         .ok_or_else(|| StoreError::MissingChunk(format!("{} (slice {}+{} beyond its {} bytes)", key.short(), e.offset, e.len, chunk.len())))
 }
 
+/// The extents of a data segment starting at file offset `seg_start` that hold any byte of
+/// [from, to).
+fn extents_within(extents: &[Extent], seg_start: u64, from: u64, to: u64) -> impl Iterator<Item = &Extent> {
+    extents
+        .iter()
+        .scan(seg_start, |start, e| {
+            let at = *start;
+            *start += e.len as u64;
+            Some((at, e))
+        })
+        .filter(move |&(at, e)| at + e.len as u64 > from && at < to)
+        .map(|(_, e)| e)
+}
+
 impl Store {
     /// The bytes of one chunk, from the cache or its pack.
     pub(crate) fn chunk_bytes(&self, key: &ChunkKey, entry: &ChunkEntry) -> Result<Arc<Vec<u8>>> {
@@ -345,13 +359,7 @@ impl Store {
                             }
                         }
                         Segment::Data { extents } => {
-                            let mut e_start = seg_start;
-                            for e in extents {
-                                if e_start + e.len as u64 > pos && e_start < end {
-                                    needed.push(piece.keys[e.chunk as usize]);
-                                }
-                                e_start += e.len as u64;
-                            }
+                            needed.extend(extents_within(extents, seg_start, pos, end).map(|e| piece.keys[e.chunk as usize]));
                         }
                     }
                 }
@@ -460,15 +468,7 @@ impl Store {
                             // the pack reads of all its chunks at once. Larger reads are
                             // sequential, and the read-ahead has started theirs already.
                             let end = offset + buf.len() as u64;
-                            let mut e_start = seg_start;
-                            let keys: Vec<ChunkKey> = extents
-                                .iter()
-                                .filter_map(|e| {
-                                    let hit = e_start + e.len as u64 > pos && e_start < end;
-                                    e_start += e.len as u64;
-                                    hit.then(|| piece.keys[e.chunk as usize])
-                                })
-                                .collect();
+                            let keys: Vec<ChunkKey> = extents_within(extents, seg_start, pos, end).map(|e| piece.keys[e.chunk as usize]).collect();
                             if keys.len() > 1 {
                                 self.request_chunks(&keys)?;
                             }
@@ -631,5 +631,23 @@ impl Store {
             Ok(())
         });
         result.map(|_| written)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extents_within_takes_those_that_touch_the_range() {
+        let ext = |len| Extent { chunk: 0, offset: 0, len };
+        let extents = [ext(10), ext(20), ext(30)]; // at 100..110, 110..130, 130..160
+        let lens = |from, to| extents_within(&extents, 100, from, to).map(|e| e.len).collect::<Vec<_>>();
+        assert_eq!(lens(105, 131), vec![10, 20, 30]);
+        assert_eq!(lens(110, 130), vec![20]);
+        assert_eq!(lens(109, 110), vec![10]);
+        assert_eq!(lens(130, 130), Vec::<u32>::new());
+        assert_eq!(lens(0, 100), Vec::<u32>::new());
+        assert_eq!(lens(159, 1000), vec![30]);
     }
 }
