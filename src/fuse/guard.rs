@@ -1,10 +1,10 @@
 //! Keeps a bug from taking the mount down. fuser runs each request on one of a few event-loop
 //! threads; a panic there ends the thread, and the session stops when its join reaches a dead
 //! one (at once for the first thread; the mount is then gone for every user: measured,
-//! ENOTCONN after two panicking READs). Here each request runs
-//! inside `catch_unwind`: its unsent reply goes back as EIO when the panic drops it, the panic
-//! hook has logged the message and place, and the thread serves the next request. (Locks a
-//! panicking request held stay usable: see `crate::LockExt`.)
+//! ENOTCONN after two panicking READs). Here each request runs inside `catch_unwind`: its
+//! unsent reply goes back as EIO when the panic drops it, the panic hook has logged the
+//! message and place, and the thread serves the next request. (Locks a panicking request held
+//! stay usable: see `crate::LockExt`.)
 
 use std::ffi::OsStr;
 use std::io;
@@ -34,7 +34,8 @@ macro_rules! contained {
     ($($op:ident($($arg:ident: $ty:ty),*);)*) => {
         $(
             fn $op(&self, $($arg: $ty),*) {
-                contain(stringify!($op), || self.0.$op($($arg),*))
+                // Named through the trait: an inherent method of the same name must not win.
+                contain(stringify!($op), || Filesystem::$op(&self.0, $($arg),*))
             }
         )*
     };
