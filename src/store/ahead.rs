@@ -112,10 +112,8 @@ fn work(shared: &Shared) {
             drop(st);
             // The reader will hit the same error (or bug) itself and report it; this is only
             // a hint, and a worker lost to a panic would end read-ahead for every reader.
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shared.store.run_ahead(&head, &job))) {
-                Ok(Err(e)) => log::debug!("read-ahead in recipe {}: {e}", head.id),
-                Err(_) => log::error!("read-ahead in recipe {}: internal error (a bug, logged above)", head.id),
-                Ok(Ok(())) => {}
+            if let Err(e) = super::bug_as_error("read-ahead", || shared.store.run_ahead(&head, &job)) {
+                log::debug!("read-ahead in recipe {}: {e}", head.id);
             }
             st = shared.state.locked();
             continue;
@@ -140,8 +138,7 @@ fn work(shared: &Shared) {
         }
         st.planned.insert(reader, to);
         drop(st);
-        let planned_jobs = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shared.store.plan_ahead(&head, from, to)))
-            .unwrap_or_else(|_| Err(crate::store::StoreError::Bug("planning read-ahead panicked".into())));
+        let planned_jobs = super::bug_as_error("planning read-ahead", || shared.store.plan_ahead(&head, from, to));
         st = shared.state.locked();
         match planned_jobs {
             // The reader may have gone while this was planned.

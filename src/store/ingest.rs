@@ -231,10 +231,7 @@ impl Store {
     /// ingest clears what this one left, as after any failed ingest. In the mount, the file
     /// then stays staged (readable, byte-exact) instead of the ingest worker dying with it.
     pub(super) fn ingest_windows<S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.ingest_windows_unguarded(w, src, split, win))).unwrap_or_else(|p| {
-            let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
-            Err(StoreError::Bug(format!("ingest panicked: {}", what.as_deref().unwrap_or("(no message)"))))
-        })
+        super::bug_as_error("ingest", || self.ingest_windows_unguarded(w, src, split, win))
     }
 
     fn ingest_windows_unguarded<S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {

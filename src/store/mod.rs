@@ -98,6 +98,16 @@ pub enum StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+/// Runs `f`; a panic in it (a bug met by some input or some stored chunk) becomes a
+/// `StoreError::Bug` for this one operation, instead of ending a thread that others wait on
+/// or hold locks for. The panic hook has logged its place.
+pub(crate) fn bug_as_error<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+        Err(StoreError::Bug(format!("{what} panicked: {}", msg.as_deref().unwrap_or("(no message)"))))
+    })
+}
+
 fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
     move |err| StoreError::Io { path: path.to_path_buf(), err }
 }

@@ -265,18 +265,29 @@ impl Store {
             self.request_chunks(&keys)?;
         }
         for e in extents {
-            let key = &piece.keys[e.chunk as usize];
-            if let Some(entry) = self.uncached_whole(key, e)? {
-                let at = out.len();
-                out.resize(at + e.len as usize, 0);
-                bump(&self.cache.counters.chunks_read);
-                self.packs.read_into(entry.pack, entry.offset, key, entry.stored_len, &mut out[at..])?;
-                continue;
-            }
-            let chunk = self.chunk_by_key(key)?;
-            out.extend_from_slice(extent_bytes(&chunk, e, key)?);
+            let at = out.len();
+            out.resize(at + e.len as usize, 0);
+            self.copy_extent(&piece.keys[e.chunk as usize], e, 0, &mut out[at..])?;
         }
         Ok(())
+    }
+
+    /// Copies extent `e`'s bytes from `from` on into `dst`, as many as fit; returns how many.
+    /// A whole extent of a chunk that is not cached is decoded straight into `dst`.
+    fn copy_extent(&self, key: &ChunkKey, e: &Extent, from: usize, dst: &mut [u8]) -> Result<usize> {
+        if from == 0 && e.len as usize <= dst.len() {
+            if let Some(entry) = self.uncached_whole(key, e)? {
+                let n = e.len as usize;
+                bump(&self.cache.counters.chunks_read);
+                self.packs.read_into(entry.pack, entry.offset, key, entry.stored_len, &mut dst[..n])?;
+                return Ok(n);
+            }
+        }
+        let chunk = self.chunk_by_key(key)?;
+        let bytes = extent_bytes(&chunk, e, key)?;
+        let n = (bytes.len() - from).min(dst.len());
+        dst[..n].copy_from_slice(&bytes[from..from + n]);
+        Ok(n)
     }
 
     /// Where the chunk of `e` is stored, if `e` is the whole chunk and it is not cached: then
@@ -483,23 +494,8 @@ impl Store {
                                 ext_start += e.len as u64;
                                 continue;
                             }
-                            let key = &piece.keys[e.chunk as usize];
                             let from = (cur - ext_start) as usize;
-                            if from == 0 && e.len as usize <= buf.len() - done {
-                                if let Some(entry) = self.uncached_whole(key, e)? {
-                                    let n = e.len as usize;
-                                    bump(&self.cache.counters.chunks_read);
-                                    self.packs.read_into(entry.pack, entry.offset, key, entry.stored_len, &mut buf[done..done + n])?;
-                                    done += n;
-                                    ext_start += e.len as u64;
-                                    continue;
-                                }
-                            }
-                            let chunk = self.chunk_by_key(key)?;
-                            let bytes = extent_bytes(&chunk, e, key)?;
-                            let n = (bytes.len() - from).min(buf.len() - done);
-                            buf[done..done + n].copy_from_slice(&bytes[from..from + n]);
-                            done += n;
+                            done += self.copy_extent(&piece.keys[e.chunk as usize], e, from, &mut buf[done..])?;
                             ext_start += e.len as u64;
                         }
                     }
@@ -589,7 +585,7 @@ impl Store {
             // A panic here (a bug) must still fill the slot: the writer waits for it, and in
             // the mount that writer may hold the staged map (copy on write), which would
             // wedge every request instead of failing one.
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let r = super::bug_as_error("copying out a part of a file", || {
                 self.piece(head.id, pno).and_then(|piece| match &piece.segments[sno] {
                     seg @ Segment::Member { .. } => self.rebuild_member(&piece, seg),
                     Segment::Data { extents } => {
@@ -597,8 +593,7 @@ impl Store {
                         self.gather(&piece, &extents[a..b], &mut v).map(|_| v)
                     }
                 })
-            }))
-            .unwrap_or_else(|_| Err(StoreError::Bug(format!("rebuilding part {i} of recipe {} panicked", head.id))));
+            });
             state.locked().done[i] = Some(r);
             changed.notify_all();
         };
