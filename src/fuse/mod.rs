@@ -834,22 +834,20 @@ impl Filesystem for WarcFs {
         // handle opened meanwhile must not keep the old one, or it would read the old bytes
         // once the file leaves staging. Without one, each read looks the recipe up.
         let recipe = if write || staged || was_staged { None } else { recipe };
-        let (fh, head) = self.register(ino, write, recipe);
+        // Through the page cache, a read of one gzip member (a record at its CDX offset) grows
+        // to whole pages, which hold the ends of its neighbours: each of them would have to be
+        // rebuilt too. Direct I/O hands us the reader's exact range instead. (Decided before
+        // the handle is counted: a failure in here must not leave an open the kernel will
+        // never release.)
+        let direct = keep && inner.direct_mmap.load(Ordering::Relaxed) && recipe.as_ref().is_some_and(|h| inner.store.rebuilds_members(h));
+        let fh = self.register(ino, write, recipe, direct);
         // A reader has nothing to persist at close. (With the writeback cache the kernel sends
         // FLUSH anyway: measured, it ignores this flag then; it matters only without it.)
         let noflush = if write { FopenFlags::empty() } else { FopenFlags::FOPEN_NOFLUSH };
-        let flags = noflush | if !keep {
-            FopenFlags::empty()
-        } else if inner.direct_mmap.load(Ordering::Relaxed) && head.is_some_and(|h| inner.store.rebuilds_members(&h)) {
-            // Through the page cache, a read of one gzip member (a record at its CDX offset)
-            // grows to whole pages, which hold the ends of its neighbours: each of them would
-            // have to be rebuilt too. Direct I/O hands us the reader's exact range instead.
-            if let Some(h) = inner.handles.locked().get_mut(&fh) {
-                h.direct = true;
-            }
-            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::FOPEN_KEEP_CACHE
+        let flags = noflush | match (keep, direct) {
+            (false, _) => FopenFlags::empty(),
+            (true, true) => FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_KEEP_CACHE,
+            (true, false) => FopenFlags::FOPEN_KEEP_CACHE,
         };
         reply.opened(FileHandle(fh), flags);
     }
@@ -1221,20 +1219,20 @@ impl Filesystem for WarcFs {
         };
         let write = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
         inner.staged.locked().insert(ino, Staged { file: Arc::new(file), size: 0, gen: 0, writers: u32::from(write), dirty: false });
-        let (fh, _) = self.register(ino, write, None);
+        let fh = self.register(ino, write, None, false);
         reply.created(&TTL, &inner.attr(ino, &inode), Generation(0), FileHandle(fh), FopenFlags::empty());
     }
 }
 
 impl WarcFs {
-    /// A new handle; a reader's carries the file's recipe (read with its inode at open), which
-    /// is returned too.
-    fn register(&self, ino: u64, write: bool, recipe: Option<RecipeHead>) -> (u64, Option<Arc<RecipeHead>>) {
+    /// A new handle, counted as an open of `ino`; a reader's carries the file's recipe (read
+    /// with its inode at open).
+    fn register(&self, ino: u64, write: bool, recipe: Option<RecipeHead>, direct: bool) -> u64 {
         let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
         let head = recipe.map(Arc::new);
-        self.inner.handles.locked().insert(fh, Handle { write, head: head.clone(), snapshot: None, next: 0, run: 0, jumped: false, direct: false });
+        self.inner.handles.locked().insert(fh, Handle { write, head, snapshot: None, next: 0, run: 0, jumped: false, direct });
         *self.inner.opens.locked().entry(ino).or_insert(0) += 1;
-        (fh, head)
+        fh
     }
 
     fn new_node(&self, parent: u64, name: &OsStr, inode: Inode, reply: ReplyEntry) {
