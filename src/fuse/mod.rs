@@ -839,7 +839,12 @@ impl Filesystem for WarcFs {
         // rebuilt too. Direct I/O hands us the reader's exact range instead. (Decided before
         // the handle is counted: a failure in here must not leave an open the kernel will
         // never release.)
-        let direct = keep && inner.direct_mmap.load(Ordering::Relaxed) && recipe.as_ref().is_some_and(|h| inner.store.rebuilds_members(h));
+        let direct = keep
+            && inner.direct_mmap.load(Ordering::Relaxed)
+            && recipe.as_ref().is_some_and(|h| {
+                guard::failpoint("open");
+                inner.store.rebuilds_members(h)
+            });
         let fh = self.register(ino, write, recipe, direct);
         // A reader has nothing to persist at close. (With the writeback cache the kernel sends
         // FLUSH anyway: measured, it ignores this flag then; it matters only without it.)
