@@ -526,9 +526,12 @@ fn ingest_loop(inner: Arc<Inner>, rx: Receiver<u64>) {
     for ino in rx {
         // A bug met while committing one file must not stop the ingest of all later ones
         // (the ingest itself already turns a panic into an error, see `Store::prepare`).
-        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.ingest(ino))).is_ok();
-        if !ok {
-            log::error!("ingest of inode {ino}: internal error (a bug, logged above); it stays staged");
+        let r = crate::store::bug_as_error("committing an ingest", || {
+            inner.ingest(ino);
+            Ok(())
+        });
+        if let Err(e) = r {
+            log::error!("ingest of inode {ino}: {e}; it stays staged");
         }
         inner.queued.fetch_sub(1, Ordering::Relaxed);
     }

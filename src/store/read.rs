@@ -202,14 +202,6 @@ impl Store {
         Ok(r?)
     }
 
-    fn chunk_by_key(&self, key: &ChunkKey) -> Result<Arc<Vec<u8>>> {
-        if let Some(v) = self.cache.chunks.locked().get(key) {
-            return Ok(v);
-        }
-        let entry = self.locate(std::slice::from_ref(key))?.pop().flatten().ok_or_else(|| StoreError::MissingChunk(key.to_string()))?;
-        self.chunk_bytes(key, &entry)
-    }
-
     /// Where each chunk is stored (None for a key the index does not know).
     fn locate(&self, keys: &[ChunkKey]) -> Result<Vec<Option<ChunkEntry>>> {
         let mut found: Vec<Option<ChunkEntry>> = {
@@ -273,32 +265,31 @@ impl Store {
     }
 
     /// Copies extent `e`'s bytes from `from` on into `dst`, as many as fit; returns how many.
-    /// A whole extent of a chunk that is not cached is decoded straight into `dst`.
+    /// One cache lookup and at most one location lookup per extent: this runs for every
+    /// extent a read touches.
     fn copy_extent(&self, key: &ChunkKey, e: &Extent, from: usize, dst: &mut [u8]) -> Result<usize> {
-        if from == 0 && e.len as usize <= dst.len() {
-            if let Some(entry) = self.uncached_whole(key, e)? {
+        let cached = self.cache.chunks.locked().get(key);
+        let chunk = match cached {
+            Some(c) => c,
+            None => {
+                let entry = self.locate(std::slice::from_ref(key))?.pop().flatten().ok_or_else(|| StoreError::MissingChunk(key.to_string()))?;
+                // A whole chunk that is not cached is decoded straight to where its bytes go,
+                // without a cache entry (and its allocation and copy) that a reader going
+                // through a file would not come back for. Header blocks, which many records
+                // slice, are never whole and go through the cache.
                 let n = e.len as usize;
-                bump(&self.cache.counters.chunks_read);
-                self.packs.read_into(entry.pack, entry.offset, key, entry.stored_len, &mut dst[..n])?;
-                return Ok(n);
+                if from == 0 && e.offset == 0 && entry.raw_len == e.len && n <= dst.len() {
+                    bump(&self.cache.counters.chunks_read);
+                    self.packs.read_into(entry.pack, entry.offset, key, entry.stored_len, &mut dst[..n])?;
+                    return Ok(n);
+                }
+                self.chunk_bytes(key, &entry)?
             }
-        }
-        let chunk = self.chunk_by_key(key)?;
+        };
         let bytes = extent_bytes(&chunk, e, key)?;
         let n = (bytes.len() - from).min(dst.len());
         dst[..n].copy_from_slice(&bytes[from..from + n]);
         Ok(n)
-    }
-
-    /// Where the chunk of `e` is stored, if `e` is the whole chunk and it is not cached: then
-    /// the caller decodes it straight to where its bytes go, without a cache entry (and its
-    /// allocation and copy) that a reader going through a file would not come back for.
-    /// Header blocks, which many records slice, are never whole and go through the cache.
-    fn uncached_whole(&self, key: &ChunkKey, e: &Extent) -> Result<Option<ChunkEntry>> {
-        if e.offset != 0 || self.cache.chunks.locked().get(key).is_some() {
-            return Ok(None);
-        }
-        Ok(self.locate(std::slice::from_ref(key))?.pop().flatten().filter(|en| en.raw_len == e.len))
     }
 
     /// Rebuilds one gzip member's exact compressed bytes.
