@@ -49,7 +49,7 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    /// The newest position each reader reported, and its run, not planned yet.
+    /// The newest position each reader reported, and how far ahead to work, not planned yet.
     reported: HashMap<u64, (Arc<RecipeHead>, u64, u64)>,
     /// How far each reader is planned.
     planned: HashMap<u64, u64>,
@@ -76,8 +76,10 @@ impl ReadAhead {
         if run < START_AFTER {
             return;
         }
+        // Outside the state lock: this may read the file's first recipe piece.
+        let window = window_for(run, self.shared.store.rebuilds_members(&head));
         let mut st = self.shared.state.locked();
-        st.reported.insert(reader, (head, offset, run));
+        st.reported.insert(reader, (head, offset, window));
         drop(st);
         self.shared.wake.notify_one();
     }
@@ -131,8 +133,7 @@ fn work(shared: &Shared) {
             st = crate::wait_on(&shared.wake, st);
             continue;
         };
-        let (head, offset, run) = st.reported.remove(&reader).expect("key just seen");
-        let window = window_for(run, shared.store.rebuilds_members(&head));
+        let (head, offset, window) = st.reported.remove(&reader).expect("key just seen");
         let planned = st.planned.get(&reader).copied().unwrap_or(0);
         // A reader that moved outside the planned window sought elsewhere: what was queued
         // for its old position is no longer wanted.
@@ -159,5 +160,20 @@ fn work(shared: &Shared) {
             Ok(_) => {}
             Err(e) => log::debug!("planning read-ahead of recipe {}: {e}", head.id),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_data_is_read_ahead_further_than_members_are_rebuilt() {
+        let run = START_AFTER;
+        assert_eq!(window_for(run, false), 16 * run);
+        assert_eq!(window_for(run, true), 4 * run);
+        // Both stop at the same bound, however long the run.
+        assert_eq!(window_for(WINDOW, false), WINDOW);
+        assert_eq!(window_for(u64::MAX, true), WINDOW);
     }
 }
