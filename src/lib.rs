@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod digest;
+mod failpoint;
 pub mod format;
 pub mod fuse;
 pub mod index;

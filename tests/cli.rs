@@ -391,6 +391,41 @@ fn fsck_reports_flipped_byte_with_files() {
     assert!(!deep.ok() && deep.out().contains("files: /"), "{}", deep.describe());
 }
 
+/// A bug (a panic) in one of the threads that rebuild a file's parts for `cat` must end the
+/// `cat` with an error naming the file, not leave it waiting for that part forever (in the
+/// mount, the same copy runs while a copy-on-write holds the staged files: a wait there would
+/// stall every request). A failpoint (debug builds only) panics in the first part taken.
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the failpoint exists in debug builds only")]
+fn a_panic_while_copying_out_is_an_error_not_a_hang() {
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let src = real_corpus().join("webrecorder-warcio/example.warc.gz");
+    ok(&["import", &s(&store), &s(&src)]);
+    let args = ["cat".to_string(), s(&store), "/example.warc.gz".to_string()];
+    let mut child = warcfs().args(&args).env("WARCFS_FAILPOINTS", "copy_to=1").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn warcfs cat");
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("warcfs {args:?} still running 60 s after a part's rebuild panicked: it waits for that part forever");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!status.success(), "cat succeeded although a part of the file panicked");
+    // (Above it, the panic's own report, as for any bug.)
+    let last = stderr.lines().rev().find(|l| l.starts_with("warcfs: ")).unwrap_or_default();
+    assert!(last.contains("/example.warc.gz") && last.contains("failpoint copy_to fired"), "no error line naming the file and the bug; stderr:\n{stderr}");
+    // Without the failpoint the same command gives the file's bytes.
+    assert_cat_eq(&store, "/example.warc.gz", &src);
+}
+
 #[test]
 fn bad_input_gets_one_line_and_nonzero_exit() {
     let tmp = TempDir::new().unwrap();

@@ -534,6 +534,34 @@ fn a_panic_in_a_request_is_eio_and_the_mount_goes_on() {
     m.unmount_clean();
 }
 
+/// A failed fsync must leave the file owed a sync: the next fsync (or close) syncs again
+/// rather than reporting success for bytes that never reached the disk. A failpoint (debug
+/// builds only) makes the staging file's first two syncs fail with EIO, as a failing disk
+/// would; the second fsync must try, and fail, too.
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the failpoint exists in debug builds only")]
+fn a_failed_fsync_is_tried_again_by_the_next() {
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let m = Mounted::with_env(&store, &tmp.path().join("mnt"), &[], &[("WARCFS_FAILPOINTS", "persist_sync=2")]);
+    let want = b"WARC/1.1\r\nWARC-Type: resource\r\nContent-Length: 5\r\n\r\nhello\r\n\r\n".repeat(100);
+    let path = m.path("synced.warc");
+    let mut f = File::create(&path).unwrap();
+    f.write_all(&want).unwrap();
+    for attempt in 1..=2 {
+        match f.sync_all() {
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => {}
+            other => panic!("fsync {attempt} of 2 armed to fail gave {other:?}; log:\n{}", log_tail(&store)),
+        }
+    }
+    f.sync_all().unwrap_or_else(|e| panic!("fsync after the failures: {e}; log:\n{}", log_tail(&store)));
+    close_checked(f).unwrap();
+    m.unmount_clean();
+    let m = Mounted::new(&store, &tmp.path().join("mnt"));
+    assert_bytes(&m.path("synced.warc"), &want, "after the failed fsyncs and a remount");
+    m.unmount_clean();
+}
+
 // ---------------------------------------------------------------------------------------
 // 2. wget writes WARCs into the mount
 // ---------------------------------------------------------------------------------------

@@ -88,30 +88,3 @@ impl Filesystem for Guarded {
         create(req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate);
     }
 }
-
-/// A test hook in debug builds: `WARCFS_FAILPOINTS=read=2` in the daemon's environment makes
-/// the first two requests that pass `failpoint("read")` panic, as a bug would. Release builds
-/// compile it to nothing.
-#[cfg(debug_assertions)]
-pub(super) fn failpoint(name: &str) {
-    use std::collections::HashMap;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::OnceLock;
-    static ARMED: OnceLock<HashMap<String, AtomicU64>> = OnceLock::new();
-    let armed = ARMED.get_or_init(|| {
-        let spec = std::env::var("WARCFS_FAILPOINTS").unwrap_or_default();
-        spec.split(',')
-            .filter_map(|p| p.split_once('='))
-            .filter_map(|(n, c)| Some((n.trim().to_string(), AtomicU64::new(c.trim().parse().ok()?))))
-            .collect()
-    });
-    if let Some(left) = armed.get(name) {
-        if left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
-            panic!("failpoint {name} fired");
-        }
-    }
-}
-
-#[cfg(not(debug_assertions))]
-#[inline(always)]
-pub(super) fn failpoint(_name: &str) {}

@@ -335,7 +335,8 @@ impl Inner {
             s.dirty = false;
             (s.file.clone(), s.size)
         };
-        let r = file.sync_data().map_err(|e| io_errno(&e)).and_then(|()| match self.set_staged(ino, size) {
+        let synced = crate::failpoint::io_error("persist_sync").and_then(|()| file.sync_data());
+        let r = synced.map_err(|e| io_errno(&e)).and_then(|()| match self.set_staged(ino, size) {
             // Unlinked meanwhile: nothing to record.
             Err(e) if e == Errno::ENOENT => Ok(()),
             r => r,
@@ -845,7 +846,7 @@ impl Filesystem for WarcFs {
         let direct = keep
             && inner.direct_mmap.load(Ordering::Relaxed)
             && recipe.as_ref().is_some_and(|h| {
-                guard::failpoint("open");
+                crate::failpoint::panic_at("open");
                 inner.store.rebuilds_members(h)
             });
         let fh = self.register(ino, write, recipe, direct);
@@ -890,7 +891,7 @@ impl Filesystem for WarcFs {
         let (cached, sequential, run, jumped, direct) = {
             let handles = inner.handles.locked();
             // (Inside the lock: a test makes this panic to show the lock outlives it.)
-            guard::failpoint("read");
+            crate::failpoint::panic_at("read");
             match handles.get(&fh.0) {
                 Some(h) => (h.head.clone(), h.next == offset, h.run, h.jumped, h.direct),
                 None => (None, false, 0, false, false),

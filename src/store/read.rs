@@ -577,6 +577,7 @@ impl Store {
             // the mount that writer may hold the staged map (copy on write), which would
             // wedge every request instead of failing one.
             let r = super::bug_as_error("copying out a part of a file", || {
+                crate::failpoint::panic_at("copy_to");
                 self.piece(head.id, pno).and_then(|piece| match &piece.segments[sno] {
                     seg @ Segment::Member { .. } => self.rebuild_member(&piece, seg),
                     Segment::Data { extents } => {

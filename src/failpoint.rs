@@ -1,0 +1,45 @@
+//! Test hooks for the failures a test cannot cause from outside: a bug (a panic) at a named
+//! place, or an I/O error where the disk would have to fail. Armed only in debug builds, by
+//! the process's environment: `WARCFS_FAILPOINTS=read=2,persist_sync=1` makes the first two
+//! passes through `panic_at("read")` panic and the first through `io_error("persist_sync")`
+//! fail. Release builds compile both to nothing.
+
+/// Whether the failpoint `name` fires on this pass (its count is used up one pass at a time).
+#[cfg(debug_assertions)]
+fn fires(name: &str) -> bool {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static ARMED: OnceLock<HashMap<String, AtomicU64>> = OnceLock::new();
+    let armed = ARMED.get_or_init(|| {
+        let spec = std::env::var("WARCFS_FAILPOINTS").unwrap_or_default();
+        spec.split(',')
+            .filter_map(|p| p.split_once('='))
+            .filter_map(|(n, c)| Some((n.trim().to_string(), AtomicU64::new(c.trim().parse().ok()?))))
+            .collect()
+    });
+    armed.get(name).is_some_and(|left| left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok())
+}
+
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+fn fires(_name: &str) -> bool {
+    false
+}
+
+/// Panics, as a bug here would, when `name` is armed.
+#[inline(always)]
+pub(crate) fn panic_at(name: &str) {
+    if fires(name) {
+        panic!("failpoint {name} fired");
+    }
+}
+
+/// Fails with EIO, as a failing disk would, when `name` is armed.
+#[inline(always)]
+pub(crate) fn io_error(name: &str) -> std::io::Result<()> {
+    if fires(name) {
+        return Err(std::io::Error::from_raw_os_error(libc::EIO));
+    }
+    Ok(())
+}
