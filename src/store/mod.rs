@@ -92,7 +92,7 @@ pub enum StoreError {
     Recipe { rid: u64, piece: u32, what: String },
     #[error("chunk {0} is referenced but not in the index")]
     MissingChunk(String),
-    #[error("internal error (a bug in warcfs; the input is kept as it is): {0}")]
+    #[error("internal error (a bug in warcfs; please report it): {0}")]
     Bug(String),
 }
 
