@@ -29,8 +29,8 @@ pub const START_AFTER: u64 = 256 << 10;
 /// rebuilding gzip members takes the CPU the reader needs too, so it grows four times the run
 /// (twice left a cold `cat` waiting on the disk more: 0.24 s against 0.20 s for 148 MB); plain
 /// data only has its pack ranges read, which the disk does while the reader decodes, so it
-/// grows sixteen times the run (a cold `cat` of the plain 148 MB file: 0.185-0.197 s against
-/// 0.220-0.224 s with four times, medians of five).
+/// grows sixteen times the run (a cold `cat` of the plain 148 MB file: 0.197-0.207 s against
+/// 0.220-0.228 s with four times, medians of four or five alternating runs).
 fn window_for(run: u64, rebuilds_members: bool) -> u64 {
     let factor = if rebuilds_members { 4 } else { 16 };
     run.saturating_mul(factor).min(WINDOW)
