@@ -479,8 +479,11 @@ fn record_lookup_rebuilds_only_its_own_member() {
         assert!(got.len() >= want.len() && &got[..want.len()] == want, "record at {start} (+{len}) reads back different bytes");
     }
     let rebuilt = members_rebuilt(&store) - before;
+    // Five deflates of 8-256 KiB members take milliseconds: the stats must show where.
+    let reads = stats(&store)["reads_since_mount"].clone();
     m.unmount_clean();
     assert_eq!(rebuilt, picked.len() as u64, "looking up {} records rebuilt {rebuilt} members: neighbours were rebuilt too", picked.len());
+    assert!(num(&reads, "member_deflate_us") > 100 && num(&reads, "member_gather_us") > 0, "rebuild times missing from the read counters: {reads}");
 }
 
 /// A bug that panics inside a request must cost that request an EIO and a log line, not the
