@@ -88,6 +88,20 @@ struct Staged {
     writers: u32,
     /// Changed since it was last made durable.
     dirty: bool,
+    /// A sync of it failed. Linux may then have dropped the unwritten pages and the error
+    /// with them, so a later sync would "succeed" without the bytes: every later fsync and
+    /// close reports EIO instead, and it is not ingested (it stays dirty) until it is
+    /// truncated to nothing; the next mount recovers what reached the disk.
+    sync_failed: bool,
+    /// Held while it is synced: a second fsync or close waits for the first one's outcome
+    /// rather than reporting bytes durable that are still on their way.
+    syncing: Arc<Mutex<()>>,
+}
+
+impl Staged {
+    fn new(file: File, size: u64, writers: u32) -> Staged {
+        Staged { file: Arc::new(file), size, gen: 0, writers, dirty: false, sync_failed: false, syncing: Arc::default() }
+    }
 }
 
 struct Handle {
@@ -297,6 +311,8 @@ impl Inner {
                 s.size = 0;
                 s.gen += 1;
                 s.dirty = true;
+                // The bytes a failed sync may have lost are gone anyway.
+                s.sync_failed = false;
             }
             return Ok(map);
         }
@@ -319,36 +335,47 @@ impl Inner {
         // The staged flag may only point at complete bytes.
         file.sync_data().map_err(|e| io_errno(&e))?;
         self.set_staged(ino, size)?;
-        map.insert(ino, Staged { file: Arc::new(file), size, gen: 0, writers: 0, dirty: false });
+        map.insert(ino, Staged::new(file, size, 0));
         Ok(map)
     }
 
     /// Makes a staged file's bytes durable and records its size: what `close` and `fsync`
     /// promise.
     fn persist(&self, ino: u64) -> Result<(), Errno> {
+        let Some(syncing) = self.staged.locked().get(&ino).map(|s| s.syncing.clone()) else { return Ok(()) };
+        let _one_at_a_time = syncing.locked();
         let (file, size) = {
             let mut map = self.staged.locked();
             let Some(s) = map.get_mut(&ino) else { return Ok(()) };
+            if s.sync_failed {
+                return Err(Errno::EIO);
+            }
             if !s.dirty {
                 return Ok(());
             }
             s.dirty = false;
             (s.file.clone(), s.size)
         };
-        let synced = crate::failpoint::io_error("persist_sync").and_then(|()| file.sync_data());
-        let r = synced.map_err(|e| io_errno(&e)).and_then(|()| match self.set_staged(ino, size) {
-            // Unlinked meanwhile: nothing to record.
-            Err(e) if e == Errno::ENOENT => Ok(()),
-            r => r,
-        });
-        if r.is_err() {
-            // Not durable after all: the next fsync or close must try again, not report
-            // success for bytes that never reached the disk.
+        if let Err(e) = crate::failpoint::io_error("persist_sync").and_then(|()| file.sync_data()) {
+            log::error!("sync of staged inode {ino} failed: {e}; its fsyncs and closes get EIO until it is truncated, and the next mount recovers what reached the disk");
             if let Some(s) = self.staged.locked().get_mut(&ino) {
                 s.dirty = true;
+                s.sync_failed = true;
+            }
+            return Err(io_errno(&e));
+        }
+        match self.set_staged(ino, size) {
+            // Unlinked meanwhile: nothing to record.
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => {
+                // The bytes are on the disk but not recorded as staged: the next fsync or
+                // close records them again.
+                if let Some(s) = self.staged.locked().get_mut(&ino) {
+                    s.dirty = true;
+                }
+                Err(e)
             }
         }
-        r
     }
 
     /// Records in the index that a file's bytes (of `size`) are in staging. Only these two
@@ -431,7 +458,7 @@ impl WarcFs {
                 Ok(file) => {
                     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
                     log::info!("recovering staged inode {ino} ({size} bytes)");
-                    inner.staged.locked().insert(ino, Staged { file: Arc::new(file), size, gen: 0, writers: 0, dirty: false });
+                    inner.staged.locked().insert(ino, Staged::new(file, size, 0));
                     inner.queued.fetch_add(1, Ordering::Relaxed);
                     let _ = tx.send(ino);
                 }
@@ -1227,7 +1254,7 @@ impl Filesystem for WarcFs {
             Err(e) => return reply.error(io_errno(&e)),
         };
         let write = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
-        inner.staged.locked().insert(ino, Staged { file: Arc::new(file), size: 0, gen: 0, writers: u32::from(write), dirty: false });
+        inner.staged.locked().insert(ino, Staged::new(file, 0, u32::from(write)));
         let fh = self.register(ino, write, None, false);
         reply.created(&TTL, &inner.attr(ino, &inode), Generation(0), FileHandle(fh), FopenFlags::empty());
     }

@@ -99,8 +99,9 @@ struct Counters {
     member_hits: AtomicU64,
     chunks_read: AtomicU64,
     pieces_loaded: AtomicU64,
-    member_gather_us: AtomicU64,
-    member_deflate_us: AtomicU64,
+    /// In nanoseconds (a small member's deflate takes a few microseconds).
+    member_gather_ns: AtomicU64,
+    member_deflate_ns: AtomicU64,
 }
 
 /// A snapshot of the read counters (`warcfs stats` of a mounted store shows them).
@@ -114,11 +115,11 @@ pub struct ReadCounters {
     pub chunks_read: u64,
     /// Recipe pieces read from the index.
     pub pieces_loaded: u64,
-    /// Time the member rebuilds spent gathering their plain text (chunk locations, pack
-    /// reads, decoding), and compressing it again, in microseconds: where a lookup in a
-    /// `.warc.gz` goes.
+    /// Microseconds the member rebuilds spent gathering their plain text (chunk locations,
+    /// pack reads, decoding): with the next one, where a lookup in a `.warc.gz` goes.
     #[serde(default)]
     pub member_gather_us: u64,
+    /// Microseconds the member rebuilds spent compressing their text again.
     #[serde(default)]
     pub member_deflate_us: u64,
 }
@@ -244,8 +245,8 @@ impl Store {
             member_hits: get(&c.member_hits),
             chunks_read: get(&c.chunks_read),
             pieces_loaded: get(&c.pieces_loaded),
-            member_gather_us: get(&c.member_gather_us),
-            member_deflate_us: get(&c.member_deflate_us),
+            member_gather_us: get(&c.member_gather_ns) / 1000,
+            member_deflate_us: get(&c.member_deflate_ns) / 1000,
         }
     }
 
@@ -318,8 +319,8 @@ impl Store {
         out.extend_from_slice(header);
         gzip::deflate(&text, deflate, &mut out);
         let c = &self.cache.counters;
-        c.member_gather_us.fetch_add((gathered - started).as_micros() as u64, Ordering::Relaxed);
-        c.member_deflate_us.fetch_add(gathered.elapsed().as_micros() as u64, Ordering::Relaxed);
+        c.member_gather_ns.fetch_add((gathered - started).as_nanos() as u64, Ordering::Relaxed);
+        c.member_deflate_ns.fetch_add(gathered.elapsed().as_nanos() as u64, Ordering::Relaxed);
         out.extend_from_slice(&trailer.unwrap_or_else(|| gzip::trailer_for(&text)));
         if out.len() as u64 != *comp_len {
             // Never hand out wrong bytes: this means the zlib engine changed under the store.
