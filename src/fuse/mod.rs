@@ -121,6 +121,9 @@ struct Handle {
     jumped: bool,
     /// Opened for direct I/O: reads may return short.
     direct: bool,
+    /// Whether `head`'s file rebuilds gzip members (worked out once, at open; None for a
+    /// handle opened without a recipe).
+    rebuilds_members: Option<bool>,
 }
 
 /// The last generated `/.warcfs/index.cdxj`: store generation, when, bytes.
@@ -833,7 +836,7 @@ impl Filesystem for WarcFs {
                 Err(e) => return reply.error(e),
             };
             let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
-            self.inner.handles.locked().insert(fh, Handle { write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, jumped: false, direct: true });
+            self.inner.handles.locked().insert(fh, Handle { write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, jumped: false, direct: true, rebuilds_members: None });
             // Its size changes with the store: no page cache, every read comes here.
             return reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
         }
@@ -870,13 +873,12 @@ impl Filesystem for WarcFs {
         // rebuilt too. Direct I/O hands us the reader's exact range instead. (Decided before
         // the handle is counted: a failure in here must not leave an open the kernel will
         // never release.)
-        let direct = keep
-            && inner.direct_mmap.load(Ordering::Relaxed)
-            && recipe.as_ref().is_some_and(|h| {
-                crate::failpoint::panic_at("open");
-                inner.store.rebuilds_members(h)
-            });
-        let fh = self.register(ino, write, recipe, direct);
+        let rebuilds_members = recipe.as_ref().map(|h| {
+            crate::failpoint::panic_at("open");
+            inner.store.rebuilds_members(h)
+        });
+        let direct = keep && inner.direct_mmap.load(Ordering::Relaxed) && rebuilds_members == Some(true);
+        let fh = self.register(ino, write, recipe, direct, rebuilds_members);
         // A reader has nothing to persist at close. (With the writeback cache the kernel sends
         // FLUSH anyway: measured, it ignores this flag then; it matters only without it.)
         let noflush = if write { FopenFlags::empty() } else { FopenFlags::FOPEN_NOFLUSH };
@@ -915,13 +917,13 @@ impl Filesystem for WarcFs {
         }
         // The handle's recipe saves an index lookup per read; if the file was rewritten
         // since (its old recipe is gone), the current one answers.
-        let (cached, sequential, run, jumped, direct) = {
+        let (cached, sequential, run, jumped, direct, rebuilds_members) = {
             let handles = inner.handles.locked();
             // (Inside the lock: a test makes this panic to show the lock outlives it.)
             crate::failpoint::panic_at("read");
             match handles.get(&fh.0) {
-                Some(h) => (h.head.clone(), h.next == offset, h.run, h.jumped, h.direct),
-                None => (None, false, 0, false, false),
+                Some(h) => (h.head.clone(), h.next == offset, h.run, h.jumped, h.direct, h.rebuilds_members),
+                None => (None, false, 0, false, false, None),
             }
         };
         let fresh = || match inner.store.head(ino) {
@@ -987,7 +989,7 @@ impl Filesystem for WarcFs {
                     };
                     reply.data(&buf[..k]);
                     if let Some(a) = &self.ahead {
-                        a.reader_at(fh.0, head, offset + k as u64, run);
+                        a.reader_at(fh.0, head, offset + k as u64, run, rebuilds_members);
                     }
                 }
                 Err(e) => reply.error(e),
@@ -1255,7 +1257,7 @@ impl Filesystem for WarcFs {
         };
         let write = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
         inner.staged.locked().insert(ino, Staged::new(file, 0, u32::from(write)));
-        let fh = self.register(ino, write, None, false);
+        let fh = self.register(ino, write, None, false, None);
         reply.created(&TTL, &inner.attr(ino, &inode), Generation(0), FileHandle(fh), FopenFlags::empty());
     }
 }
@@ -1263,10 +1265,10 @@ impl Filesystem for WarcFs {
 impl WarcFs {
     /// A new handle, counted as an open of `ino`; a reader's carries the file's recipe (read
     /// with its inode at open).
-    fn register(&self, ino: u64, write: bool, recipe: Option<RecipeHead>, direct: bool) -> u64 {
+    fn register(&self, ino: u64, write: bool, recipe: Option<RecipeHead>, direct: bool, rebuilds_members: Option<bool>) -> u64 {
         let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
         let head = recipe.map(Arc::new);
-        self.inner.handles.locked().insert(fh, Handle { write, head, snapshot: None, next: 0, run: 0, jumped: false, direct });
+        self.inner.handles.locked().insert(fh, Handle { write, head, snapshot: None, next: 0, run: 0, jumped: false, direct, rebuilds_members });
         *self.inner.opens.locked().entry(ino).or_insert(0) += 1;
         fh
     }

@@ -71,13 +71,15 @@ impl ReadAhead {
     }
 
     /// A reader of `head` will read at `offset` next, after `run` bytes read in a row (see
-    /// `window_for` for how far ahead that takes the work).
-    pub fn reader_at(&self, reader: u64, head: Arc<RecipeHead>, offset: u64, run: u64) {
+    /// `window_for` for how far ahead that takes the work). `rebuilds_members` is what its
+    /// open found out about the file, if it opened one with a recipe.
+    pub fn reader_at(&self, reader: u64, head: Arc<RecipeHead>, offset: u64, run: u64, rebuilds_members: Option<bool>) {
         if run < START_AFTER {
             return;
         }
         // Outside the state lock: this may read the file's first recipe piece.
-        let window = window_for(run, self.shared.store.rebuilds_members(&head));
+        let members = rebuilds_members.unwrap_or_else(|| self.shared.store.rebuilds_members(&head));
+        let window = window_for(run, members);
         let mut st = self.shared.state.locked();
         st.reported.insert(reader, (head, offset, window));
         drop(st);
