@@ -183,6 +183,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 println!("payloads         {} ({} unique)", st.payloads, st.unique_payloads);
                 println!("chunks           {} ({} unreferenced)", st.chunks, st.unreferenced_chunks);
                 println!("gzip members     {} ({} kept raw)", st.gzip_members, st.gzip_members_raw);
+                println!("deflate parses   {} bytes recorded, shared tails {} bytes in packs", st.parse_bytes, st.parse_tail_chunk_bytes);
                 println!("collisions       {}", st.collisions);
                 println!("staged           {} files, {} bytes (written through a mount, not yet ingested)", st.staged_files, st.staged_bytes);
                 println!("packs            {}", st.packs);
@@ -442,9 +443,11 @@ fn import(store: &Path, srcs: &[PathBuf], to: &str) -> Result<i32> {
     Ok(0)
 }
 
-/// Rebuilds every member of `files` that has a zlib recipe, on two threads, largest first,
-/// and reports how long that took: the most any member-parallel reader can achieve.
+/// Replays the recorded parse of every member of `files` that has one, on two threads,
+/// largest first, and reports how long that took: the most any member-parallel reader can
+/// achieve.
 fn rebuild_bound(files: &[PathBuf]) -> Result<i32> {
+    use crate::format::deflate;
     use crate::format::gzip::{self, Region};
     use std::sync::atomic::{AtomicUsize, Ordering};
     let mut jobs = Vec::new();
@@ -456,9 +459,9 @@ fn rebuild_bound(files: &[PathBuf]) -> Result<i32> {
             if let Region::Member(m) = r {
                 let d0 = m.start as usize + m.header_len;
                 let p = &plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];
-                if let Some(recipe) = gzip::find_recipe(&data[d0..d0 + m.deflate_len as usize], p, m.xfl, &m.flush_points) {
+                if let Ok(parse) = deflate::record(&data[d0..d0 + m.deflate_len as usize], p) {
                     bytes += m.comp_len;
-                    jobs.push((p.to_vec(), recipe));
+                    jobs.push((p.to_vec(), parse));
                 }
             }
         }
@@ -472,7 +475,7 @@ fn rebuild_bound(files: &[PathBuf]) -> Result<i32> {
                 let mut out = Vec::new();
                 while let Some((p, r)) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
                     out.clear();
-                    gzip::deflate(p, r, &mut out);
+                    let _ = deflate::replay(r, p, &mut out);
                 }
             });
         }

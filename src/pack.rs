@@ -69,6 +69,8 @@ pub enum ChunkKind {
     Payload = 2,
     /// The first (often only) chunk of a payload.
     PayloadHead = 3,
+    /// The shareable tail of a gzip member's deflate parse (`format::deflate`).
+    Parse = 4,
 }
 
 impl ChunkKind {
@@ -77,6 +79,7 @@ impl ChunkKind {
             1 => ChunkKind::Literal,
             2 => ChunkKind::Payload,
             3 => ChunkKind::PayloadHead,
+            4 => ChunkKind::Parse,
             _ => ChunkKind::Raw,
         }
     }

@@ -2,8 +2,11 @@
 //!
 //! A file is a sequence of segments. A `Data` segment is bytes that appear verbatim: slices of
 //! chunks. A `Member` segment is one gzip member: its header bytes kept verbatim, its plain
-//! text as slices of chunks, the zlib parameters that deflate that plain text back into the
-//! member's exact compressed bytes, and its trailer when it is not the one zlib derives.
+//! text as slices of chunks, the recorded deflate parse that turns that plain text back into
+//! the member's exact compressed bytes (`format::deflate`: a member-specific prefix kept here,
+//! and, for larger members, a tail stored as a chunk that dedups with the payload), its
+//! trailer when it is not the one the plain text implies, and a CRC-32 of the member's
+//! original compressed bytes, against which every rebuild is checked before it is served.
 //!
 //! Recipes are stored in pieces of a bounded number of extents, so a read at offset N loads
 //! one piece (found by binary search over the pieces' start offsets), not the whole recipe.
@@ -13,7 +16,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::digest::ChunkKey;
-use crate::format::gzip::DeflateRecipe;
 
 /// A slice of one chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,11 +32,16 @@ pub enum Segment {
     Member {
         header: Vec<u8>,
         plain: Vec<Extent>,
-        deflate: DeflateRecipe,
+        /// The member-specific part of its deflate parse (`format::deflate::Stored::prefix`).
+        parse: Vec<u8>,
+        /// Position in the piece's key table of the chunk holding the parse's tail, if any.
+        parse_tail: Option<u32>,
         /// The stored trailer, only when it differs from CRC32/ISIZE of the plain text.
         trailer: Option<[u8; 8]>,
         /// The member's whole compressed length (header + deflate + trailer).
         comp_len: u64,
+        /// CRC-32 of the member's original compressed bytes (header + deflate + trailer).
+        crc: u32,
     },
 }
 
@@ -50,10 +57,18 @@ impl Segment {
         self.len() == 0
     }
 
+    /// Bytes a member keeps in the recipe itself (its gzip header and parse prefix).
+    pub fn inline_bytes(&self) -> usize {
+        match self {
+            Segment::Data { .. } => 0,
+            Segment::Member { header, parse, .. } => header.len() + parse.len(),
+        }
+    }
+
     pub fn extent_count(&self) -> usize {
         match self {
             Segment::Data { extents } => extents.len(),
-            Segment::Member { plain, .. } => plain.len() + 1,
+            Segment::Member { plain, parse_tail, .. } => plain.len() + 1 + parse_tail.is_some() as usize,
         }
     }
 }
@@ -74,11 +89,11 @@ impl Piece {
     pub fn decode(b: &[u8]) -> Result<Piece, postcard::Error> {
         let p: Piece = postcard::from_bytes(b)?;
         let ok = p.segments.iter().all(|s| {
-            let extents = match s {
-                Segment::Data { extents } => extents,
-                Segment::Member { plain, .. } => plain,
+            let (extents, tail) = match s {
+                Segment::Data { extents } => (extents, None),
+                Segment::Member { plain, parse_tail, .. } => (plain, *parse_tail),
             };
-            extents.iter().all(|e| (e.chunk as usize) < p.keys.len())
+            extents.iter().all(|e| (e.chunk as usize) < p.keys.len()) && tail.is_none_or(|t| (t as usize) < p.keys.len())
         });
         if ok {
             Ok(p)
@@ -127,6 +142,8 @@ pub struct FileStats {
     pub payload_bytes: u64,
     pub gzip_members: u64,
     pub gzip_members_raw: u64,
+    /// Bytes of the members' deflate parses (prefix and tail, before dedup and compression).
+    pub parse_bytes: u64,
 }
 
 impl std::ops::AddAssign for FileStats {
@@ -136,11 +153,25 @@ impl std::ops::AddAssign for FileStats {
         self.payload_bytes += o.payload_bytes;
         self.gzip_members += o.gzip_members;
         self.gzip_members_raw += o.gzip_members_raw;
+        self.parse_bytes += o.parse_bytes;
     }
 }
 
 /// Upper bound of extents per piece: about 100 KiB encoded.
 pub const PIECE_EXTENTS: usize = 2048;
+/// Upper bound of the bytes members keep inline in a piece (headers and parse prefixes), so
+/// that a lookup loads a piece of about the same size whatever the members hold.
+pub const PIECE_INLINE_BYTES: usize = 128 << 10;
+
+/// What a member segment holds besides its plain text, as ingest hands it over.
+pub struct MemberParts {
+    pub header: Vec<u8>,
+    pub parse: Vec<u8>,
+    pub parse_tail: Option<ChunkKey>,
+    pub trailer: Option<[u8; 8]>,
+    pub comp_len: u64,
+    pub crc: u32,
+}
 
 /// Builds recipe pieces from segments as ingest produces them.
 #[derive(Default)]
@@ -149,6 +180,7 @@ pub struct RecipeBuilder {
     keys: std::collections::HashMap<ChunkKey, u32>,
     cur: Piece,
     cur_extents: usize,
+    cur_inline: usize,
     size: u64,
     starts: Vec<u64>,
 }
@@ -167,8 +199,8 @@ impl RecipeBuilder {
         })
     }
 
-    fn maybe_cut(&mut self, adding: usize) {
-        if !self.cur.segments.is_empty() && self.cur_extents + adding > PIECE_EXTENTS {
+    fn maybe_cut(&mut self, adding: usize, inline: usize) {
+        if !self.cur.segments.is_empty() && (self.cur_extents + adding > PIECE_EXTENTS || self.cur_inline + inline > PIECE_INLINE_BYTES) {
             self.finish_piece();
         }
     }
@@ -183,6 +215,7 @@ impl RecipeBuilder {
         self.pieces.push(piece);
         self.keys.clear();
         self.cur_extents = 0;
+        self.cur_inline = 0;
     }
 
     /// Appends verbatim bytes given as (chunk, offset, len) slices; splits long runs across
@@ -192,7 +225,7 @@ impl RecipeBuilder {
             if len == 0 {
                 continue;
             }
-            self.maybe_cut(1);
+            self.maybe_cut(1, 0);
             let chunk = self.key_index(key);
             let ext = Extent { chunk, offset, len };
             match self.cur.segments.last_mut() {
@@ -209,8 +242,10 @@ impl RecipeBuilder {
         }
     }
 
-    pub fn push_member(&mut self, header: Vec<u8>, plain: &[(ChunkKey, u32, u32)], deflate: DeflateRecipe, trailer: Option<[u8; 8]>, comp_len: u64) {
-        self.maybe_cut(plain.len() + 1);
+    pub fn push_member(&mut self, m: MemberParts, plain: &[(ChunkKey, u32, u32)]) {
+        let inline = m.header.len() + m.parse.len();
+        self.maybe_cut(plain.len() + 2, inline);
+        self.cur_inline += inline;
         let mut exts: Vec<Extent> = Vec::with_capacity(plain.len());
         for &(key, offset, len) in plain {
             if len == 0 {
@@ -222,8 +257,10 @@ impl RecipeBuilder {
                 _ => exts.push(Extent { chunk, offset, len }),
             }
         }
-        self.cur_extents += exts.len() + 1;
-        self.cur.segments.push(Segment::Member { header, plain: exts, deflate, trailer, comp_len });
+        let parse_tail = m.parse_tail.map(|k| self.key_index(k));
+        self.cur_extents += exts.len() + 1 + parse_tail.is_some() as usize;
+        let MemberParts { header, parse, trailer, comp_len, crc, .. } = m;
+        self.cur.segments.push(Segment::Member { header, plain: exts, parse, parse_tail, trailer, comp_len, crc });
     }
 
     /// Returns the pieces and their start offsets; `size` is their total length.

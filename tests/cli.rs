@@ -477,7 +477,15 @@ fn bad_input_gets_one_line_and_nonzero_exit() {
     let cfg_path = future.join("warcfs.json");
     let mut cfg: serde_json::Value = serde_json::from_slice(&fs::read(&cfg_path).unwrap()).unwrap();
     assert_eq!(cfg["format"], "warcfs-store");
-    assert_eq!(cfg["version"], 1);
+    assert_eq!(cfg["version"], 2);
+    // And one of the version before (zlib-level gzip recipes), which this warcfs refuses too.
+    let old = tmp.path().join("old");
+    ok(&["init", &s(&old)]);
+    let mut old_cfg = cfg.clone();
+    old_cfg["version"] = 1.into();
+    fs::write(old.join("warcfs.json"), serde_json::to_vec(&old_cfg).unwrap()).unwrap();
+    let line = fails_with(&["ls", &s(&old)], &[&s(&old), "unsupported store format", "version 1", "version 2"]);
+    assert!(line.contains("import"), "should say what to do: {line}");
     cfg["version"] = 99.into();
     fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
     for cmd in [vec!["stats", &s(&future)], vec!["ls", &s(&future)], vec!["import", &s(&future), &s(&src)]] {
@@ -515,7 +523,7 @@ fn init_modes_and_import_of_plain_files() {
     let r = ok(&["init", &st, "--verify", "size", "--compression", "none"]);
     assert!(r.out().contains(&st), "{}", r.describe());
     let cfg: serde_json::Value = serde_json::from_slice(&fs::read(store.join("warcfs.json")).unwrap()).unwrap();
-    assert_eq!((cfg["format"].as_str(), cfg["version"].as_u64()), (Some("warcfs-store"), Some(1)), "{cfg}");
+    assert_eq!((cfg["format"].as_str(), cfg["version"].as_u64()), (Some("warcfs-store"), Some(2)), "{cfg}");
     assert_eq!((cfg["verify"].as_str(), cfg["compression"].as_str()), (Some("size"), Some("none")), "{cfg}");
     fails_with(&["init", &st], &[&st, "already exists"]);
     fails_with(&["init", &st, "--compression", "zstd"], &[&st, "already exists"]);

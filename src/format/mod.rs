@@ -3,6 +3,6 @@
 //! decides how well a file dedups; it never decides whether bytes are stored.
 
 pub mod cdx;
-pub mod engine;
+pub mod deflate;
 pub mod gzip;
 pub mod warc;

@@ -2,10 +2,11 @@
 //!
 //! A file is read a window at a time (see `Windows`), so memory stays bounded whatever its
 //! size. gzip files are split into members; the members' plain text is segmented into
-//! WARC/ARC headers, payloads and unparsed bytes; each member is verified to rebuild byte for
-//! byte with zlib (on worker threads, while this thread hashes and stores chunks). A member
-//! that does not rebuild, and any bytes outside members, are stored as content-defined chunks
-//! of the compressed bytes themselves. Headers go into literal blocks that recipes slice.
+//! WARC/ARC headers, payloads and unparsed bytes; each member's deflate parse is recorded and
+//! proven to replay to the member's exact bytes (`format::deflate`, on worker threads, while
+//! this thread hashes and stores chunks). A member that does not replay, and any bytes outside
+//! members, are stored as content-defined chunks of the compressed bytes themselves. Headers
+//! go into literal blocks that recipes slice; the shareable tail of a parse is a chunk.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -16,11 +17,12 @@ use super::namespace::RefDelta;
 use super::{Compression, Ns, Result, Store, StoreError, Verify, Writer, PACK_TARGET};
 use crate::LockExt;
 use crate::digest::{ChunkKey, Digest};
-use crate::format::gzip::{self, DeflateRecipe, Member, Region};
+use crate::format::deflate;
+use crate::format::gzip::{self, Member, Region};
 use crate::format::warc::{self, SpanKind};
 use crate::index::{Batch, ChunkEntry};
 use crate::pack::{ChunkKind, Codec, OpenPack, BLOB_HEADER_LEN};
-use crate::recipe::{FileStats, Piece, RecipeBuilder};
+use crate::recipe::{FileStats, MemberParts, Piece, RecipeBuilder};
 
 /// Header bytes of one file are cut into blocks of about this size (one chunk each). Small
 /// enough that a reader of one record decodes little besides its header; large enough for
@@ -32,6 +34,10 @@ const MAX_MEMBER_PLAIN: u64 = 64 << 20;
 /// FastCDC sizes (min, average, max) for payloads and for unparsed bytes.
 const PAYLOAD_CDC: (u32, u32, u32) = (256 << 10, 1 << 20, 4 << 20);
 const RAW_CDC: (u32, u32, u32) = (16 << 10, 64 << 10, 256 << 10);
+/// A member's parse is shared from this many plain bytes into its payload on: by then the
+/// writer's parse has (nearly always) stopped depending on the headers before the payload,
+/// so copies of one payload store their parse tail once (see `format::deflate`).
+const PARSE_SHARED_FROM: u64 = 4 << 10;
 /// Compressed chunks are kept only if they save at least 3 %.
 const MIN_SAVING_PERCENT: usize = 3;
 const ZSTD_LEVEL: i32 = 3;
@@ -64,15 +70,38 @@ fn cdc(data: &[u8], (min, avg, max): (u32, u32, u32)) -> impl Iterator<Item = (u
     fastcdc::v2020::FastCDC::new(data, min, avg, max).map(|c| (c.offset, c.length))
 }
 
-fn verify_member(data: &[u8], plain: &[u8], m: &Member) -> Option<DeflateRecipe> {
+/// A member's parse, recorded while inflating it again and proven to replay to its exact
+/// bytes in the form it is stored in; None if it does not (the member is then kept raw).
+fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: Option<u64>) -> Option<deflate::Stored> {
     if !m.plain_kept || m.plain_len > MAX_MEMBER_PLAIN {
         return None;
     }
     let d0 = m.start as usize + m.header_len;
-    let deflate = data.get(d0..d0 + m.deflate_len as usize)?;
+    let stream = data.get(d0..d0 + m.deflate_len as usize)?;
     let p0 = m.plain_start as usize;
     let plain = plain.get(p0..p0 + m.plain_len as usize)?;
-    gzip::find_recipe(deflate, plain, m.xfl, &m.flush_points)
+    let parse = deflate::record(stream, plain).ok()?;
+    let stored = deflate::encode(&parse, plain, cut_at.map(|c| c as usize));
+    let back = deflate::decode(&stored.prefix, stored.tail.as_deref(), plain).ok()?;
+    let mut again = Vec::with_capacity(stream.len());
+    deflate::replay(&back, plain, &mut again).ok()?;
+    (again == stream).then_some(stored)
+}
+
+/// Where each member's parse may start to be shared, relative to its plain text: some way
+/// into the first payload that starts in it, or its start if it begins inside a payload
+/// (its window then sees nothing but payload). None for members without payload bytes.
+fn parse_cuts(members: &[&Member], seg: &warc::Segmentation) -> Vec<Option<u64>> {
+    let payloads: Vec<(u64, u64)> = seg.spans.iter().filter(|s| s.kind == SpanKind::Payload).map(|s| (s.start, s.start + s.len)).collect();
+    members
+        .iter()
+        .map(|m| {
+            let (ps, pe) = (m.plain_start, m.plain_start + m.plain_len);
+            let i = payloads.partition_point(|&(_, end)| end <= ps);
+            let &(a, _) = payloads.get(i).filter(|&&(a, _)| a < pe)?;
+            Some(if a < ps { 0 } else { a - ps + PARSE_SHARED_FROM })
+        })
+        .collect()
 }
 
 /// The slices covering plain range [a, b), given slices sorted by plain offset; `cursor`
@@ -303,34 +332,35 @@ impl Store {
             .collect();
         let mut order: Vec<usize> = (0..members.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(members[i].plain_len));
+        let cuts = parse_cuts(&members, seg);
         let next = AtomicUsize::new(0);
-        let (mut recipes, exts) = thread::scope(|s| {
-            // Verifying a rebuild costs a zlib compression of every member: the dominant
-            // cost of ingest, so it runs on two threads while this one stores chunks.
+        let (mut parses, exts) = thread::scope(|s| {
+            // Recording and replaying every member's parse is most of the CPU of ingest, so
+            // it runs on two threads while this one stores chunks.
             // Largest members first, so one slow member does not finish alone at the end.
             const WORKERS: usize = 2;
             let handles: Vec<_> = (0..WORKERS)
                 .map(|_| {
-                    let (members, order, next) = (&members, &order, &next);
+                    let (members, order, next, cuts) = (&members, &order, &next, &cuts);
                     s.spawn(move || {
                         let mut done = Vec::new();
                         loop {
                             let k = next.fetch_add(1, Ordering::Relaxed);
                             let Some(&i) = order.get(k) else { break };
-                            done.push((i, verify_member(data, plain, members[i])));
+                            done.push((i, record_member(data, plain, members[i], cuts[i])));
                         }
                         done
                     })
                 })
                 .collect();
             let exts = self.chunk_segments(w, ctx, plain, seg);
-            let mut recipes: Vec<Option<DeflateRecipe>> = vec![None; members.len()];
+            let mut parses: Vec<Option<deflate::Stored>> = vec![None; members.len()];
             for h in handles {
-                for (i, r) in h.join().expect("rebuild verification does not panic") {
-                    recipes[i] = r;
+                for (i, r) in h.join().expect("recording a parse does not panic") {
+                    parses[i] = r;
                 }
             }
-            (recipes, exts)
+            (parses, exts)
         });
         let exts = exts?;
         let mut cursor = 0usize;
@@ -344,11 +374,11 @@ impl Store {
                     raw_run = Some(raw_run.map_or((s, e), |(a, _)| (a, e)));
                 }
                 Region::Member(m) => {
-                    let recipe = recipes[member_no].take();
+                    let parse = parses[member_no].take();
                     member_no += 1;
                     ctx.stats.gzip_members += 1;
                     let (s, e) = (m.start as usize, (m.start + m.comp_len) as usize);
-                    let Some(recipe) = recipe else {
+                    let Some(parse) = parse else {
                         ctx.stats.gzip_members_raw += 1;
                         raw_run = Some(raw_run.map_or((s, e), |(a, _)| (a, e)));
                         continue;
@@ -361,7 +391,13 @@ impl Store {
                     let trailer = (gzip::trailer_for(plain_slice) != m.trailer).then_some(m.trailer);
                     let slices = slices_in(&exts, &mut cursor, m.plain_start, m.plain_start + m.plain_len);
                     let header = data[s..s + m.header_len].to_vec();
-                    rb.push_member(header, &slices, recipe, trailer, m.comp_len);
+                    let parse_tail = match &parse.tail {
+                        Some(t) => Some(self.store_chunk(w, ctx, t, ChunkKind::Parse)?),
+                        None => None,
+                    };
+                    ctx.stats.parse_bytes += parse.prefix.len() as u64 + parse.tail.as_ref().map_or(0, |t| t.len() as u64);
+                    let crc = crc32fast::hash(&data[s..e]);
+                    rb.push_member(MemberParts { header, parse: parse.prefix, parse_tail, trailer, comp_len: m.comp_len, crc }, &slices);
                 }
             }
         }

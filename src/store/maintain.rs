@@ -33,6 +33,10 @@ pub struct Stats {
     pub unreferenced_chunks: u64,
     pub gzip_members: u64,
     pub gzip_members_raw: u64,
+    /// Bytes of the gzip members' recorded deflate parses, as written by ingest, and the
+    /// bytes their shared tails take in packs after dedup and compression.
+    pub parse_bytes: u64,
+    pub parse_tail_chunk_bytes: u64,
     pub collisions: u64,
     pub packs: u64,
     /// Files written through a mount whose bytes are staged, not yet ingested.
@@ -92,6 +96,7 @@ impl Store {
         s.payload_bytes = fs_.payload_bytes;
         s.gzip_members = fs_.gzip_members;
         s.gzip_members_raw = fs_.gzip_members_raw;
+        s.parse_bytes = fs_.parse_bytes;
         self.index.for_each_chunk(|_, e| {
             if e.refs == 0 {
                 s.unreferenced_chunks += 1;
@@ -99,8 +104,10 @@ impl Store {
             }
             s.chunks += 1;
             s.chunk_bytes += e.stored_len as u64 + BLOB_HEADER_LEN as u64;
-            if ChunkKind::from_u8(e.kind) == ChunkKind::PayloadHead {
-                s.unique_payloads += 1;
+            match ChunkKind::from_u8(e.kind) {
+                ChunkKind::PayloadHead => s.unique_payloads += 1,
+                ChunkKind::Parse => s.parse_tail_chunk_bytes += e.stored_len as u64 + BLOB_HEADER_LEN as u64,
+                _ => {}
             }
             Ok(())
         })?;

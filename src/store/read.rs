@@ -16,7 +16,7 @@ use lru::LruCache;
 use super::{Result, Store, StoreError};
 use crate::LockExt;
 use crate::digest::ChunkKey;
-use crate::format::gzip;
+use crate::format::{deflate, gzip};
 use crate::index::ChunkEntry;
 use crate::pack::BLOB_HEADER_LEN;
 use crate::recipe::{Extent, Piece, RecipeHead, Segment};
@@ -256,7 +256,7 @@ impl Store {
         }
         bump(&self.cache.counters.pieces_loaded);
         let p = Arc::new(self.load_piece(rid, piece)?);
-        let size = p.keys.len() * 40 + p.segments.iter().map(|s| s.extent_count() * 16 + 64).sum::<usize>();
+        let size = p.keys.len() * 40 + p.segments.iter().map(|s| s.extent_count() * 16 + 64 + s.inline_bytes()).sum::<usize>();
         self.cache.pieces.locked().put((rid, piece), p.clone(), size);
         Ok(p)
     }
@@ -304,9 +304,11 @@ impl Store {
         Ok(n)
     }
 
-    /// Rebuilds one gzip member's exact compressed bytes.
-    fn rebuild_member(&self, piece: &Piece, seg: &Segment) -> Result<Vec<u8>> {
-        let Segment::Member { header, plain, deflate, trailer, comp_len } = seg else {
+    /// Rebuilds one gzip member's exact compressed bytes: its plain text gathered, its
+    /// recorded deflate parse replayed over it, and the result checked against the CRC-32 of
+    /// the original bytes kept in the recipe. A mismatch is an error, never wrong bytes.
+    fn rebuild_member(&self, rid: u64, pno: u32, sno: usize, piece: &Piece) -> Result<Vec<u8>> {
+        let Segment::Member { header, plain, parse, parse_tail, trailer, comp_len, crc } = &piece.segments[sno] else {
             unreachable!("rebuild_member is called on member segments only");
         };
         bump(&self.cache.counters.members_rebuilt);
@@ -314,17 +316,26 @@ impl Store {
         let mut text = Vec::with_capacity(plain_len);
         let started = std::time::Instant::now();
         self.gather(piece, plain, &mut text)?;
+        let tail = match parse_tail {
+            Some(t) => {
+                let key = piece.keys[*t as usize];
+                let entry = self.locate(std::slice::from_ref(&key))?.pop().flatten().ok_or_else(|| StoreError::MissingChunk(key.to_string()))?;
+                Some(self.chunk_bytes(&key, &entry)?)
+            }
+            None => None,
+        };
         let gathered = std::time::Instant::now();
+        let bad = |what: String| StoreError::Recipe { rid, piece: pno, what: format!("gzip member {sno} ({comp_len} bytes) does not rebuild: {what}") };
         let mut out = Vec::with_capacity(*comp_len as usize);
         out.extend_from_slice(header);
-        gzip::deflate(&text, deflate, &mut out);
+        let p = deflate::decode(parse, tail.as_deref().map(|t| t.as_slice()), &text).map_err(|e| bad(e.to_string()))?;
+        deflate::replay(&p, &text, &mut out).map_err(|e| bad(e.to_string()))?;
+        out.extend_from_slice(&trailer.unwrap_or_else(|| gzip::trailer_for(&text)));
         let c = &self.cache.counters;
         c.member_gather_ns.fetch_add((gathered - started).as_nanos() as u64, Ordering::Relaxed);
         c.member_deflate_ns.fetch_add(gathered.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        out.extend_from_slice(&trailer.unwrap_or_else(|| gzip::trailer_for(&text)));
-        if out.len() as u64 != *comp_len {
-            // Never hand out wrong bytes: this means the zlib engine changed under the store.
-            return Err(StoreError::ZlibEngine(format!("rebuilt member is {} bytes, expected {comp_len}", out.len())));
+        if out.len() as u64 != *comp_len || crc32fast::hash(&out) != *crc {
+            return Err(bad(format!("the rebuilt bytes ({}) do not match the original's length and CRC-32", out.len())));
         }
         Ok(out)
     }
@@ -346,7 +357,7 @@ impl Store {
             }
         }
         let _done = InFlight { set: &self.cache.building, done: &self.cache.built, key: k };
-        let r = self.rebuild_member(piece, &piece.segments[sno as usize]).map(Arc::new);
+        let r = self.rebuild_member(rid, pno, sno as usize, piece).map(Arc::new);
         if let Ok(m) = &r {
             self.cache.members.locked().put(k, m.clone(), m.len());
         }
@@ -371,10 +382,11 @@ impl Store {
                 let seg_end = seg_start + seg.len();
                 if seg_end > pos && seg_start < end {
                     match seg {
-                        Segment::Member { plain, .. } => {
+                        Segment::Member { plain, parse_tail, .. } => {
                             if self.cache.members.locked().get(&(head.id, pno, sno as u32)).is_none() {
                                 jobs.push(Ahead { piece: pno, segment: sno as u32 });
                                 needed.extend(plain.iter().map(|e| piece.keys[e.chunk as usize]));
+                                needed.extend(parse_tail.map(|t| piece.keys[t as usize]));
                             }
                         }
                         Segment::Data { extents } => {
@@ -596,7 +608,7 @@ impl Store {
             let r = super::bug_as_error("copying out a part of a file", || {
                 crate::failpoint::panic_at("copy_to");
                 self.piece(head.id, pno).and_then(|piece| match &piece.segments[sno] {
-                    seg @ Segment::Member { .. } => self.rebuild_member(&piece, seg),
+                    Segment::Member { .. } => self.rebuild_member(head.id, pno, sno, &piece),
                     Segment::Data { extents } => {
                         let mut v = Vec::with_capacity(len as usize);
                         self.gather(&piece, &extents[a..b], &mut v).map(|_| v)
