@@ -15,103 +15,124 @@ const BL_CODES: usize = 19;
 const HEAP_SIZE: usize = 2 * L_CODES + 1;
 const BL_ORDER: [usize; 19] = [16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15];
 
+/// zlib's heap of tree nodes (trees.c `pqdownheap`): least frequent first, ties to the
+/// shallower subtree, so a node's order is that of `freq << 8 | depth` (depth < 256).
+/// Fixed arrays, so building a block's trees allocates nothing.
+struct Heap {
+    /// One slot more than nodes: `SENTINEL`, the key that never wins.
+    key: [u64; HEAP_SIZE + 1],
+    /// heap[len + 1] always holds SENTINEL, so `down` compares both children without a test.
+    heap: [u16; HEAP_SIZE + 2],
+    len: usize,
+}
+
+const SENTINEL: u16 = HEAP_SIZE as u16;
+
+impl Heap {
+    #[inline]
+    fn key(&self, n: u16) -> u64 {
+        self.key[n as usize]
+    }
+
+    #[inline]
+    fn down(&mut self, mut k: usize) {
+        let v = self.heap[k];
+        let kv = self.key(v);
+        let mut j = k << 1;
+        while j <= self.len {
+            j += (self.key(self.heap[j + 1]) <= self.key(self.heap[j])) as usize;
+            if kv <= self.key(self.heap[j]) {
+                break;
+            }
+            self.heap[k] = self.heap[j];
+            k = j;
+            j <<= 1;
+        }
+        self.heap[k] = v;
+    }
+}
+
 /// Code lengths of a Huffman code over `freqs` as zlib's `build_tree` makes them (lengths
 /// limited to `max_length` its way), and the largest symbol in use (`max_code`).
 fn build_tree(freqs: &[u32], max_length: u16) -> (Vec<u16>, usize) {
     let elems = freqs.len();
-    let mut freq = vec![0u32; HEAP_SIZE];
-    freq[..elems].copy_from_slice(freqs);
-    let mut len = vec![0u16; HEAP_SIZE];
-    let mut dad = vec![0usize; HEAP_SIZE];
-    let mut depth = vec![0u8; HEAP_SIZE];
-    let mut heap = vec![0usize; HEAP_SIZE + 1];
-    let mut heap_len = 0usize;
+    let mut h = Heap { key: [0; HEAP_SIZE + 1], heap: [SENTINEL; HEAP_SIZE + 2], len: 0 };
+    h.key[SENTINEL as usize] = u64::MAX;
+    // Depths start at 0: a leaf's key is its count.
+    for (k, &f) in h.key.iter_mut().zip(freqs) {
+        *k = (f as u64) << 8;
+    }
+    let mut dad = [0u16; HEAP_SIZE];
     let mut heap_max = HEAP_SIZE;
     let mut max_code: i64 = -1;
-    for n in 0..elems {
-        if freq[n] != 0 {
-            heap_len += 1;
-            heap[heap_len] = n;
+    for (n, &f) in freqs.iter().enumerate() {
+        if f != 0 {
+            h.len += 1;
+            h.heap[h.len] = n as u16;
             max_code = n as i64;
         }
     }
     // At least two codes, as zlib forces them (a code of one symbol would be incomplete).
-    while heap_len < 2 {
+    while h.len < 2 {
         let node = if max_code < 2 {
             max_code += 1;
             max_code as usize
         } else {
             0
         };
-        heap_len += 1;
-        heap[heap_len] = node;
-        freq[node] = 1;
-        depth[node] = 0;
+        h.len += 1;
+        h.heap[h.len] = node as u16;
+        h.key[node] = 1 << 8;
     }
     let max_code = max_code as usize;
-    let smaller = |freq: &[u32], depth: &[u8], n: usize, m: usize| freq[n] < freq[m] || (freq[n] == freq[m] && depth[n] <= depth[m]);
-    let down = |heap: &mut [usize], heap_len: usize, freq: &[u32], depth: &[u8], mut k: usize| {
-        let v = heap[k];
-        let mut j = k << 1;
-        while j <= heap_len {
-            if j < heap_len && smaller(freq, depth, heap[j + 1], heap[j]) {
-                j += 1;
-            }
-            if smaller(freq, depth, v, heap[j]) {
-                break;
-            }
-            heap[k] = heap[j];
-            k = j;
-            j <<= 1;
-        }
-        heap[k] = v;
-    };
-    for n in (1..=heap_len / 2).rev() {
-        down(&mut heap, heap_len, &freq, &depth, n);
+    for n in (1..=h.len / 2).rev() {
+        h.down(n);
     }
     let mut node = elems;
     loop {
-        let n = heap[1];
-        heap[1] = heap[heap_len];
-        heap_len -= 1;
-        down(&mut heap, heap_len, &freq, &depth, 1);
-        let m = heap[1];
+        let n = h.heap[1];
+        h.heap[1] = h.heap[h.len];
+        h.heap[h.len] = SENTINEL;
+        h.len -= 1;
+        h.down(1);
+        let m = h.heap[1];
         heap_max -= 1;
-        heap[heap_max] = n;
+        h.heap[heap_max] = n;
         heap_max -= 1;
-        heap[heap_max] = m;
-        freq[node] = freq[n] + freq[m];
-        depth[node] = depth[n].max(depth[m]) + 1;
-        dad[n] = node;
-        dad[m] = node;
-        heap[1] = node;
+        h.heap[heap_max] = m;
+        let (n, m) = (n as usize, m as usize);
+        let freq = (h.key[n] >> 8) + (h.key[m] >> 8);
+        // zlib keeps depths in a byte (they never come near 255 for 32-bit counts).
+        let depth = ((h.key[n] & 0xff).max(h.key[m] & 0xff) + 1) & 0xff;
+        h.key[node] = freq << 8 | depth;
+        dad[n] = node as u16;
+        dad[m] = node as u16;
+        h.heap[1] = node as u16;
         node += 1;
-        down(&mut heap, heap_len, &freq, &depth, 1);
-        if heap_len < 2 {
+        h.down(1);
+        if h.len < 2 {
             break;
         }
     }
     heap_max -= 1;
-    heap[heap_max] = heap[1];
+    h.heap[heap_max] = h.heap[1];
 
     // gen_bitlen: lengths from the root down, then zlib's way of fixing overlong codes.
+    let heap = &h.heap;
+    let mut len = [0u16; HEAP_SIZE];
     let mut bl_count = [0u16; 16];
-    len[heap[heap_max]] = 0;
     let mut overflow = 0i32;
-    let mut h = heap_max + 1;
-    while h < HEAP_SIZE {
-        let n = heap[h];
-        let mut bits = len[dad[n]] + 1;
+    for &n in &heap[heap_max + 1..HEAP_SIZE] {
+        let n = n as usize;
+        let mut bits = len[dad[n] as usize] + 1;
         if bits > max_length {
             bits = max_length;
             overflow += 1;
         }
         len[n] = bits;
-        h += 1;
-        if n > max_code {
-            continue;
+        if n <= max_code {
+            bl_count[bits as usize] += 1;
         }
-        bl_count[bits as usize] += 1;
     }
     if overflow > 0 {
         loop {
@@ -127,12 +148,12 @@ fn build_tree(freqs: &[u32], max_length: u16) -> (Vec<u16>, usize) {
                 break;
             }
         }
-        let mut h = HEAP_SIZE;
+        let mut k = HEAP_SIZE;
         for bits in (1..=max_length).rev() {
             let mut n = bl_count[bits as usize];
             while n != 0 {
-                h -= 1;
-                let m = heap[h];
+                k -= 1;
+                let m = heap[k] as usize;
                 if m > max_code {
                     continue;
                 }
@@ -142,8 +163,7 @@ fn build_tree(freqs: &[u32], max_length: u16) -> (Vec<u16>, usize) {
         }
     }
     // Symbols never in the heap (count 0, not forced) keep length 0.
-    len.truncate(elems);
-    (len, max_code)
+    (len[..elems].to_vec(), max_code)
 }
 
 /// Walks `lens[..=max_code]` as zlib's `scan_tree`/`send_tree` do, handing each emitted

@@ -1,0 +1,491 @@
+//! A parse's stored form: a member-specific prefix (blocks, padding, the matches before the
+//! cut) and, for larger members, a tail (the matches from the cut on) that is stored as a
+//! chunk and shared by every copy of the payload. Matches are kept as three columns: literal
+//! runs, where each match copies from (found again by walking the text's own 3-byte chains,
+//! so a number that is nearly always small stands in for a distance), and lengths (implied
+//! when maximal). zlib's dynamic headers are derived from the block's symbols, not stored,
+//! when that gives the recorded bits. Byte layout: docs/FORMAT.md, "Deflate parse".
+
+use super::trees;
+use super::{dist_index, extension, len_index, Block, BlockKind, Match, Parse, ParseError, Result};
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl Cursor<'_> {
+    fn byte(&mut self) -> Result<u8> {
+        let v = *self.b.get(self.i).ok_or(ParseError::Damaged("ends early"))?;
+        self.i += 1;
+        Ok(v)
+    }
+
+    fn varint(&mut self) -> Result<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(ParseError::Damaged("varint too long"))
+    }
+
+    /// A varint that must fit `max`, so that it can size nothing larger.
+    fn bounded(&mut self, max: u64) -> Result<u64> {
+        let v = self.varint()?;
+        if v > max {
+            return Err(ParseError::Damaged("value out of range"));
+        }
+        Ok(v)
+    }
+
+    fn bytes(&mut self, n: usize) -> Result<&[u8]> {
+        let s = self.b.get(self.i..self.i.saturating_add(n)).ok_or(ParseError::Damaged("ends early"))?;
+        self.i += n;
+        Ok(s)
+    }
+}
+
+/// Earlier occurrences of each position's first three bytes, most recent first: the chain
+/// that turns a match's distance into a small rank. Defined by the text alone (the hash only
+/// makes the walk short), so a stored rank means the same to any reader.
+struct Chain {
+    /// Most recent position of each hash.
+    head: Vec<u32>,
+    /// For each position in the window, the previous one of its hash. A slot is reused
+    /// 32 KiB later, which a walk never reaches: it stops at the window's edge.
+    prev: Vec<u32>,
+    hash_shift: u32,
+    /// Positions below this are in the chain.
+    inserted: usize,
+}
+
+const NONE: u32 = u32::MAX;
+const WINDOW: usize = 32768;
+/// Chain steps a stored rank may take a reader; a match further down its chain is stored
+/// with its distance instead, so no rebuild walks further than this per match.
+const RANK_STEPS: usize = 128;
+
+impl Chain {
+    fn new(len: usize) -> Chain {
+        // Tables sized to the text, so small members do not pay for clearing large ones.
+        let hbits = len.clamp(256, 1 << 15).next_power_of_two().trailing_zeros();
+        Chain { head: vec![NONE; 1 << hbits], prev: vec![NONE; len.clamp(1, WINDOW).next_power_of_two()], hash_shift: 32 - hbits, inserted: 0 }
+    }
+
+    #[inline]
+    fn hash_of(&self, v: u32) -> usize {
+        (v.wrapping_mul(2654435761) >> self.hash_shift) as usize
+    }
+
+    #[inline]
+    fn hash(&self, b: &[u8]) -> usize {
+        self.hash_of((b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32)
+    }
+
+    /// Adds every position before `pos` that starts three bytes of `plain`.
+    #[inline]
+    fn insert_to(&mut self, plain: &[u8], pos: usize) {
+        let end = pos.min(plain.len().saturating_sub(2));
+        let from = self.inserted;
+        if from < end {
+            let pm = self.prev.len() - 1;
+            let mut v = (plain[from] as u32) << 8 | plain[from + 1] as u32;
+            for (i, &b) in plain[from + 2..end + 2].iter().enumerate() {
+                let i = from + i;
+                v = (v << 8 | b as u32) & 0xff_ffff;
+                let h = self.hash_of(v);
+                self.prev[i & pm] = self.head[h];
+                self.head[h] = i as u32;
+            }
+        }
+        self.inserted = self.inserted.max(pos);
+    }
+
+    /// Walks the candidates for `pos`, most recent first, handing each true occurrence of
+    /// its first three bytes to `f` until it returns false; at most `steps` chain links.
+    #[inline]
+    fn walk(&self, plain: &[u8], pos: usize, steps: usize, mut f: impl FnMut(usize) -> bool) {
+        let pm = self.prev.len() - 1;
+        let key = &plain[pos..pos + 3];
+        let q0 = self.head[self.hash(key)];
+        if q0 == NONE {
+            return;
+        }
+        let mut q = q0 as usize;
+        for _ in 0..steps {
+            // Positions are below `pos`; NONE (u32::MAX) is never, so it ends the walk too.
+            if pos.wrapping_sub(q) > WINDOW {
+                return;
+            }
+            if plain[q..q + 3] == *key && !f(q) {
+                return;
+            }
+            let next = self.prev[q & pm] as usize;
+            if next >= q {
+                return;
+            }
+            q = next;
+        }
+    }
+
+    /// How the occurrence at `target` is found from `pos`: as the k-th candidate whose
+    /// match is longer than every more recent one's (zlib's search keeps the first of the
+    /// longest, so its choice is always such a "record" and k is small), or failing that by
+    /// its rank among all candidates; None if the walk does not reach it in RANK_STEPS.
+    fn locate(&self, plain: &[u8], pos: usize, target: usize) -> Option<Ref> {
+        let cap = (plain.len() - pos).min(258);
+        let (mut rank, mut best, mut records, mut found) = (0u64, 2usize, 0u64, None);
+        self.walk(plain, pos, RANK_STEPS, |q| {
+            let longer = best < cap && plain[q + best] == plain[pos + best] && {
+                let e = extension(plain, pos, pos - q, cap);
+                let longer = e > best;
+                if longer && q != target {
+                    best = e;
+                }
+                longer
+            };
+            if q == target {
+                found = Some(if longer { Ref::Record(records) } else { Ref::Rank(rank) });
+                return false;
+            }
+            records += longer as u64;
+            rank += 1;
+            q > target
+        });
+        found
+    }
+
+    /// The candidate of `pos` that is its k-th record (see `locate`).
+    fn at_record(&self, plain: &[u8], pos: usize, k: u64) -> Option<usize> {
+        let cap = (plain.len() - pos).min(258);
+        let (mut left, mut best, mut found) = (k, 2usize, None);
+        self.walk(plain, pos, WINDOW, |q| {
+            if best < cap && plain[q + best] == plain[pos + best] {
+                let e = extension(plain, pos, pos - q, cap);
+                if e > best {
+                    if left == 0 {
+                        found = Some(q);
+                        return false;
+                    }
+                    left -= 1;
+                    best = e;
+                }
+            }
+            true
+        });
+        found
+    }
+
+    fn at_rank(&self, plain: &[u8], pos: usize, rank: u64) -> Option<usize> {
+        let (mut left, mut found) = (rank, None);
+        self.walk(plain, pos, WINDOW, |q| {
+            if left == 0 {
+                found = Some(q);
+                return false;
+            }
+            left -= 1;
+            true
+        });
+        found
+    }
+}
+
+/// Where a stored match copies from.
+enum Ref {
+    Record(u64),
+    Rank(u64),
+}
+
+/// Appends matches `ms`, the first counted from plain offset `from`, as three columns (they
+/// compress better apart): the gap since the previous match's end; where it copies from
+/// (3k for the k-th record of its chain, 3r + 1 for rank r among the earlier occurrences of
+/// its first three bytes, most recent first, or 3 (distance - 1) + 2 when the walk to it is
+/// too long); and its length (0 when it is the longest the text allows from there, as most
+/// writers choose; else length - 2). With zlib's parses the references are small and the
+/// lengths all 0: what is left is mostly the literal runs.
+fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], chain: &mut Chain) {
+    let (mut gaps, mut refs, mut lens) = (Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()));
+    for m in ms {
+        let (pos, dist) = (m.pos as usize, m.dist as usize);
+        chain.insert_to(plain, pos);
+        put_varint(&mut gaps, (m.pos - from) as u64);
+        match chain.locate(plain, pos, pos - dist) {
+            Some(Ref::Record(k)) => put_varint(&mut refs, k * 3),
+            Some(Ref::Rank(r)) => put_varint(&mut refs, r * 3 + 1),
+            None => put_varint(&mut refs, (dist as u64 - 1) * 3 + 2),
+        }
+        let longest = extension(plain, pos, dist, (plain.len() - pos).min(258));
+        put_varint(&mut lens, if longest == m.len as usize { 0 } else { m.len as u64 - 2 });
+        from = m.pos + m.len as u32;
+    }
+    put_varint(out, ms.len() as u64);
+    put_varint(out, gaps.len() as u64);
+    put_varint(out, refs.len() as u64);
+    out.extend_from_slice(&gaps);
+    out.extend_from_slice(&refs);
+    out.extend_from_slice(&lens);
+}
+
+/// Reads what `put_matches` wrote; returns the bytes it took.
+fn get_matches(b: &[u8], from: u64, plain: &[u8], chain: &mut Chain, out: &mut Vec<Match>) -> Result<usize> {
+    let mut c = Cursor { b, i: 0 };
+    let n = c.bounded(plain.len() as u64 / 3)? as usize;
+    let gaps_len = c.bounded(b.len() as u64)? as usize;
+    let refs_len = c.bounded(b.len() as u64)? as usize;
+    let start = c.i;
+    let cols = b.get(start..start.saturating_add(gaps_len).saturating_add(refs_len)).ok_or(ParseError::Damaged("ends early"))?;
+    let mut gaps = Cursor { b: &cols[..gaps_len], i: 0 };
+    let mut refs = Cursor { b: &cols[gaps_len..], i: 0 };
+    let mut lens = Cursor { b: &b[start + gaps_len + refs_len..], i: 0 };
+    out.reserve(n);
+    let mut from = from;
+    for _ in 0..n {
+        let pos = from + gaps.bounded(plain.len() as u64)?;
+        if pos + 3 > plain.len() as u64 {
+            return Err(ParseError::Damaged("match out of range"));
+        }
+        let pos = pos as usize;
+        chain.insert_to(plain, pos);
+        let r = refs.bounded(3 * WINDOW as u64)?;
+        let dist = match r % 3 {
+            0 => pos - chain.at_record(plain, pos, r / 3).ok_or(ParseError::Damaged("record beyond the chain"))?,
+            1 => pos - chain.at_rank(plain, pos, r / 3).ok_or(ParseError::Damaged("rank beyond the chain"))?,
+            _ => (r / 3) as usize + 1,
+        };
+        if dist > pos || dist > WINDOW {
+            return Err(ParseError::Damaged("match out of range"));
+        }
+        let lc = lens.bounded(256)?;
+        let len = if lc == 0 { extension(plain, pos, dist, (plain.len() - pos).min(258)) } else { lc as usize + 2 };
+        if !(3..=258).contains(&len) || pos + len > plain.len() {
+            return Err(ParseError::Damaged("match length"));
+        }
+        out.push(Match { pos: pos as u32, len: len as u16, dist: dist as u16 });
+        from = (pos + len) as u64;
+    }
+    if gaps.i != gaps_len || refs.i != refs_len {
+        return Err(ParseError::Damaged("columns of the wrong length"));
+    }
+    Ok(start + gaps_len + refs_len + lens.i)
+}
+
+/// How often each literal/length and distance symbol occurs in the block [start, end) whose
+/// matches are `ms` (end-of-block included); None if a match does not lie inside it.
+fn block_freqs(plain: &[u8], ms: &[Match], start: usize, end: usize) -> Option<([u32; 286], [u32; 30])> {
+    let mut lit = [0u32; 286];
+    let mut dist = [0u32; 30];
+    // Literal counts in four tables, so that runs of one byte do not wait on each other.
+    let mut bytes = [[0u32; 256]; 4];
+    let mut count = |run: &[u8]| {
+        let mut quads = run.chunks_exact(4);
+        for q in &mut quads {
+            bytes[0][q[0] as usize] += 1;
+            bytes[1][q[1] as usize] += 1;
+            bytes[2][q[2] as usize] += 1;
+            bytes[3][q[3] as usize] += 1;
+        }
+        for &b in quads.remainder() {
+            bytes[0][b as usize] += 1;
+        }
+    };
+    let mut pos = start;
+    for m in ms {
+        let (mp, me) = (m.pos as usize, m.pos as usize + m.len as usize);
+        if mp < pos || me > end || !(3..=258).contains(&m.len) || m.dist == 0 {
+            return None;
+        }
+        count(&plain[pos..mp]);
+        lit[257 + len_index(m.len)] += 1;
+        dist[dist_index(m.dist)] += 1;
+        pos = me;
+    }
+    count(plain.get(pos..end)?);
+    for (b, l) in lit[..256].iter_mut().enumerate() {
+        *l = bytes[0][b] + bytes[1][b] + bytes[2][b] + bytes[3][b];
+    }
+    lit[256] += 1;
+    Some((lit, dist))
+}
+
+/// Smallest shared tail worth a chunk of its own: below this, a tail's chunk (and its index
+/// entry) would cost more than the bytes it could save.
+const MIN_TAIL_MATCHES: usize = 64;
+const MAX_HEADER_BITS: u64 = 8192;
+
+/// A parse in its stored form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    /// Blocks, padding and the matches before the cut: kept with the member's recipe.
+    pub prefix: Vec<u8>,
+    /// The matches from the cut on, when there are enough: stored as a chunk.
+    pub tail: Option<Vec<u8>>,
+}
+
+/// Encodes `p` (the parse of `plain`), splitting off the matches from about `cut_at` on
+/// into a tail. The cut moves forward past a match that covers `cut_at`.
+pub fn encode(p: &Parse, plain: &[u8], cut_at: Option<usize>) -> Stored {
+    let mut prefix = Vec::with_capacity(64 + p.matches.len() * 4);
+    put_varint(&mut prefix, p.blocks.len() as u64);
+    let mut prev = 0u32;
+    let mut mi = 0usize;
+    for b in &p.blocks {
+        let in_block = p.matches[mi..].partition_point(|m| m.pos < b.end);
+        let ms = &p.matches[mi..mi + in_block];
+        mi += in_block;
+        let (ty, extra): (u8, Option<&BlockKind>) = match &b.kind {
+            BlockKind::Stored { .. } => (0, Some(&b.kind)),
+            BlockKind::Fixed => (1, None),
+            BlockKind::Dynamic { header, bits } if block_freqs(plain, ms, prev as usize, b.end as usize).map(|(l, d)| trees::zlib_header(&l, &d)) == Some((header.clone(), *bits)) => (3, None),
+            BlockKind::Dynamic { .. } => (2, Some(&b.kind)),
+        };
+        prefix.push(b.last as u8 | ty << 1);
+        put_varint(&mut prefix, (b.end - prev) as u64);
+        prev = b.end;
+        match extra {
+            Some(BlockKind::Stored { pad }) => prefix.push(*pad),
+            Some(BlockKind::Dynamic { header, bits }) => {
+                put_varint(&mut prefix, *bits as u64);
+                prefix.extend_from_slice(header);
+            }
+            _ => {}
+        }
+    }
+    prefix.push(p.end_pad);
+    let (cut, k) = match cut_at {
+        Some(at) => {
+            let k = p.matches.partition_point(|m| (m.pos as usize) < at);
+            let cut = match k.checked_sub(1).map(|i| p.matches[i]) {
+                Some(m) if m.pos as usize + m.len as usize > at => m.pos as usize + m.len as usize,
+                _ => at,
+            };
+            (cut.min(plain.len()), k)
+        }
+        None => (plain.len(), p.matches.len()),
+    };
+    let (cut, k) = if p.matches.len() - k >= MIN_TAIL_MATCHES { (cut, k) } else { (plain.len(), p.matches.len()) };
+    put_varint(&mut prefix, cut as u64);
+    let mut chain = Chain::new(plain.len());
+    put_matches(&mut prefix, &p.matches[..k], 0, plain, &mut chain);
+    let tail = (k < p.matches.len()).then(|| {
+        let mut t = Vec::with_capacity((p.matches.len() - k) * 2);
+        put_matches(&mut t, &p.matches[k..], cut as u32, plain, &mut chain);
+        t
+    });
+    Stored { prefix, tail }
+}
+
+/// Decodes a stored parse of `plain`. Every count and offset is bounded by the text's
+/// length before it sizes anything.
+pub fn decode(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8]) -> Result<Parse> {
+    let mut c = Cursor { b: prefix, i: 0 };
+    let n = c.bounded(plain.len() as u64 + 1 << 4)? as usize;
+    let mut p = Parse { blocks: Vec::with_capacity(n.min(1 << 16)), ..Parse::default() };
+    let mut derived = Vec::new();
+    let mut end = 0u64;
+    for _ in 0..n {
+        let flags = c.byte()?;
+        end += c.bounded(plain.len() as u64 - end)?;
+        let kind = match flags >> 1 {
+            0 => BlockKind::Stored { pad: c.byte()? },
+            1 => BlockKind::Fixed,
+            2 => {
+                let bits = c.bounded(MAX_HEADER_BITS)?;
+                let header = c.bytes(bits.div_ceil(8) as usize)?.to_vec();
+                BlockKind::Dynamic { header, bits: bits as u32 }
+            }
+            // zlib's header for the block's symbols, derived once the matches are read.
+            3 => BlockKind::Dynamic { header: Vec::new(), bits: 0 },
+            _ => return Err(ParseError::Damaged("block type")),
+        };
+        if flags >> 1 == 3 {
+            derived.push(p.blocks.len());
+        }
+        p.blocks.push(Block { kind, last: flags & 1 != 0, end: end as u32 });
+    }
+    p.end_pad = c.byte()?;
+    let cut = c.bounded(plain.len() as u64)?;
+    let mut chain = Chain::new(plain.len());
+    let used = get_matches(&prefix[c.i..], 0, plain, &mut chain, &mut p.matches)?;
+    if c.i + used != prefix.len() {
+        return Err(ParseError::Damaged("trailing bytes"));
+    }
+    if p.matches.last().is_some_and(|m| m.pos as u64 + m.len as u64 > cut) {
+        return Err(ParseError::Damaged("prefix match past the cut"));
+    }
+    match tail {
+        Some(t) => {
+            if get_matches(t, cut, plain, &mut chain, &mut p.matches)? != t.len() {
+                return Err(ParseError::Damaged("trailing bytes"));
+            }
+        }
+        None if cut != plain.len() as u64 => return Err(ParseError::Damaged("tail missing")),
+        None => {}
+    }
+    for bi in derived {
+        let start = bi.checked_sub(1).map_or(0, |i| p.blocks[i].end) as usize;
+        let end = p.blocks[bi].end as usize;
+        let from = p.matches.partition_point(|m| (m.pos as usize) < start);
+        let to = p.matches.partition_point(|m| (m.pos as usize) < end);
+        let (l, d) = block_freqs(plain, &p.matches[from..to], start, end).ok_or(ParseError::Damaged("matches outside their block"))?;
+        let (header, bits) = trees::zlib_header(&l, &d);
+        p.blocks[bi].kind = BlockKind::Dynamic { header, bits };
+    }
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flate2::{Compress, Compression, FlushCompress};
+
+    /// Every dynamic block zlib writes gets the header `trees` derives from its symbols, so
+    /// that no zlib member stores its header bits (the store-size budget counts on it).
+    #[test]
+    fn zlib_headers_are_derived_not_stored() {
+        let mut streams: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for name in ["webrecorder-pywb/example-wget-1-14.warc.gz", "iipc-webarchive-commons/IAH-urls-wget.warc.gz", "webrecorder-pywb/iana.warc.gz"] {
+            let data = std::fs::read(crate::test_support::real_corpus().join(name)).unwrap();
+            let mut plain = Vec::new();
+            for r in crate::format::gzip::split(&data, &mut plain) {
+                let crate::format::gzip::Region::Member(m) = r else { continue };
+                let d0 = m.start as usize + m.header_len;
+                let t = plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize].to_vec();
+                streams.push((data[d0..d0 + m.deflate_len as usize].to_vec(), t));
+            }
+        }
+        let text: Vec<u8> = (0..400_000u32).map(|i| b"<a href=\"/doc/\">x</a>\n"[(i as usize * 7 + (i as usize >> 9)) % 22] ^ (i % 251 == 0) as u8).collect();
+        for level in 1..=9 {
+            let mut out = Vec::with_capacity(text.len());
+            Compress::new(Compression::new(level), false).compress_vec(&text, &mut out, FlushCompress::Finish).unwrap();
+            streams.push((out, text.clone()));
+        }
+        let mut dynamic = 0;
+        for (d, t) in &streams {
+            let p = super::super::record(d, t).unwrap();
+            let mut start = 0usize;
+            for b in &p.blocks {
+                if let BlockKind::Dynamic { header, bits } = &b.kind {
+                    let from = p.matches.partition_point(|m| (m.pos as usize) < start);
+                    let to = p.matches.partition_point(|m| m.pos < b.end);
+                    let (l, dd) = block_freqs(t, &p.matches[from..to], start, b.end as usize).unwrap();
+                    assert_eq!(trees::zlib_header(&l, &dd), (header.clone(), *bits));
+                    dynamic += 1;
+                }
+                start = b.end as usize;
+            }
+        }
+        assert!(dynamic > 300, "{dynamic}");
+    }
+}
