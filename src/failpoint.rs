@@ -1,5 +1,5 @@
 //! Test hooks for the failures a test cannot cause from outside: a bug (a panic) at a named
-//! place, or an I/O error where the disk would have to fail. Armed only in debug builds, by
+//! place, an I/O error where the disk would have to fail, or damaged bytes. Armed only in debug builds, by
 //! the process's environment: `WARCFS_FAILPOINTS=read=2,persist_sync=1` makes the first two
 //! passes through `panic_at("read")` panic and the first through `io_error("persist_sync")`
 //! fail. Release builds compile both to nothing.
@@ -42,4 +42,14 @@ pub(crate) fn io_error(name: &str) -> std::io::Result<()> {
         return Err(std::io::Error::from_raw_os_error(libc::EIO));
     }
     Ok(())
+}
+
+/// Flips the last byte of `buf`, as a damaged store or a bug would, when `name` is armed.
+#[inline(always)]
+pub(crate) fn corrupt(name: &str, buf: &mut [u8]) {
+    if fires(name) {
+        if let Some(b) = buf.last_mut() {
+            *b ^= 0xff;
+        }
+    }
 }

@@ -128,6 +128,15 @@ impl Index {
         Ok(())
     }
 
+    /// Writes every column family's memtable out to table files, so that a closed store's
+    /// index is all compressed tables rather than a write-ahead log to replay at the next open.
+    pub fn flush_tables(&self) -> Result<()> {
+        for name in CFS {
+            self.db.flush_cf(self.cf(name))?;
+        }
+        Ok(())
+    }
+
     pub fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::Acquire)
     }

@@ -1447,3 +1447,26 @@ fn bad_mount_input() {
     // Regression (fixed): errors the daemon reported back came out as "warcfs: warcfs: ...".
     assert!(doubled.is_empty(), "error lines with a doubled 'warcfs: ' prefix:\n{}", doubled.join("\n"));
 }
+
+/// Through the mount, a gzip member whose rebuild does not match its recorded CRC-32 is EIO
+/// for that read and a log line naming the file's inode and the offset, never wrong bytes;
+/// the next read (the failpoint used up) gets the exact file.
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the failpoint exists in debug builds only")]
+fn a_member_that_does_not_rebuild_is_eio_and_a_log_line() {
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let src = real_corpus().join("webrecorder-warcio/example.warc.gz");
+    let want = fs::read(&src).unwrap();
+    ok(&["import", &s(&store), &s(&src)]);
+    let m = Mounted::with_env(&store, &tmp.path().join("mnt"), &[], &[("WARCFS_FAILPOINTS", "member_rebuilt=1")]);
+    let path = m.path("example.warc.gz");
+    let err = fs::read(&path).expect_err("a read of a damaged member should fail");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    let got = fs::read(&path).unwrap();
+    assert!(got == want, "{} reads back different bytes", path.display());
+    let log = fs::read_to_string(store.join("warcfs.log")).unwrap();
+    let line = log.lines().find(|l| l.contains("does not rebuild")).unwrap_or_else(|| panic!("no log line for the damaged member:\n{log}"));
+    assert!(line.contains("read of inode") && line.contains("gzip member at offset 0"), "{line}");
+    m.unmount_clean();
+}

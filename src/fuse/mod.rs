@@ -964,6 +964,13 @@ impl Filesystem for WarcFs {
                         result = Ok(k);
                         break;
                     }
+                    // A member that does not rebuild to its original bytes is this file's
+                    // problem, not the store's: name the file (its inode) in the log.
+                    Err(e @ StoreError::Member { .. }) => {
+                        log::error!("read of inode {ino} at offset {offset}: {e}");
+                        result = Err(Errno::EIO);
+                        break;
+                    }
                     Err(e) if attempt == 0 => match fresh() {
                         Ok(h) => head = h,
                         Err(_) => {

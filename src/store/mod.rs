@@ -90,6 +90,9 @@ pub enum StoreError {
     Pack(#[from] PackError),
     #[error("recipe {rid} piece {piece}: {what}")]
     Recipe { rid: u64, piece: u32, what: String },
+    /// A gzip member whose rebuild does not give its original bytes: never served.
+    #[error("gzip member at offset {offset} ({len} bytes) does not rebuild: {what}")]
+    Member { offset: u64, len: u64, what: String },
     #[error("chunk {0} is referenced but not in the index")]
     MissingChunk(String),
     #[error("internal error (a bug in warcfs; please report it): {0}")]
@@ -329,11 +332,15 @@ impl Store {
         &self.config
     }
 
-    /// Seals the open pack (if any). Called on close, so a cleanly closed store has no
-    /// open pack.
+    /// Seals the open pack (if any) and writes the index's memtables out. Called on close,
+    /// so a cleanly closed store has no open pack and no write-ahead log to replay.
     pub fn flush(&self) -> Result<()> {
-        let mut w = self.writer.locked();
-        self.seal_open(&mut w)
+        {
+            let mut w = self.writer.locked();
+            self.seal_open(&mut w)?;
+        }
+        self.index.flush_tables()?;
+        Ok(())
     }
 
     fn seal_open(&self, w: &mut Writer) -> Result<()> {

@@ -307,7 +307,7 @@ impl Store {
     /// Rebuilds one gzip member's exact compressed bytes: its plain text gathered, its
     /// recorded deflate parse replayed over it, and the result checked against the CRC-32 of
     /// the original bytes kept in the recipe. A mismatch is an error, never wrong bytes.
-    fn rebuild_member(&self, rid: u64, pno: u32, sno: usize, piece: &Piece) -> Result<Vec<u8>> {
+    fn rebuild_member(&self, head: &RecipeHead, pno: u32, sno: usize, piece: &Piece) -> Result<Vec<u8>> {
         let Segment::Member { header, plain, parse, parse_tail, trailer, comp_len, crc } = &piece.segments[sno] else {
             unreachable!("rebuild_member is called on member segments only");
         };
@@ -325,23 +325,27 @@ impl Store {
             None => None,
         };
         let gathered = std::time::Instant::now();
-        let bad = |what: String| StoreError::Recipe { rid, piece: pno, what: format!("gzip member {sno} ({comp_len} bytes) does not rebuild: {what}") };
+        let bad = |what: String| {
+            let at = head.piece_starts.get(pno as usize).copied().unwrap_or(0) + piece.segments[..sno].iter().map(Segment::len).sum::<u64>();
+            StoreError::Member { offset: at, len: *comp_len, what }
+        };
         let mut out = Vec::with_capacity(*comp_len as usize);
         out.extend_from_slice(header);
         let p = deflate::decode(parse, tail.as_deref().map(|t| t.as_slice()), &text).map_err(|e| bad(e.to_string()))?;
         deflate::replay(&p, &text, &mut out).map_err(|e| bad(e.to_string()))?;
         out.extend_from_slice(&trailer.unwrap_or_else(|| gzip::trailer_for(&text)));
+        crate::failpoint::corrupt("member_rebuilt", &mut out);
         let c = &self.cache.counters;
         c.member_gather_ns.fetch_add((gathered - started).as_nanos() as u64, Ordering::Relaxed);
         c.member_deflate_ns.fetch_add(gathered.elapsed().as_nanos() as u64, Ordering::Relaxed);
         if out.len() as u64 != *comp_len || crc32fast::hash(&out) != *crc {
-            return Err(bad(format!("the rebuilt bytes ({}) do not match the original's length and CRC-32", out.len())));
+            return Err(bad(format!("its {} rebuilt bytes do not match the original's length and CRC-32", out.len())));
         }
         Ok(out)
     }
 
-    fn member_cached(&self, rid: u64, pno: u32, sno: u32, piece: &Piece) -> Result<Arc<Vec<u8>>> {
-        let k = (rid, pno, sno);
+    fn member_cached(&self, head: &RecipeHead, pno: u32, sno: u32, piece: &Piece) -> Result<Arc<Vec<u8>>> {
+        let k = (head.id, pno, sno);
         {
             let mut building = self.cache.building.locked();
             loop {
@@ -357,7 +361,7 @@ impl Store {
             }
         }
         let _done = InFlight { set: &self.cache.building, done: &self.cache.built, key: k };
-        let r = self.rebuild_member(rid, pno, sno as usize, piece).map(Arc::new);
+        let r = self.rebuild_member(head, pno, sno as usize, piece).map(Arc::new);
         if let Ok(m) = &r {
             self.cache.members.locked().put(k, m.clone(), m.len());
         }
@@ -410,7 +414,7 @@ impl Store {
     /// Rebuilds one planned member into the cache.
     pub fn run_ahead(&self, head: &RecipeHead, job: &Ahead) -> Result<()> {
         let p = self.piece(head.id, job.piece)?;
-        self.member_cached(head.id, job.piece, job.segment, &p).map(drop)
+        self.member_cached(head, job.piece, job.segment, &p).map(drop)
     }
 
     /// Starts the kernel reading the blobs of the chunks that are not cached, in pack order,
@@ -523,7 +527,7 @@ impl Store {
                         if !whole && done > 0 && self.cache.members.locked().get(&(head.id, pno, sno as u32)).is_none() {
                             return Ok(done);
                         }
-                        let m = self.member_cached(head.id, pno, sno as u32, &piece)?;
+                        let m = self.member_cached(head, pno, sno as u32, &piece)?;
                         let from = (offset + done as u64 - seg_start) as usize;
                         let n = (m.len() - from).min(buf.len() - done);
                         buf[done..done + n].copy_from_slice(&m[from..from + n]);
@@ -608,7 +612,7 @@ impl Store {
             let r = super::bug_as_error("copying out a part of a file", || {
                 crate::failpoint::panic_at("copy_to");
                 self.piece(head.id, pno).and_then(|piece| match &piece.segments[sno] {
-                    Segment::Member { .. } => self.rebuild_member(head.id, pno, sno, &piece),
+                    Segment::Member { .. } => self.rebuild_member(head, pno, sno, &piece),
                     Segment::Data { extents } => {
                         let mut v = Vec::with_capacity(len as usize);
                         self.gather(&piece, &extents[a..b], &mut v).map(|_| v)

@@ -388,3 +388,34 @@ impl Drop for Mount {
         }
     }
 }
+
+/// `data`, a `.warc.gz`, with each of its first `upto` gzip members compressed again by
+/// another deflate writer: `cmd` (e.g. `gzip -9 -n -c`, `zopfli -c`) run on the member's
+/// text in a file of its own, its output in place of the member. Other bytes stay as they are.
+pub fn regzip_members(data: &[u8], cmd: &[&str], upto: usize) -> Vec<u8> {
+    use warcfs::format::gzip::{split, Region};
+    let tmp = tempfile::tempdir().unwrap();
+    let text_path = tmp.path().join("member");
+    let mut plain = Vec::new();
+    let mut out = Vec::with_capacity(data.len());
+    let mut done = 0;
+    for r in split(data, &mut plain) {
+        match r {
+            Region::Member(m) if done < upto => {
+                fs::write(&text_path, &plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize]).unwrap();
+                let o = Command::new(cmd[0]).args(&cmd[1..]).arg(&text_path).output().unwrap_or_else(|e| panic!("{} (scripts/setup installs it): {e}", cmd[0]));
+                assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+                out.extend_from_slice(&o.stdout);
+                done += 1;
+            }
+            Region::Member(m) => out.extend_from_slice(&data[m.start as usize..(m.start + m.comp_len) as usize]),
+            Region::Raw { start, len } => out.extend_from_slice(&data[start as usize..(start + len) as usize]),
+        }
+    }
+    out
+}
+
+/// Bytes of every file under `dir` (what `du -sb` would count, directories left out).
+pub fn tree_bytes(dir: &Path) -> u64 {
+    walkdir::WalkDir::new(dir).into_iter().filter_map(|e| e.ok()).filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+}
