@@ -443,9 +443,9 @@ fn import(store: &Path, srcs: &[PathBuf], to: &str) -> Result<i32> {
     Ok(0)
 }
 
-/// Replays the recorded parse of every member of `files` that has one, on two threads,
+/// Decodes the stored parse of every member of `files` and replays it, on two threads,
 /// largest first, and reports how long that took: the most any member-parallel reader can
-/// achieve.
+/// achieve (gathering the text from packs left out).
 fn rebuild_bound(files: &[PathBuf]) -> Result<i32> {
     use crate::format::deflate;
     use crate::format::gzip::{self, Region};
@@ -461,7 +461,7 @@ fn rebuild_bound(files: &[PathBuf]) -> Result<i32> {
                 let p = &plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];
                 if let Ok(parse) = deflate::record(&data[d0..d0 + m.deflate_len as usize], p) {
                     bytes += m.comp_len;
-                    jobs.push((p.to_vec(), parse));
+                    jobs.push((p.to_vec(), deflate::encode(&parse, p, None)));
                 }
             }
         }
@@ -475,7 +475,9 @@ fn rebuild_bound(files: &[PathBuf]) -> Result<i32> {
                 let mut out = Vec::new();
                 while let Some((p, r)) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
                     out.clear();
-                    let _ = deflate::replay(r, p, &mut out);
+                    if let Ok(parse) = deflate::decode(&r.prefix, r.tail.as_deref(), p) {
+                        let _ = deflate::replay(&parse, p, &mut out);
+                    }
                 }
             });
         }

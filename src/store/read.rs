@@ -553,21 +553,38 @@ impl Store {
         /// Output a worker may have finished before the writer catches up.
         const AHEAD: u64 = 64 << 20;
         const TASK: u64 = 4 << 20;
-        // Units of work in file order: a whole member, or a run of a data segment's extents.
-        let mut tasks: Vec<(u32, usize, usize, usize, u64)> = Vec::new();
+        // Units of work in file order: a run of whole members (about TASK of them, so that
+        // the threads meet once a run rather than once a member: 15,000 members of a crawl
+        // cost as many wake-ups otherwise), or a run of a data segment's extents.
+        struct Task {
+            pno: u32,
+            sno: usize,
+            /// Members: segments sno..b. Data: extents a..b of segment sno.
+            a: usize,
+            b: usize,
+            len: u64,
+            members: bool,
+        }
+        let mut tasks: Vec<Task> = Vec::new();
         let mut keys: Vec<ChunkKey> = Vec::new();
         for pno in 0..head.pieces() {
             let piece = self.piece(head.id, pno)?;
             keys.extend_from_slice(&piece.keys);
             for (sno, seg) in piece.segments.iter().enumerate() {
                 match seg {
-                    Segment::Member { comp_len, .. } => tasks.push((pno, sno, 0, 0, *comp_len)),
+                    Segment::Member { comp_len, .. } => match tasks.last_mut() {
+                        Some(t) if t.members && t.pno == pno && t.b == sno && t.len < TASK / 4 => {
+                            t.b = sno + 1;
+                            t.len += comp_len;
+                        }
+                        _ => tasks.push(Task { pno, sno, a: 0, b: sno + 1, len: *comp_len, members: true }),
+                    },
                     Segment::Data { extents } => {
                         let (mut a, mut len) = (0usize, 0u64);
                         for (i, e) in extents.iter().enumerate() {
                             len += e.len as u64;
                             if len >= TASK || i + 1 == extents.len() {
-                                tasks.push((pno, sno, a, i + 1, len));
+                                tasks.push(Task { pno, sno, a, b: i + 1, len, members: false });
                                 a = i + 1;
                                 len = 0;
                             }
@@ -602,22 +619,25 @@ impl Store {
                 }
                 let i = st.next;
                 st.next += 1;
-                st.in_flight += tasks[i].4;
+                st.in_flight += tasks[i].len;
                 i
             };
-            let (pno, sno, a, b, len) = tasks[i];
+            let t = &tasks[i];
             // A panic here (a bug) must still fill the slot: the writer waits for it, and in
             // the mount that writer may hold the staged map (copy on write), which would
             // wedge every request instead of failing one.
             let r = super::bug_as_error("copying out a part of a file", || {
                 crate::failpoint::panic_at("copy_to");
-                self.piece(head.id, pno).and_then(|piece| match &piece.segments[sno] {
-                    Segment::Member { .. } => self.rebuild_member(head, pno, sno, &piece),
-                    Segment::Data { extents } => {
-                        let mut v = Vec::with_capacity(len as usize);
-                        self.gather(&piece, &extents[a..b], &mut v).map(|_| v)
+                let piece = self.piece(head.id, t.pno)?;
+                let mut v = Vec::with_capacity(t.len as usize);
+                if t.members {
+                    for sno in t.sno..t.b {
+                        v.extend_from_slice(&self.rebuild_member(head, t.pno, sno, &piece)?);
                     }
-                })
+                } else if let Segment::Data { extents } = &piece.segments[t.sno] {
+                    self.gather(&piece, &extents[t.a..t.b], &mut v)?;
+                }
+                Ok(v)
             });
             state.locked().done[i] = Some(r);
             changed.notify_all();
@@ -645,7 +665,7 @@ impl Store {
                 let bytes = bytes.map_err(fail)?;
                 out.write_all(&bytes).map_err(io_err).map_err(fail)?;
                 written += bytes.len() as u64;
-                state.locked().in_flight -= task.4;
+                state.locked().in_flight -= task.len;
                 changed.notify_all();
             }
             Ok(())
