@@ -516,9 +516,16 @@ impl Store {
         }
         let key = ChunkKey { digest, seq };
         let compressed = match self.config.compression {
-            Compression::Zstd => zstd::bulk::compress(data, ZSTD_LEVEL)
-                .ok()
-                .filter(|z| z.len() * 100 <= data.len() * (100 - MIN_SAVING_PERCENT)),
+            Compression::Zstd => {
+                if w.zstd.is_none() {
+                    w.zstd = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok();
+                }
+                match w.zstd.as_mut() {
+                    Some(z) => z.compress(data).ok(),
+                    None => zstd::bulk::compress(data, ZSTD_LEVEL).ok(),
+                }
+                .filter(|z| z.len() * 100 <= data.len() * (100 - MIN_SAVING_PERCENT))
+            }
             Compression::None => None,
         };
         let (codec, stored) = match &compressed {

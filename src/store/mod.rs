@@ -156,6 +156,8 @@ struct Writer {
     /// Chunks the ingest in progress appended; handed to its `Ingested` when it ends.
     pending: HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>>,
     collisions: u64,
+    /// One zstd context for every chunk (a fresh one per chunk showed up in profiles).
+    zstd: Option<zstd::bulk::Compressor<'static>>,
 }
 
 /// Namespace and refcount changes are read-modify-write of index records: they hold this
@@ -278,7 +280,7 @@ impl Store {
             index,
             packs: PackReader::new(packs_dir, tmp_dir),
             cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
-            writer: Mutex::new(Writer { open: None, next_pack: max_id + 1, pending: HashMap::new(), collisions: 0 }),
+            writer: Mutex::new(Writer { open: None, next_pack: max_id + 1, pending: HashMap::new(), collisions: 0, zstd: None }),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
             digest,
             _lock: lock,
@@ -303,7 +305,7 @@ impl Store {
             index,
             packs: PackReader::new(root.join("packs"), root.join("packs-tmp")),
             cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
-            writer: Mutex::new(Writer { open: None, next_pack: 0, pending: HashMap::new(), collisions: 0 }),
+            writer: Mutex::new(Writer { open: None, next_pack: 0, pending: HashMap::new(), collisions: 0, zstd: None }),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
             digest: digest::sha256,
             _lock: lock,

@@ -263,9 +263,14 @@ impl Store {
 
     /// Appends the plain text described by `extents` to `out`.
     fn gather(&self, piece: &Piece, extents: &[Extent], out: &mut Vec<u8>) -> Result<()> {
-        if extents.len() > 1 {
+        self.gather_with(piece, extents, None, out)
+    }
+
+    /// `gather`, with one more chunk (a member's parse tail) to read at the same time.
+    fn gather_with(&self, piece: &Piece, extents: &[Extent], also: Option<ChunkKey>, out: &mut Vec<u8>) -> Result<()> {
+        if extents.len() + also.is_some() as usize > 1 {
             // Start every pack read at once rather than one after the other.
-            let keys: Vec<ChunkKey> = extents.iter().map(|e| piece.keys[e.chunk as usize]).collect();
+            let keys: Vec<ChunkKey> = extents.iter().map(|e| piece.keys[e.chunk as usize]).chain(also).collect();
             self.request_chunks(&keys)?;
         }
         for e in extents {
@@ -315,7 +320,7 @@ impl Store {
         let plain_len: usize = plain.iter().map(|e| e.len as usize).sum();
         let mut text = Vec::with_capacity(plain_len);
         let started = std::time::Instant::now();
-        self.gather(piece, plain, &mut text)?;
+        self.gather_with(piece, plain, parse_tail.map(|t| piece.keys[t as usize]), &mut text)?;
         let tail = match parse_tail {
             Some(t) => {
                 let key = piece.keys[*t as usize];

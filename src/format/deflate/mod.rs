@@ -504,10 +504,13 @@ impl BitWriter<'_> {
 }
 
 /// An encoding table: (reversed code, length) per symbol; length 0 for unused symbols.
-fn encoder(lengths: &[u8], size: usize) -> Vec<(u16, u8)> {
-    let mut t = vec![(0u16, 0u8); size];
+/// Fixed-size, so that a literal byte indexes it without a bounds check.
+fn encoder<const N: usize>(lengths: &[u8]) -> [(u16, u8); N] {
+    let mut t = [(0u16, 0u8); N];
     for (sym, code, len) in canonical_codes(lengths) {
-        t[sym] = (code as u16, len);
+        if let Some(slot) = t.get_mut(sym) {
+            *slot = (code as u16, len);
+        }
     }
     t
 }
@@ -539,7 +542,7 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
     let mut pos = 0usize;
     let mut mi = 0usize;
     let (fl, fd) = fixed_lengths();
-    let mut fixed: Option<(Vec<(u16, u8)>, Vec<(u16, u8)>)> = None;
+    let mut fixed: Option<([(u16, u8); 288], [(u16, u8); 30])> = None;
     for (bi, b) in parse.blocks.iter().enumerate() {
         let end = b.end as usize;
         if end < pos || end > plain.len() || b.last != (bi + 1 == parse.blocks.len()) {
@@ -563,7 +566,7 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
             }
             BlockKind::Fixed => {
                 w.put(1, 2);
-                let f = fixed.get_or_insert_with(|| (encoder(&fl, 288), encoder(&fd, 30)));
+                let f = fixed.get_or_insert_with(|| (encoder::<288>(&fl), encoder::<30>(&fd)));
                 (lit, dist) = (&f.0, &f.1);
             }
             BlockKind::Dynamic { header, bits } => {
@@ -580,7 +583,7 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
                     let k = (*bits - 8 * i as u32).min(8);
                     w.put(byte as u32 & ((1 << k) - 1), k);
                 }
-                owned = (encoder(&ll, 286), encoder(&dl, 30));
+                owned = (encoder::<288>(&ll), encoder::<30>(&dl));
                 (lit, dist) = (&owned.0, &owned.1);
             }
         }

@@ -63,6 +63,8 @@ impl Cursor<'_> {
 struct Chain {
     /// Most recent position of each hash.
     head: Vec<u32>,
+    /// `prev` slots in use, less one (a power of two, at most WINDOW).
+    pmask: usize,
     /// For each position in the window, the previous one of its hash. A slot is reused
     /// 32 KiB later, which a walk never reaches: it stops at the window's edge.
     prev: Vec<u32>,
@@ -77,11 +79,33 @@ const WINDOW: usize = 32768;
 /// with its distance instead, so no rebuild walks further than this per match.
 const RANK_STEPS: usize = 128;
 
+thread_local! {
+    /// The last chain's tables, kept for the next member this thread decodes: a rebuild
+    /// should not pay for allocating and clearing them every time.
+    static TABLES: std::cell::Cell<(Vec<u32>, Vec<u32>)> = const { std::cell::Cell::new((Vec::new(), Vec::new())) };
+}
+
+impl Drop for Chain {
+    fn drop(&mut self) {
+        let tables = (std::mem::take(&mut self.head), std::mem::take(&mut self.prev));
+        TABLES.with(|t| t.set(tables));
+    }
+}
+
 impl Chain {
     fn new(len: usize) -> Chain {
         // Tables sized to the text, so small members do not pay for clearing large ones.
         let hbits = len.clamp(256, 1 << 15).next_power_of_two().trailing_zeros();
-        Chain { head: vec![NONE; 1 << hbits], prev: vec![NONE; len.clamp(1, WINDOW).next_power_of_two()], hash_shift: 32 - hbits, inserted: 0 }
+        let slots = len.clamp(1, WINDOW).next_power_of_two();
+        let (mut head, mut prev) = TABLES.with(|t| t.take());
+        head.clear();
+        head.resize(1 << hbits, NONE);
+        // `prev` needs no clearing: a slot is read only for a position inserted (and so
+        // written) by this chain.
+        if prev.len() < slots {
+            prev.resize(slots, NONE);
+        }
+        Chain { head, pmask: slots - 1, prev, hash_shift: 32 - hbits, inserted: 0 }
     }
 
     #[inline]
@@ -100,7 +124,7 @@ impl Chain {
         let end = pos.min(plain.len().saturating_sub(2));
         let from = self.inserted;
         if from < end {
-            let pm = self.prev.len() - 1;
+            let pm = self.pmask;
             let mut v = (plain[from] as u32) << 8 | plain[from + 1] as u32;
             for (i, &b) in plain[from + 2..end + 2].iter().enumerate() {
                 let i = from + i;
@@ -117,7 +141,7 @@ impl Chain {
     /// its first three bytes to `f` until it returns false; at most `steps` chain links.
     #[inline]
     fn walk(&self, plain: &[u8], pos: usize, steps: usize, mut f: impl FnMut(usize) -> bool) {
-        let pm = self.prev.len() - 1;
+        let pm = self.pmask;
         let key = &plain[pos..pos + 3];
         let q0 = self.head[self.hash(key)];
         if q0 == NONE {

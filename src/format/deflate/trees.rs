@@ -222,7 +222,7 @@ pub fn zlib_header(lit: &[u32; L_CODES], dist: &[u32; D_CODES]) -> (Vec<u8>, u32
         max_blindex -= 1;
     }
     let bl8: Vec<u8> = bl.iter().map(|&l| l as u8).collect();
-    let codes = super::encoder(&bl8, BL_CODES);
+    let codes = super::encoder::<BL_CODES>(&bl8);
     let mut out = Vec::with_capacity(128);
     let mut w = super::BitWriter { out: &mut out, buf: 0, n: 0 };
     let mut bits = 0u32;
