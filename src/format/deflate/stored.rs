@@ -212,6 +212,40 @@ impl Chain {
         found
     }
 
+    /// For a match of a stated length `len` (one shorter than the text allows, as optimal
+    /// parsers such as zopfli choose): `target` as the k-th candidate whose match reaches
+    /// `len` (most writers take the nearest such, so k is small), or by its rank.
+    fn locate_reaching(&self, plain: &[u8], pos: usize, target: usize, len: usize) -> Option<Ref> {
+        let (mut rank, mut reaching, mut found) = (0u64, 0u64, None);
+        self.walk(plain, pos, RANK_STEPS, |q| {
+            let reaches = plain[q..q + len] == plain[pos..pos + len];
+            if q == target {
+                found = Some(if reaches { Ref::Record(reaching) } else { Ref::Rank(rank) });
+                return false;
+            }
+            reaching += reaches as u64;
+            rank += 1;
+            q > target
+        });
+        found
+    }
+
+    /// The candidate of `pos` that is the k-th whose match reaches `len` bytes.
+    fn at_reaching(&self, plain: &[u8], pos: usize, k: u64, len: usize) -> Option<usize> {
+        let (mut left, mut found) = (k, None);
+        self.walk(plain, pos, WINDOW, |q| {
+            if plain[q..q + len] == plain[pos..pos + len] {
+                if left == 0 {
+                    found = Some(q);
+                    return false;
+                }
+                left -= 1;
+            }
+            true
+        });
+        found
+    }
+
     fn at_rank(&self, plain: &[u8], pos: usize, rank: u64) -> Option<usize> {
         let (mut left, mut found) = (rank, None);
         self.walk(plain, pos, WINDOW, |q| {
@@ -234,24 +268,27 @@ enum Ref {
 
 /// Appends matches `ms`, the first counted from plain offset `from`, as three columns (they
 /// compress better apart): the gap since the previous match's end; where it copies from
-/// (3k for the k-th record of its chain, 3r + 1 for rank r among the earlier occurrences of
-/// its first three bytes, most recent first, or 3 (distance - 1) + 2 when the walk to it is
-/// too long); and its length (0 when it is the longest the text allows from there, as most
-/// writers choose; else length - 2). With zlib's parses the references are small and the
-/// lengths all 0: what is left is mostly the literal runs.
+/// (3k for the k-th record of its chain, or for a match of stated length the k-th candidate
+/// that reaches that length; 3r + 1 for rank r among the earlier occurrences of its first
+/// three bytes, most recent first; 3 (distance - 1) + 2 when the walk to it is too long);
+/// and its length (0 when it is the longest the text allows from there, as most writers
+/// choose; else length - 2). With zlib's parses the references are small and the lengths all
+/// 0: what is left is mostly the literal runs.
 fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], chain: &mut Chain) {
     let (mut gaps, mut refs, mut lens) = (Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()));
     for m in ms {
         let (pos, dist) = (m.pos as usize, m.dist as usize);
         chain.insert_to(plain, pos);
         put_varint(&mut gaps, (m.pos - from) as u64);
-        match chain.locate(plain, pos, pos - dist) {
+        let longest = extension(plain, pos, dist, (plain.len() - pos).min(258));
+        let maximal = longest == m.len as usize;
+        let found = if maximal { chain.locate(plain, pos, pos - dist) } else { chain.locate_reaching(plain, pos, pos - dist, m.len as usize) };
+        match found {
             Some(Ref::Record(k)) => put_varint(&mut refs, k * 3),
             Some(Ref::Rank(r)) => put_varint(&mut refs, r * 3 + 1),
             None => put_varint(&mut refs, (dist as u64 - 1) * 3 + 2),
         }
-        let longest = extension(plain, pos, dist, (plain.len() - pos).min(258));
-        put_varint(&mut lens, if longest == m.len as usize { 0 } else { m.len as u64 - 2 });
+        put_varint(&mut lens, if maximal { 0 } else { m.len as u64 - 2 });
         from = m.pos + m.len as u32;
     }
     put_varint(out, ms.len() as u64);
@@ -283,16 +320,20 @@ fn get_matches(b: &[u8], from: u64, plain: &[u8], chain: &mut Chain, out: &mut V
         let pos = pos as usize;
         chain.insert_to(plain, pos);
         let r = refs.bounded(3 * WINDOW as u64)?;
-        let dist = match r % 3 {
-            0 => pos - chain.at_record(plain, pos, r / 3).ok_or(ParseError::Damaged("record beyond the chain"))?,
-            1 => pos - chain.at_rank(plain, pos, r / 3).ok_or(ParseError::Damaged("rank beyond the chain"))?,
+        let lc = lens.bounded(256)? as usize;
+        if lc != 0 && pos + lc + 2 > plain.len() {
+            return Err(ParseError::Damaged("match length"));
+        }
+        let dist = match (r % 3, lc) {
+            (0, 0) => pos - chain.at_record(plain, pos, r / 3).ok_or(ParseError::Damaged("record beyond the chain"))?,
+            (0, _) => pos - chain.at_reaching(plain, pos, r / 3, lc + 2).ok_or(ParseError::Damaged("candidate beyond the chain"))?,
+            (1, _) => pos - chain.at_rank(plain, pos, r / 3).ok_or(ParseError::Damaged("rank beyond the chain"))?,
             _ => (r / 3) as usize + 1,
         };
         if dist > pos || dist > WINDOW {
             return Err(ParseError::Damaged("match out of range"));
         }
-        let lc = lens.bounded(256)?;
-        let len = if lc == 0 { extension(plain, pos, dist, (plain.len() - pos).min(258)) } else { lc as usize + 2 };
+        let len = if lc == 0 { extension(plain, pos, dist, (plain.len() - pos).min(258)) } else { lc + 2 };
         if !(3..=258).contains(&len) || pos + len > plain.len() {
             return Err(ParseError::Damaged("match length"));
         }
