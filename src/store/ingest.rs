@@ -38,6 +38,8 @@ const RAW_CDC: (u32, u32, u32) = (16 << 10, 64 << 10, 256 << 10);
 /// writer's parse has (nearly always) stopped depending on the headers before the payload,
 /// so copies of one payload store their parse tail once (see `format::deflate`).
 const PARSE_SHARED_FROM: u64 = 4 << 10;
+/// The most text whose matches a member keeps in its recipe (about 10-20 KiB of parse).
+const PARSE_INLINE_TEXT: u64 = 64 << 10;
 /// Compressed chunks are kept only if they save at least 3 %.
 const MIN_SAVING_PERCENT: usize = 3;
 const ZSTD_LEVEL: i32 = 3;
@@ -90,7 +92,9 @@ fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: Option<u64>) -> 
 
 /// Where each member's parse may start to be shared, relative to its plain text: some way
 /// into the first payload that starts in it, or its start if it begins inside a payload
-/// (its window then sees nothing but payload). None for members without payload bytes.
+/// (its window then sees nothing but payload). Never past PARSE_INLINE_TEXT: what comes
+/// before the cut is kept in the recipe, whose pieces must stay small whatever a member
+/// holds (one without a payload, a huge header).
 fn parse_cuts(members: &[&Member], seg: &warc::Segmentation) -> Vec<Option<u64>> {
     let payloads: Vec<(u64, u64)> = seg.spans.iter().filter(|s| s.kind == SpanKind::Payload).map(|s| (s.start, s.start + s.len)).collect();
     members
@@ -98,8 +102,12 @@ fn parse_cuts(members: &[&Member], seg: &warc::Segmentation) -> Vec<Option<u64>>
         .map(|m| {
             let (ps, pe) = (m.plain_start, m.plain_start + m.plain_len);
             let i = payloads.partition_point(|&(_, end)| end <= ps);
-            let &(a, _) = payloads.get(i).filter(|&&(a, _)| a < pe)?;
-            Some(if a < ps { 0 } else { a - ps + PARSE_SHARED_FROM })
+            let cut = match payloads.get(i).filter(|&&(a, _)| a < pe) {
+                Some(&(a, _)) if a < ps => 0,
+                Some(&(a, _)) => a - ps + PARSE_SHARED_FROM,
+                None => PARSE_INLINE_TEXT,
+            };
+            Some(cut.min(PARSE_INLINE_TEXT))
         })
         .collect()
 }

@@ -334,7 +334,7 @@ impl Store {
             let at = head.piece_starts.get(pno as usize).copied().unwrap_or(0) + piece.segments[..sno].iter().map(Segment::len).sum::<u64>();
             StoreError::Member { offset: at, len: *comp_len, what }
         };
-        let mut out = Vec::with_capacity(*comp_len as usize);
+        let mut out = Vec::with_capacity((*comp_len).min(text.len() as u64 + (1 << 20)) as usize);
         out.extend_from_slice(header);
         let p = deflate::decode(parse, tail.as_deref().map(|t| t.as_slice()), &text).map_err(|e| bad(e.to_string()))?;
         deflate::replay(&p, &text, &mut out).map_err(|e| bad(e.to_string()))?;
@@ -580,7 +580,7 @@ impl Store {
                     Segment::Member { comp_len, .. } => match tasks.last_mut() {
                         Some(t) if t.members && t.pno == pno && t.b == sno && t.len < TASK / 4 => {
                             t.b = sno + 1;
-                            t.len += comp_len;
+                            t.len = t.len.saturating_add(*comp_len);
                         }
                         _ => tasks.push(Task { pno, sno, a: 0, b: sno + 1, len: *comp_len, members: true }),
                     },
@@ -624,7 +624,7 @@ impl Store {
                 }
                 let i = st.next;
                 st.next += 1;
-                st.in_flight += tasks[i].len;
+                st.in_flight = st.in_flight.saturating_add(tasks[i].len);
                 i
             };
             let t = &tasks[i];
@@ -634,7 +634,8 @@ impl Store {
             let r = super::bug_as_error("copying out a part of a file", || {
                 crate::failpoint::panic_at("copy_to");
                 let piece = self.piece(head.id, t.pno)?;
-                let mut v = Vec::with_capacity(t.len as usize);
+                // A hint only: lengths come from the recipe, which may be damaged.
+                let mut v = Vec::with_capacity(t.len.min(2 * TASK) as usize);
                 if t.members {
                     for sno in t.sno..t.b {
                         v.extend_from_slice(&self.rebuild_member(head, t.pno, sno, &piece)?);
@@ -670,7 +671,9 @@ impl Store {
                 let bytes = bytes.map_err(fail)?;
                 out.write_all(&bytes).map_err(io_err).map_err(fail)?;
                 written += bytes.len() as u64;
-                state.locked().in_flight -= task.len;
+                let mut st = state.locked();
+                st.in_flight = st.in_flight.saturating_sub(task.len);
+                drop(st);
                 changed.notify_all();
             }
             Ok(())

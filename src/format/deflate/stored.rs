@@ -75,8 +75,9 @@ struct Chain {
 
 const NONE: u32 = u32::MAX;
 const WINDOW: usize = 32768;
-/// Chain steps a stored rank may take a reader; a match further down its chain is stored
-/// with its distance instead, so no rebuild walks further than this per match.
+/// Chain links a stored rank may take a reader; a match further down its chain is stored
+/// with its distance instead. Readers walk no further either, so a damaged parse cannot make
+/// a rebuild walk whole windows per match.
 const RANK_STEPS: usize = 128;
 
 thread_local! {
@@ -195,7 +196,7 @@ impl Chain {
     fn at_record(&self, plain: &[u8], pos: usize, k: u64) -> Option<usize> {
         let cap = (plain.len() - pos).min(258);
         let (mut left, mut best, mut found) = (k, 2usize, None);
-        self.walk(plain, pos, WINDOW, |q| {
+        self.walk(plain, pos, RANK_STEPS, |q| {
             if best < cap && plain[q + best] == plain[pos + best] {
                 let e = extension(plain, pos, pos - q, cap);
                 if e > best {
@@ -233,7 +234,7 @@ impl Chain {
     /// The candidate of `pos` that is the k-th whose match reaches `len` bytes.
     fn at_reaching(&self, plain: &[u8], pos: usize, k: u64, len: usize) -> Option<usize> {
         let (mut left, mut found) = (k, None);
-        self.walk(plain, pos, WINDOW, |q| {
+        self.walk(plain, pos, RANK_STEPS, |q| {
             if plain[q..q + len] == plain[pos..pos + len] {
                 if left == 0 {
                     found = Some(q);
@@ -248,7 +249,7 @@ impl Chain {
 
     fn at_rank(&self, plain: &[u8], pos: usize, rank: u64) -> Option<usize> {
         let (mut left, mut found) = (rank, None);
-        self.walk(plain, pos, WINDOW, |q| {
+        self.walk(plain, pos, RANK_STEPS, |q| {
             if left == 0 {
                 found = Some(q);
                 return false;
@@ -304,6 +305,11 @@ fn get_matches(b: &[u8], from: u64, plain: &[u8], chain: &mut Chain, out: &mut V
     let mut c = Cursor { b, i: 0 };
     let n = c.bounded(plain.len() as u64 / 3)? as usize;
     let gaps_len = c.bounded(b.len() as u64)? as usize;
+    if n > gaps_len {
+        // Every gap takes a byte at least: a count beyond that is damage, not a reason to
+        // reserve room for it.
+        return Err(ParseError::Damaged("match count"));
+    }
     let refs_len = c.bounded(b.len() as u64)? as usize;
     let start = c.i;
     let cols = b.get(start..start.saturating_add(gaps_len).saturating_add(refs_len)).ok_or(ParseError::Damaged("ends early"))?;
@@ -552,5 +558,51 @@ mod tests {
             }
         }
         assert!(dynamic > 300, "{dynamic}");
+    }
+
+    /// A damaged (or crafted) parse over repetitive text, every match naming a source far
+    /// down its chain: decoding stops at RANK_STEPS links a match, not a window's worth.
+    #[test]
+    fn a_damaged_parse_cannot_make_a_rebuild_walk_whole_windows() {
+        // Every earlier position is a candidate: a rank of 30,000 is found 30,000 links down
+        // (a walk per match of a window's length: hours for this text without the bound).
+        let text = vec![b'a'; 1 << 20];
+        let n = (text.len() - 40_000) / 4;
+        let mut gaps = Vec::new();
+        put_varint(&mut gaps, 40_000);
+        gaps.extend(std::iter::repeat_n(1u8, n - 1));
+        let mut refs = Vec::new();
+        for _ in 0..n {
+            put_varint(&mut refs, 3 * 30_000 + 1);
+        }
+        let mut prefix = Vec::new();
+        put_varint(&mut prefix, 1);
+        prefix.push(1 | 1 << 1); // last, fixed
+        put_varint(&mut prefix, text.len() as u64);
+        prefix.push(0);
+        put_varint(&mut prefix, text.len() as u64);
+        put_varint(&mut prefix, n as u64);
+        put_varint(&mut prefix, gaps.len() as u64);
+        put_varint(&mut prefix, refs.len() as u64);
+        prefix.extend_from_slice(&gaps);
+        prefix.extend_from_slice(&refs);
+        prefix.extend(std::iter::repeat_n(1u8, n)); // length 3
+        let t = std::time::Instant::now();
+        let r = decode(&prefix, None, &text).map(|p| p.matches.len());
+        assert_eq!(r, Err(ParseError::Damaged("rank beyond the chain")));
+        assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
+        // A count of matches beyond the bytes that hold them is refused before it sizes
+        // anything.
+        let mut bad = Vec::new();
+        put_varint(&mut bad, 1);
+        bad.push(1 | 1 << 1);
+        put_varint(&mut bad, text.len() as u64);
+        bad.push(0);
+        put_varint(&mut bad, text.len() as u64);
+        put_varint(&mut bad, (text.len() / 3) as u64);
+        put_varint(&mut bad, 1);
+        put_varint(&mut bad, 1);
+        bad.extend_from_slice(&[0, 0, 0]);
+        assert_eq!(decode(&bad, None, &text).map(|p| p.matches.len()), Err(ParseError::Damaged("match count")));
     }
 }
