@@ -504,8 +504,10 @@ impl BitWriter<'_> {
 }
 
 /// An encoding table: (reversed code, length) per symbol; length 0 for unused symbols.
+type Codes<const N: usize> = [(u16, u8); N];
+
 /// Fixed-size, so that a literal byte indexes it without a bounds check.
-fn encoder<const N: usize>(lengths: &[u8]) -> [(u16, u8); N] {
+fn encoder<const N: usize>(lengths: &[u8]) -> Codes<N> {
     let mut t = [(0u16, 0u8); N];
     for (sym, code, len) in canonical_codes(lengths) {
         if let Some(slot) = t.get_mut(sym) {
@@ -542,7 +544,7 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
     let mut pos = 0usize;
     let mut mi = 0usize;
     let (fl, fd) = fixed_lengths();
-    let mut fixed: Option<([(u16, u8); 288], [(u16, u8); 30])> = None;
+    let mut fixed: Option<(Codes<288>, Codes<30>)> = None;
     for (bi, b) in parse.blocks.iter().enumerate() {
         let end = b.end as usize;
         if end < pos || end > plain.len() || b.last != (bi + 1 == parse.blocks.len()) {

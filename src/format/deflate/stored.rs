@@ -165,77 +165,30 @@ impl Chain {
         }
     }
 
-    /// How the occurrence at `target` is found from `pos`: as the k-th candidate whose
-    /// match is longer than every more recent one's (zlib's search keeps the first of the
-    /// longest, so its choice is always such a "record" and k is small), or failing that by
-    /// its rank among all candidates; None if the walk does not reach it in RANK_STEPS.
-    fn locate(&self, plain: &[u8], pos: usize, target: usize) -> Option<Ref> {
-        let cap = (plain.len() - pos).min(258);
-        let (mut rank, mut best, mut records, mut found) = (0u64, 2usize, 0u64, None);
+    /// How the occurrence at `target` is found from `pos` (see `Counted`): as the k-th
+    /// candidate that counts, or failing that by its rank among all candidates; None if
+    /// the walk does not reach it in RANK_STEPS.
+    fn locate(&self, plain: &[u8], pos: usize, target: usize, len: Option<usize>) -> Option<Ref> {
+        let mut counted = Counted::new(plain, pos, len);
+        let (mut rank, mut k, mut found) = (0u64, 0u64, None);
         self.walk(plain, pos, RANK_STEPS, |q| {
-            let longer = best < cap && plain[q + best] == plain[pos + best] && {
-                let e = extension(plain, pos, pos - q, cap);
-                let longer = e > best;
-                if longer && q != target {
-                    best = e;
-                }
-                longer
-            };
+            let counts = counted.counts(plain, pos, q);
             if q == target {
-                found = Some(if longer { Ref::Record(records) } else { Ref::Rank(rank) });
+                found = Some(if counts { Ref::Counted(k) } else { Ref::Rank(rank) });
                 return false;
             }
-            records += longer as u64;
+            k += counts as u64;
             rank += 1;
             q > target
         });
         found
     }
 
-    /// The candidate of `pos` that is its k-th record (see `locate`).
-    fn at_record(&self, plain: &[u8], pos: usize, k: u64) -> Option<usize> {
-        let cap = (plain.len() - pos).min(258);
-        let (mut left, mut best, mut found) = (k, 2usize, None);
-        self.walk(plain, pos, RANK_STEPS, |q| {
-            if best < cap && plain[q + best] == plain[pos + best] {
-                let e = extension(plain, pos, pos - q, cap);
-                if e > best {
-                    if left == 0 {
-                        found = Some(q);
-                        return false;
-                    }
-                    left -= 1;
-                    best = e;
-                }
-            }
-            true
-        });
-        found
-    }
-
-    /// For a match of a stated length `len` (one shorter than the text allows, as optimal
-    /// parsers such as zopfli choose): `target` as the k-th candidate whose match reaches
-    /// `len` (most writers take the nearest such, so k is small), or by its rank.
-    fn locate_reaching(&self, plain: &[u8], pos: usize, target: usize, len: usize) -> Option<Ref> {
-        let (mut rank, mut reaching, mut found) = (0u64, 0u64, None);
-        self.walk(plain, pos, RANK_STEPS, |q| {
-            let reaches = plain[q..q + len] == plain[pos..pos + len];
-            if q == target {
-                found = Some(if reaches { Ref::Record(reaching) } else { Ref::Rank(rank) });
-                return false;
-            }
-            reaching += reaches as u64;
-            rank += 1;
-            q > target
-        });
-        found
-    }
-
-    /// The candidate of `pos` that is the k-th whose match reaches `len` bytes.
-    fn at_reaching(&self, plain: &[u8], pos: usize, k: u64, len: usize) -> Option<usize> {
+    /// The candidate of `pos` that is the k-th that counts as `counted` says.
+    fn at_counted(&self, plain: &[u8], pos: usize, k: u64, mut counted: Counted) -> Option<usize> {
         let (mut left, mut found) = (k, None);
         self.walk(plain, pos, RANK_STEPS, |q| {
-            if plain[q..q + len] == plain[pos..pos + len] {
+            if counted.counts(plain, pos, q) {
                 if left == 0 {
                     found = Some(q);
                     return false;
@@ -247,24 +200,55 @@ impl Chain {
         found
     }
 
-    fn at_rank(&self, plain: &[u8], pos: usize, rank: u64) -> Option<usize> {
-        let (mut left, mut found) = (rank, None);
-        self.walk(plain, pos, RANK_STEPS, |q| {
-            if left == 0 {
-                found = Some(q);
-                return false;
-            }
-            left -= 1;
-            true
-        });
-        found
-    }
 }
 
 /// Where a stored match copies from.
 enum Ref {
-    Record(u64),
+    /// The k-th candidate that counts.
+    Counted(u64),
+    /// The k-th candidate.
     Rank(u64),
+}
+
+/// Which candidates a `Ref::Counted` counts, most recent first. For a match whose length is
+/// implied: the *records*, candidates whose match is longer than every more recent one's
+/// (zlib's search keeps the first of the longest, so its choice is always one and k is
+/// small). For a match of stated length (optimal parsers such as zopfli shorten matches):
+/// the candidates whose match reaches that length (they take the nearest).
+enum Counted {
+    Records { best: usize, cap: usize },
+    Reaching(usize),
+    /// Every candidate (a `Ref::Rank`).
+    All,
+}
+
+impl Counted {
+    fn new(plain: &[u8], pos: usize, len: Option<usize>) -> Counted {
+        match len {
+            Some(len) => Counted::Reaching(len),
+            None => Counted::Records { best: 2, cap: (plain.len() - pos).min(258) },
+        }
+    }
+
+    /// Whether candidate `q` of `pos` counts (a record raises the bar for the next).
+    #[inline]
+    fn counts(&mut self, plain: &[u8], pos: usize, q: usize) -> bool {
+        match self {
+            Counted::All => true,
+            Counted::Reaching(len) => plain[q..q + *len] == plain[pos..pos + *len],
+            Counted::Records { best, cap } => {
+                if *best >= *cap || plain[q + *best] != plain[pos + *best] {
+                    return false;
+                }
+                let e = extension(plain, pos, pos - q, *cap);
+                let record = e > *best;
+                if record {
+                    *best = e;
+                }
+                record
+            }
+        }
+    }
 }
 
 /// Appends matches `ms`, the first counted from plain offset `from`, as three columns (they
@@ -283,9 +267,8 @@ fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], cha
         put_varint(&mut gaps, (m.pos - from) as u64);
         let longest = extension(plain, pos, dist, (plain.len() - pos).min(258));
         let maximal = longest == m.len as usize;
-        let found = if maximal { chain.locate(plain, pos, pos - dist) } else { chain.locate_reaching(plain, pos, pos - dist, m.len as usize) };
-        match found {
-            Some(Ref::Record(k)) => put_varint(&mut refs, k * 3),
+        match chain.locate(plain, pos, pos - dist, (!maximal).then_some(m.len as usize)) {
+            Some(Ref::Counted(k)) => put_varint(&mut refs, k * 3),
             Some(Ref::Rank(r)) => put_varint(&mut refs, r * 3 + 1),
             None => put_varint(&mut refs, (dist as u64 - 1) * 3 + 2),
         }
@@ -330,10 +313,10 @@ fn get_matches(b: &[u8], from: u64, plain: &[u8], chain: &mut Chain, out: &mut V
         if lc != 0 && pos + lc + 2 > plain.len() {
             return Err(ParseError::Damaged("match length"));
         }
-        let dist = match (r % 3, lc) {
-            (0, 0) => pos - chain.at_record(plain, pos, r / 3).ok_or(ParseError::Damaged("record beyond the chain"))?,
-            (0, _) => pos - chain.at_reaching(plain, pos, r / 3, lc + 2).ok_or(ParseError::Damaged("candidate beyond the chain"))?,
-            (1, _) => pos - chain.at_rank(plain, pos, r / 3).ok_or(ParseError::Damaged("rank beyond the chain"))?,
+        let stated = (lc != 0).then_some(lc + 2);
+        let dist = match r % 3 {
+            0 => pos - chain.at_counted(plain, pos, r / 3, Counted::new(plain, pos, stated)).ok_or(ParseError::Damaged("record beyond the chain"))?,
+            1 => pos - chain.at_counted(plain, pos, r / 3, Counted::All).ok_or(ParseError::Damaged("rank beyond the chain"))?,
             _ => (r / 3) as usize + 1,
         };
         if dist > pos || dist > WINDOW {
@@ -461,7 +444,7 @@ pub fn encode(p: &Parse, plain: &[u8], cut_at: Option<usize>) -> Stored {
 /// length before it sizes anything.
 pub fn decode(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8]) -> Result<Parse> {
     let mut c = Cursor { b: prefix, i: 0 };
-    let n = c.bounded(plain.len() as u64 + 1 << 4)? as usize;
+    let n = c.bounded((plain.len() as u64 + 1) << 4)? as usize;
     let mut p = Parse { blocks: Vec::with_capacity(n.min(1 << 16)), ..Parse::default() };
     let mut derived = Vec::new();
     let mut end = 0u64;
@@ -496,11 +479,8 @@ pub fn decode(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8]) -> Result<Parse>
         return Err(ParseError::Damaged("prefix match past the cut"));
     }
     match tail {
-        Some(t) => {
-            if get_matches(t, cut, plain, &mut chain, &mut p.matches)? != t.len() {
-                return Err(ParseError::Damaged("trailing bytes"));
-            }
-        }
+        Some(t) if get_matches(t, cut, plain, &mut chain, &mut p.matches)? != t.len() => return Err(ParseError::Damaged("trailing bytes")),
+        Some(_) => {}
         None if cut != plain.len() as u64 => return Err(ParseError::Damaged("tail missing")),
         None => {}
     }
