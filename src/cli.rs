@@ -190,7 +190,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 if let Some(r) = reads {
                     let mean = |us: u64| us.checked_div(r.members_rebuilt).unwrap_or(0);
                     println!(
-                        "reads (mounted)  {} gzip members rebuilt (mean {} us reading their text, {} us compressing it), {} served from cache; {} chunks read; {} recipe pieces loaded",
+                        "reads (mounted)  {} gzip members rebuilt (mean {} us reading their text, {} us replaying its parse), {} served from cache; {} chunks read; {} recipe pieces loaded",
                         r.members_rebuilt,
                         mean(r.member_gather_us),
                         mean(r.member_deflate_us),

@@ -107,7 +107,7 @@ struct Counters {
 /// A snapshot of the read counters (`warcfs stats` of a mounted store shows them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReadCounters {
-    /// gzip members compressed again (a deflate each).
+    /// gzip members rebuilt (a parse decoded and replayed each).
     pub members_rebuilt: u64,
     /// Reads of a member served from the rebuilt-member cache.
     pub member_hits: u64,
@@ -119,7 +119,8 @@ pub struct ReadCounters {
     /// pack reads, decoding): with the next one, where a lookup in a `.warc.gz` goes.
     #[serde(default)]
     pub member_gather_us: u64,
-    /// Microseconds the member rebuilds spent compressing their text again.
+    /// Microseconds the member rebuilds spent decoding and replaying their parses (the field
+    /// keeps its name from when this was a zlib deflate: `stats --json` readers use it).
     #[serde(default)]
     pub member_deflate_us: u64,
 }
