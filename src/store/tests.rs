@@ -374,3 +374,36 @@ fn a_panic_in_an_ingest_is_that_files_error_and_the_store_goes_on() {
     let rep = s.fsck(false).unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
+
+/// Bad gzip input is stored byte-exact: a member whose trailer lies (ISIZE, CRC-32) keeps
+/// its trailer and still dedups; bytes where a deflate stream ends early are kept raw.
+#[test]
+fn lying_trailers_and_early_ends_round_trip_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let mut x = 7u32;
+    let body: Vec<u8> = (0..60_000u32)
+        .flat_map(|_| {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            format!("<li>item {}</li>\n", x >> 20).into_bytes()
+        })
+        .collect();
+    let good = gzip_member(&warc_record(1, &body), 9);
+
+    let mut lying = good.clone();
+    let n = lying.len();
+    lying[n - 1] ^= 0x40; // ISIZE
+    lying[n - 8] ^= 0x01; // CRC-32
+    let mut ends_early = good[..good.len() / 2].to_vec();
+    ends_early.extend_from_slice(&good[good.len() - 8..]); // a trailer after half a stream
+    let mut file = good.clone();
+    for part in [&lying, &ends_early, &good] {
+        file.extend_from_slice(part);
+    }
+    s.put_file(ROOT_INO, b"f", &file, meta()).unwrap();
+    assert_eq!(read_all(&s, "/f"), file);
+    let st = s.stats().unwrap();
+    // good, lying, (ends early: raw bytes, no member), good: three members rebuilt.
+    assert_eq!((st.gzip_members, st.gzip_members_raw), (3, 0), "{st:?}");
+    assert_eq!(st.unique_payloads, 1, "the lying member's payload is the good one's: {st:?}");
+}
