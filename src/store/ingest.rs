@@ -74,7 +74,7 @@ fn cdc(data: &[u8], (min, avg, max): (u32, u32, u32)) -> impl Iterator<Item = (u
 
 /// A member's parse, recorded while inflating it again and proven to replay to its exact
 /// bytes in the form it is stored in; None if it does not (the member is then kept raw).
-fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: Option<u64>) -> Option<deflate::Stored> {
+fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64) -> Option<deflate::Stored> {
     if !m.plain_kept || m.plain_len > MAX_MEMBER_PLAIN {
         return None;
     }
@@ -83,7 +83,7 @@ fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: Option<u64>) -> 
     let p0 = m.plain_start as usize;
     let plain = plain.get(p0..p0 + m.plain_len as usize)?;
     let parse = deflate::record(stream, plain).ok()?;
-    let stored = deflate::encode(&parse, plain, cut_at.map(|c| c as usize));
+    let stored = deflate::encode(&parse, plain, Some(cut_at as usize));
     let back = deflate::decode(&stored.prefix, stored.tail.as_deref(), plain).ok()?;
     let mut again = Vec::with_capacity(stream.len());
     deflate::replay(&back, plain, &mut again).ok()?;
@@ -95,7 +95,7 @@ fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: Option<u64>) -> 
 /// (its window then sees nothing but payload). Never past PARSE_INLINE_TEXT: what comes
 /// before the cut is kept in the recipe, whose pieces must stay small whatever a member
 /// holds (one without a payload, a huge header).
-fn parse_cuts(members: &[&Member], seg: &warc::Segmentation) -> Vec<Option<u64>> {
+fn parse_cuts(members: &[&Member], seg: &warc::Segmentation) -> Vec<u64> {
     let payloads: Vec<(u64, u64)> = seg.spans.iter().filter(|s| s.kind == SpanKind::Payload).map(|s| (s.start, s.start + s.len)).collect();
     members
         .iter()
@@ -107,7 +107,7 @@ fn parse_cuts(members: &[&Member], seg: &warc::Segmentation) -> Vec<Option<u64>>
                 Some(&(a, _)) => a - ps + PARSE_SHARED_FROM,
                 None => PARSE_INLINE_TEXT,
             };
-            Some(cut.min(PARSE_INLINE_TEXT))
+            cut.min(PARSE_INLINE_TEXT)
         })
         .collect()
 }

@@ -314,6 +314,15 @@ impl Store {
     /// recorded deflate parse replayed over it, and the result checked against the CRC-32 of
     /// the original bytes kept in the recipe. A mismatch is an error, never wrong bytes.
     fn rebuild_member(&self, head: &RecipeHead, pno: u32, sno: usize, piece: &Piece) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.rebuild_member_into(head, pno, sno, piece, &mut out)?;
+        Ok(out)
+    }
+
+    /// `rebuild_member`, appending to `out` (a reader copying out a run of members writes
+    /// them where they go, not into a buffer of their own first). On an error `out` is left
+    /// as it was.
+    fn rebuild_member_into(&self, head: &RecipeHead, pno: u32, sno: usize, piece: &Piece, out: &mut Vec<u8>) -> Result<()> {
         let Segment::Member { header, plain, parse, parse_tail, trailer, comp_len, crc } = &piece.segments[sno] else {
             unreachable!("rebuild_member is called on member segments only");
         };
@@ -335,19 +344,26 @@ impl Store {
             let at = head.piece_starts.get(pno as usize).copied().unwrap_or(0) + piece.segments[..sno].iter().map(Segment::len).sum::<u64>();
             StoreError::Member { offset: at, len: *comp_len, what }
         };
-        let mut out = Vec::with_capacity((*comp_len).min(text.len() as u64 + (1 << 20)) as usize);
+        let start = out.len();
+        out.reserve((*comp_len).min(text.len() as u64 + (1 << 20)) as usize);
         out.extend_from_slice(header);
-        let p = deflate::decode(parse, tail.as_deref().map(|t| t.as_slice()), &text).map_err(|e| bad(e.to_string()))?;
-        deflate::replay(&p, &text, &mut out).map_err(|e| bad(e.to_string()))?;
+        let rebuilt = deflate::decode(parse, tail.as_deref().map(|t| t.as_slice()), &text).and_then(|p| deflate::replay(&p, &text, out));
+        if let Err(e) = rebuilt {
+            out.truncate(start);
+            return Err(bad(e.to_string()));
+        }
         out.extend_from_slice(&trailer.unwrap_or_else(|| gzip::trailer_for(&text)));
-        crate::failpoint::corrupt("member_rebuilt", &mut out);
+        crate::failpoint::corrupt("member_rebuilt", &mut out[start..]);
         let c = &self.cache.counters;
         c.member_gather_ns.fetch_add((gathered - started).as_nanos() as u64, Ordering::Relaxed);
         c.member_deflate_ns.fetch_add(gathered.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        if out.len() as u64 != *comp_len || crc32fast::hash(&out) != *crc {
-            return Err(bad(format!("its {} rebuilt bytes do not match the original's length and CRC-32", out.len())));
+        let member = &out[start..];
+        if member.len() as u64 != *comp_len || crc32fast::hash(member) != *crc {
+            let n = member.len();
+            out.truncate(start);
+            return Err(bad(format!("its {n} rebuilt bytes do not match the original's length and CRC-32")));
         }
-        Ok(out)
+        Ok(())
     }
 
     fn member_cached(&self, head: &RecipeHead, pno: u32, sno: u32, piece: &Piece) -> Result<Arc<Vec<u8>>> {
@@ -639,7 +655,7 @@ impl Store {
                 let mut v = Vec::with_capacity(t.len.min(2 * TASK) as usize);
                 if t.members {
                     for sno in t.sno..t.b {
-                        v.extend_from_slice(&self.rebuild_member(head, t.pno, sno, &piece)?);
+                        self.rebuild_member_into(head, t.pno, sno, &piece, &mut v)?;
                     }
                 } else if let Segment::Data { extents } = &piece.segments[t.sno] {
                     self.gather(&piece, &extents[t.a..t.b], &mut v)?;

@@ -16,6 +16,9 @@
 //! there once the writer's 32 KiB window no longer reaches before the payload, so they are
 //! stored as a content-addressed chunk that deduplicates with the payload (`tail`). Byte
 //! layouts: docs/FORMAT.md, "Deflate parse".
+//!
+//! Our own inflater and bit writer: no deflate crate (flate2, miniz_oxide, zlib) exposes the
+//! blocks and matches it decodes, nor writes a given parse.
 
 use thiserror::Error;
 
@@ -92,6 +95,25 @@ const DEXT: [u8; 30] = [0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8,
 const CL_ORDER: [usize; 19] = [16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15];
 const MAX_BITS: usize = 15;
 const FAST_BITS: u32 = 10;
+
+/// The fixed Huffman code's decoding and encoding tables, built once: most small members
+/// (request and metadata records) are a single fixed block, and every rebuild of one would
+/// otherwise build them again.
+fn fixed_decoders() -> &'static (Decoder, Decoder) {
+    static FIXED: std::sync::OnceLock<(Decoder, Decoder)> = std::sync::OnceLock::new();
+    FIXED.get_or_init(|| {
+        let (l, d) = fixed_lengths();
+        (Decoder::new(&l).expect("fixed code"), Decoder::new(&d).expect("fixed code"))
+    })
+}
+
+fn fixed_codes() -> &'static (Codes<288>, Codes<30>) {
+    static FIXED: std::sync::OnceLock<(Codes<288>, Codes<30>)> = std::sync::OnceLock::new();
+    FIXED.get_or_init(|| {
+        let (l, d) = fixed_lengths();
+        (encoder::<288>(&l), encoder::<30>(&d))
+    })
+}
 
 fn fixed_lengths() -> ([u8; 288], [u8; 30]) {
     let mut l = [0u8; 288];
@@ -367,8 +389,6 @@ pub fn record(deflate: &[u8], plain: &[u8]) -> Result<Parse> {
     let mut r = BitReader::new(deflate);
     let mut p = Parse::default();
     let mut pos = 0usize;
-    let (fl, fd) = fixed_lengths();
-    let mut fixed: Option<(Decoder, Decoder)> = None;
     loop {
         let last = r.bits(1) == 1;
         let btype = r.bits(2);
@@ -397,7 +417,7 @@ pub fn record(deflate: &[u8], plain: &[u8]) -> Result<Parse> {
                 let (kind, owned);
                 let (lit, dist) = if btype == 1 {
                     kind = BlockKind::Fixed;
-                    let f = fixed.get_or_insert_with(|| (Decoder::new(&fl).expect("fixed code"), Decoder::new(&fd).expect("fixed code")));
+                    let f = fixed_decoders();
                     (&f.0, &f.1)
                 } else {
                     let from = r.bit_pos();
@@ -543,8 +563,6 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
     let mut w = BitWriter { out, buf: 0, n: 0 };
     let mut pos = 0usize;
     let mut mi = 0usize;
-    let (fl, fd) = fixed_lengths();
-    let mut fixed: Option<(Codes<288>, Codes<30>)> = None;
     for (bi, b) in parse.blocks.iter().enumerate() {
         let end = b.end as usize;
         if end < pos || end > plain.len() || b.last != (bi + 1 == parse.blocks.len()) {
@@ -568,7 +586,7 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
             }
             BlockKind::Fixed => {
                 w.put(1, 2);
-                let f = fixed.get_or_insert_with(|| (encoder::<288>(&fl), encoder::<30>(&fd)));
+                let f = fixed_codes();
                 (lit, dist) = (&f.0, &f.1);
             }
             BlockKind::Dynamic { header, bits } => {
