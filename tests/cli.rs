@@ -399,9 +399,7 @@ fn fsck_reports_flipped_byte_with_files() {
 #[cfg_attr(not(debug_assertions), ignore = "the failpoint exists in debug builds only")]
 fn a_panic_while_copying_out_is_an_error_not_a_hang() {
     let tmp = TempDir::new().unwrap();
-    let store = tmp.path().join("store");
-    let src = real_corpus().join("webrecorder-warcio/example.warc.gz");
-    ok(&["import", &s(&store), &s(&src)]);
+    let (store, src) = store_with_sample(tmp.path(), "webrecorder-warcio/example.warc.gz");
     let args = ["cat".to_string(), s(&store), "/example.warc.gz".to_string()];
     let mut child = warcfs().args(&args).env("WARCFS_FAILPOINTS", "copy_to=1").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn warcfs cat");
     let t0 = Instant::now();
@@ -673,9 +671,7 @@ fn a_crawl_regzipped_by_other_writers_dedups_against_the_original() {
 #[cfg_attr(not(debug_assertions), ignore = "the failpoint exists in debug builds only")]
 fn a_member_that_does_not_rebuild_exactly_is_an_error_not_wrong_bytes() {
     let tmp = TempDir::new().unwrap();
-    let store = tmp.path().join("store");
-    let src = real_corpus().join("webrecorder-warcio/example.warc.gz");
-    ok(&["import", &s(&store), &s(&src)]);
+    let (store, src) = store_with_sample(tmp.path(), "webrecorder-warcio/example.warc.gz");
     let out = warcfs().args(["cat", &s(&store), "/example.warc.gz"]).env("WARCFS_FAILPOINTS", "member_rebuilt=1").output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "cat succeeded with a damaged member");

@@ -493,10 +493,8 @@ fn record_lookup_rebuilds_only_its_own_member() {
 #[cfg_attr(not(debug_assertions), ignore = "the failpoint exists in debug builds only")]
 fn a_panic_in_a_request_is_eio_and_the_mount_goes_on() {
     let tmp = TempDir::new().unwrap();
-    let store = tmp.path().join("store");
-    let src = real_corpus().join("webrecorder-warcio/example.warc.gz");
+    let (store, src) = store_with_sample(tmp.path(), "webrecorder-warcio/example.warc.gz");
     let want = fs::read(&src).unwrap();
-    ok(&["import", &s(&store), &s(&src)]);
     // Two fuser event loops: two panics would end both without the guard. The open failpoint
     // fires while the first open decides on direct I/O (reading the recipe): after that open
     // fails, nothing may count it as open (the kernel sends no RELEASE for it).
@@ -1455,10 +1453,8 @@ fn bad_mount_input() {
 #[cfg_attr(not(debug_assertions), ignore = "the failpoint exists in debug builds only")]
 fn a_member_that_does_not_rebuild_is_eio_and_a_log_line() {
     let tmp = TempDir::new().unwrap();
-    let store = tmp.path().join("store");
-    let src = real_corpus().join("webrecorder-warcio/example.warc.gz");
+    let (store, src) = store_with_sample(tmp.path(), "webrecorder-warcio/example.warc.gz");
     let want = fs::read(&src).unwrap();
-    ok(&["import", &s(&store), &s(&src)]);
     let m = Mounted::with_env(&store, &tmp.path().join("mnt"), &[], &[("WARCFS_FAILPOINTS", "member_rebuilt=1")]);
     let path = m.path("example.warc.gz");
     let err = fs::read(&path).expect_err("a read of a damaged member should fail");

@@ -419,3 +419,12 @@ pub fn regzip_members(data: &[u8], cmd: &[&str], upto: usize) -> Vec<u8> {
 pub fn tree_bytes(dir: &Path) -> u64 {
     walkdir::WalkDir::new(dir).into_iter().filter_map(|e| e.ok()).filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
 }
+
+/// A store in `tmp` with one real sample imported: returns (store, the sample's path). The
+/// failpoint tests all start from `webrecorder-warcio/example.warc.gz`, a few gzip members.
+pub fn store_with_sample(tmp: &Path, sample: &str) -> (PathBuf, PathBuf) {
+    let store = tmp.join("store");
+    let src = real_corpus().join(sample);
+    ok(&["import", &s(&store), &s(&src)]);
+    (store, src)
+}
