@@ -83,11 +83,19 @@ fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64) -> Option<d
     let p0 = m.plain_start as usize;
     let plain = plain.get(p0..p0 + m.plain_len as usize)?;
     let parse = deflate::record(stream, plain).ok()?;
-    let stored = deflate::encode(&parse, plain, Some(cut_at as usize));
-    let back = deflate::decode(&stored.prefix, stored.tail.as_deref(), plain).ok()?;
+    // Most members are zlib's (wget, warcprox, Heritrix): assume its block headers first,
+    // and derive each one to check only when that proof fails (GNU gzip's trees are zlib's
+    // too; zopfli's and 7-Zip's are not).
+    let cut = Some(cut_at as usize);
     let mut again = Vec::with_capacity(stream.len());
-    deflate::replay(&back, plain, &mut again).ok()?;
-    (again == stream).then_some(stored)
+    let proven = |stored: deflate::Stored, again: &mut Vec<u8>| {
+        again.clear();
+        let back = deflate::decode(&stored.prefix, stored.tail.as_deref(), plain).ok()?;
+        deflate::replay(&back, plain, again).ok()?;
+        (again == stream).then_some(stored)
+    };
+    proven(deflate::encode_assuming_zlib_headers(&parse, plain, cut), &mut again)
+        .or_else(|| proven(deflate::encode(&parse, plain, cut), &mut again))
 }
 
 /// Where each member's parse may start to be shared, relative to its plain text: some way

@@ -25,7 +25,7 @@ use thiserror::Error;
 mod stored;
 mod trees;
 
-pub use stored::{decode, encode, Stored};
+pub use stored::{decode, encode, encode_assuming_zlib_headers, Stored};
 
 /// What went wrong recording or replaying a parse. None of these is a panic: the input is
 /// untrusted (a member of any file, or a stored parse that may be damaged).

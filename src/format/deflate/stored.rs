@@ -390,6 +390,18 @@ pub struct Stored {
 /// Encodes `p` (the parse of `plain`), splitting off the matches from about `cut_at` on
 /// into a tail. The cut moves forward past a match that covers `cut_at`.
 pub fn encode(p: &Parse, plain: &[u8], cut_at: Option<usize>) -> Stored {
+    encode_with(p, plain, cut_at, false)
+}
+
+/// [`encode`] that takes every dynamic block's header to be zlib's without deriving it to
+/// check: for a caller that replays the stored form and compares anyway (ingest's proof),
+/// this saves deriving every header twice. Where a header is not zlib's, the replay differs
+/// and the caller falls back to [`encode`].
+pub fn encode_assuming_zlib_headers(p: &Parse, plain: &[u8], cut_at: Option<usize>) -> Stored {
+    encode_with(p, plain, cut_at, true)
+}
+
+fn encode_with(p: &Parse, plain: &[u8], cut_at: Option<usize>, assume_zlib: bool) -> Stored {
     let mut prefix = Vec::with_capacity(64 + p.matches.len() * 4);
     put_varint(&mut prefix, p.blocks.len() as u64);
     let mut prev = 0u32;
@@ -401,6 +413,7 @@ pub fn encode(p: &Parse, plain: &[u8], cut_at: Option<usize>) -> Stored {
         let (ty, extra): (u8, Option<&BlockKind>) = match &b.kind {
             BlockKind::Stored { .. } => (0, Some(&b.kind)),
             BlockKind::Fixed => (1, None),
+            BlockKind::Dynamic { .. } if assume_zlib => (3, None),
             BlockKind::Dynamic { header, bits } if block_freqs(plain, ms, prev as usize, b.end as usize).map(|(l, d)| trees::zlib_header(&l, &d)) == Some((header.clone(), *bits)) => (3, None),
             BlockKind::Dynamic { .. } => (2, Some(&b.kind)),
         };

@@ -16,35 +16,42 @@ const HEAP_SIZE: usize = 2 * L_CODES + 1;
 const BL_ORDER: [usize; 19] = [16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15];
 
 /// zlib's heap of tree nodes (trees.c `pqdownheap`): least frequent first, ties to the
-/// shallower subtree, so a node's order is that of `freq << 8 | depth` (depth < 256).
-/// Fixed arrays, so building a block's trees allocates nothing.
+/// shallower subtree, so a node's order is that of `freq << 8 | depth` (depth < 256). Each
+/// entry carries its key above the node number (`key << 16 | node`), so a comparison reads
+/// the heap alone; only the key decides, as zlib's `smaller` does. Fixed arrays, so building
+/// a block's trees allocates nothing.
 struct Heap {
-    /// One slot more than nodes: `SENTINEL`, the key that never wins.
-    key: [u64; HEAP_SIZE + 1],
     /// heap[len + 1] always holds SENTINEL, so `down` compares both children without a test.
-    heap: [u16; HEAP_SIZE + 2],
+    heap: [u64; HEAP_SIZE + 2],
     len: usize,
 }
 
-const SENTINEL: u16 = HEAP_SIZE as u16;
+/// The entry that never wins.
+const SENTINEL: u64 = u64::MAX;
+
+#[inline]
+fn entry(key: u64, node: usize) -> u64 {
+    key << 16 | node as u64
+}
+
+#[inline]
+fn node_of(e: u64) -> usize {
+    (e & 0xffff) as usize
+}
 
 impl Heap {
     #[inline]
-    fn key(&self, n: u16) -> u64 {
-        self.key[n as usize]
-    }
-
-    #[inline]
     fn down(&mut self, mut k: usize) {
         let v = self.heap[k];
-        let kv = self.key(v);
+        let kv = v >> 16;
         let mut j = k << 1;
         while j <= self.len {
-            j += (self.key(self.heap[j + 1]) <= self.key(self.heap[j])) as usize;
-            if kv <= self.key(self.heap[j]) {
+            j += (self.heap[j + 1] >> 16 <= self.heap[j] >> 16) as usize;
+            let hj = self.heap[j];
+            if kv <= hj >> 16 {
                 break;
             }
-            self.heap[k] = self.heap[j];
+            self.heap[k] = hj;
             k = j;
             j <<= 1;
         }
@@ -56,19 +63,15 @@ impl Heap {
 /// limited to `max_length` its way), and the largest symbol in use (`max_code`).
 fn build_tree(freqs: &[u32], max_length: u16) -> (Vec<u16>, usize) {
     let elems = freqs.len();
-    let mut h = Heap { key: [0; HEAP_SIZE + 1], heap: [SENTINEL; HEAP_SIZE + 2], len: 0 };
-    h.key[SENTINEL as usize] = u64::MAX;
-    // Depths start at 0: a leaf's key is its count.
-    for (k, &f) in h.key.iter_mut().zip(freqs) {
-        *k = (f as u64) << 8;
-    }
+    let mut h = Heap { heap: [SENTINEL; HEAP_SIZE + 2], len: 0 };
     let mut dad = [0u16; HEAP_SIZE];
     let mut heap_max = HEAP_SIZE;
     let mut max_code: i64 = -1;
+    // Depths start at 0: a leaf's key is its count.
     for (n, &f) in freqs.iter().enumerate() {
         if f != 0 {
             h.len += 1;
-            h.heap[h.len] = n as u16;
+            h.heap[h.len] = entry((f as u64) << 8, n);
             max_code = n as i64;
         }
     }
@@ -81,8 +84,7 @@ fn build_tree(freqs: &[u32], max_length: u16) -> (Vec<u16>, usize) {
             0
         };
         h.len += 1;
-        h.heap[h.len] = node as u16;
-        h.key[node] = 1 << 8;
+        h.heap[h.len] = entry(1 << 8, node);
     }
     let max_code = max_code as usize;
     for n in (1..=h.len / 2).rev() {
@@ -100,14 +102,13 @@ fn build_tree(freqs: &[u32], max_length: u16) -> (Vec<u16>, usize) {
         h.heap[heap_max] = n;
         heap_max -= 1;
         h.heap[heap_max] = m;
-        let (n, m) = (n as usize, m as usize);
-        let freq = (h.key[n] >> 8) + (h.key[m] >> 8);
+        let (kn, km) = (n >> 16, m >> 16);
+        let freq = (kn >> 8) + (km >> 8);
         // zlib keeps depths in a byte (they never come near 255 for 32-bit counts).
-        let depth = ((h.key[n] & 0xff).max(h.key[m] & 0xff) + 1) & 0xff;
-        h.key[node] = freq << 8 | depth;
-        dad[n] = node as u16;
-        dad[m] = node as u16;
-        h.heap[1] = node as u16;
+        let depth = ((kn & 0xff).max(km & 0xff) + 1) & 0xff;
+        dad[node_of(n)] = node as u16;
+        dad[node_of(m)] = node as u16;
+        h.heap[1] = entry(freq << 8 | depth, node);
         node += 1;
         h.down(1);
         if h.len < 2 {
@@ -122,8 +123,8 @@ fn build_tree(freqs: &[u32], max_length: u16) -> (Vec<u16>, usize) {
     let mut len = [0u16; HEAP_SIZE];
     let mut bl_count = [0u16; 16];
     let mut overflow = 0i32;
-    for &n in &heap[heap_max + 1..HEAP_SIZE] {
-        let n = n as usize;
+    for &e in &heap[heap_max + 1..HEAP_SIZE] {
+        let n = node_of(e);
         let mut bits = len[dad[n] as usize] + 1;
         if bits > max_length {
             bits = max_length;
@@ -153,7 +154,7 @@ fn build_tree(freqs: &[u32], max_length: u16) -> (Vec<u16>, usize) {
             let mut n = bl_count[bits as usize];
             while n != 0 {
                 k -= 1;
-                let m = heap[k] as usize;
+                let m = node_of(heap[k]);
                 if m > max_code {
                     continue;
                 }
