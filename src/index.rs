@@ -21,11 +21,16 @@ use crate::digest::{ChunkKey, Digest};
 pub enum IndexError {
     #[error("index: {0}")]
     Db(#[from] rocksdb::Error),
+    #[error("index: undecodable format version record")]
+    Version,
     #[error("index: undecodable {what} record: {err}")]
     Decode { what: &'static str, err: postcard::Error },
 }
 
 pub type Result<T> = std::result::Result<T, IndexError>;
+
+/// The meta record holding the store format version the index was created for.
+const FORMAT_VERSION_KEY: &str = "format_version";
 
 const CFS: [&str; 5] = ["meta", "chunk", "inode", "dirent", "recipe"];
 
@@ -85,10 +90,34 @@ impl Index {
         Ok(Index { db, generation: Default::default() })
     }
 
+    /// Creates a new, empty index at `path` (only `init` does: an index that went missing
+    /// must never come back as an empty one, or `gc` would take every pack for garbage).
+    pub fn create(path: &Path, version: u32) -> Result<Index> {
+        let idx = Index::open_with(path, true)?;
+        let mut b = Batch::new();
+        b.put_meta_u64(&idx, FORMAT_VERSION_KEY, version as u64);
+        idx.write(b)?;
+        Ok(idx)
+    }
+
+    /// Opens an existing index; fails if there is none.
     pub fn open(path: &Path) -> Result<Index> {
+        Index::open_with(path, false)
+    }
+
+    /// The store format version recorded when the index was created (None for indexes
+    /// made before it was recorded).
+    pub fn format_version(&self) -> Result<Option<u64>> {
+        match self.db.get_cf(self.cf("meta"), FORMAT_VERSION_KEY.as_bytes())? {
+            Some(v) => Ok(Some(u64::from_le_bytes(v.as_slice().try_into().map_err(|_| IndexError::Version)?))),
+            None => Ok(None),
+        }
+    }
+
+    fn open_with(path: &Path, create: bool) -> Result<Index> {
         let mut opts = Options::default();
-        opts.create_if_missing(true);
-        opts.create_missing_column_families(true);
+        opts.create_if_missing(create);
+        opts.create_missing_column_families(create);
         opts.set_max_background_jobs(2);
         opts.set_keep_log_file_num(4);
         let cfs = CFS.iter().map(|name| {
@@ -303,7 +332,9 @@ mod tests {
     #[test]
     fn batch_is_atomic_and_digest_prefix_lookup_finds_collisions() {
         let dir = tempfile::tempdir().unwrap();
-        let idx = Index::open(dir.path()).unwrap();
+        let idx = Index::create(dir.path(), 2).unwrap();
+        assert_eq!(idx.format_version().unwrap(), Some(2));
+        assert!(Index::open(&dir.path().join("missing")).is_err(), "opening never creates");
         let e = |refs| ChunkEntry { pack: 1, offset: 0, stored_len: 3, raw_len: 3, codec: 0, kind: 0, refs };
         let mut b = Batch::new();
         b.put_chunk(&idx, &ChunkKey { digest: [5; 32], seq: 0 }, &e(1));

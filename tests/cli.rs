@@ -681,3 +681,80 @@ fn a_member_that_does_not_rebuild_exactly_is_an_error_not_wrong_bytes() {
     assert!(out.stdout.len() < full.len() && full.starts_with(&out.stdout), "cat wrote bytes past the damaged member, or wrong ones");
     assert_cat_eq(&store, "/example.warc.gz", &src);
 }
+
+#[test]
+fn a_store_whose_index_is_missing_or_unreadable_is_refused_not_taken_for_empty() {
+    // An index that went missing used to open as an empty store, and the next gc deleted
+    // every pack. Every command must refuse it, naming the index, and leave the packs alone.
+    let tmp = TempDir::new().unwrap();
+    let sample = "webrecorder-warcio/example.warc.gz";
+    let (store, src) = store_with_sample(tmp.path(), sample);
+    let packs = store.join("packs");
+    let packs_before = tree_bytes(&packs);
+    assert!(packs_before > 0);
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let commands = |store: &Path| -> Vec<Vec<String>> {
+        let st = s(store);
+        [
+            vec!["gc", &st],
+            vec!["ls", &st],
+            vec!["cat", &st, "/example.warc.gz"],
+            vec!["stats", &st],
+            vec!["fsck", &st],
+            vec!["index", &st],
+            vec!["import", &st, &s(&src)],
+            vec!["mount", &st, &s(&mnt)],
+        ]
+        .iter()
+        .map(|v| v.iter().map(|a| a.to_string()).collect())
+        .collect()
+    };
+    let refused = |why: &str| {
+        for args in commands(&store) {
+            let r = run(&args);
+            assert!(!r.ok() && r.stderr.contains("index") && r.stderr.contains(why), "{args:?} should refuse ({why}):\n{}", r.describe());
+            assert_eq!(tree_bytes(&packs), packs_before, "{args:?} touched the packs");
+        }
+    };
+    fs::rename(store.join("index"), tmp.path().join("index.saved")).unwrap();
+    refused("is missing");
+    assert!(!store.join("index").exists(), "no command may create an empty index in its place");
+    // An index directory RocksDB cannot open (its CURRENT names a manifest that is not there).
+    fs::create_dir(store.join("index")).unwrap();
+    fs::write(store.join("index/CURRENT"), "MANIFEST-999999\n").unwrap();
+    refused("cannot be opened");
+    // The index restored from a backup: the store is whole again.
+    fs::remove_dir_all(store.join("index")).unwrap();
+    fs::rename(tmp.path().join("index.saved"), store.join("index")).unwrap();
+    assert_cat_eq(&store, "/example.warc.gz", &src);
+    assert_fsck_clean(&store, true);
+}
+
+#[test]
+fn a_record_claiming_more_than_its_file_is_indexed_not_allocated() {
+    // A 181-byte WARC whose one record claims a Content-Length of 10^15 - 1: `warcfs index`
+    // used to abort allocating that much. It must print what cdxj-indexer prints (the record
+    // ends with the file), and the same for the file gzipped as one member.
+    let tmp = TempDir::new().unwrap();
+    let warc = tmp.path().join("claims.warc");
+    fs::write(
+        &warc,
+        b"WARC/1.0\r\nWARC-Type: resource\r\nWARC-Date: 2024-01-01T00:00:00Z\r\nWARC-Record-ID: <urn:uuid:1>\r\nWARC-Target-URI: http://x/999999999999999\r\nContent-Length: 999999999999999\r\n\r\nhello\r\n\r\n",
+    )
+    .unwrap();
+    let gz = tmp.path().join("claims.warc.gz");
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
+    e.write_all(&fs::read(&warc).unwrap()).unwrap();
+    fs::write(&gz, e.finish().unwrap()).unwrap();
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&warc), &s(&gz)]);
+    let r = ok(&["index", &s(&store)]);
+    let out = r.out();
+    let lines: Vec<&str> = out.lines().collect();
+    let want = r#"x)/999999999999999 20240101000000 {"url": "http://x/999999999999999", "digest": "sha1:KVJNE6CJ6MRYFCUPAVZIOPGPYW46DVUY", "length": "181", "offset": "0", "filename": "claims.warc"}"#;
+    assert!(lines.contains(&want), "the plain record as cdxj-indexer indexes it:\n{}", r.describe());
+    assert!(lines.iter().any(|l| l.contains("\"filename\": \"claims.warc.gz\"") && l.contains("KVJNE6CJ6MRYFCUPAVZIOPGPYW46DVUY")), "the gzip record:\n{}", r.describe());
+    assert_cat_eq(&store, "/claims.warc", &warc);
+    assert_cat_eq(&store, "/claims.warc.gz", &gz);
+}

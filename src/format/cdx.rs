@@ -1787,7 +1787,7 @@ mod tests {
         let (_, h, _) = parse_status_and_headers(&wh)?;
         let cl =
             get_header(&h, "Content-Length").map_or(0, |v| py_int_or_err_zero(v).max(0) as usize);
-        let bend = (p + cl).min(d.len());
+        let bend = p.saturating_add(cl).min(d.len());
         let block = d[p..bend].to_vec();
         let mut q = bend;
         while q < d.len() {

@@ -602,9 +602,11 @@ impl Store {
             };
             let refs = entry.refs as i64 + d;
             if refs < 0 {
-                log::error!("refcount of chunk {} would drop below zero ({refs}); clamped", key.short());
+                // The index contradicts itself: refuse the change rather than guess.
+                log::error!("refcount of chunk {} would drop below zero ({refs}); change refused", key.short());
+                return Err(StoreError::RefcountUnderflow { chunk: key.to_string(), refs });
             }
-            entry.refs = refs.max(0) as u64;
+            entry.refs = refs as u64;
             b.put_chunk(&self.index, &key, &entry);
         }
         if collisions > 0 {

@@ -70,6 +70,12 @@ pub enum StoreError {
     Format { path: PathBuf, found: String },
     #[error("{path}: store is in use by process {pid}")]
     Busy { path: PathBuf, pid: String },
+    #[error("{0}: the store's index (index/) is missing. The packs are untouched; warcfs will not open the store as an empty one (gc would then take every pack for garbage). Restore the index directory from a backup")]
+    IndexMissing(PathBuf),
+    #[error("{path}: the store's index (index/) cannot be opened: {err}. The packs are untouched and nothing was changed; restore the index directory from a backup")]
+    IndexUnreadable { path: PathBuf, err: IndexError },
+    #[error("refcount of chunk {chunk} would drop below zero ({refs}): the index is inconsistent, nothing was changed; run `warcfs fsck`")]
+    RefcountUnderflow { chunk: String, refs: i64 },
     #[error("{0}: no such store")]
     NoStore(PathBuf),
     #[error("{0}: no such file or directory in the store")]
@@ -224,12 +230,13 @@ impl Store {
         }
         let fresh = !cfg_path.exists();
         if fresh {
-            // Only what a creation cut short can leave (the lock, the config's temporary
-            // file) may be here; anything else is someone else's directory.
-            let foreign = fs::read_dir(root)
-                .map_err(io_at(root))?
-                .filter_map(|e| e.ok())
-                .any(|e| !matches!(e.file_name().to_str(), Some("lock") | Some("warcfs.tmp")));
+            // Only what a creation cut short can leave may be here; anything else is
+            // someone else's directory (or a store that lost its config: refused too).
+            let mut foreign = false;
+            for e in fs::read_dir(root).map_err(io_at(root))? {
+                let e = e.map_err(io_at(root))?;
+                foreign |= !creation_leftover(&e.path());
+            }
             if foreign || !opts.create {
                 return Err(if foreign { StoreError::NotAStore(root.to_path_buf()) } else { StoreError::NoStore(root.to_path_buf()) });
             }
@@ -237,20 +244,32 @@ impl Store {
             set_mode(root, 0o700)?;
         }
         let lock = take_lock(root)?;
-        let config = if fresh && !cfg_path.exists() {
-            // The config goes first: a directory with it is a store, whatever else a crash
-            // left out, and the directories below are created at every open.
+        let index_dir = root.join("index");
+        let (config, created) = if fresh && !cfg_path.exists() {
+            // Creation: the directories and an empty index first, the config last. A
+            // directory with a config is a store, whose index must exist from then on; one
+            // without is an unfinished creation, started again here.
+            for d in ["packs", "packs-tmp", "staging"] {
+                fs::create_dir_all(root.join(d)).map_err(io_at(root))?;
+            }
+            if index_dir.exists() {
+                fs::remove_dir_all(&index_dir).map_err(io_at(&index_dir))?;
+            }
+            let index = Index::create(&index_dir, FORMAT_VERSION)?;
             let cfg = opts.config.clone();
             let json = serde_json::to_vec_pretty(&cfg).expect("config serialises");
             pack::write_file_atomic(&cfg_path, &json).map_err(io_at(&cfg_path))?;
-            cfg
+            (cfg, Some(index))
         } else {
-            read_config(&cfg_path)?
+            (read_config(&cfg_path)?, None)
         };
-        for d in ["packs", "packs-tmp", "index", "staging"] {
+        for d in ["packs", "packs-tmp", "staging"] {
             fs::create_dir_all(root.join(d)).map_err(io_at(root))?;
         }
-        let index = Index::open(&root.join("index"))?;
+        let index = match created {
+            Some(index) => index,
+            None => open_index(root, &index_dir)?,
+        };
         let packs_dir = root.join("packs");
         let tmp_dir = root.join("packs-tmp");
         let mut max_id = 0u64;
@@ -297,7 +316,11 @@ impl Store {
             return Err(if root.exists() { StoreError::NotAStore(root.to_path_buf()) } else { StoreError::NoStore(root.to_path_buf()) });
         }
         let config = read_config(&cfg_path)?;
-        let index = Index::open_read_only(&root.join("index"))?;
+        let index_dir = root.join("index");
+        if !index_dir.join("CURRENT").exists() {
+            return Err(StoreError::IndexMissing(root.to_path_buf()));
+        }
+        let index = Index::open_read_only(&index_dir).map_err(|err| StoreError::IndexUnreadable { path: root.to_path_buf(), err })?;
         let lock = File::open(root.join("lock")).map_err(io_at(root))?;
         Ok(Store {
             root: root.to_path_buf(),
@@ -369,6 +392,33 @@ impl Drop for Store {
                 log::warn!("sealing the open pack: {e}");
             }
         }
+    }
+}
+
+/// Whether `path`, found in a directory without a config, is what a store creation cut
+/// short leaves: its lock, the config's temporary file, an index, or empty pack and staging
+/// directories. A pack file means data: such a directory is refused, not re-created.
+fn creation_leftover(path: &Path) -> bool {
+    let empty = |p: &Path| fs::read_dir(p).map(|mut d| d.next().is_none()).unwrap_or(false);
+    match path.file_name().and_then(|n| n.to_str()) {
+        Some("lock" | "warcfs.tmp" | "index") => true,
+        Some("packs" | "packs-tmp" | "staging") => empty(path),
+        _ => false,
+    }
+}
+
+/// Opens an existing store's index, refusing one that is missing, unreadable or made for
+/// another format version: never an empty index in its place.
+fn open_index(root: &Path, index_dir: &Path) -> Result<Index> {
+    if !index_dir.join("CURRENT").exists() {
+        return Err(StoreError::IndexMissing(root.to_path_buf()));
+    }
+    let index = Index::open(index_dir).map_err(|err| StoreError::IndexUnreadable { path: root.to_path_buf(), err })?;
+    match index.format_version().map_err(|err| StoreError::IndexUnreadable { path: root.to_path_buf(), err })? {
+        Some(v) if v != FORMAT_VERSION as u64 => {
+            Err(StoreError::Format { path: root.to_path_buf(), found: format!("an index of {FORMAT_NAME} version {v}") })
+        }
+        _ => Ok(index),
     }
 }
 

@@ -67,9 +67,10 @@ fn split_heads(bytes: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>, u64)> {
     // Everything of the block the header chunks hold: the HTTP header, when there is one,
     // is all there (the segmenter keeps it with the WARC header); the CDXJ writer finds its
     // end exactly as warcio does.
-    let block = &bytes[end..bytes.len().min(end + clen as usize)];
+    // Content-Length is what the file claims, bounded by nothing: it sizes nothing here.
+    let block = &bytes[end..bytes.len().min(end.saturating_add(usize::try_from(clen).unwrap_or(usize::MAX)))];
     let http = (!block.is_empty()).then(|| block.to_vec());
-    Some((warc.to_vec(), http, end as u64 + clen))
+    Some((warc.to_vec(), http, (end as u64).saturating_add(clen)))
 }
 
 
@@ -130,7 +131,11 @@ impl Store {
                                     let at = from + i;
                                     if at == 0 || bytes[at - 1] == b'\n' {
                                         if let Some((warc_header, http_header, len)) = split_heads(&bytes[at..]) {
-                                            out.push(RecordHead { offset: epos + at as u64, length: len, warc_header, http_header, member: None });
+                                            // A record that claims more than the file holds
+                                            // ends with the file, as warcio reads it.
+                                            let offset = epos + at as u64;
+                                            let length = len.min(head.size.saturating_sub(offset));
+                                            out.push(RecordHead { offset, length, warc_header, http_header, member: None });
                                         }
                                     }
                                     from = at + 5;
@@ -150,7 +155,14 @@ impl Store {
     /// an index asks for it only when a record lacks a payload digest.
     pub fn record_block(&self, head: &RecipeHead, r: &RecordHead) -> Result<Vec<u8>> {
         let hlen = r.warc_header.len();
-        let clen = content_length(&r.warc_header).unwrap_or(0) as usize;
+        // The block as the record states it, but never past the end of the file: a stated
+        // Content-Length bounds nothing until it is checked against what is there.
+        let start = r.offset.saturating_add(hlen as u64);
+        let room = match r.member {
+            Some(_) => u64::MAX,
+            None => head.size.saturating_sub(start),
+        };
+        let clen = usize::try_from(content_length(&r.warc_header).unwrap_or(0).min(room)).unwrap_or(usize::MAX);
         match r.member {
             Some((pno, sno)) => {
                 let piece = self.piece(head.id, pno)?;
@@ -162,11 +174,11 @@ impl Store {
                     let chunk = self.chunk_bytes(&key, &entry)?;
                     text.extend_from_slice(chunk.get(e.offset as usize..(e.offset + e.len) as usize).unwrap_or(&[]));
                 }
-                Ok(text.get(hlen..(hlen + clen).min(text.len())).unwrap_or(&[]).to_vec())
+                Ok(text.get(hlen..hlen.saturating_add(clen).min(text.len())).unwrap_or(&[]).to_vec())
             }
             None => {
                 let mut buf = vec![0u8; clen];
-                let n = self.read_at(head, r.offset + hlen as u64, &mut buf)?;
+                let n = self.read_at(head, start, &mut buf)?;
                 buf.truncate(n);
                 Ok(buf)
             }
