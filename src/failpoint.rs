@@ -53,3 +53,29 @@ pub(crate) fn corrupt(name: &str, buf: &mut [u8]) {
         }
     }
 }
+
+/// Kills the process with SIGKILL, as `kill -9` or a crash would, on the k-th pass through
+/// the durability point `name` when `WARCFS_CRASH_AT=name:k` (debug builds only). Nothing
+/// runs after it: no destructor, no buffered write, no unwinding.
+#[inline(always)]
+pub(crate) fn crash_at(name: &str) {
+    #[cfg(debug_assertions)]
+    {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::OnceLock;
+        static ARMED: OnceLock<Option<(String, u64, AtomicU64)>> = OnceLock::new();
+        let armed = ARMED.get_or_init(|| {
+            let spec = std::env::var("WARCFS_CRASH_AT").ok()?;
+            let (n, k) = spec.split_once(':')?;
+            Some((n.trim().to_string(), k.trim().parse().ok()?, AtomicU64::new(0)))
+        });
+        if let Some((n, k, passes)) = armed {
+            if n == name && passes.fetch_add(1, Ordering::SeqCst) + 1 == *k {
+                // SAFETY: signalling our own process.
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = name;
+}

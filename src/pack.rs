@@ -244,6 +244,7 @@ impl OpenPack {
         buf.extend_from_slice(&header);
         buf.extend_from_slice(stored);
         self.file.write_all_at(&buf, self.len)?;
+        crate::failpoint::crash_at("pack_appended");
         self.len += buf.len() as u64;
         self.blobs.push(info.clone());
         Ok(info)
@@ -269,8 +270,10 @@ impl OpenPack {
         self.len += footer.len() as u64;
         self.file.set_len(self.len)?;
         self.file.sync_all()?;
+        crate::failpoint::crash_at("pack_footer_synced");
         let dest = packs_dir.join(pack_name(self.id));
         fs::rename(&self.path, &dest)?;
+        crate::failpoint::crash_at("pack_renamed");
         sync_dir(packs_dir)?;
         if let Some(tmp) = self.path.parent() {
             sync_dir(tmp)?;

@@ -589,6 +589,7 @@ impl Store {
             if let Some(open) = w.open.as_mut() {
                 let dir = self.root.join("packs-tmp");
                 open.sync().map_err(|err| StoreError::Io { path: dir, err })?;
+                crate::failpoint::crash_at("pack_synced");
             }
         }
         for (key, d) in delta.0 {
@@ -613,7 +614,9 @@ impl Store {
             let total = self.index.meta_u64("collisions")? + collisions;
             b.put_meta_u64(&self.index, "collisions", total);
         }
+        crate::failpoint::crash_at("before_commit");
         self.index.write(b)?;
+        crate::failpoint::crash_at("committed");
         Ok(())
     }
 }

@@ -278,13 +278,16 @@ impl Store {
         if let Some(o) = open.take() {
             o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
         }
+        crate::failpoint::crash_at("gc_before_index");
         self.index.write(b)?;
+        crate::failpoint::crash_at("gc_after_index");
         // Cached chunk places (and, after a dropped key is reused, chunk bytes) are stale now.
         self.cache.clear();
         for id in doomed.iter().chain(rewrite.iter()) {
             let path = packs_dir.join(pack::pack_name(*id));
             self.packs.forget(*id);
             fs::remove_file(&path).map_err(io_at(&path))?;
+            crate::failpoint::crash_at("gc_pack_removed");
         }
         rep.packs_deleted = doomed.len() as u64;
         rep.packs_rewritten = rewrite.len() as u64;
