@@ -305,26 +305,39 @@ pub fn human(n: u64) -> String {
     format!("{v:.1} {}", units[u])
 }
 
-/// A source file mapped into memory with its gzip members already split.
+/// A source file opened, with the gzip members of its first window already split. It is
+/// read with `pread`, a window at a time: never mapped (a file truncated under a mapping is
+/// a SIGBUS that kills the import) and never read whole (1 GB WARCs are common).
 struct Loaded {
-    map: Option<memmap2::Mmap>,
+    file: fs::File,
+    /// What the file looked like when it was opened; compared again before its commit.
+    seen: Seen,
     split: crate::store::Presplit,
     meta: FileMeta,
 }
 
+/// Size, modification and change times: a writer still appending to a file, or replacing
+/// its bytes, changes at least one of them.
+#[derive(PartialEq, Eq, Debug)]
+struct Seen(u64, i64, i64, i64, i64);
+
+fn seen(md: &fs::Metadata) -> Seen {
+    use std::os::unix::fs::MetadataExt;
+    Seen(md.len(), md.mtime(), md.mtime_nsec(), md.ctime(), md.ctime_nsec())
+}
+
 fn load(src: &Path) -> Result<Loaded> {
+    use crate::store::Source;
     use std::os::unix::fs::PermissionsExt;
-    let f = fs::File::open(src).with_context(|| format!("{}: cannot open", src.display()))?;
-    let md = f.metadata().with_context(|| format!("{}: cannot stat", src.display()))?;
-    // SAFETY: the source is mapped read-only; a file changed under an import gives whatever
-    // bytes were there, as `cp` would.
-    let map = if md.len() == 0 { None } else { Some(unsafe { memmap2::Mmap::map(&f) }.with_context(|| format!("{}: cannot map", src.display()))?) };
-    let split = crate::store::Presplit::new(map.as_deref().unwrap_or(&[]));
+    let file = fs::File::open(src).with_context(|| format!("{}: cannot open", src.display()))?;
+    let md = file.metadata().with_context(|| format!("{}: cannot stat", src.display()))?;
+    let first = file.window(0, crate::store::FIRST_WINDOW).with_context(|| format!("{}: cannot read", src.display()))?;
+    let split = crate::store::Presplit::from_window(&first, md.len());
     let meta = FileMeta {
         mode: md.permissions().mode() & 0o7777,
         mtime: md.modified().map(Timestamp::from).unwrap_or_else(|_| Timestamp::now()),
     };
-    Ok(Loaded { map, split, meta })
+    Ok(Loaded { seen: seen(&md), file, split, meta })
 }
 
 /// One thing to copy: a source path and where it lands in the store.
@@ -391,6 +404,9 @@ fn import(store: &Path, srcs: &[PathBuf], to: &str) -> Result<i32> {
     // next file while this one ingests the current one.
     let (tx, rx) = crossbeam_channel::bounded::<Result<Loaded>>(1);
     std::thread::scope(|scope| -> Result<()> {
+        // Owned here, so that an error below drops it and the loader's next send fails:
+        // the loader stops instead of waiting forever for a reader (the scope joins it).
+        let rx = rx;
         let items = &items;
         scope.spawn(move || {
             for item in items {
@@ -416,9 +432,10 @@ fn import(store: &Path, srcs: &[PathBuf], to: &str) -> Result<i32> {
                     bar.set_message(name.clone());
                     let loaded = rx.recv().context("file loader stopped")??;
                     let d = s.resolve(dir)?;
-                    let data: &[u8] = loaded.map.as_deref().unwrap_or(&[]);
+                    let Loaded { file, seen: before, split, meta } = loaded;
+                    let unchanged = || !crate::failpoint::armed("source_changed") && file.metadata().is_ok_and(|md| seen(&md) == before);
                     let rep = s
-                        .put_file_presplit(d, name.as_bytes(), data, loaded.split, loaded.meta)
+                        .put_file_from(d, name.as_bytes(), &file, split, meta, unchanged)
                         .with_context(|| format!("{}: import failed", src.display()))?;
                     files += 1;
                     bytes_in += rep.size;
@@ -487,3 +504,25 @@ fn rebuild_bound(files: &[PathBuf]) -> Result<i32> {
     Ok(0)
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_written_to_after_it_was_seen_is_seen_to_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("growing.warc");
+        fs::write(&p, b"WARC/1.0\r\n").unwrap();
+        let f = fs::File::open(&p).unwrap();
+        let before = seen(&f.metadata().unwrap());
+        assert_eq!(seen(&f.metadata().unwrap()), before, "nothing changed yet");
+        // Same size, other bytes: the change time moves even where mtime's clock is coarse.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        fs::OpenOptions::new().write(true).open(&p).unwrap().write_all(b"WARC/1.1").unwrap();
+        assert_ne!(seen(&f.metadata().unwrap()), before);
+        let before = seen(&f.metadata().unwrap());
+        fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(b"more").unwrap();
+        assert_ne!(seen(&f.metadata().unwrap()), before, "an append changes the size");
+    }
+}

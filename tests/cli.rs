@@ -707,3 +707,22 @@ fn a_record_claiming_more_than_its_file_is_indexed_not_allocated() {
     assert_cat_eq(&store, "/claims.warc", &warc);
     assert_cat_eq(&store, "/claims.warc.gz", &gz);
 }
+
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the failpoint exists in debug builds only")]
+fn a_file_that_changes_during_its_import_is_an_error_naming_it_and_not_stored() {
+    // The change itself is detected from the file's size and times (unit test in cli.rs);
+    // here a failpoint makes the first file look changed, at the moment import checks.
+    let tmp = TempDir::new().unwrap();
+    let real = real_corpus();
+    let (a, b) = (real.join("webrecorder-warcio/example.warc.gz"), real.join("iipc-jwarc"));
+    let store = tmp.path().join("store");
+    let r = run_env(&["import", &s(&store), &s(&a), &s(&b)], &[("WARCFS_FAILPOINTS", "source_changed=1")]);
+    assert!(!r.ok(), "{}", r.describe());
+    assert!(r.stderr.contains("example.warc.gz") && r.stderr.contains("changed while it was being imported"), "{}", r.describe());
+    assert!(!ls(&store, "/").iter().any(|(n, _)| n == "example.warc.gz"), "a changed file must not be committed");
+    // Imported again, unchanged, it is stored exact.
+    ok(&["import", &s(&store), &s(&a)]);
+    assert_cat_eq(&store, "/example.warc.gz", &a);
+    assert_fsck_clean(&store, false);
+}

@@ -219,6 +219,13 @@ impl Presplit {
         Presplit { first: gzip::looks_gzip(data).then(|| split_window(&data[..n], n == data.len(), WINDOWS)) }
     }
 
+    /// Splits `window`, the first bytes of a file of `total` bytes read by the caller, if it
+    /// is gzip; ingest uses the split only if it reads the same window.
+    pub fn from_window(window: &[u8], total: u64) -> Presplit {
+        let n = window.len().min(WINDOWS.bytes);
+        Presplit { first: gzip::looks_gzip(window).then(|| split_window(&window[..n], n as u64 == total, WINDOWS)) }
+    }
+
     pub fn none() -> Presplit {
         Presplit { first: None }
     }

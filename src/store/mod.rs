@@ -38,6 +38,8 @@ use crate::pack::{self, OpenPack, PackError, PackReader};
 pub use ahead::ReadAhead;
 pub use fsops::{FileUsage, Prepared};
 pub use ingest::{Presplit, Source};
+/// How much of a file ingest reads first (and an importer splits ahead, see `Presplit`).
+pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
 pub use maintain::{FsckReport, GcReport, Stats};
 pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
 pub use read::{ReadCache, ReadCounters};
@@ -76,6 +78,8 @@ pub enum StoreError {
     IndexUnreadable { path: PathBuf, err: IndexError },
     #[error("refcount of chunk {chunk} would drop below zero ({refs}): the index is inconsistent, nothing was changed; run `warcfs fsck`")]
     RefcountUnderflow { chunk: String, refs: i64 },
+    #[error("{0}: the file changed while it was being imported; nothing was stored for it (import it again once it is complete)")]
+    SourceChanged(String),
     #[error("{0}: no such store")]
     NoStore(PathBuf),
     #[error("{0}: no such file or directory in the store")]

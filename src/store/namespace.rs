@@ -265,6 +265,30 @@ impl Store {
         self.put_file_windows(dir, name, data, split, super::ingest::WINDOWS, meta)
     }
 
+    /// `put_file` from any source read a window at a time (an importer's file, read with
+    /// `pread`: memory stays bounded whatever its size, and a file truncated meanwhile is
+    /// a short read, not a SIGBUS). `unchanged` is asked after the ingest and before the
+    /// commit: if the source changed while it was read, nothing is committed.
+    pub fn put_file_from<S: super::Source + ?Sized + Sync>(
+        &self,
+        dir: u64,
+        name: &[u8],
+        src: &S,
+        split: Presplit,
+        meta: FileMeta,
+        unchanged: impl FnOnce() -> bool,
+    ) -> Result<PutReport> {
+        let ingested = {
+            let mut w = self.writer.locked();
+            self.ingest_windows(&mut w, src, split, super::ingest::WINDOWS)?
+        };
+        if !unchanged() {
+            return Err(StoreError::SourceChanged(String::from_utf8_lossy(name).into_owned()));
+        }
+        let mut ns = self.ns.locked();
+        self.commit_file(&mut ns, dir, name, ingested, meta)
+    }
+
     /// `put_file` ingesting `win` at a time (tests use tiny windows).
     pub(super) fn put_file_windows(&self, dir: u64, name: &[u8], data: &[u8], split: Presplit, win: Windows, meta: FileMeta) -> Result<PutReport> {
         let ingested = {

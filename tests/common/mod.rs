@@ -56,6 +56,12 @@ pub fn run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
     Run { args: to_args(args), code: out.status.code(), stdout: out.stdout, stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
 }
 
+/// Runs `warcfs ARGS...` to completion with extra environment variables.
+pub fn run_env<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> Run {
+    let out: Output = warcfs().args(args).envs(env.iter().copied()).output().expect("spawn warcfs");
+    Run { args: to_args(args), code: out.status.code(), stdout: out.stdout, stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+}
+
 /// Runs `warcfs ARGS...` and panics unless it exits 0; returns the run.
 pub fn ok<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
     let r = run(args);
