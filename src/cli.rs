@@ -20,6 +20,15 @@ pub struct Cli {
 }
 
 #[derive(Subcommand)]
+pub enum Repair {
+    /// Rebuild the index (names, directories, attributes, recipes, refcounts) from the
+    /// packs alone, when STORE/index is missing or unreadable. An unreadable index is kept
+    /// aside as index.unreadable.N; an index that opens is never replaced. Run
+    /// `warcfs fsck STORE` afterwards.
+    Index { store: PathBuf },
+}
+
+#[derive(Subcommand)]
 pub enum Cmd {
     /// Create a new, empty store.
     Init {
@@ -93,6 +102,9 @@ pub enum Cmd {
         #[arg(short = 'o')]
         options: Vec<String>,
     },
+    /// Rebuild a part of the store from the packs, which hold everything.
+    #[command(subcommand)]
+    Repair(Repair),
     /// Benchmark helper: time zlib rebuilding every member of FILEs on two threads (the
     /// bound for `cat` of gzip files), printing compressed bytes and seconds.
     #[command(hide = true)]
@@ -265,6 +277,28 @@ pub fn run(cli: Cli) -> Result<i32> {
                 }
                 Err(e) => Err(e.into()),
             }
+        }
+        Cmd::Repair(Repair::Index { store }) => {
+            let rep = crate::store::repair_index(&store)?;
+            if let Some(kept) = &rep.kept_broken_index {
+                println!("the unreadable index was kept as {kept}");
+            }
+            println!(
+                "rebuilt the index of {} from {} packs: {} chunks ({} duplicate copies left by gc), {} metadata log records, {} recipes",
+                store.display(),
+                rep.packs,
+                rep.chunks,
+                rep.duplicate_chunks,
+                rep.log_records,
+                rep.recipes
+            );
+            for p in &rep.problems {
+                eprintln!("warcfs: {}: {p}", store.display());
+            }
+            if !rep.problems.is_empty() {
+                bail!("{}: the index is rebuilt, but {} problems above mean some files cannot be read whole; run `warcfs fsck {}`", store.display(), rep.problems.len(), store.display());
+            }
+            Ok(0)
         }
         Cmd::Mount { store, mountpoint, foreground, options } => crate::fuse::mount(crate::fuse::MountArgs { store, mountpoint, foreground, options }),
         Cmd::Gc { store } => {

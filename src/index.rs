@@ -21,8 +21,8 @@ use crate::digest::{ChunkKey, Digest};
 pub enum IndexError {
     #[error("index: {0}")]
     Db(#[from] rocksdb::Error),
-    #[error("index: undecodable format version record")]
-    Version,
+    #[error("index: undecodable {0} record")]
+    Bad(&'static str),
     #[error("index: undecodable {what} record: {err}")]
     Decode { what: &'static str, err: postcard::Error },
 }
@@ -75,11 +75,27 @@ pub struct Index {
     generation: std::sync::atomic::AtomicU64,
 }
 
-/// A set of changes that commit together or not at all.
+/// A set of changes that commit together or not at all. Every change is also kept as a
+/// `LogOp`, so that the store can write the batch into its packs (the metadata log) before
+/// the index: the packs then hold everything the index does.
 #[derive(Default)]
 pub struct Batch {
     wb: WriteBatch,
+    log: Vec<LogOp>,
 }
+
+/// One change of a batch, by column family number (the position in `CFS`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogOp {
+    Put(u8, Vec<u8>, Vec<u8>),
+    Delete(u8, Vec<u8>),
+    /// Keys from the first up to (not including) the second.
+    DeleteRange(u8, Vec<u8>, Vec<u8>),
+}
+
+/// Column family numbers in `LogOp`s.
+pub const CF_META: u8 = 0;
+pub const CF_CHUNK: u8 = 1;
 
 impl Index {
     /// Opens the index for reading while another process owns the store (a live mount):
@@ -109,7 +125,7 @@ impl Index {
     /// made before it was recorded).
     pub fn format_version(&self) -> Result<Option<u64>> {
         match self.db.get_cf(self.cf("meta"), FORMAT_VERSION_KEY.as_bytes())? {
-            Some(v) => Ok(Some(u64::from_le_bytes(v.as_slice().try_into().map_err(|_| IndexError::Version)?))),
+            Some(v) => Ok(Some(u64::from_le_bytes(v.as_slice().try_into().map_err(|_| IndexError::Bad("format version"))?))),
             None => Ok(None),
         }
     }
@@ -150,8 +166,17 @@ impl Index {
     }
 
     pub fn write(&self, batch: Batch) -> Result<()> {
+        self.write_opt(batch, true)
+    }
+
+    /// `write` without waiting for the disk: for a rebuild, which syncs once at its end.
+    pub fn write_unsynced(&self, batch: Batch) -> Result<()> {
+        self.write_opt(batch, false)
+    }
+
+    fn write_opt(&self, batch: Batch, sync: bool) -> Result<()> {
         let mut wo = WriteOptions::default();
-        wo.set_sync(true);
+        wo.set_sync(sync);
         self.db.write_opt(batch.wb, &wo)?;
         self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
         Ok(())
@@ -177,6 +202,11 @@ impl Index {
     }
 
     // ---- meta ----
+
+    /// A meta record, None if absent.
+    pub fn meta_u64_opt(&self, name: &str) -> Result<Option<u64>> {
+        Ok(self.db.get_cf(self.cf("meta"), name.as_bytes())?.and_then(|v| v.as_slice().try_into().ok().map(u64::from_le_bytes)))
+    }
 
     pub fn meta_u64(&self, name: &str) -> Result<u64> {
         Ok(self
@@ -274,8 +304,52 @@ impl Index {
         Ok(out)
     }
 
-    pub fn recipe_piece(&self, rid: u64, piece: u32) -> Result<Option<Vec<u8>>> {
-        Ok(self.db.get_cf(self.cf("recipe"), recipe_key(rid, piece))?)
+    /// The key of the chunk holding piece `piece` of recipe `rid`.
+    pub fn recipe_piece(&self, rid: u64, piece: u32) -> Result<Option<ChunkKey>> {
+        match self.db.get_pinned_cf(self.cf("recipe"), recipe_key(rid, piece))? {
+            Some(v) => Ok(Some(ChunkKey::from_bytes(&v).ok_or(IndexError::Bad("recipe"))?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every recipe piece: (recipe id, piece number, the key of its chunk).
+    pub fn for_each_recipe_piece(&self, mut f: impl FnMut(u64, u32, ChunkKey) -> Result<()>) -> Result<()> {
+        for item in self.db.iterator_cf(self.cf("recipe"), IteratorMode::Start) {
+            let (k, v) = item?;
+            let (Ok(rid), Ok(pno)) = (k[..8.min(k.len())].try_into().map(u64::from_be_bytes), k[8.min(k.len())..].try_into().map(u32::from_be_bytes)) else {
+                return Err(IndexError::Bad("recipe key"));
+            };
+            let key = ChunkKey::from_bytes(&v).ok_or(IndexError::Bad("recipe"))?;
+            f(rid, pno, key)?;
+        }
+        Ok(())
+    }
+
+    /// Applies logged changes (a metadata log record), leaving out those to the chunk
+    /// column family unless `chunks`: one synced batch.
+    pub fn apply(&self, ops: &[LogOp], chunks: bool, extra: Batch) -> Result<()> {
+        let b = self.replayed(ops, chunks, extra)?;
+        self.write(b)
+    }
+
+    /// `apply`, unsynced (a rebuild).
+    pub fn apply_unsynced(&self, ops: &[LogOp], chunks: bool) -> Result<()> {
+        let b = self.replayed(ops, chunks, Batch::new())?;
+        self.write_unsynced(b)
+    }
+
+    fn replayed(&self, ops: &[LogOp], chunks: bool, extra: Batch) -> Result<Batch> {
+        let mut b = extra;
+        for op in ops {
+            let cf_of = |n: u8| CFS.get(n as usize).map(|name| self.cf(name)).ok_or(IndexError::Bad("log: column family"));
+            match op {
+                LogOp::Put(n, ..) | LogOp::Delete(n, ..) | LogOp::DeleteRange(n, ..) if *n == CF_CHUNK && !chunks => {}
+                LogOp::Put(n, k, v) => b.wb.put_cf(cf_of(*n)?, k, v),
+                LogOp::Delete(n, k) => b.wb.delete_cf(cf_of(*n)?, k),
+                LogOp::DeleteRange(n, a, z) => b.wb.delete_range_cf(cf_of(*n)?, a, z),
+            }
+        }
+        Ok(b)
     }
 }
 
@@ -288,40 +362,70 @@ impl Batch {
         self.wb.is_empty()
     }
 
+    /// The changes made so far, as they go into the metadata log.
+    pub fn log(&self) -> &[LogOp] {
+        &self.log
+    }
+
+    fn put(&mut self, idx: &Index, cf: u8, key: &[u8], value: &[u8]) {
+        self.wb.put_cf(idx.cf(CFS[cf as usize]), key, value);
+        self.log.push(LogOp::Put(cf, key.to_vec(), value.to_vec()));
+    }
+
+    fn delete(&mut self, idx: &Index, cf: u8, key: &[u8]) {
+        self.wb.delete_cf(idx.cf(CFS[cf as usize]), key);
+        self.log.push(LogOp::Delete(cf, key.to_vec()));
+    }
+
     pub fn put_meta_u64(&mut self, idx: &Index, name: &str, v: u64) {
+        self.put(idx, CF_META, name.as_bytes(), &v.to_le_bytes());
+    }
+
+    /// A meta record that is not itself logged: the log's own bookkeeping (which record the
+    /// index has applied), derived from the packs rather than replayed from them.
+    pub fn put_meta_u64_unlogged(&mut self, idx: &Index, name: &str, v: u64) {
         self.wb.put_cf(idx.cf("meta"), name.as_bytes(), v.to_le_bytes());
     }
 
     pub fn put_chunk(&mut self, idx: &Index, key: &ChunkKey, e: &ChunkEntry) {
+        self.put(idx, CF_CHUNK, &key.to_bytes(), &enc(e));
+    }
+
+    /// A chunk entry that is not logged (the log record's own entry: its place is known only
+    /// once it is written, and a rebuild finds it by scanning).
+    pub fn put_chunk_unlogged(&mut self, idx: &Index, key: &ChunkKey, e: &ChunkEntry) {
         self.wb.put_cf(idx.cf("chunk"), key.to_bytes(), enc(e));
     }
 
     pub fn delete_chunk(&mut self, idx: &Index, key: &ChunkKey) {
-        self.wb.delete_cf(idx.cf("chunk"), key.to_bytes());
+        self.delete(idx, CF_CHUNK, &key.to_bytes());
     }
 
     pub fn put_inode<T: Serialize>(&mut self, idx: &Index, ino: u64, v: &T) {
-        self.wb.put_cf(idx.cf("inode"), ino.to_be_bytes(), enc(v));
+        self.put(idx, 2, &ino.to_be_bytes(), &enc(v));
     }
 
     pub fn delete_inode(&mut self, idx: &Index, ino: u64) {
-        self.wb.delete_cf(idx.cf("inode"), ino.to_be_bytes());
+        self.delete(idx, 2, &ino.to_be_bytes());
     }
 
     pub fn put_dirent(&mut self, idx: &Index, parent: u64, name: &[u8], ino: u64) {
-        self.wb.put_cf(idx.cf("dirent"), dirent_key(parent, name), ino.to_be_bytes());
+        self.put(idx, 3, &dirent_key(parent, name), &ino.to_be_bytes());
     }
 
     pub fn delete_dirent(&mut self, idx: &Index, parent: u64, name: &[u8]) {
-        self.wb.delete_cf(idx.cf("dirent"), dirent_key(parent, name));
+        self.delete(idx, 3, &dirent_key(parent, name));
     }
 
-    pub fn put_recipe_piece(&mut self, idx: &Index, rid: u64, piece: u32, bytes: &[u8]) {
-        self.wb.put_cf(idx.cf("recipe"), recipe_key(rid, piece), bytes);
+    /// Piece `piece` of recipe `rid` is the chunk `key`.
+    pub fn put_recipe_piece(&mut self, idx: &Index, rid: u64, piece: u32, key: &ChunkKey) {
+        self.put(idx, 4, &recipe_key(rid, piece), &key.to_bytes());
     }
 
     pub fn delete_recipe(&mut self, idx: &Index, rid: u64, pieces: u32) {
-        self.wb.delete_range_cf(idx.cf("recipe"), recipe_key(rid, 0), recipe_key(rid, pieces));
+        let (a, z) = (recipe_key(rid, 0), recipe_key(rid, pieces));
+        self.wb.delete_range_cf(idx.cf("recipe"), a, z);
+        self.log.push(LogOp::DeleteRange(4, a.to_vec(), z.to_vec()));
     }
 }
 

@@ -71,6 +71,10 @@ pub enum ChunkKind {
     PayloadHead = 3,
     /// The shareable tail of a gzip member's deflate parse (`format::deflate`).
     Parse = 4,
+    /// One piece of a file's recipe (`recipe::Piece`): the index keeps only its key.
+    Recipe = 5,
+    /// One record of the metadata log: the changes of one index batch (`store::journal`).
+    Meta = 6,
 }
 
 impl ChunkKind {
@@ -80,6 +84,8 @@ impl ChunkKind {
             2 => ChunkKind::Payload,
             3 => ChunkKind::PayloadHead,
             4 => ChunkKind::Parse,
+            5 => ChunkKind::Recipe,
+            6 => ChunkKind::Meta,
             _ => ChunkKind::Raw,
         }
     }
@@ -197,7 +203,7 @@ fn with_dctx<T>(f: impl FnOnce(&mut zstd::bulk::Decompressor<'static>) -> io::Re
     })
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 

@@ -220,7 +220,7 @@ fn a_crash_at_every_durability_point_loses_nothing_committed() {
         assert!(killed || out.status.success(), "{args:?} with a crash at {point}:{k} failed on its own: {}", String::from_utf8_lossy(&out.stderr));
         killed
     };
-    let import_points = ["pack_appended", "pack_synced", "before_commit", "committed", "pack_footer_synced", "pack_renamed"];
+    let import_points = ["pack_appended", "pack_synced", "before_commit", "log_synced", "committed", "pack_footer_synced", "pack_renamed"];
     let mut killed_at: BTreeMap<&str, usize> = BTreeMap::new();
     for point in import_points {
         for k in [1u64, 4, 16] {
@@ -237,6 +237,11 @@ fn a_crash_at_every_durability_point_loses_nothing_committed() {
             let r = run(&["fsck", &s(&store)]);
             assert!(r.ok(), "fsck after a {ctx}:\n{}", r.describe());
             visible_files_exact(&store, &to, &expected_files(&srcs, &to), &ctx);
+            if point == "log_synced" && k == 1 {
+                // The import's first change (creating its directory) reached the metadata
+                // log but not the index: the next open applied it.
+                assert!(ls(&store, "/").iter().any(|(n, _)| format!("/{n}") == to), "{to} was logged, so it must exist ({ctx})");
+            }
             assert_eq!(visible_files_exact(&store, "/base", &base, &ctx), base.len(), "{ctx}");
         }
     }
@@ -245,7 +250,7 @@ fn a_crash_at_every_durability_point_loses_nothing_committed() {
         assert!(killed_at.get(point).copied().unwrap_or(0) > 0, "no import passed through {point}: {killed_at:?}");
     }
     // gc, killed at each of its points with garbage to collect (half the trials removed).
-    for (i, point) in ["gc_before_index", "gc_after_index", "gc_pack_removed"].into_iter().enumerate() {
+    for (i, point) in ["gc_before_index", "log_synced", "gc_after_index", "gc_pack_removed"].into_iter().enumerate() {
         ok(&["rm", "-r", &s(&store), &format!("/t{}", 1 + 2 * i)]);
         ok(&["rm", "-r", &s(&store), &format!("/t{}", 2 + 2 * i)]);
         assert!(crash(point, 1, vec!["gc".into(), s(&store)]), "gc did not pass through {point}");
@@ -673,10 +678,71 @@ fn a_store_whose_index_is_missing_or_unreadable_is_refused_not_taken_for_empty()
     fs::create_dir(store.join("index")).unwrap();
     fs::write(store.join("index/CURRENT"), "MANIFEST-999999\n").unwrap();
     refused("cannot be opened");
-    // The index restored from a backup: the store is whole again.
-    fs::remove_dir_all(store.join("index")).unwrap();
-    fs::rename(tmp.path().join("index.saved"), store.join("index")).unwrap();
+    assert!(refused_msg(&store).contains("warcfs repair index"), "the refusal says how to rebuild");
+    // Rebuilt from the packs: the unreadable index is kept aside, the store is whole again.
+    let r = ok(&["repair", "index", &s(&store)]);
+    assert!(store.join("index.unreadable.1/CURRENT").exists(), "{}", r.describe());
     assert_cat_eq(&store, "/example.warc.gz", &src);
+    assert_fsck_clean(&store, true);
+    // An index that opens is never replaced.
+    let r = run(&["repair", "index", &s(&store)]);
+    assert!(!r.ok() && r.stderr.contains("index opens"), "{}", r.describe());
+}
+
+fn refused_msg(store: &Path) -> String {
+    run(&["ls", &s(store)]).stderr
+}
+
+#[test]
+fn repair_index_rebuilds_every_file_name_and_refcount_from_the_packs_alone() {
+    // A store with history: imports, a file replaced, files and a directory removed, a
+    // symlink. After `rm -rf STORE/index`, repair must give back exactly what was there:
+    // names, sizes, modes, bytes, the CDXJ index, refcounts (fsck), and gc must then find
+    // exactly the garbage it found before.
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let real = real_corpus();
+    let crawl = crawl_files()[0].clone();
+    ok(&["import", &s(&store), &s(&real), &s(&crawl)]);
+    ok(&["import", &s(&store), &s(&real.join("webrecorder-warcio")), "--to", "/again"]);
+    ok(&["rm", &s(&store), "/real/README.md"]);
+    ok(&["rm", "-r", &s(&store), "/real/iipc-jwarc"]);
+    // A file replaced by other bytes under the same name.
+    let other = real.join("webrecorder-pywb");
+    let replaced = fs::read_dir(&other).unwrap().map(|e| e.unwrap().path()).find(|p| p.is_file()).unwrap();
+    let target = tmp.path().join("warcio");
+    fs::create_dir(&target).unwrap();
+    let name = fs::read_dir(real.join("webrecorder-warcio")).unwrap().map(|e| e.unwrap().file_name()).next().unwrap();
+    fs::copy(&replaced, target.join(&name)).unwrap();
+    ok(&["import", &s(&store), &s(&target.join(&name)), "--to", "/again/webrecorder-warcio"]);
+    let link_src = tmp.path().join("a-link");
+    symlink("real/webrecorder-warcio", &link_src).unwrap();
+    ok(&["import", &s(&store), &s(&link_src)]);
+
+    let tree = ls_tree(&store, "/");
+    let cdxj = ok(&["index", &s(&store)]).stdout;
+    let bytes: BTreeMap<String, Vec<u8>> = tree.iter().filter(|(_, e)| e.kind == '-').map(|(p, _)| (p.clone(), ok(&["cat", &s(&store), p]).stdout)).collect();
+    let before = stats(&store);
+    assert_fsck_clean(&store, true);
+
+    fs::remove_dir_all(store.join("index")).unwrap();
+    let r = ok(&["repair", "index", &s(&store)]);
+    assert!(r.out().contains("metadata log records"), "{}", r.describe());
+    assert_fsck_clean(&store, true);
+    assert_eq!(ls_tree(&store, "/"), tree, "names, kinds, sizes and modes come back");
+    for (p, want) in &bytes {
+        assert!(ok(&["cat", &s(&store), p]).stdout == *want, "{p} reads back exact after repair");
+    }
+    assert!(ok(&["index", &s(&store)]).stdout == cdxj, "the CDXJ index is the same");
+    let after = stats(&store);
+    for k in ["files", "directories", "logical_bytes", "chunks", "unreferenced_chunks", "records", "unique_payloads"] {
+        assert_eq!(num(&after, k), num(&before, k), "stats {k} after repair");
+    }
+    // The store goes on: gc drops what was garbage before, a new import dedups, fsck clean.
+    ok(&["gc", &s(&store)]);
+    assert_eq!(num(&stats(&store), "unreferenced_chunks"), 0);
+    let again = ok(&["import", &s(&store), &s(&crawl), "--to", "/after-repair"]);
+    assert!(parse_import_summary(&again.out()).new_bytes * 50 < fs::metadata(&crawl).unwrap().len(), "a crawl stored before repair dedups after it:\n{}", again.describe());
     assert_fsck_clean(&store, true);
 }
 

@@ -49,13 +49,13 @@ impl Store {
         dir.mtime = now;
         dir.ctime = now;
         b.put_inode(&self.index, parent, &dir);
-        self.index.write(b)?;
+        self.write_batch(&mut w, b)?;
         Ok((ino, inode))
     }
 
     /// Adds a hard link to `ino` as `name` in `parent`.
     pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Inode> {
-        let _w = self.ns.locked();
+        let mut w = self.ns.locked();
         let mut inode = self.get(ino)?;
         if inode.kind == InodeKind::Dir {
             return Err(StoreError::IsADirectory(name_str(name)));
@@ -73,7 +73,7 @@ impl Store {
         b.put_inode(&self.index, ino, &inode);
         b.put_inode(&self.index, parent, &dir);
         b.put_dirent(&self.index, parent, name, ino);
-        self.index.write(b)?;
+        self.write_batch(&mut w, b)?;
         Ok(inode)
     }
 
@@ -89,8 +89,7 @@ impl Store {
             return Ok(());
         }
         if let Some(head) = &inode.recipe {
-            delta.add_pieces(&self.load_pieces(head)?, -1);
-            b.delete_recipe(&self.index, head.id, head.pieces());
+            self.drop_recipe(b, delta, head)?;
         }
         b.delete_inode(&self.index, ino);
         Ok(())
@@ -134,8 +133,7 @@ impl Store {
         let mut b = Batch::new();
         let mut delta = RefDelta::default();
         if let Some(head) = &inode.recipe {
-            delta.add_pieces(&self.load_pieces(head)?, -1);
-            b.delete_recipe(&self.index, head.id, head.pieces());
+            self.drop_recipe(&mut b, &mut delta, head)?;
         }
         b.delete_inode(&self.index, ino);
         self.commit(&mut w, b, delta)
@@ -252,14 +250,10 @@ impl Prepared<'_> {
         let mut b = Batch::new();
         let mut delta = RefDelta::default();
         if let Some(old) = inode.recipe.take() {
-            delta.add_pieces(&s.load_pieces(&old)?, -1);
-            b.delete_recipe(&s.index, old.id, old.pieces());
+            s.drop_recipe(&mut b, &mut delta, &old)?;
         }
-        delta.add_pieces(&self.ing.pieces, 1);
         let rid = s.alloc(&mut w, &mut b, "recipe")?;
-        for (i, p) in self.ing.pieces.iter().enumerate() {
-            b.put_recipe_piece(&s.index, rid, i as u32, &p.encode());
-        }
+        s.add_recipe(&mut b, &mut delta, rid, &self.ing.pieces, &self.ing.piece_keys);
         let ing = self.ing;
         inode.size = ing.size;
         inode.stats = ing.stats;
@@ -308,14 +302,14 @@ impl Store {
     /// change (a background ingest committing new content included): `f` sees the current
     /// record and edits only what it means to change. An `Err` from `f` writes nothing.
     pub fn update_inode<E>(&self, ino: u64, f: impl FnOnce(&mut Inode) -> std::result::Result<(), E>) -> Result<std::result::Result<Inode, E>> {
-        let _ns = self.ns.locked();
+        let mut ns = self.ns.locked();
         let mut inode = self.get(ino)?;
         if let Err(e) = f(&mut inode) {
             return Ok(Err(e));
         }
         let mut b = Batch::new();
         b.put_inode(&self.index, ino, &inode);
-        self.index.write(b)?;
+        self.write_batch(&mut ns, b)?;
         Ok(Ok(inode))
     }
 }

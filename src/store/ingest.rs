@@ -50,6 +50,8 @@ pub(super) type Slice = (ChunkKey, u32, u32);
 /// The result of ingesting one file, ready to commit.
 pub(super) struct Ingested {
     pub pieces: Vec<Piece>,
+    /// The chunks holding the pieces (stored like any chunk, so the packs hold them).
+    pub piece_keys: Vec<ChunkKey>,
     pub starts: Vec<u64>,
     pub size: u64,
     pub stats: FileStats,
@@ -337,9 +339,10 @@ impl Store {
         if size != total {
             return Err(io_err(std::io::Error::other(format!("the recipe covers {size} of the file's {total} bytes"))));
         }
+        let piece_keys = pieces.iter().map(|p| self.store_chunk(w, &mut ctx, &p.encode(), ChunkKind::Recipe)).collect::<Result<Vec<_>>>()?;
         let pending = std::mem::take(&mut w.pending);
         let collisions = std::mem::take(&mut w.collisions);
-        Ok(Ingested { pieces, starts, size, stats: ctx.stats, new_bytes: ctx.new_bytes, pending, collisions })
+        Ok(Ingested { pieces, piece_keys, starts, size, stats: ctx.stats, new_bytes: ctx.new_bytes, pending, collisions })
     }
 
     /// Stores one window of a gzip file: `sw`'s regions tile `data`, and its members' plain
@@ -557,8 +560,7 @@ impl Store {
         };
         let tmp_dir = self.root.join("packs-tmp");
         if w.open.is_none() {
-            let id = w.next_pack;
-            w.next_pack += 1;
+            let id = self.alloc_pack_id();
             w.open = Some(OpenPack::create(&tmp_dir, id).map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?);
         }
         let open = w.open.as_mut().expect("open pack exists");
@@ -590,7 +592,7 @@ impl Store {
 
     /// `commit` for a batch that references the chunks of an ingest (`pending`): the open
     /// pack is made durable first, so the index never points at bytes that are not on disk.
-    pub(super) fn commit_with(&self, _ns: &mut Ns, mut b: Batch, delta: RefDelta, pending: &Pending, collisions: u64) -> Result<()> {
+    pub(super) fn commit_with(&self, ns: &mut Ns, mut b: Batch, delta: RefDelta, pending: &Pending, collisions: u64) -> Result<()> {
         if !pending.is_empty() {
             let mut w = self.writer.locked();
             if let Some(open) = w.open.as_mut() {
@@ -622,7 +624,7 @@ impl Store {
             b.put_meta_u64(&self.index, "collisions", total);
         }
         crate::failpoint::crash_at("before_commit");
-        self.index.write(b)?;
+        self.write_batch(ns, b)?;
         crate::failpoint::crash_at("committed");
         Ok(())
     }

@@ -37,6 +37,12 @@ pub struct Stats {
     /// bytes their shared tails take in packs after dedup and compression.
     pub parse_bytes: u64,
     pub parse_tail_chunk_bytes: u64,
+    /// Recipe pieces (chunks of their own) and the metadata log's records, in packs: what
+    /// makes the index rebuildable from the packs. Not counted in `chunks`.
+    pub recipe_chunks: u64,
+    pub recipe_chunk_bytes: u64,
+    pub log_records: u64,
+    pub log_bytes: u64,
     pub collisions: u64,
     pub packs: u64,
     /// Files written through a mount whose bytes are staged, not yet ingested.
@@ -102,8 +108,22 @@ impl Store {
                 s.unreferenced_chunks += 1;
                 return Ok(());
             }
+            let bytes = e.stored_len as u64 + BLOB_HEADER_LEN as u64;
+            match ChunkKind::from_u8(e.kind) {
+                ChunkKind::Meta => {
+                    s.log_records += 1;
+                    s.log_bytes += bytes;
+                    return Ok(());
+                }
+                ChunkKind::Recipe => {
+                    s.recipe_chunks += 1;
+                    s.recipe_chunk_bytes += bytes;
+                    return Ok(());
+                }
+                _ => {}
+            }
             s.chunks += 1;
-            s.chunk_bytes += e.stored_len as u64 + BLOB_HEADER_LEN as u64;
+            s.chunk_bytes += bytes;
             match ChunkKind::from_u8(e.kind) {
                 ChunkKind::PayloadHead => s.unique_payloads += 1,
                 ChunkKind::Parse => s.parse_tail_chunk_bytes += e.stored_len as u64 + BLOB_HEADER_LEN as u64,
@@ -125,6 +145,7 @@ impl Store {
         let _ns = self.ns.locked();
         let mut w = self.writer.locked();
         self.seal_open(&mut w)?;
+        self.seal_journal(&mut self.journal.locked())?;
         let mut rep = FsckReport::default();
         let paths = self.paths()?;
         let name_of = |ino: u64| paths.get(&ino).and_then(|p| p.first().cloned()).unwrap_or_else(|| format!("<inode {ino}>"));
@@ -139,6 +160,16 @@ impl Store {
         for (ino, inode) in &inodes {
             let Some(head) = &inode.recipe else { continue };
             rep.files += 1;
+            // Each piece of the recipe is a chunk of its own, referenced once per piece.
+            for i in 0..head.pieces() {
+                match self.index.recipe_piece(head.id, i)? {
+                    Some(k) => {
+                        *expected.entry(k).or_default() += 1;
+                        users.entry(k).or_default().insert(*ino);
+                    }
+                    None => rep.problems.push(format!("{}: piece {i} of its recipe is missing from the index", name_of(*ino))),
+                }
+            }
             match self.load_pieces(head) {
                 Ok(pieces) => {
                     let total: u64 = pieces.iter().map(|p| p.len()).sum();
@@ -166,7 +197,8 @@ impl Store {
         })?;
         for (k, e) in chunks {
             seen.insert(k);
-            let want = expected.get(&k).copied().unwrap_or(0);
+            // A metadata log record is kept for good (see `journal`).
+            let want = if ChunkKind::from_u8(e.kind) == ChunkKind::Meta { 1 } else { expected.get(&k).copied().unwrap_or(0) };
             if e.refs != want {
                 rep.problems.push(format!("chunk {}: refcount {} but {want} references (files: {})", k.short(), e.refs, files_of(&k)));
             }
@@ -216,7 +248,7 @@ impl Store {
 
     /// Drops unreferenced chunks and reclaims their pack space.
     pub fn gc(&self) -> Result<GcReport> {
-        let _ns = self.ns.locked();
+        let mut ns = self.ns.locked();
         let mut w = self.writer.locked();
         self.seal_open(&mut w)?;
         let packs_dir = self.root.join("packs");
@@ -261,8 +293,7 @@ impl Store {
                     o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
                 }
                 if open.is_none() {
-                    let nid = w.next_pack;
-                    w.next_pack += 1;
+                    let nid = self.alloc_pack_id();
                     open = Some(OpenPack::create(&tmp_dir, nid).map_err(io_at(&tmp_dir))?);
                 }
                 let o = open.as_mut().expect("created");
@@ -279,7 +310,7 @@ impl Store {
             o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
         }
         crate::failpoint::crash_at("gc_before_index");
-        self.index.write(b)?;
+        self.write_batch(&mut ns, b)?;
         crate::failpoint::crash_at("gc_after_index");
         // Cached chunk places (and, after a dropped key is reused, chunk bytes) are stale now.
         self.cache.clear();

@@ -15,10 +15,12 @@
 mod ahead;
 mod fsops;
 mod ingest;
+mod journal;
 mod maintain;
 mod namespace;
 mod read;
 mod records;
+mod repair;
 mod snapshot;
 
 use std::collections::HashMap;
@@ -44,12 +46,15 @@ pub use maintain::{FsckReport, GcReport, Stats};
 pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
 pub use read::{ReadCache, ReadCounters};
 pub use records::RecordHead;
+pub use repair::{repair_index, RepairReport};
 pub use snapshot::SnapshotReport;
 
 pub const FORMAT_NAME: &str = "warcfs-store";
+/// 3: the packs hold everything (recipe pieces as blobs, every index batch as a metadata log
+/// record: `journal`), so the index can be rebuilt from them (`repair index`).
 /// 2: gzip members are rebuilt from their recorded deflate parse (`format::deflate`), with
-/// a CRC-32 of the original bytes; version 1 stored zlib levels. A version 1 store is refused.
-pub const FORMAT_VERSION: u32 = 2;
+/// a CRC-32 of the original bytes; version 1 stored zlib levels. Older stores are refused.
+pub const FORMAT_VERSION: u32 = 3;
 pub(crate) const CONFIG_FILE: &str = "warcfs.json";
 
 /// Sealed packs grow to about this size.
@@ -72,14 +77,18 @@ pub enum StoreError {
     Format { path: PathBuf, found: String },
     #[error("{path}: store is in use by process {pid}")]
     Busy { path: PathBuf, pid: String },
-    #[error("{0}: the store's index (index/) is missing. The packs are untouched; warcfs will not open the store as an empty one (gc would then take every pack for garbage). Restore the index directory from a backup")]
+    #[error("{0}: the store's index (index/) is missing. The packs are untouched; warcfs will not open the store as an empty one (gc would then take every pack for garbage). Rebuild the index from the packs with `warcfs repair index {0}`")]
     IndexMissing(PathBuf),
-    #[error("{path}: the store's index (index/) cannot be opened: {err}. The packs are untouched and nothing was changed; restore the index directory from a backup")]
+    #[error("{path}: the store's index (index/) cannot be opened: {err}. The packs are untouched and nothing was changed; rebuild the index from the packs with `warcfs repair index {path}` (it keeps the unreadable one aside)")]
     IndexUnreadable { path: PathBuf, err: IndexError },
     #[error("refcount of chunk {chunk} would drop below zero ({refs}): the index is inconsistent, nothing was changed; run `warcfs fsck`")]
     RefcountUnderflow { chunk: String, refs: i64 },
     #[error("{0}: the file changed while it was being imported; nothing was stored for it (import it again once it is complete)")]
     SourceChanged(String),
+    #[error("{0}: the store's index opens; `repair index` rebuilds only a missing or unreadable one (move index/ aside to rebuild it anyway)")]
+    IndexOpens(PathBuf),
+    #[error("metadata log: {0}")]
+    Log(String),
     #[error("{0}: no such store")]
     NoStore(PathBuf),
     #[error("{0}: no such file or directory in the store")]
@@ -162,7 +171,6 @@ impl Default for Config {
 /// Chunks appended to the open pack but not yet committed, and the open pack itself.
 struct Writer {
     open: Option<OpenPack>,
-    next_pack: u64,
     /// Chunks the ingest in progress appended; handed to its `Ingested` when it ends.
     pending: HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>>,
     collisions: u64,
@@ -185,6 +193,10 @@ pub struct Store {
     packs: PackReader,
     cache: ReadCache,
     writer: Mutex<Writer>,
+    /// The metadata log's open pack (see `journal`); taken after `ns` and `writer`.
+    journal: Mutex<journal::Journal>,
+    /// The next pack id, for the data writer's packs and the journal's alike.
+    next_pack: std::sync::atomic::AtomicU64,
     ns: Mutex<Ns>,
     digest: DigestFn,
     _lock: File,
@@ -274,40 +286,22 @@ impl Store {
             Some(index) => index,
             None => open_index(root, &index_dir)?,
         };
-        let packs_dir = root.join("packs");
-        let tmp_dir = root.join("packs-tmp");
-        let mut max_id = 0u64;
-        for entry in fs::read_dir(&packs_dir).map_err(io_at(&packs_dir))? {
-            let entry = entry.map_err(io_at(&packs_dir))?;
-            if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
-                max_id = max_id.max(id);
-            }
-        }
-        // A pack left open by a crash holds blobs the index may point at: seal what is whole.
-        for entry in fs::read_dir(&tmp_dir).map_err(io_at(&tmp_dir))? {
-            let entry = entry.map_err(io_at(&tmp_dir))?;
-            let path = entry.path();
-            if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
-                max_id = max_id.max(id);
-                match pack::recover_open_pack(&path, &packs_dir, id).map_err(io_at(&path))? {
-                    Some(n) => log::info!("recovered open pack {id:016x} with {n} blobs"),
-                    None => log::info!("removed empty open pack {id:016x}"),
-                }
-            } else {
-                let _ = fs::remove_file(&path);
-            }
-        }
+        let max_id = recover_packs(root)?;
+        let (packs_dir, tmp_dir) = (root.join("packs"), root.join("packs-tmp"));
         let store = Store {
             root: root.to_path_buf(),
             config,
             index,
             packs: PackReader::new(packs_dir, tmp_dir),
             cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
-            writer: Mutex::new(Writer { open: None, next_pack: max_id + 1, pending: HashMap::new(), collisions: 0, zstd: None }),
+            writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, zstd: None }),
+            journal: Mutex::new(journal::Journal { open: None, next_seq: 0 }),
+            next_pack: (max_id + 1).into(),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
             digest,
             _lock: lock,
         };
+        store.roll_forward()?;
         store.ensure_root()?;
         Ok(store)
     }
@@ -332,7 +326,9 @@ impl Store {
             index,
             packs: PackReader::new(root.join("packs"), root.join("packs-tmp")),
             cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
-            writer: Mutex::new(Writer { open: None, next_pack: 0, pending: HashMap::new(), collisions: 0, zstd: None }),
+            writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, zstd: None }),
+            journal: Mutex::new(journal::Journal { open: None, next_seq: 0 }),
+            next_pack: 0.into(),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
             digest: digest::sha256,
             _lock: lock,
@@ -368,24 +364,57 @@ impl Store {
             let mut w = self.writer.locked();
             self.seal_open(&mut w)?;
         }
+        self.seal_journal(&mut self.journal.locked())?;
         self.index.flush_tables()?;
         Ok(())
     }
 
+    /// Seals the data writer's open pack.
     fn seal_open(&self, w: &mut Writer) -> Result<()> {
         if let Some(open) = w.open.take() {
-            let id = open.id;
-            if open.is_empty() {
-                let path = self.root.join("packs-tmp").join(pack::pack_name(id));
-                drop(open);
-                fs::remove_file(&path).map_err(io_at(&path))?;
-            } else {
-                let dir = self.root.join("packs");
-                open.seal(&dir).map_err(io_at(&dir))?;
-            }
-            self.packs.forget(id);
+            self.seal_pack(open)?;
         }
         Ok(())
+    }
+
+    /// Seals an open pack into `packs/`, or removes it if it holds nothing.
+    fn seal_pack(&self, open: OpenPack) -> Result<()> {
+        let id = open.id;
+        if open.is_empty() {
+            let path = self.root.join("packs-tmp").join(pack::pack_name(id));
+            drop(open);
+            fs::remove_file(&path).map_err(io_at(&path))?;
+        } else {
+            let dir = self.root.join("packs");
+            open.seal(&dir).map_err(io_at(&dir))?;
+        }
+        self.packs.forget(id);
+        Ok(())
+    }
+
+    fn alloc_pack_id(&self) -> u64 {
+        self.next_pack.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Ids of the sealed packs, ascending.
+    fn pack_ids(&self) -> Result<Vec<u64>> {
+        let dir = self.root.join("packs");
+        let mut ids = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(io_at(&dir))? {
+            let entry = entry.map_err(io_at(&dir))?;
+            if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
+                ids.push(id);
+            }
+        }
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// The blobs of sealed pack `id`, from its footer.
+    fn pack_blobs(&self, id: u64) -> Result<Vec<pack::BlobInfo>> {
+        let path = self.root.join("packs").join(pack::pack_name(id));
+        let f = File::open(&path).map_err(io_at(&path))?;
+        Ok(pack::read_footer(&f, id)?)
     }
 }
 
@@ -396,7 +425,40 @@ impl Drop for Store {
                 log::warn!("sealing the open pack: {e}");
             }
         }
+        if let Ok(mut j) = self.journal.lock() {
+            if let Err(e) = self.seal_journal(&mut j) {
+                log::warn!("sealing the journal's open pack: {e}");
+            }
+        }
     }
+}
+
+/// Seals what is whole of every pack a crash left open (the index may point into them) and
+/// returns the largest pack id there is.
+fn recover_packs(root: &Path) -> Result<u64> {
+    let packs_dir = root.join("packs");
+    let tmp_dir = root.join("packs-tmp");
+    let mut max_id = 0u64;
+    for entry in fs::read_dir(&packs_dir).map_err(io_at(&packs_dir))? {
+        let entry = entry.map_err(io_at(&packs_dir))?;
+        if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
+            max_id = max_id.max(id);
+        }
+    }
+    for entry in fs::read_dir(&tmp_dir).map_err(io_at(&tmp_dir))? {
+        let entry = entry.map_err(io_at(&tmp_dir))?;
+        let path = entry.path();
+        if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
+            max_id = max_id.max(id);
+            match pack::recover_open_pack(&path, &packs_dir, id).map_err(io_at(&path))? {
+                Some(n) => log::info!("recovered open pack {id:016x} with {n} blobs"),
+                None => log::info!("removed empty open pack {id:016x}"),
+            }
+        } else {
+            let _ = fs::remove_file(&path);
+        }
+    }
+    Ok(max_id)
 }
 
 /// Whether `path`, found in a directory without a config, is what a store creation cut

@@ -160,7 +160,7 @@ impl Store {
             let mut b = Batch::new();
             b.put_inode(&self.index, ROOT_INO, &Inode::new(InodeKind::Dir, 0o755));
             b.put_meta_u64(&self.index, "next_ino", ROOT_INO + 1);
-            self.index.write(b)?;
+            self.write_batch(&mut self.ns.locked(), b)?;
         }
         Ok(())
     }
@@ -246,7 +246,7 @@ impl Store {
                     parent.mtime = Timestamp::now();
                     parent.ctime = parent.mtime;
                     b.put_inode(&self.index, ino, &parent);
-                    self.index.write(b)?;
+                    self.write_batch(&mut w, b)?;
                     ino = child;
                 }
             }
@@ -315,15 +315,10 @@ impl Store {
             None => (self.alloc(w, &mut b, "ino")?, Inode::new(InodeKind::File, meta.mode)),
         };
         if let Some(old) = inode.recipe.take() {
-            let pieces = self.load_pieces(&old)?;
-            delta.add_pieces(&pieces, -1);
-            b.delete_recipe(&self.index, old.id, old.pieces());
+            self.drop_recipe(&mut b, &mut delta, &old)?;
         }
-        delta.add_pieces(&ing.pieces, 1);
         let rid = self.alloc(w, &mut b, "recipe")?;
-        for (i, p) in ing.pieces.iter().enumerate() {
-            b.put_recipe_piece(&self.index, rid, i as u32, &p.encode());
-        }
+        self.add_recipe(&mut b, &mut delta, rid, &ing.pieces, &ing.piece_keys);
         inode.kind = InodeKind::File;
         inode.mode = meta.mode;
         inode.size = ing.size;
@@ -352,7 +347,7 @@ impl Store {
         inode.size = target.len() as u64;
         b.put_inode(&self.index, ino, &inode);
         b.put_dirent(&self.index, dir, name, ino);
-        self.index.write(b)?;
+        self.write_batch(&mut w, b)?;
         Ok(ino)
     }
 
@@ -398,9 +393,7 @@ impl Store {
         let remaining = if inode.kind == InodeKind::Dir { 0 } else { inode.nlink.saturating_sub(1) };
         if remaining == 0 {
             if let Some(head) = &inode.recipe {
-                let pieces = self.load_pieces(head)?;
-                delta.add_pieces(&pieces, -1);
-                b.delete_recipe(&self.index, head.id, head.pieces());
+                self.drop_recipe(&mut b, &mut delta, head)?;
             }
             b.delete_inode(&self.index, ino);
         } else {
@@ -417,12 +410,36 @@ impl Store {
         (0..head.pieces()).map(|i| self.load_piece(head.id, i)).collect()
     }
 
+    /// The key of the chunk that holds piece `piece` of recipe `rid`.
+    fn piece_key(&self, rid: u64, piece: u32) -> Result<ChunkKey> {
+        self.index.recipe_piece(rid, piece)?.ok_or_else(|| StoreError::Recipe { rid, piece, what: "missing".into() })
+    }
+
     pub(super) fn load_piece(&self, rid: u64, piece: u32) -> Result<Piece> {
-        let bytes = self
-            .index
-            .recipe_piece(rid, piece)?
-            .ok_or_else(|| StoreError::Recipe { rid, piece, what: "missing".into() })?;
+        let key = self.piece_key(rid, piece)?;
+        let entry = self.index.chunk(&key)?.ok_or_else(|| StoreError::Recipe { rid, piece, what: format!("its chunk {} is missing", key.short()) })?;
+        let bytes = self.chunk_bytes(&key, &entry)?;
         Piece::decode(&bytes).map_err(|e| StoreError::Recipe { rid, piece, what: format!("undecodable: {e}") })
+    }
+
+    /// Adds recipe `rid` to `b`: its pieces, stored as the chunks `keys`, and a reference
+    /// to every chunk it uses (each distinct data chunk once, each piece's chunk once).
+    pub(super) fn add_recipe(&self, b: &mut Batch, delta: &mut RefDelta, rid: u64, pieces: &[Piece], keys: &[ChunkKey]) {
+        delta.add_pieces(pieces, 1);
+        for (i, k) in keys.iter().enumerate() {
+            *delta.0.entry(*k).or_default() += 1;
+            b.put_recipe_piece(&self.index, rid, i as u32, k);
+        }
+    }
+
+    /// Removes recipe `head` in `b`, releasing what `add_recipe` referenced.
+    pub(super) fn drop_recipe(&self, b: &mut Batch, delta: &mut RefDelta, head: &RecipeHead) -> Result<()> {
+        delta.add_pieces(&self.load_pieces(head)?, -1);
+        for i in 0..head.pieces() {
+            *delta.0.entry(self.piece_key(head.id, i)?).or_default() -= 1;
+        }
+        b.delete_recipe(&self.index, head.id, head.pieces());
+        Ok(())
     }
 
     /// Paths of every inode reachable from the root (hard links give several).

@@ -64,6 +64,8 @@ impl Store {
         let _ns = self.ns.locked();
         let mut w = self.writer.locked();
         self.seal_open(&mut w)?;
+        // The metadata log's records too: the copy's index points at them.
+        self.seal_journal(&mut self.journal.locked())?;
         let new_index = dest.join(format!("index.new-{}", std::process::id()));
         if new_index.exists() {
             fs::remove_dir_all(&new_index).map_err(io_at(&new_index))?;

@@ -142,7 +142,12 @@ fn reopen_recovers_an_open_pack_left_by_a_crash() {
     }
     // Recreate what a crash leaves: the pack back in packs-tmp/ without its footer, and a
     // torn blob at its tail. The index still points into it.
-    let sealed: Vec<_> = std::fs::read_dir(dir.path().join("packs")).unwrap().map(|e| e.unwrap().path()).collect();
+    // The data pack, not the metadata log's.
+    let sealed: Vec<_> = std::fs::read_dir(dir.path().join("packs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| crate::pack::read_footer(&std::fs::File::open(p).unwrap(), 0).unwrap().iter().all(|b| b.kind != crate::pack::ChunkKind::Meta as u8))
+        .collect();
     assert_eq!(sealed.len(), 1);
     let f = std::fs::File::open(&sealed[0]).unwrap();
     let blobs = crate::pack::read_footer(&f, 0).unwrap();

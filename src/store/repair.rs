@@ -1,0 +1,197 @@
+//! `repair index`: rebuilds the RocksDB index from the packs alone.
+//!
+//! The packs hold every chunk (with its key, kind and sizes in its blob header and the
+//! pack's footer), every recipe piece (a chunk of kind `Recipe`) and every index batch ever
+//! written (the metadata log, `journal`). A rebuild:
+//! 1. seals what a crash left open, then reads every sealed pack's footer: each chunk goes
+//!    into the new index where it lies (the first copy found, if gc left two);
+//! 2. applies the log's records in sequence order, leaving out their chunk changes (chunks
+//!    are where step 1 found them): directories, names, attributes, recipes, counters;
+//! 3. counts every reference the recipes hold (each piece's chunk once per piece, each
+//!    distinct data chunk once per recipe) and writes the refcounts.
+//!
+//! It builds into `index.rebuilding/` and renames that to `index/` only when it is whole;
+//! an unreadable index is kept beside it (`index.unreadable.N`), never deleted. It refuses to
+//! replace an index that opens.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fs;
+use std::path::Path;
+
+use super::journal::{MetaRecord, APPLIED_PACK, APPLIED_SEQ};
+use super::{io_at, read_config, recover_packs, take_lock, Result, Store, StoreError, CONFIG_FILE, FORMAT_VERSION};
+use crate::digest::ChunkKey;
+use crate::index::{Batch, ChunkEntry, Index};
+use crate::pack::{self, ChunkKind, PackReader};
+use crate::recipe::{self, Piece};
+
+/// What a rebuild found.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RepairReport {
+    pub packs: u64,
+    pub chunks: u64,
+    /// Copies of a chunk found in more than one pack (left by an interrupted gc).
+    pub duplicate_chunks: u64,
+    pub log_records: u64,
+    pub recipes: u64,
+    /// Where the broken index was moved, if there was one.
+    pub kept_broken_index: Option<String>,
+    /// References to chunks no pack holds: the files that use them cannot be read whole.
+    pub problems: Vec<String>,
+}
+
+/// Writes pending index changes every this many chunks (a rebuild's batches are not
+/// synced one by one; the index is flushed once at the end).
+const BATCH_CHUNKS: usize = 10_000;
+
+/// Rebuilds the index of the store at `root` from its packs (see the module doc).
+pub fn repair_index(root: &Path) -> Result<RepairReport> {
+    // A store of this format version (a foreign one is refused, as every command does).
+    read_config(&root.join(CONFIG_FILE))?;
+    let lock = take_lock(root)?;
+    let index_dir = root.join("index");
+    let mut rep = RepairReport::default();
+    if index_dir.join("CURRENT").exists() && Index::open(&index_dir).is_ok() {
+        return Err(StoreError::IndexOpens(root.to_path_buf()));
+    }
+    if index_dir.exists() {
+        let mut n = 1;
+        let kept = loop {
+            let p = root.join(format!("index.unreadable.{n}"));
+            if !p.exists() {
+                break p;
+            }
+            n += 1;
+        };
+        fs::rename(&index_dir, &kept).map_err(io_at(&kept))?;
+        rep.kept_broken_index = Some(kept.display().to_string());
+    }
+    recover_packs(root)?;
+    let building = root.join("index.rebuilding");
+    if building.exists() {
+        // What an interrupted repair left: start again.
+        fs::remove_dir_all(&building).map_err(io_at(&building))?;
+    }
+    let idx = Index::create(&building, FORMAT_VERSION)?;
+    let packs = PackReader::new(root.join("packs"), root.join("packs-tmp"));
+
+    // 1. Chunks where they lie; the log's records, to apply in order.
+    let mut seen: HashSet<ChunkKey> = HashSet::new();
+    let mut records: Vec<(u64, u64, u64, ChunkKey, u32)> = Vec::new(); // seq, pack, offset, key, stored_len
+    let mut b = Batch::new();
+    let mut in_batch = 0usize;
+    let mut ids: Vec<u64> = Vec::new();
+    let packs_dir = root.join("packs");
+    for entry in fs::read_dir(&packs_dir).map_err(io_at(&packs_dir))? {
+        let entry = entry.map_err(io_at(&packs_dir))?;
+        if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
+            ids.push(id);
+        }
+    }
+    ids.sort_unstable();
+    for &id in &ids {
+        rep.packs += 1;
+        let path = packs_dir.join(pack::pack_name(id));
+        let blobs = pack::read_footer(&fs::File::open(&path).map_err(io_at(&path))?, id)?;
+        for blob in blobs {
+            if !seen.insert(blob.key) {
+                rep.duplicate_chunks += 1;
+                continue;
+            }
+            let kind = ChunkKind::from_u8(blob.kind);
+            if kind == ChunkKind::Meta {
+                let raw = packs.read(id, blob.offset, &blob.key, blob.stored_len)?;
+                let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::Log(format!("pack {id:016x} offset {}: {e}", blob.offset)))?;
+                records.push((rec.seq, id, blob.offset, blob.key, blob.stored_len));
+            }
+            let refs = (kind == ChunkKind::Meta) as u64;
+            let e = ChunkEntry { pack: id, offset: blob.offset, stored_len: blob.stored_len, raw_len: blob.raw_len, codec: blob.codec, kind: blob.kind, refs };
+            b.put_chunk_unlogged(&idx, &blob.key, &e);
+            rep.chunks += 1;
+            in_batch += 1;
+            if in_batch >= BATCH_CHUNKS {
+                idx.write_unsynced(std::mem::take(&mut b))?;
+                in_batch = 0;
+            }
+        }
+    }
+    idx.write_unsynced(b)?;
+    drop(seen);
+
+    // 2. The log, in sequence order, without its chunk changes. Records are read again one
+    // at a time rather than kept: the log can be large.
+    records.sort_by_key(|r| r.0);
+    for w in records.windows(2) {
+        if w[1].0 != w[0].0 + 1 {
+            rep.problems.push(format!("metadata log records {} to {} are missing: changes made then are lost", w[0].0 + 1, w[1].0 - 1));
+        }
+    }
+    for &(seq, id, offset, key, stored_len) in &records {
+        let raw = packs.read(id, offset, &key, stored_len)?;
+        let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::Log(format!("pack {id:016x} offset {offset}: {e}")))?;
+        debug_assert_eq!(rec.seq, seq);
+        idx.apply_unsynced(&rec.ops, false)?;
+        rep.log_records += 1;
+    }
+    if let Some(&(seq, id, ..)) = records.last() {
+        let mut b = Batch::new();
+        b.put_meta_u64_unlogged(&idx, APPLIED_SEQ, seq);
+        b.put_meta_u64_unlogged(&idx, APPLIED_PACK, id);
+        idx.write_unsynced(b)?;
+    }
+
+    // 3. Refcounts from the recipes.
+    let mut refs: HashMap<ChunkKey, u64> = HashMap::new();
+    let mut pieces_of: Vec<(u64, u32, ChunkKey)> = Vec::new();
+    idx.for_each_recipe_piece(|rid, pno, key| {
+        pieces_of.push((rid, pno, key));
+        Ok(())
+    })?;
+    let mut i = 0;
+    while i < pieces_of.len() {
+        let rid = pieces_of[i].0;
+        let mut data: BTreeSet<ChunkKey> = BTreeSet::new();
+        while i < pieces_of.len() && pieces_of[i].0 == rid {
+            let (_, pno, key) = pieces_of[i];
+            *refs.entry(key).or_default() += 1;
+            match idx.chunk(&key)? {
+                Some(e) => {
+                    let raw = packs.read(e.pack, e.offset, &key, e.stored_len)?;
+                    let piece = Piece::decode(&raw).map_err(|err| StoreError::Recipe { rid, piece: pno, what: format!("undecodable: {err}") })?;
+                    data.extend(recipe::distinct_keys(std::slice::from_ref(&piece)));
+                }
+                None => rep.problems.push(format!("recipe {rid} piece {pno}: its chunk {} is in no pack", key.short())),
+            }
+            i += 1;
+        }
+        rep.recipes += 1;
+        for k in data {
+            *refs.entry(k).or_default() += 1;
+        }
+    }
+    let mut b = Batch::new();
+    let mut in_batch = 0usize;
+    for (key, n) in refs {
+        match idx.chunk(&key)? {
+            Some(mut e) => {
+                e.refs = n;
+                b.put_chunk_unlogged(&idx, &key, &e);
+                in_batch += 1;
+                if in_batch >= BATCH_CHUNKS {
+                    idx.write_unsynced(std::mem::take(&mut b))?;
+                    in_batch = 0;
+                }
+            }
+            None => rep.problems.push(format!("chunk {} is referenced {n} times but is in no pack", key.short())),
+        }
+    }
+    idx.write(b)?;
+    idx.flush_tables()?;
+    drop(idx);
+    fs::rename(&building, &index_dir).map_err(io_at(&index_dir))?;
+    pack::sync_dir(root).map_err(io_at(root))?;
+    drop(lock);
+    // Opening it once applies nothing more (the log is all applied) but proves it opens.
+    drop(Store::open(root, false)?);
+    Ok(rep)
+}
