@@ -93,6 +93,22 @@ pub enum LogOp {
     DeleteRange(u8, Vec<u8>, Vec<u8>),
 }
 
+impl LogOp {
+    pub fn cf(&self) -> u8 {
+        match self {
+            LogOp::Put(n, ..) | LogOp::Delete(n, ..) | LogOp::DeleteRange(n, ..) => *n,
+        }
+    }
+
+    /// Bytes of keys and values it carries.
+    pub fn bytes(&self) -> usize {
+        match self {
+            LogOp::Put(_, k, v) | LogOp::DeleteRange(_, k, v) => k.len() + v.len(),
+            LogOp::Delete(_, k) => k.len(),
+        }
+    }
+}
+
 /// Column family numbers in `LogOp`s.
 pub const CF_META: u8 = 0;
 pub const CF_CHUNK: u8 = 1;
@@ -310,6 +326,27 @@ impl Index {
             Some(v) => Ok(Some(ChunkKey::from_bytes(&v).ok_or(IndexError::Bad("recipe"))?)),
             None => Ok(None),
         }
+    }
+
+    /// Every record of the namespace column families (meta, inode, dirent, recipe) as a put,
+    /// in key order, until `f` returns false: a checkpoint of the metadata log. The log's
+    /// own bookkeeping in `meta` is left out.
+    pub fn for_each_namespace_record(&self, mut f: impl FnMut(LogOp) -> Result<bool>) -> Result<()> {
+        for (n, name) in CFS.iter().enumerate() {
+            if n as u8 == CF_CHUNK {
+                continue;
+            }
+            for item in self.db.iterator_cf(self.cf(name), IteratorMode::Start) {
+                let (k, v) = item?;
+                if n as u8 == CF_META && k.starts_with(b"log_applied_") {
+                    continue;
+                }
+                if !f(LogOp::Put(n as u8, k.to_vec(), v.to_vec()))? {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every recipe piece: (recipe id, piece number, the key of its chunk).

@@ -142,7 +142,7 @@ fn rm_then_gc_reclaims() {
     assert!(reclaimed > 0, "{}", gc.describe());
     let after = stats(&store);
     assert_eq!(num(&after, "unreferenced_chunks"), 0, "{after}");
-    assert_eq!(num(&after, "stored_bytes"), num(&before, "stored_bytes") - reclaimed, "gc's figure matches stats");
+    assert_eq!(num(&after, "stored_bytes"), num(&mid, "stored_bytes") - reclaimed, "gc's figure matches stats");
     assert_fsck_clean(&store, true);
     let remaining: BTreeMap<String, PathBuf> = files.iter().filter(|(p, _)| **p != victim).map(|(p, s)| (p.clone(), s.clone())).collect();
     let listed = ls_tree(&store, "/");
@@ -250,7 +250,7 @@ fn a_crash_at_every_durability_point_loses_nothing_committed() {
         assert!(killed_at.get(point).copied().unwrap_or(0) > 0, "no import passed through {point}: {killed_at:?}");
     }
     // gc, killed at each of its points with garbage to collect (half the trials removed).
-    for (i, point) in ["gc_before_index", "log_synced", "gc_after_index", "gc_pack_removed"].into_iter().enumerate() {
+    for (i, point) in ["log_synced", "checkpoint_synced", "gc_before_index", "gc_after_index", "gc_pack_removed"].into_iter().enumerate() {
         ok(&["rm", "-r", &s(&store), &format!("/t{}", 1 + 2 * i)]);
         ok(&["rm", "-r", &s(&store), &format!("/t{}", 2 + 2 * i)]);
         assert!(crash(point, 1, vec!["gc".into(), s(&store)]), "gc did not pass through {point}");
@@ -429,14 +429,14 @@ fn bad_input_gets_one_line_and_nonzero_exit() {
     let cfg_path = future.join("warcfs.json");
     let mut cfg: serde_json::Value = serde_json::from_slice(&fs::read(&cfg_path).unwrap()).unwrap();
     assert_eq!(cfg["format"], "warcfs-store");
-    assert_eq!(cfg["version"], 2);
-    // And one of the version before (zlib-level gzip recipes), which this warcfs refuses too.
+    assert_eq!(cfg["version"], 3);
+    // And one of the version before (no metadata in the packs), which this warcfs refuses too.
     let old = tmp.path().join("old");
     ok(&["init", &s(&old)]);
     let mut old_cfg = cfg.clone();
-    old_cfg["version"] = 1.into();
+    old_cfg["version"] = 2.into();
     fs::write(old.join("warcfs.json"), serde_json::to_vec(&old_cfg).unwrap()).unwrap();
-    let line = fails_with(&["ls", &s(&old)], &[&s(&old), "unsupported store format", "version 1", "version 2"]);
+    let line = fails_with(&["ls", &s(&old)], &[&s(&old), "unsupported store format", "version 2", "version 3"]);
     assert!(line.contains("import"), "should say what to do: {line}");
     cfg["version"] = 99.into();
     fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
@@ -475,7 +475,7 @@ fn init_modes_and_import_of_plain_files() {
     let r = ok(&["init", &st, "--verify", "size", "--compression", "none"]);
     assert!(r.out().contains(&st), "{}", r.describe());
     let cfg: serde_json::Value = serde_json::from_slice(&fs::read(store.join("warcfs.json")).unwrap()).unwrap();
-    assert_eq!((cfg["format"].as_str(), cfg["version"].as_u64()), (Some("warcfs-store"), Some(2)), "{cfg}");
+    assert_eq!((cfg["format"].as_str(), cfg["version"].as_u64()), (Some("warcfs-store"), Some(3)), "{cfg}");
     assert_eq!((cfg["verify"].as_str(), cfg["compression"].as_str()), (Some("size"), Some("none")), "{cfg}");
     fails_with(&["init", &st], &[&st, "already exists"]);
     fails_with(&["init", &st, "--compression", "zstd"], &[&st, "already exists"]);
@@ -738,9 +738,19 @@ fn repair_index_rebuilds_every_file_name_and_refcount_from_the_packs_alone() {
     for k in ["files", "directories", "logical_bytes", "chunks", "unreferenced_chunks", "records", "unique_payloads"] {
         assert_eq!(num(&after, k), num(&before, k), "stats {k} after repair");
     }
-    // The store goes on: gc drops what was garbage before, a new import dedups, fsck clean.
+    // The store goes on: gc drops what was garbage before (and checkpoints the log, whose
+    // older records it collects), a new import dedups, fsck clean.
+    let log_before_gc = num(&stats(&store), "log_bytes");
     ok(&["gc", &s(&store)]);
-    assert_eq!(num(&stats(&store), "unreferenced_chunks"), 0);
+    let st = stats(&store);
+    assert_eq!(num(&st, "unreferenced_chunks"), 0);
+    assert!(num(&st, "log_bytes") < log_before_gc, "a checkpoint replaces the history: {} -> {}", log_before_gc, num(&st, "log_bytes"));
+    // Lost again after the checkpoint: repair starts from it.
+    fs::remove_dir_all(store.join("index")).unwrap();
+    ok(&["repair", "index", &s(&store)]);
+    assert_fsck_clean(&store, true);
+    assert_eq!(ls_tree(&store, "/"), tree, "the tree again, from the checkpoint");
+    assert!(ok(&["index", &s(&store)]).stdout == cdxj, "the CDXJ index again");
     let again = ok(&["import", &s(&store), &s(&crawl), "--to", "/after-repair"]);
     assert!(parse_import_summary(&again.out()).new_bytes * 50 < fs::metadata(&crawl).unwrap().len(), "a crawl stored before repair dedups after it:\n{}", again.describe());
     assert_fsck_clean(&store, true);

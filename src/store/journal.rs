@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{io_at, Ns, Result, Store, StoreError};
 use crate::digest::ChunkKey;
-use crate::index::{Batch, ChunkEntry, LogOp};
+use crate::index::{Batch, ChunkEntry, LogOp, CF_CHUNK};
 use crate::pack::{self, ChunkKind, Codec, OpenPack};
 use crate::LockExt;
 
@@ -37,13 +37,27 @@ pub(super) struct Journal {
     pub next_seq: u64,
 }
 
-/// One record of the metadata log: the changes of one index batch.
+/// One record of the metadata log: the changes of one index batch, or one part of a
+/// checkpoint.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct MetaRecord {
     pub version: u32,
     pub seq: u64,
     pub ops: Vec<LogOp>,
+    /// Set on the records of a checkpoint: a dump, as puts, of every namespace record
+    /// (meta, inode, dirent, recipe) as of `first_seq`, over records `first_seq` up to the
+    /// one marked `last`. A complete checkpoint supersedes every record before it.
+    pub checkpoint: Option<CheckpointPart>,
 }
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointPart {
+    pub first_seq: u64,
+    pub last: bool,
+}
+
+/// Raw bytes of changes per checkpoint record (bounds what writing or reading one holds).
+const CHECKPOINT_PART: usize = 4 << 20;
 
 impl MetaRecord {
     pub fn decode(raw: &[u8]) -> std::result::Result<MetaRecord, String> {
@@ -60,12 +74,31 @@ impl Store {
     /// caller holds the namespace lock (`ns`) and has made every chunk `b` references
     /// durable.
     pub(super) fn write_batch(&self, _ns: &mut Ns, mut b: Batch) -> Result<()> {
-        let mut rec = MetaRecord { version: LOG_VERSION, seq: 0, ops: b.log().to_vec() };
-        let (key, entry, seq) = {
+        if b.log().iter().all(|op| op.cf() == CF_CHUNK) {
+            // Chunk entries alone (gc moving or dropping chunks) follow from the packs and
+            // the recipes: nothing to log. A crash before the index write leaves the old
+            // entries, whose packs gc deletes only after it.
+            return Ok(self.index.write(b)?);
+        }
+        let (key, entry, seq) = self.append_record(b.log().to_vec(), None)?;
+        self.note_applied(&mut b, &key, &entry, seq);
+        self.index.write(b)?;
+        Ok(())
+    }
+
+    /// Appends one record to the log's open pack and syncs it; returns its chunk key, entry
+    /// and sequence number.
+    fn append_record(&self, ops: Vec<LogOp>, checkpoint: Option<CheckpointPart>) -> Result<(ChunkKey, ChunkEntry, u64)> {
+        let mut rec = MetaRecord { version: LOG_VERSION, seq: 0, ops, checkpoint };
+        {
             let mut j = self.journal.locked();
             rec.seq = j.next_seq;
             let raw = postcard::to_allocvec(&rec).expect("in-memory serialisation cannot fail");
-            let stored = zstd::bulk::compress(&raw, 3).map_err(|err| StoreError::Io { path: self.root.join("packs-tmp"), err })?;
+            // Compressed as the store's chunks are (`init --compression`).
+            let (codec, stored) = match self.config.compression {
+                super::Compression::Zstd => (Codec::Zstd, zstd::bulk::compress(&raw, 3).map_err(|err| StoreError::Io { path: self.root.join("packs-tmp"), err })?),
+                super::Compression::None => (Codec::None, raw.clone()),
+            };
             let key = ChunkKey { digest: (self.digest)(&raw), seq: 0 };
             let dir = self.root.join("packs-tmp");
             if j.open.is_none() {
@@ -73,7 +106,7 @@ impl Store {
                 j.open = Some(OpenPack::create(&dir, id).map_err(io_at(&dir))?);
             }
             let open = j.open.as_mut().expect("journal pack exists");
-            let info = open.append(key, ChunkKind::Meta, Codec::Zstd, raw.len() as u32, &stored).map_err(io_at(&dir))?;
+            let info = open.append(key, ChunkKind::Meta, codec, raw.len() as u32, &stored).map_err(io_at(&dir))?;
             open.sync().map_err(io_at(&dir))?;
             crate::failpoint::crash_at("log_synced");
             let entry = ChunkEntry { pack: open.id, offset: info.offset, stored_len: info.stored_len, raw_len: info.raw_len, codec: info.codec, kind: info.kind, refs: 1 };
@@ -81,9 +114,51 @@ impl Store {
                 self.seal_journal(&mut j)?;
             }
             j.next_seq += 1;
-            (key, entry, rec.seq)
-        };
-        self.note_applied(&mut b, &key, &entry, seq);
+            Ok((key, entry, rec.seq))
+        }
+    }
+
+    /// Writes a checkpoint of the namespace (under the namespace lock, so it is the state
+    /// as of its first record) and marks every earlier record garbage for gc: what bounds
+    /// the log by the size of the namespace rather than by its history.
+    pub(super) fn checkpoint(&self, _ns: &mut Ns) -> Result<()> {
+        let mut older: Vec<(ChunkKey, ChunkEntry)> = Vec::new();
+        self.index.for_each_chunk(|k, e| {
+            if ChunkKind::from_u8(e.kind) == ChunkKind::Meta && e.refs > 0 {
+                older.push((k, e));
+            }
+            Ok(())
+        })?;
+        let first_seq = self.journal.locked().next_seq;
+        let mut parts: Vec<(ChunkKey, ChunkEntry, u64)> = Vec::new();
+        let mut ops: Vec<LogOp> = Vec::new();
+        let mut size = 0usize;
+        let mut err = None;
+        self.index.for_each_namespace_record(|op| {
+            size += op.bytes();
+            ops.push(op);
+            if size >= CHECKPOINT_PART {
+                match self.append_record(std::mem::take(&mut ops), Some(CheckpointPart { first_seq, last: false })) {
+                    Ok(p) => parts.push(p),
+                    Err(e) => err = Some(e),
+                }
+                size = 0;
+            }
+            Ok(err.is_none())
+        })?;
+        if let Some(e) = err {
+            return Err(e);
+        }
+        parts.push(self.append_record(ops, Some(CheckpointPart { first_seq, last: true }))?);
+        crate::failpoint::crash_at("checkpoint_synced");
+        let mut b = Batch::new();
+        for (k, mut e) in older {
+            e.refs = 0;
+            b.put_chunk_unlogged(&self.index, &k, &e);
+        }
+        for (k, e, seq) in &parts {
+            self.note_applied(&mut b, k, e, *seq);
+        }
         self.index.write(b)?;
         Ok(())
     }

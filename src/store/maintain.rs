@@ -197,8 +197,8 @@ impl Store {
         })?;
         for (k, e) in chunks {
             seen.insert(k);
-            // A metadata log record is kept for good (see `journal`).
-            let want = if ChunkKind::from_u8(e.kind) == ChunkKind::Meta { 1 } else { expected.get(&k).copied().unwrap_or(0) };
+            // A metadata log record is live (1) until a checkpoint supersedes it (0, for gc).
+            let want = if ChunkKind::from_u8(e.kind) == ChunkKind::Meta { e.refs.min(1) } else { expected.get(&k).copied().unwrap_or(0) };
             if e.refs != want {
                 rep.problems.push(format!("chunk {}: refcount {} but {want} references (files: {})", k.short(), e.refs, files_of(&k)));
             }
@@ -251,8 +251,12 @@ impl Store {
         let mut ns = self.ns.locked();
         let mut w = self.writer.locked();
         self.seal_open(&mut w)?;
+        self.seal_journal(&mut self.journal.locked())?;
         let packs_dir = self.root.join("packs");
         let mut rep = GcReport { bytes_before: dir_bytes(&packs_dir), ..GcReport::default() };
+        // A checkpoint of the namespace first: every earlier log record becomes garbage
+        // that this pass collects, so the log stays the size of the namespace.
+        self.checkpoint(&mut ns)?;
         let mut b = Batch::new();
         let mut live: HashMap<u64, Vec<(ChunkKey, ChunkEntry)>> = HashMap::new();
         let mut dropped = Vec::new();
@@ -322,6 +326,8 @@ impl Store {
         }
         rep.packs_deleted = doomed.len() as u64;
         rep.packs_rewritten = rewrite.len() as u64;
+        // The checkpoint's pack counts too: what gc reports is what the store shrank by.
+        self.seal_journal(&mut self.journal.locked())?;
         rep.bytes_after = dir_bytes(&packs_dir);
         Ok(rep)
     }

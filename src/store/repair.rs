@@ -18,7 +18,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::path::Path;
 
-use super::journal::{MetaRecord, APPLIED_PACK, APPLIED_SEQ};
+use super::journal::{CheckpointPart, MetaRecord, APPLIED_PACK, APPLIED_SEQ};
 use super::{io_at, read_config, recover_packs, take_lock, Result, Store, StoreError, CONFIG_FILE, FORMAT_VERSION};
 use crate::digest::ChunkKey;
 use crate::index::{Batch, ChunkEntry, Index};
@@ -77,7 +77,8 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
 
     // 1. Chunks where they lie; the log's records, to apply in order.
     let mut seen: HashSet<ChunkKey> = HashSet::new();
-    let mut records: Vec<(u64, u64, u64, ChunkKey, u32)> = Vec::new(); // seq, pack, offset, key, stored_len
+    // seq, checkpoint part, pack, offset, key, stored_len
+    let mut records: Vec<(u64, Option<CheckpointPart>, u64, u64, ChunkKey, u32)> = Vec::new();
     let mut b = Batch::new();
     let mut in_batch = 0usize;
     let mut ids: Vec<u64> = Vec::new();
@@ -102,7 +103,7 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
             if kind == ChunkKind::Meta {
                 let raw = packs.read(id, blob.offset, &blob.key, blob.stored_len)?;
                 let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::Log(format!("pack {id:016x} offset {}: {e}", blob.offset)))?;
-                records.push((rec.seq, id, blob.offset, blob.key, blob.stored_len));
+                records.push((rec.seq, rec.checkpoint, id, blob.offset, blob.key, blob.stored_len));
             }
             let refs = (kind == ChunkKind::Meta) as u64;
             let e = ChunkEntry { pack: id, offset: blob.offset, stored_len: blob.stored_len, raw_len: blob.raw_len, codec: blob.codec, kind: blob.kind, refs };
@@ -118,22 +119,46 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
     idx.write_unsynced(b)?;
     drop(seen);
 
-    // 2. The log, in sequence order, without its chunk changes. Records are read again one
-    // at a time rather than kept: the log can be large.
+    // 2. The log, in sequence order, from its latest complete checkpoint on (all of it if
+    // there is none), without its chunk changes. Records are read again one at a time
+    // rather than kept: the log can be large.
     records.sort_by_key(|r| r.0);
+    let seqs: HashMap<u64, Option<CheckpointPart>> = records.iter().map(|r| (r.0, r.1)).collect();
+    let start = records
+        .iter()
+        .filter_map(|r| match r.1 {
+            Some(CheckpointPart { first_seq, last: true }) if (first_seq..=r.0).all(|s| seqs.get(&s).is_some_and(|c| c.is_some_and(|c| c.first_seq == first_seq))) => Some(first_seq),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    drop(seqs);
+    let mut b = Batch::new();
+    for r in records.iter().filter(|r| r.0 < start) {
+        // Superseded by the checkpoint: garbage for gc, as it was before the index was lost.
+        let e = ChunkEntry { pack: r.2, offset: r.3, stored_len: r.5, raw_len: 0, codec: 0, kind: ChunkKind::Meta as u8, refs: 0 };
+        let mut e2 = idx.chunk(&r.4)?.unwrap_or(e);
+        e2.refs = 0;
+        b.put_chunk_unlogged(&idx, &r.4, &e2);
+    }
+    idx.write_unsynced(b)?;
+    records.retain(|r| r.0 >= start);
+    if let Some(first) = records.first().filter(|r| r.0 != start) {
+        rep.problems.push(format!("metadata log records {start} to {} are missing: changes made then are lost", first.0 - 1));
+    }
     for w in records.windows(2) {
         if w[1].0 != w[0].0 + 1 {
             rep.problems.push(format!("metadata log records {} to {} are missing: changes made then are lost", w[0].0 + 1, w[1].0 - 1));
         }
     }
-    for &(seq, id, offset, key, stored_len) in &records {
+    for &(seq, _, id, offset, key, stored_len) in &records {
         let raw = packs.read(id, offset, &key, stored_len)?;
         let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::Log(format!("pack {id:016x} offset {offset}: {e}")))?;
         debug_assert_eq!(rec.seq, seq);
         idx.apply_unsynced(&rec.ops, false)?;
         rep.log_records += 1;
     }
-    if let Some(&(seq, id, ..)) = records.last() {
+    if let Some(&(seq, _, id, ..)) = records.last() {
         let mut b = Batch::new();
         b.put_meta_u64_unlogged(&idx, APPLIED_SEQ, seq);
         b.put_meta_u64_unlogged(&idx, APPLIED_PACK, id);
