@@ -584,6 +584,18 @@ impl Store {
         Ok(key)
     }
 
+    /// Whether two stored copies under one key hold the same chunk, as the verify mode
+    /// proves it.
+    fn same_chunk(&self, key: &ChunkKey, a: &ChunkEntry, b: &ChunkEntry) -> Result<bool> {
+        Ok(match self.config.verify {
+            Verify::Off => true,
+            Verify::Size => a.raw_len == b.raw_len,
+            Verify::Bytes => {
+                a.raw_len == b.raw_len && *self.packs.read(a.pack, a.offset, key, a.stored_len)? == *self.packs.read(b.pack, b.offset, key, b.stored_len)?
+            }
+        })
+    }
+
     /// Writes `b` with the refcount changes in one synced batch. The caller holds the
     /// namespace lock (`ns`), which makes the refcount read-modify-write atomic.
     pub(super) fn commit(&self, ns: &mut Ns, b: Batch, delta: RefDelta) -> Result<()> {
@@ -606,9 +618,20 @@ impl Store {
                 continue;
             }
             let new = pending.get(&key.digest).and_then(|v| v.iter().find(|(k, _)| *k == key)).map(|(_, e)| e.clone());
-            let mut entry = match new {
-                Some(e) => e,
-                None => self.index.chunk(&key)?.ok_or_else(|| StoreError::MissingChunk(key.to_string()))?,
+            let mut entry = match (self.index.chunk(&key)?, new) {
+                // Another ingest committed the same new chunk after this one stored its own
+                // copy (ingests run one at a time, but commit later): one entry, both
+                // references; this copy is garbage in its pack. Unless the two differ
+                // behind one digest: then nothing of this commit may count.
+                (Some(committed), Some(ours)) => {
+                    if !self.same_chunk(&key, &committed, &ours)? {
+                        return Err(StoreError::ConcurrentCollision(key.to_string()));
+                    }
+                    committed
+                }
+                (Some(committed), None) => committed,
+                (None, Some(ours)) => ours,
+                (None, None) => return Err(StoreError::MissingChunk(key.to_string())),
             };
             let refs = entry.refs as i64 + d;
             if refs < 0 {

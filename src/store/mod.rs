@@ -87,6 +87,8 @@ pub enum StoreError {
     SourceChanged(String),
     #[error("{0}: the store's index opens; `repair index` rebuilds only a missing or unreadable one (move index/ aside to rebuild it anyway)")]
     IndexOpens(PathBuf),
+    #[error("chunk {0}: two files stored at once hold different chunks under one digest; nothing was committed for the second (store it again)")]
+    ConcurrentCollision(String),
     #[error("metadata log: {0}")]
     Log(String),
     #[error("{0}: no such store")]

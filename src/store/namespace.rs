@@ -299,7 +299,7 @@ impl Store {
         self.commit_file(&mut ns, dir, name, ingested, meta)
     }
 
-    fn commit_file(&self, w: &mut Ns, dir: u64, name: &[u8], ing: Ingested, meta: FileMeta) -> Result<PutReport> {
+    pub(super) fn commit_file(&self, w: &mut Ns, dir: u64, name: &[u8], ing: Ingested, meta: FileMeta) -> Result<PutReport> {
         let display = String::from_utf8_lossy(name).to_string();
         let mut b = Batch::new();
         let mut delta = RefDelta::default();

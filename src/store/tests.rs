@@ -412,3 +412,28 @@ fn lying_trailers_and_early_ends_round_trip_exactly() {
     assert_eq!((st.gzip_members, st.gzip_members_raw), (3, 0), "{st:?}");
     assert_eq!(st.unique_payloads, 1, "the lying member's payload is the good one's: {st:?}");
 }
+
+#[test]
+fn two_ingests_of_one_new_payload_committed_in_turn_share_one_chunk() {
+    // File A's ingest stores a new payload; before A commits, file B's ingest stores the same
+    // payload again (not in the index yet). Both commit: the chunk must count both
+    // references, so removing A and collecting garbage cannot take B's bytes.
+    for verify in [Verify::Bytes, Verify::Size, Verify::Off] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = open(dir.path(), verify, digest::sha256);
+        let body: Vec<u8> = (0..200_000u32).map(|i| (i * 13 % 253) as u8).collect();
+        let (a, b) = (warc_record(1, &body), warc_record(2, &body));
+        let ingest = |data: &[u8]| {
+            let mut w = s.writer.locked();
+            s.ingest_windows(&mut w, data, Presplit::none(), crate::store::ingest::WINDOWS).unwrap()
+        };
+        let (ia, ib) = (ingest(&a), ingest(&b));
+        s.commit_file(&mut s.ns.locked(), ROOT_INO, b"a", ia, meta()).unwrap();
+        s.commit_file(&mut s.ns.locked(), ROOT_INO, b"b", ib, meta()).unwrap();
+        assert!(s.fsck(true).unwrap().problems.is_empty(), "{verify:?}: {:?}", s.fsck(true).unwrap().problems);
+        s.remove("/a", false).unwrap();
+        s.gc().unwrap();
+        assert_eq!(read_all(&s, "/b"), b, "{verify:?}");
+        assert!(s.fsck(true).unwrap().problems.is_empty(), "{verify:?}");
+    }
+}
