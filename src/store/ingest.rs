@@ -43,6 +43,7 @@ const PARSE_INLINE_TEXT: u64 = 64 << 10;
 /// Compressed chunks are kept only if they save at least 3 %.
 const MIN_SAVING_PERCENT: usize = 3;
 const ZSTD_LEVEL: i32 = 3;
+const RECIPE_ZSTD_LEVEL: i32 = 9;
 
 /// A slice of a chunk: (chunk, offset in chunk, length).
 pub(super) type Slice = (ChunkKey, u32, u32);
@@ -547,6 +548,9 @@ impl Store {
                     w.zstd = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok();
                 }
                 match w.zstd.as_mut() {
+                    // Recipe pieces are small (bytes per file, not per payload), read often,
+                    // and compress much better with more effort.
+                    _ if kind == ChunkKind::Recipe => zstd::bulk::compress(data, RECIPE_ZSTD_LEVEL).ok(),
                     Some(z) => z.compress(data).ok(),
                     None => zstd::bulk::compress(data, ZSTD_LEVEL).ok(),
                 }
