@@ -38,6 +38,10 @@ pub enum Cmd {
         verify: Verify,
         #[arg(long, value_enum, default_value = "zstd")]
         compression: Compression,
+        /// Size a sealed pack grows to, in bytes (default 32 MiB). Small packs make more
+        /// files; object stores and rsync prefer the default.
+        #[arg(long, default_value_t = crate::store::PACK_TARGET, value_parser = clap::value_parser!(u64).range(crate::store::MIN_PACK_SIZE..))]
+        pack_size: u64,
     },
     /// Copy files and directories into the store, as `cp -r SRC... DIR` would.
     Import {
@@ -102,6 +106,9 @@ pub enum Cmd {
         #[arg(short = 'o')]
         options: Vec<String>,
     },
+    /// Unmount a warcfs mount and return once every file written through it is stored and
+    /// its daemon has exited (`fusermount3 -u` returns before that).
+    Umount { mountpoint: PathBuf },
     /// Rebuild a part of the store from the packs, which hold everything.
     #[command(subcommand)]
     Repair(Repair),
@@ -116,8 +123,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     }
     match cli.cmd {
-        Cmd::Init { store, verify, compression } => {
-            let config = Config { verify, compression, ..Config::default() };
+        Cmd::Init { store, verify, compression, pack_size } => {
+            let config = Config { verify, compression, pack_size, ..Config::default() };
             Store::init(&store, config)?;
             println!("initialised {} (verify {verify:?}, compression {compression:?})", store.display());
             Ok(0)
@@ -132,6 +139,9 @@ pub fn run(cli: Cli) -> Result<i32> {
                 InodeKind::Symlink => bail!("{path}: is a symbolic link to {}", String::from_utf8_lossy(&inode.target)),
                 InodeKind::File => {}
                 _ => bail!("{path}: is a special file (fifo, socket or device)"),
+            }
+            if inode.staged {
+                return Err(crate::StoreError::Staged(path).into());
             }
             let stdout = io::stdout();
             let mut out = BufWriter::with_capacity(1 << 20, stdout.lock());
@@ -278,6 +288,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 Err(e) => Err(e.into()),
             }
         }
+        Cmd::Umount { mountpoint } => crate::fuse::umount(&mountpoint),
         Cmd::Repair(Repair::Index { store }) => {
             let rep = crate::store::repair_index(&store)?;
             if let Some(kept) = &rep.kept_broken_index {

@@ -10,7 +10,6 @@
 //! Footer: magic `WFPF`, count, one 54-byte entry per blob, crc32 of the entries, the
 //! footer's total length (u64) and the end magic `WFPKEND1`.
 
-use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
@@ -412,12 +411,24 @@ pub fn recover_open_pack(path: &Path, packs_dir: &Path, id: u64) -> io::Result<O
 pub struct PackReader {
     packs_dir: PathBuf,
     tmp_dir: PathBuf,
-    files: Mutex<HashMap<u64, Arc<File>>>,
+    /// The most recently used pack files, open: bounded (see `open_pack_limit`), so a store
+    /// of any number of packs works under any descriptor limit. A reader holds its `Arc`
+    /// while it reads, so evicting a handle never closes it under a read.
+    files: Mutex<lru::LruCache<u64, Arc<File>>>,
+}
+
+/// Pack files kept open: 256, or a quarter of the process's descriptor limit if that is
+/// less (FUSE, RocksDB and the staged files need the rest).
+fn open_pack_limit() -> std::num::NonZeroUsize {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit fills the struct we pass.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur as usize } else { 1024 };
+    std::num::NonZeroUsize::new((soft / 4).clamp(4, 256)).expect("at least 4")
 }
 
 impl PackReader {
     pub fn new(packs_dir: PathBuf, tmp_dir: PathBuf) -> PackReader {
-        PackReader { packs_dir, tmp_dir, files: Mutex::new(HashMap::new()) }
+        PackReader { packs_dir, tmp_dir, files: Mutex::new(lru::LruCache::new(open_pack_limit())) }
     }
 
     pub fn path_of(&self, pack: u64) -> PathBuf {
@@ -428,22 +439,23 @@ impl PackReader {
         if let Some(f) = self.files.locked().get(&pack) {
             return Ok(f.clone());
         }
-        // A pack that was open when its chunks were committed may still be in packs-tmp/.
-        let f = match File::open(self.path_of(pack)) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                File::open(self.tmp_dir.join(pack_name(pack))).map_err(|e| {
-                    if e.kind() == io::ErrorKind::NotFound {
-                        PackError::Missing(pack)
-                    } else {
-                        PackError::Io { pack, source: e }
-                    }
-                })?
-            }
-            Err(e) => return Err(PackError::Io { pack, source: e }),
+        // A pack that was open when its chunks were committed may still be in packs-tmp/;
+        // one sealed between the two attempts is in packs/ again.
+        let open = |p: &Path| match File::open(p) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(PackError::Io { pack, source: e }),
+        };
+        let sealed = self.path_of(pack);
+        let f = match open(&sealed)? {
+            Some(f) => f,
+            None => match open(&self.tmp_dir.join(pack_name(pack)))? {
+                Some(f) => f,
+                None => open(&sealed)?.ok_or(PackError::Missing(pack))?,
+            },
         };
         let f = Arc::new(f);
-        self.files.locked().insert(pack, f.clone());
+        self.files.locked().put(pack, f.clone());
         Ok(f)
     }
 
@@ -459,7 +471,7 @@ impl PackReader {
 
     /// Forgets a cached handle (after a pack was sealed, rewritten or deleted).
     pub fn forget(&self, pack: u64) {
-        self.files.locked().remove(&pack);
+        self.files.locked().pop(&pack);
     }
 
     /// Reads one blob, checks that it is the expected chunk and that its bytes are intact,
@@ -534,7 +546,7 @@ impl PackReader {
 /// No chunk is stored in more than a few MiB (the largest are 4 MiB payload pieces); a
 /// length beyond this bound is a damaged index entry, which must not become a huge
 /// allocation.
-const MAX_STORED: u32 = 64 << 20;
+pub const MAX_STORED: u32 = 64 << 20;
 
 fn check_stored_len(pack: u64, offset: u64, stored_len: u32) -> Result<()> {
     if stored_len > MAX_STORED {

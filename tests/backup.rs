@@ -88,3 +88,36 @@ fn snapshot_of_an_unmounted_store_outlives_gc_and_refuses_foreign_dirs() {
     assert_cat_eq(&snap, "/iana.warc.gz", &src);
     ok(&["fsck", &s(&snap), "--deep"]);
 }
+
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the crash points exist in debug builds only")]
+fn a_snapshot_killed_at_any_point_leaves_the_old_copy_or_the_new_one() {
+    // DEST holds a snapshot; more files arrive; the next snapshot is killed (SIGKILL from
+    // inside) after its index copy is made, and after the swap. DEST must then be a whole
+    // store, as of the first snapshot or the second, and a rerun completes it.
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let dest = tmp.path().join("dest");
+    let real = real_corpus();
+    ok(&["import", &s(&store), &s(&real.join("webrecorder-warcio")), "--to", "/one"]);
+    ok(&["snapshot", &s(&store), &s(&dest)]);
+    ok(&["import", &s(&store), &s(&real.join("iipc-jwarc")), "--to", "/two"]);
+    for point in ["snapshot_index_copied", "snapshot_swapped"] {
+        let r = run_env(&["snapshot", &s(&store), &s(&dest)], &[("WARCFS_CRASH_AT", &format!("{point}:1"))]);
+        assert!(!r.ok() && r.code.is_none(), "the snapshot should have been killed at {point}: {}", r.describe());
+        let fsck = run(&["fsck", &s(&dest), "--deep"]);
+        assert!(fsck.ok(), "DEST after a kill at {point}:\n{}", fsck.describe());
+        let has_two = ls(&dest, "/").iter().any(|(n, _)| n == "two");
+        assert_eq!(has_two, point == "snapshot_swapped", "after a kill at {point}, DEST is the old copy before the swap and the new one after it");
+        for f in expected_files(&[real.join("webrecorder-warcio")], "/one").iter() {
+            assert_cat_eq(&dest, f.0, f.1);
+        }
+    }
+    ok(&["snapshot", &s(&store), &s(&dest)]);
+    let expected = [expected_files(&[real.join("webrecorder-warcio")], "/one"), expected_files(&[real.join("iipc-jwarc")], "/two")];
+    for (p, src) in expected.iter().flatten() {
+        assert_cat_eq(&dest, p, src);
+    }
+    let fsck = run(&["fsck", &s(&dest), "--deep"]);
+    assert!(fsck.ok(), "{}", fsck.describe());
+}

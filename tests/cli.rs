@@ -802,3 +802,51 @@ fn a_file_that_changes_during_its_import_is_an_error_naming_it_and_not_stored() 
     assert_cat_eq(&store, "/example.warc.gz", &a);
     assert_fsck_clean(&store, false);
 }
+
+/// Runs `warcfs ARGS...` with the soft descriptor limit lowered to `nofile`.
+fn run_limited(nofile: u32, args: &[&str]) -> Run {
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c").arg(format!("ulimit -n {nofile} && exec \"$0\" \"$@\"")).arg(BIN).args(args).env_remove("RUST_LOG").stdin(Stdio::null());
+    let out = c.output().expect("spawn sh");
+    Run { args: args.iter().map(|a| a.to_string()).collect(), code: out.status.code(), stdout: out.stdout, stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+}
+
+#[test]
+fn thousands_of_packs_work_under_a_low_descriptor_limit() {
+    // 16 KiB packs make a store of the real corpus, the gzip crawls and 96 MiB of random
+    // bytes (64 KiB chunks) in some 1,700 pack files; every command must work with 128
+    // descriptors (it kept one per pack open).
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let real = real_corpus();
+    let crawls: Vec<PathBuf> = crawl_files().into_iter().filter(|p| p.extension().is_some_and(|e| e == "gz")).collect();
+    let crawl = crawls[0].clone();
+    ok(&["init", &s(&store), "--pack-size", "16384"]);
+    let st = s(&store);
+    let noise = tmp.path().join("noise.bin");
+    random_file(&noise, 96 << 20, &mut rand::rngs::StdRng::seed_from_u64(5));
+    let mut args = vec!["import".to_string(), st.clone(), s(&real), s(&noise)];
+    args.extend(crawls.iter().map(|p| s(p)));
+    let args: Vec<&str> = args.iter().map(|a| a.as_str()).collect();
+    let r = run_limited(128, &args);
+    assert!(r.ok(), "{}", r.describe());
+    let packs = fs::read_dir(store.join("packs")).unwrap().count();
+    assert!(packs > 1500, "only {packs} packs");
+    let files = expected_files(&[vec![real.clone(), noise.clone()], crawls.clone()].concat(), "/");
+    for (p, src) in &files {
+        let got = run_limited(128, &["cat", &st, p]);
+        assert!(got.ok() && got.stdout == fs::read(src).unwrap(), "{p} under ulimit -n 128 ({packs} packs):\n{}", got.stderr);
+    }
+    for args in [vec!["fsck", &st, "--deep"], vec!["index", &st], vec!["stats", &st]] {
+        let r = run_limited(128, &args);
+        assert!(r.ok(), "{args:?} under ulimit -n 128 ({packs} packs):\n{}", r.describe());
+    }
+    ok(&["rm", &st, &format!("/{}", crawl.file_name().unwrap().to_string_lossy())]);
+    let r = run_limited(128, &["gc", &st]);
+    assert!(r.ok(), "gc under ulimit -n 128:\n{}", r.describe());
+    assert_fsck_clean(&store, false);
+    fs::remove_dir_all(store.join("index")).unwrap();
+    let r = run_limited(128, &["repair", "index", &st]);
+    assert!(r.ok(), "repair under ulimit -n 128:\n{}", r.describe());
+    assert_fsck_clean(&store, true);
+}

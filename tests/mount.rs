@@ -1531,3 +1531,67 @@ fn repair_index_gives_back_what_was_written_through_the_mount() {
     assert_eq!(after.keys().collect::<Vec<_>>(), before.keys().collect::<Vec<_>>());
     m.unmount_clean();
 }
+
+#[test]
+fn the_cli_on_a_mounted_store_refuses_staged_files_instead_of_stale_bytes() {
+    // A WARC still being written through the mount: `warcfs cat` and `warcfs index` of the
+    // store used to print its old bytes (or none) and exit 0. They must fail, naming it,
+    // until the mount has stored it; then they give the new bytes.
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let mnt = tmp.path().join("mnt");
+    let warc = real_file("webrecorder-warcio/example.warc.gz");
+    let m = Mounted::new(&store, &mnt);
+    let mut f = File::create(m.path("live.warc.gz")).unwrap();
+    f.write_all(&warc).unwrap();
+    f.sync_all().unwrap();
+    for args in [vec!["cat", &s(&store) as &str, "/live.warc.gz"], vec!["index", &s(&store)]] {
+        let r = run(&args);
+        assert!(!r.ok() && r.stderr.contains("live.warc.gz") && r.stderr.contains("being written through a mount"), "{args:?} while staged:\n{}", r.describe());
+    }
+    drop(f);
+    wait_ingested(&store);
+    let r = ok(&["cat", &s(&store), "/live.warc.gz"]);
+    assert!(r.stdout == warc, "cat after the mount stored it");
+    assert!(ok(&["index", &s(&store)]).out().contains("live.warc.gz"));
+    m.unmount_clean();
+}
+
+#[test]
+fn umount_returns_once_everything_is_stored_and_mount_waits_for_a_draining_daemon() {
+    // `fusermount3 -u` returns while the daemon still ingests what was written; `warcfs
+    // umount` must return only once it is all stored and the daemon is gone, and a `warcfs
+    // mount` issued while a daemon drains must wait for it rather than fail "in use".
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let mnt = tmp.path().join("mnt");
+    let crawls = crawl_files();
+    let m = Mounted::new(&store, &mnt);
+    fs::copy(&crawls[0], m.path("c1.warc.gz")).unwrap();
+    let r = ok(&["umount", &s(&m.mnt)]);
+    assert!(r.out().contains("every file written through it is stored"), "{}", r.describe());
+    assert!(!is_mounted(&m.mnt));
+    // No waiting here: the lock is free and the file is stored.
+    let st = stats(&store);
+    assert_eq!(num(&st, "staged_files"), 0, "{st}");
+    assert!(ok(&["cat", &s(&store), "/c1.warc.gz"]).stdout == fs::read(&crawls[0]).unwrap());
+    drop(m);
+
+    let mut m = Mounted::new(&store, &mnt);
+    fs::copy(&crawls[1], m.path("c2.warc.gz")).unwrap();
+    fusermount_u(&m.mnt).unwrap();
+    // Unmounted by hand: this guard must not unmount what comes next at the same path.
+    m.live = false;
+    let old_pid = m.pid;
+    // At once: the old daemon is (most likely) still storing c2.
+    let r = run(&["mount", &s(&store), &s(&mnt)]);
+    let pid = fs::read_to_string(store.join("lock")).ok().and_then(|p| p.trim().parse::<i32>().ok()).unwrap_or(-1);
+    let m2 = Mounted { mnt: mnt.canonicalize().unwrap(), store: store.clone(), pid, live: true };
+    assert!(r.ok(), "mount while the previous daemon drains:\n{}", r.describe());
+    assert_ne!(pid, old_pid, "a new daemon holds the store");
+    assert!(wait_exit(old_pid, Duration::from_secs(60)).is_some(), "the old daemon is gone");
+    for (name, src) in [("c1.warc.gz", &crawls[0]), ("c2.warc.gz", &crawls[1])] {
+        assert_bytes(&m2.path(name), &fs::read(src).unwrap(), "after mounting over a draining daemon");
+    }
+    m2.unmount_clean();
+}

@@ -124,6 +124,8 @@ pub fn mount(args: MountArgs) -> Result<i32> {
     }
     let opts = parse_options(&args.options)?;
     let mountpoint = args.mountpoint.canonicalize().with_context(|| format!("{}: cannot resolve", args.mountpoint.display()))?;
+    // Right after an unmount, the previous daemon may still be storing what was written.
+    super::unmount::wait_for_draining_daemon(&args.store);
     if args.foreground {
         return run(&args.store, &mountpoint, &opts, None);
     }

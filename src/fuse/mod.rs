@@ -13,8 +13,10 @@
 pub mod control;
 mod daemon;
 mod guard;
+mod unmount;
 
 pub use daemon::{mount, MountArgs};
+pub use unmount::umount;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -335,8 +337,10 @@ impl Inner {
                 w.flush().map_err(|e| io_errno(&e))?;
             }
         }
-        // The staged flag may only point at complete bytes.
+        // The staged flag may only point at complete bytes, under a name that survives a
+        // power loss: the file's bytes, then the staging directory's new entry.
         file.sync_data().map_err(|e| io_errno(&e))?;
+        crate::pack::sync_dir(&self.staging).map_err(|e| io_errno(&e))?;
         self.set_staged(ino, size)?;
         map.insert(ino, Staged::new(file, size, 0));
         Ok(map)

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
 use super::namespace::RefDelta;
-use super::{Compression, Ns, Result, Store, StoreError, Verify, Writer, PACK_TARGET};
+use super::{Compression, Ns, Result, Store, StoreError, Verify, Writer};
 use crate::LockExt;
 use crate::digest::{ChunkKey, Digest};
 use crate::format::deflate;
@@ -582,7 +582,7 @@ impl Store {
             refs: 0,
         };
         w.pending.entry(digest).or_default().push((key, entry));
-        if open.len() >= PACK_TARGET {
+        if open.len() >= self.config.pack_size {
             self.seal_open(w)?;
         }
         Ok(key)

@@ -35,6 +35,10 @@ const JOURNAL_PACK_TARGET: u64 = 4 << 20;
 pub(super) struct Journal {
     pub open: Option<OpenPack>,
     pub next_seq: u64,
+    /// Set when a write failed after a record may have reached the disk: the log and the
+    /// index may disagree until the store is reopened (which applies what reached the
+    /// disk), so nothing more is written until then.
+    pub poisoned: bool,
 }
 
 /// One record of the metadata log: the changes of one index batch, or one part of a
@@ -80,9 +84,18 @@ impl Store {
             // entries, whose packs gc deletes only after it.
             return Ok(self.index.write(b)?);
         }
+        {
+            // Seal a full journal pack here, where every record in it is applied: a record
+            // the index may lack is always in the open pack, which the next open recovers
+            // and applies (see `roll_forward`).
+            let mut j = self.journal.locked();
+            if j.open.as_ref().is_some_and(|o| o.len() >= JOURNAL_PACK_TARGET) {
+                self.seal_journal(&mut j)?;
+            }
+        }
         let (key, entry, seq) = self.append_record(b.log().to_vec(), None)?;
         self.note_applied(&mut b, &key, &entry, seq);
-        self.index.write(b)?;
+        self.index.write(b).inspect_err(|_| self.journal.locked().poisoned = true)?;
         Ok(())
     }
 
@@ -92,6 +105,9 @@ impl Store {
         let mut rec = MetaRecord { version: LOG_VERSION, seq: 0, ops, checkpoint };
         {
             let mut j = self.journal.locked();
+            if j.poisoned {
+                return Err(StoreError::Log("an earlier metadata write failed; close and reopen the store (the next open applies what reached the disk)".into()));
+            }
             rec.seq = j.next_seq;
             let raw = postcard::to_allocvec(&rec).expect("in-memory serialisation cannot fail");
             // Compressed as the store's chunks are (`init --compression`).
@@ -99,21 +115,36 @@ impl Store {
                 super::Compression::Zstd => (Codec::Zstd, zstd::bulk::compress(&raw, 3).map_err(|err| StoreError::Io { path: self.root.join("packs-tmp"), err })?),
                 super::Compression::None => (Codec::None, raw.clone()),
             };
-            let key = ChunkKey { digest: (self.digest)(&raw), seq: 0 };
+            if stored.len() > pack::MAX_STORED as usize || raw.len() > u32::MAX as usize {
+                // Readers refuse blobs past MAX_STORED: such a record could never be applied.
+                return Err(StoreError::Log(format!(
+                    "one change of {} bytes of index records (a file of about {} chunks) is more than a log record may hold ({} MiB); nothing was changed",
+                    raw.len(),
+                    rec.ops.len(),
+                    pack::MAX_STORED >> 20
+                )));
+            }
+            // SHA-256 whatever the store's digest: a record's key must never meet a chunk's.
+            let key = ChunkKey { digest: crate::digest::sha256(&raw), seq: 0 };
             let dir = self.root.join("packs-tmp");
             if j.open.is_none() {
                 let id = self.alloc_pack_id();
                 j.open = Some(OpenPack::create(&dir, id).map_err(io_at(&dir))?);
             }
+            // From here on the record may be on the disk: its number is used, and a failure
+            // poisons the log.
+            j.next_seq += 1;
             let open = j.open.as_mut().expect("journal pack exists");
-            let info = open.append(key, ChunkKind::Meta, codec, raw.len() as u32, &stored).map_err(io_at(&dir))?;
-            open.sync().map_err(io_at(&dir))?;
+            let appended = open.append(key, ChunkKind::Meta, codec, raw.len() as u32, &stored).and_then(|info| open.sync().map(|()| info));
+            let info = match appended {
+                Ok(info) => info,
+                Err(err) => {
+                    j.poisoned = true;
+                    return Err(StoreError::Io { path: dir, err });
+                }
+            };
             crate::failpoint::crash_at("log_synced");
             let entry = ChunkEntry { pack: open.id, offset: info.offset, stored_len: info.stored_len, raw_len: info.raw_len, codec: info.codec, kind: info.kind, refs: 1 };
-            if open.len() >= JOURNAL_PACK_TARGET {
-                self.seal_journal(&mut j)?;
-            }
-            j.next_seq += 1;
             Ok((key, entry, rec.seq))
         }
     }
@@ -159,7 +190,7 @@ impl Store {
         for (k, e, seq) in &parts {
             self.note_applied(&mut b, k, e, *seq);
         }
-        self.index.write(b)?;
+        self.index.write(b).inspect_err(|_| self.journal.locked().poisoned = true)?;
         Ok(())
     }
 
@@ -179,12 +210,14 @@ impl Store {
     }
 
     /// At open: applies the records that reached a pack but not the index (the last change
-    /// before a crash), in sequence order, and sets the next sequence number.
-    pub(super) fn roll_forward(&self) -> Result<()> {
+    /// before a crash, or the parts of a checkpoint), in sequence order, and sets the next
+    /// sequence number. Such records are only ever in the journal's open pack, so only the
+    /// packs this open recovered from `packs-tmp/` are read: a copy of a store's sealed
+    /// packs (a snapshot) never rolls forward past its own index.
+    pub(super) fn roll_forward(&self, recovered: &[u64]) -> Result<()> {
         let applied = self.index.meta_u64_opt(APPLIED_SEQ)?;
-        let from_pack = self.index.meta_u64(APPLIED_PACK)?;
         let mut pending: Vec<(MetaRecord, ChunkKey, ChunkEntry)> = Vec::new();
-        for id in self.pack_ids()?.into_iter().filter(|&id| id >= from_pack) {
+        for &id in recovered {
             self.each_record(id, |rec, key, entry| {
                 if applied.is_none_or(|a| rec.seq > a) {
                     pending.push((rec, key, entry));
@@ -195,8 +228,10 @@ impl Store {
         pending.sort_by_key(|(r, ..)| r.seq);
         let mut last = applied;
         for (rec, key, entry) in pending {
-            if last.is_some_and(|l| rec.seq != l + 1) {
-                return Err(StoreError::Log(format!("metadata log record {} follows {} (a record is missing)", rec.seq, last.unwrap_or(0))));
+            if rec.seq != last.map_or(0, |l| l + 1) {
+                // Not what a crash leaves: keep the index as it is, and say so.
+                log::warn!("metadata log record {} found after {:?} at open: not applied (`warcfs fsck`, or `repair index` with the index moved aside, rebuild from the log)", rec.seq, last);
+                break;
             }
             log::info!("applying metadata log record {} that a crash kept from the index", rec.seq);
             let mut extra = Batch::new();

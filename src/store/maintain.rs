@@ -8,7 +8,7 @@ use std::fs::{self, File};
 use serde::Serialize;
 
 use super::namespace::{Inode, InodeKind};
-use super::{io_at, Result, Store};
+use super::{io_at, Result, Store, StoreError};
 use crate::LockExt;
 use crate::digest::ChunkKey;
 use crate::index::{Batch, ChunkEntry};
@@ -248,6 +248,35 @@ impl Store {
         Ok(rep)
     }
 
+    /// Before gc drops chunks whose refcount is 0, every recipe is read to prove none uses
+    /// one: a refcount that went wrong must stop gc, not take bytes a file still needs.
+    /// Memory: the dropped keys only.
+    fn refuse_dropping_referenced(&self, dropped: &[ChunkKey]) -> Result<()> {
+        if dropped.is_empty() {
+            return Ok(());
+        }
+        let dropped: HashSet<ChunkKey> = dropped.iter().copied().collect();
+        let mut heads = Vec::new();
+        self.index.for_each_inode(|ino, inode: Inode| {
+            if let Some(h) = inode.recipe {
+                heads.push((ino, h));
+            }
+            Ok(())
+        })?;
+        for (ino, head) in heads {
+            let mut keys: Vec<ChunkKey> = Vec::new();
+            for i in 0..head.pieces() {
+                keys.extend(self.index.recipe_piece(head.id, i)?);
+            }
+            keys.extend(recipe::distinct_keys(&self.load_pieces(&head)?));
+            if let Some(k) = keys.iter().find(|k| dropped.contains(k)) {
+                log::error!("gc stopped: chunk {} has refcount 0 but inode {ino} uses it", k.short());
+                return Err(StoreError::GcRefused(format!("chunk {} has refcount 0 but inode {ino} uses it; nothing was deleted. Run `warcfs fsck`", k.short())));
+            }
+        }
+        Ok(())
+    }
+
     /// Drops unreferenced chunks and reclaims their pack space.
     pub fn gc(&self) -> Result<GcReport> {
         let mut ns = self.ns.locked();
@@ -270,6 +299,7 @@ impl Store {
             }
             Ok(())
         })?;
+        self.refuse_dropping_referenced(&dropped)?;
         for k in &dropped {
             b.delete_chunk(&self.index, k);
         }
@@ -294,7 +324,7 @@ impl Store {
         for id in &rewrite {
             for (k, e) in live.get(id).map(|v| v.as_slice()).unwrap_or(&[]) {
                 let (blob, stored) = self.packs.read_stored(e.pack, e.offset, k, e.stored_len)?;
-                if open.as_ref().is_some_and(|o| o.len() >= super::PACK_TARGET) {
+                if open.as_ref().is_some_and(|o| o.len() >= self.config.pack_size) {
                     let o = open.take().expect("checked");
                     o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
                 }

@@ -57,8 +57,10 @@ pub const FORMAT_NAME: &str = "warcfs-store";
 pub const FORMAT_VERSION: u32 = 3;
 pub(crate) const CONFIG_FILE: &str = "warcfs.json";
 
-/// Sealed packs grow to about this size.
+/// Sealed packs grow to about this size by default.
 pub const PACK_TARGET: u64 = 32 << 20;
+/// The smallest `--pack-size` (tests use it to make thousands of packs).
+pub const MIN_PACK_SIZE: u64 = 16 << 10;
 /// Decoded chunks kept for readers: header blocks, which the records of a stretch of a file
 /// all slice, and chunks read in part. A chunk read whole goes straight into the reader's
 /// buffer and is not kept (the kernel keeps the file's pages). Memory the cache recycles
@@ -89,6 +91,10 @@ pub enum StoreError {
     IndexOpens(PathBuf),
     #[error("chunk {0}: two files stored at once hold different chunks under one digest; nothing was committed for the second (store it again)")]
     ConcurrentCollision(String),
+    #[error("{0}: being written through a mount of this store: its latest bytes are not stored yet. Read it through the mount, or run this again once the mount has stored it (`warcfs stats` counts staged files)")]
+    Staged(String),
+    #[error("gc stopped: {0}")]
+    GcRefused(String),
     #[error("metadata log: {0}")]
     Log(String),
     #[error("{0}: no such store")]
@@ -162,11 +168,18 @@ pub struct Config {
     pub version: u32,
     pub verify: Verify,
     pub compression: Compression,
+    /// Sealed data packs grow to about this many bytes (`init --pack-size`).
+    #[serde(default = "default_pack_size")]
+    pub pack_size: u64,
+}
+
+fn default_pack_size() -> u64 {
+    PACK_TARGET
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { format: FORMAT_NAME.into(), version: FORMAT_VERSION, verify: Verify::Bytes, compression: Compression::Zstd }
+        Config { format: FORMAT_NAME.into(), version: FORMAT_VERSION, verify: Verify::Bytes, compression: Compression::Zstd, pack_size: PACK_TARGET }
     }
 }
 
@@ -288,7 +301,7 @@ impl Store {
             Some(index) => index,
             None => open_index(root, &index_dir)?,
         };
-        let max_id = recover_packs(root)?;
+        let (max_id, recovered) = recover_packs(root)?;
         let (packs_dir, tmp_dir) = (root.join("packs"), root.join("packs-tmp"));
         let store = Store {
             root: root.to_path_buf(),
@@ -297,13 +310,13 @@ impl Store {
             packs: PackReader::new(packs_dir, tmp_dir),
             cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
             writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, zstd: None }),
-            journal: Mutex::new(journal::Journal { open: None, next_seq: 0 }),
+            journal: Mutex::new(journal::Journal { open: None, next_seq: 0, poisoned: false }),
             next_pack: (max_id + 1).into(),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
             digest,
             _lock: lock,
         };
-        store.roll_forward()?;
+        store.roll_forward(&recovered)?;
         store.ensure_root()?;
         Ok(store)
     }
@@ -321,6 +334,7 @@ impl Store {
             return Err(StoreError::IndexMissing(root.to_path_buf()));
         }
         let index = Index::open_read_only(&index_dir).map_err(|err| StoreError::IndexUnreadable { path: root.to_path_buf(), err })?;
+        check_index_version(root, &index)?;
         let lock = File::open(root.join("lock")).map_err(io_at(root))?;
         Ok(Store {
             root: root.to_path_buf(),
@@ -329,7 +343,7 @@ impl Store {
             packs: PackReader::new(root.join("packs"), root.join("packs-tmp")),
             cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
             writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, zstd: None }),
-            journal: Mutex::new(journal::Journal { open: None, next_seq: 0 }),
+            journal: Mutex::new(journal::Journal { open: None, next_seq: 0, poisoned: false }),
             next_pack: 0.into(),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
             digest: digest::sha256,
@@ -398,20 +412,6 @@ impl Store {
         self.next_pack.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Ids of the sealed packs, ascending.
-    fn pack_ids(&self) -> Result<Vec<u64>> {
-        let dir = self.root.join("packs");
-        let mut ids = Vec::new();
-        for entry in fs::read_dir(&dir).map_err(io_at(&dir))? {
-            let entry = entry.map_err(io_at(&dir))?;
-            if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
-                ids.push(id);
-            }
-        }
-        ids.sort_unstable();
-        Ok(ids)
-    }
-
     /// The blobs of sealed pack `id`, from its footer.
     fn pack_blobs(&self, id: u64) -> Result<Vec<pack::BlobInfo>> {
         let path = self.root.join("packs").join(pack::pack_name(id));
@@ -435,12 +435,13 @@ impl Drop for Store {
     }
 }
 
-/// Seals what is whole of every pack a crash left open (the index may point into them) and
-/// returns the largest pack id there is.
-fn recover_packs(root: &Path) -> Result<u64> {
+/// Seals what is whole of every pack a crash left open (the index may point into them);
+/// returns the largest pack id there is and the ids of the packs it sealed.
+fn recover_packs(root: &Path) -> Result<(u64, Vec<u64>)> {
     let packs_dir = root.join("packs");
     let tmp_dir = root.join("packs-tmp");
     let mut max_id = 0u64;
+    let mut recovered = Vec::new();
     for entry in fs::read_dir(&packs_dir).map_err(io_at(&packs_dir))? {
         let entry = entry.map_err(io_at(&packs_dir))?;
         if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
@@ -453,14 +454,17 @@ fn recover_packs(root: &Path) -> Result<u64> {
         if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
             max_id = max_id.max(id);
             match pack::recover_open_pack(&path, &packs_dir, id).map_err(io_at(&path))? {
-                Some(n) => log::info!("recovered open pack {id:016x} with {n} blobs"),
+                Some(n) => {
+                    log::info!("recovered open pack {id:016x} with {n} blobs");
+                    recovered.push(id);
+                }
                 None => log::info!("removed empty open pack {id:016x}"),
             }
         } else {
             let _ = fs::remove_file(&path);
         }
     }
-    Ok(max_id)
+    Ok((max_id, recovered))
 }
 
 /// Whether `path`, found in a directory without a config, is what a store creation cut
@@ -469,7 +473,17 @@ fn recover_packs(root: &Path) -> Result<u64> {
 fn creation_leftover(path: &Path) -> bool {
     let empty = |p: &Path| fs::read_dir(p).map(|mut d| d.next().is_none()).unwrap_or(false);
     match path.file_name().and_then(|n| n.to_str()) {
-        Some("lock" | "warcfs.tmp" | "index") => true,
+        Some("lock" | "warcfs.tmp") => true,
+        // Ours only if it holds nothing but RocksDB's files (someone's own `index/` folder
+        // is not ours to delete).
+        Some("index") => fs::read_dir(path).is_ok_and(|d| {
+            d.flatten().all(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                matches!(n.as_str(), "CURRENT" | "IDENTITY" | "LOCK" | "LOG")
+                    || ["MANIFEST-", "OPTIONS-", "LOG.old."].iter().any(|p| n.starts_with(p))
+                    || [".log", ".sst", ".dbtmp"].iter().any(|x| n.ends_with(x))
+            })
+        }),
         Some("packs" | "packs-tmp" | "staging") => empty(path),
         _ => false,
     }
@@ -482,11 +496,17 @@ fn open_index(root: &Path, index_dir: &Path) -> Result<Index> {
         return Err(StoreError::IndexMissing(root.to_path_buf()));
     }
     let index = Index::open(index_dir).map_err(|err| StoreError::IndexUnreadable { path: root.to_path_buf(), err })?;
+    check_index_version(root, &index)?;
+    Ok(index)
+}
+
+/// A format-3 index records the version it was made for; one that does not, or names
+/// another, is not this store's.
+fn check_index_version(root: &Path, index: &Index) -> Result<()> {
     match index.format_version().map_err(|err| StoreError::IndexUnreadable { path: root.to_path_buf(), err })? {
-        Some(v) if v != FORMAT_VERSION as u64 => {
-            Err(StoreError::Format { path: root.to_path_buf(), found: format!("an index of {FORMAT_NAME} version {v}") })
-        }
-        _ => Ok(index),
+        Some(v) if v == FORMAT_VERSION as u64 => Ok(()),
+        Some(v) => Err(StoreError::Format { path: root.to_path_buf(), found: format!("an index of {FORMAT_NAME} version {v}") }),
+        None => Err(StoreError::Format { path: root.to_path_buf(), found: "an index that names no format version".into() }),
     }
 }
 

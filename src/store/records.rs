@@ -210,6 +210,10 @@ impl Store {
         let mut lines = Vec::new();
         for (name, inode) in files {
             let indexed = [".warc", ".warc.gz"].iter().any(|ext| name.ends_with(ext));
+            if indexed && inode.staged {
+                // Its recipe is older than its bytes: an index of it would be wrong.
+                return Err(super::StoreError::Staged(name));
+            }
             let Some(head) = inode.recipe.as_ref().filter(|_| indexed) else { continue };
             for r in self.records(head)? {
                 // Header chunks suffice, unless the record names no payload digest (DNS and

@@ -93,7 +93,17 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
     for &id in &ids {
         rep.packs += 1;
         let path = packs_dir.join(pack::pack_name(id));
-        let blobs = pack::read_footer(&fs::File::open(&path).map_err(io_at(&path))?, id)?;
+        let file = fs::File::open(&path).map_err(io_at(&path))?;
+        // A damaged footer does not hide the blobs: they describe themselves (up to the
+        // first damaged one).
+        let blobs = match pack::read_footer(&file, id) {
+            Ok(b) => b,
+            Err(e) => {
+                let (b, _) = pack::scan(&file).map_err(io_at(&path))?;
+                rep.problems.push(format!("{e}; read its {} blobs one by one instead", b.len()));
+                b
+            }
+        };
         for blob in blobs {
             if !seen.insert(blob.key) {
                 rep.duplicate_chunks += 1;
@@ -101,9 +111,16 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
             }
             let kind = ChunkKind::from_u8(blob.kind);
             if kind == ChunkKind::Meta {
-                let raw = packs.read(id, blob.offset, &blob.key, blob.stored_len)?;
-                let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::Log(format!("pack {id:016x} offset {}: {e}", blob.offset)))?;
-                records.push((rec.seq, rec.checkpoint, id, blob.offset, blob.key, blob.stored_len));
+                // A record that cannot be read is reported (and its sequence number will be
+                // a gap), not a reason to give up on the rest.
+                match packs.read(id, blob.offset, &blob.key, blob.stored_len).map_err(|e| e.to_string()).and_then(|raw| MetaRecord::decode(&raw)) {
+                    Ok(rec) => records.push((rec.seq, rec.checkpoint, id, blob.offset, blob.key, blob.stored_len)),
+                    Err(e) => {
+                        rep.problems.push(format!("pack {id:016x} offset {}: metadata log record unreadable: {e}", blob.offset));
+                        seen.remove(&blob.key);
+                        continue;
+                    }
+                }
             }
             let refs = (kind == ChunkKind::Meta) as u64;
             let e = ChunkEntry { pack: id, offset: blob.offset, stored_len: blob.stored_len, raw_len: blob.raw_len, codec: blob.codec, kind: blob.kind, refs };
@@ -147,8 +164,10 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
         rep.problems.push(format!("metadata log records {start} to {} are missing: changes made then are lost", first.0 - 1));
     }
     for w in records.windows(2) {
-        if w[1].0 != w[0].0 + 1 {
-            rep.problems.push(format!("metadata log records {} to {} are missing: changes made then are lost", w[0].0 + 1, w[1].0 - 1));
+        if w[1].0 == w[0].0 {
+            rep.problems.push(format!("two different metadata log records are numbered {}: both are applied, in pack order", w[0].0));
+        } else if w[1].0 != w[0].0 + 1 {
+            rep.problems.push(format!("metadata log records {} to {} are missing: changes made then are lost", w[0].0 + 1, w[1].0.saturating_sub(1)));
         }
     }
     for &(seq, _, id, offset, key, stored_len) in &records {

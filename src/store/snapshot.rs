@@ -59,6 +59,12 @@ impl Store {
         for d in ["packs", "packs-tmp", "staging"] {
             fs::create_dir_all(dest.join(d)).map_err(io_at(dest))?;
         }
+        // Index copies a killed snapshot left behind (by any process id).
+        for e in fs::read_dir(dest).map_err(io_at(dest))?.flatten() {
+            if e.file_name().to_str().is_some_and(|n| n.starts_with("index.new-")) {
+                fs::remove_dir_all(e.path()).map_err(io_at(&e.path()))?;
+            }
+        }
         let mut rep = SnapshotReport::default();
         // Holding the writer lock: nothing commits while the index and packs are captured.
         let _ns = self.ns.locked();
@@ -90,6 +96,8 @@ impl Store {
                 rep.packs_copied += 1;
             }
         }
+        // The new links must survive a power loss before an index points at them.
+        pack::sync_dir(&dst_packs).map_err(io_at(&dst_packs))?;
         // Staged bytes can still change; copy them as they are now.
         let dst_staging = dest.join("staging");
         for e in fs::read_dir(&dst_staging).map_err(io_at(&dst_staging))?.flatten() {
@@ -99,23 +107,41 @@ impl Store {
         if let Ok(rd) = fs::read_dir(&src_staging) {
             for e in rd.flatten() {
                 let target = dst_staging.join(e.file_name());
-                fs::copy(e.path(), &target).map_err(io_at(&target))?;
+                fs::copy(e.path(), &target).and_then(|_| fs::File::open(&target)?.sync_all()).map_err(io_at(&target))?;
                 rep.staged_files += 1;
             }
         }
+        pack::sync_dir(&dst_staging).map_err(io_at(&dst_staging))?;
         drop(w);
-        // Swap the index in, then drop packs the new index cannot reference.
+        // Swap the index in, in one step (a crash leaves the old index or the new one, never
+        // none), then drop packs the new index cannot reference.
         let index = dest.join("index");
         let old = dest.join("index.old");
         if old.exists() {
             fs::remove_dir_all(&old).map_err(io_at(&old))?;
         }
+        crate::failpoint::crash_at("snapshot_index_copied");
         if index.exists() {
-            fs::rename(&index, &old).map_err(io_at(&index))?;
-        }
-        fs::rename(&new_index, &index).map_err(io_at(&index))?;
-        if old.exists() {
-            fs::remove_dir_all(&old).map_err(io_at(&old))?;
+            match exchange(&new_index, &index) {
+                Ok(()) => {
+                    pack::sync_dir(dest).map_err(io_at(dest))?;
+                    crate::failpoint::crash_at("snapshot_swapped");
+                    fs::remove_dir_all(&new_index).map_err(io_at(&new_index))?;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) || e.raw_os_error() == Some(libc::ENOSYS) => {
+                    // No atomic exchange on this filesystem: aside, then in. A crash between
+                    // leaves no index, which every command refuses and `repair index`
+                    // rebuilds from DEST's packs.
+                    fs::rename(&index, &old).map_err(io_at(&index))?;
+                    fs::rename(&new_index, &index).map_err(io_at(&index))?;
+                    pack::sync_dir(dest).map_err(io_at(dest))?;
+                    fs::remove_dir_all(&old).map_err(io_at(&old))?;
+                }
+                Err(e) => return Err(StoreError::Io { path: index, err: e }),
+            }
+        } else {
+            fs::rename(&new_index, &index).map_err(io_at(&index))?;
+            pack::sync_dir(dest).map_err(io_at(dest))?;
         }
         for e in fs::read_dir(&dst_packs).map_err(io_at(&dst_packs))?.flatten() {
             if !live.contains(&e.file_name()) {
@@ -126,4 +152,15 @@ impl Store {
         fs::File::open(dest).and_then(|d| d.sync_all()).map_err(io_at(dest))?;
         Ok(rep)
     }
+}
+
+/// Swaps two paths atomically (`renameat2` with `RENAME_EXCHANGE`: Linux 3.15, on ext4,
+/// xfs, btrfs, tmpfs and most others).
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let ca = std::ffi::CString::new(a.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    let cb = std::ffi::CString::new(b.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: two valid NUL-terminated paths, relative to the current directory.
+    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE) };
+    if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
 }

@@ -437,3 +437,26 @@ fn two_ingests_of_one_new_payload_committed_in_turn_share_one_chunk() {
         assert!(s.fsck(true).unwrap().problems.is_empty(), "{verify:?}");
     }
 }
+
+#[test]
+fn gc_refuses_to_drop_a_chunk_a_recipe_still_uses() {
+    // A refcount that went wrong (as a bug would leave it) must stop gc, not cost a file.
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let body: Vec<u8> = (0..100_000u32).map(|i| (i * 31 % 241) as u8).collect();
+    let a = warc_record(1, &body);
+    s.put_file(ROOT_INO, b"a", &a, meta()).unwrap();
+    let head = s.inode(s.resolve("/a").unwrap()).unwrap().unwrap().recipe.unwrap();
+    let key = *crate::recipe::distinct_keys(&s.load_pieces(&head).unwrap()).iter().next().unwrap();
+    let mut e = s.index.chunk(&key).unwrap().unwrap();
+    e.refs = 0;
+    let mut b = crate::index::Batch::new();
+    b.put_chunk_unlogged(&s.index, &key, &e);
+    s.index.write(b).unwrap();
+    s.flush().unwrap();
+    let packs_before = std::fs::read_dir(dir.path().join("packs")).unwrap().count();
+    let err = s.gc().unwrap_err();
+    assert!(matches!(err, StoreError::GcRefused(_)), "{err}");
+    assert_eq!(std::fs::read_dir(dir.path().join("packs")).unwrap().count(), packs_before);
+    assert_eq!(read_all(&s, "/a"), a);
+}
