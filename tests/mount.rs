@@ -1595,3 +1595,27 @@ fn umount_returns_once_everything_is_stored_and_mount_waits_for_a_draining_daemo
     }
     m2.unmount_clean();
 }
+
+#[test]
+fn a_large_directory_lists_every_entry_once() {
+    // Thousands of entries take many readdir replies; each reply used to read the whole
+    // directory again (O(n^2)). The listing, now read once per open directory, must still
+    // hold every name exactly once, and a rewind must see a file created since.
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let src = tmp.path().join("big");
+    fs::create_dir(&src).unwrap();
+    let names: BTreeSet<String> = (0..3000).map(|i| format!("r{i:05}.warc")).collect();
+    for n in &names {
+        File::create(src.join(n)).unwrap();
+    }
+    ok(&["import", &s(&store), &s(&src)]);
+    let m = Mounted::new(&store, &tmp.path().join("mnt"));
+    let listed: Vec<String> = fs::read_dir(m.path("big")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(listed.len(), names.len(), "no name twice");
+    assert_eq!(listed.into_iter().collect::<BTreeSet<_>>(), names);
+    fs::write(m.path("big/zz-new.warc"), b"").unwrap();
+    let again: BTreeSet<String> = fs::read_dir(m.path("big")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(again.contains("zz-new.warc") && again.len() == names.len() + 1);
+    m.unmount_clean();
+}

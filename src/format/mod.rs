@@ -6,3 +6,10 @@ pub mod cdx;
 pub mod deflate;
 pub mod gzip;
 pub mod warc;
+
+/// Cases for the parsers' fuzz properties (`fuzz_*`): `default` in the test suite, or
+/// `WARCFS_FUZZ_CASES` (`scripts/fuzz-parsers` runs 100,000 of each).
+#[cfg(test)]
+pub(crate) fn fuzz_cases(default: u32) -> u32 {
+    std::env::var("WARCFS_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}

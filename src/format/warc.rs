@@ -908,16 +908,17 @@ mod tests {
         }
 
         proptest! {
-            #![proptest_config(ProptestConfig::with_cases(256))]
+            #![proptest_config(ProptestConfig::with_cases(crate::format::fuzz_cases(256)))]
 
+            /// Fuzz (these three): WARC and ARC segmentation of any bytes tiles them.
             #[test]
-            fn arbitrary_bytes_tile(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            fn fuzz_arbitrary_bytes_tile(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
                 let seg = segment(&bytes);
                 check(&bytes, &seg);
             }
 
             #[test]
-            fn arbitrary_warcish_tokens_tile(parts in proptest::collection::vec(prop_oneof![
+            fn fuzz_arbitrary_warcish_tokens_tile(parts in proptest::collection::vec(prop_oneof![
                 Just(&b"WARC/1.0\r\n"[..]), Just(&b"\r\n"[..]), Just(&b"\n"[..]),
                 Just(&b"Content-Length: 3\r\n"[..]), Just(&b"WARC-Type: response\r\n"[..]),
                 Just(&b"HTTP/1.1 200 OK\r\n"[..]), Just(&b"filedesc://x 1 20000101000000 t 5\n"[..]),
@@ -929,7 +930,7 @@ mod tests {
             }
 
             #[test]
-            fn mutated_real_warc_tiles(cut in any::<usize>(), edits in proptest::collection::vec(edit(), 0..8)) {
+            fn fuzz_mutated_real_warc_tiles(cut in any::<usize>(), edits in proptest::collection::vec(edit(), 0..8)) {
                 let mut v = sample().to_vec();
                 for e in edits {
                     match e {

@@ -77,7 +77,9 @@ impl Filesystem for Guarded {
         flush(req: &Request, ino: INodeNo, fh: FileHandle, lock: LockOwner, reply: ReplyEmpty);
         release(req: &Request, ino: INodeNo, fh: FileHandle, flags: OpenFlags, lock: Option<LockOwner>, flush: bool, reply: ReplyEmpty);
         fsync(req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty);
+        opendir(req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen);
         readdir(req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory);
+        releasedir(req: &Request, ino: INodeNo, fh: FileHandle, flags: OpenFlags, reply: ReplyEmpty);
         fsyncdir(req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty);
         statfs(req: &Request, ino: INodeNo, reply: ReplyStatfs);
         setxattr(req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, position: u32, reply: ReplyEmpty);

@@ -128,6 +128,9 @@ struct Handle {
     rebuilds_members: Option<bool>,
 }
 
+/// An open directory's entries, "." and ".." first: (inode, kind, name).
+type Listing = Vec<(u64, FileType, Vec<u8>)>;
+
 /// The last generated `/.warcfs/index.cdxj`: store generation, when, bytes.
 type IndexFile = Option<(u64, std::time::Instant, Arc<Vec<u8>>)>;
 
@@ -139,6 +142,10 @@ struct Inner {
     /// Open handles per inode (readers and writers), for orphans.
     opens: Mutex<HashMap<u64, u32>>,
     handles: Mutex<HashMap<u64, Handle>>,
+    /// The listing of each open directory handle, read once (at the first `readdir`, and
+    /// again at a rewind to offset 0): listing a directory of n entries costs O(n), not a
+    /// full read of it for every reply.
+    dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_fh: AtomicU64,
     /// Pending ingests (also counted in `stats` as staged files).
     queued: AtomicU64,
@@ -448,6 +455,7 @@ impl WarcFs {
             staged: Mutex::new(HashMap::new()),
             opens: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             queued: AtomicU64::new(0),
             direct_mmap: std::sync::atomic::AtomicBool::new(false),
@@ -1096,7 +1104,17 @@ impl Filesystem for WarcFs {
         }
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
+        reply.opened(FileHandle(fh), FopenFlags::empty());
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.inner.dirs.locked().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         if ino.0 == CTL_INO {
             let all = [(CTL_INO, FileType::Directory, &b"."[..]), (crate::store::ROOT_INO, FileType::Directory, b".."), (INDEX_INO, FileType::RegularFile, INDEX_NAME)];
             for (i, (child, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
@@ -1107,21 +1125,33 @@ impl Filesystem for WarcFs {
             return reply.ok();
         }
         let inner = &self.inner;
-        let dir = match inner.inode(ino.0) {
-            Ok(d) if d.kind == InodeKind::Dir => d,
-            Ok(_) => return reply.error(Errno::ENOTDIR),
-            Err(e) => return reply.error(e),
+        let cached = if offset == 0 { None } else { inner.dirs.locked().get(&fh.0).cloned() };
+        let listing = match cached {
+            Some(l) => l,
+            None => {
+                let dir = match inner.inode(ino.0) {
+                    Ok(d) if d.kind == InodeKind::Dir => d,
+                    Ok(_) => return reply.error(Errno::ENOTDIR),
+                    Err(e) => return reply.error(e),
+                };
+                let entries = match inner.store.read_dir(ino.0) {
+                    Ok(e) => e,
+                    Err(e) => return reply.error(errno(&e)),
+                };
+                let parent = if dir.parent == 0 { ino.0 } else { dir.parent };
+                let all: Listing = [(ino.0, FileType::Directory, b".".to_vec()), (parent, FileType::Directory, b"..".to_vec())]
+                    .into_iter()
+                    .chain(entries.into_iter().map(|e| (e.ino, kind_of(e.inode.kind), e.name)))
+                    .collect();
+                let all = Arc::new(all);
+                if fh.0 != 0 {
+                    inner.dirs.locked().insert(fh.0, all.clone());
+                }
+                all
+            }
         };
-        let entries = match inner.store.read_dir(ino.0) {
-            Ok(e) => e,
-            Err(e) => return reply.error(errno(&e)),
-        };
-        let parent = if dir.parent == 0 { ino.0 } else { dir.parent };
-        let all = [(ino.0, FileType::Directory, b".".to_vec()), (parent, FileType::Directory, b"..".to_vec())]
-            .into_iter()
-            .chain(entries.into_iter().map(|e| (e.ino, kind_of(e.inode.kind), e.name)));
-        for (i, (child, kind, name)) in all.enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(child), (i + 1) as u64, kind, OsStr::from_bytes(&name)) {
+        for (i, (child, kind, name)) in listing.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*child), (i + 1) as u64, *kind, OsStr::from_bytes(name)) {
                 break;
             }
         }
