@@ -1619,3 +1619,83 @@ fn a_large_directory_lists_every_entry_once() {
     assert!(again.contains("zz-new.warc") && again.len() == names.len() + 1);
     m.unmount_clean();
 }
+
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the crash points exist in debug builds only")]
+fn a_daemon_killed_at_each_durability_point_of_a_write_loses_nothing_closed() {
+    // The daemon SIGKILLs itself (WARCFS_CRASH_AT=point:k) at each point of the write path:
+    // a staged file created and synced, its size recorded (a metadata log record), the
+    // background ingest's chunks appended and synced, its log record, its commit, a pack
+    // sealed. Every file whose close returned success must read back exact after a remount,
+    // and fsck must pass. Deterministic: the same points on every run.
+    let real = real_corpus();
+    let files: Vec<(String, Vec<u8>)> = ["webrecorder-warcio/example.warc.gz", "iipc-jwarc", "webrecorder-pywb"]
+        .iter()
+        .flat_map(|d| expected_files(&[real.join(d)], "/").into_values())
+        .take(6)
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), fs::read(&p).unwrap()))
+        .collect();
+    assert!(files.len() >= 4);
+    let tmp = TempDir::new().unwrap();
+    let points = [
+        ("staged_created", 1), ("staged_synced", 1), ("staged_synced", 3), ("log_synced", 2), ("log_synced", 5),
+        ("pack_appended", 1), ("pack_appended", 8), ("pack_synced", 1), ("before_commit", 1), ("committed", 1), ("committed", 3), ("pack_footer_synced", 1),
+    ];
+    let mut killed_at: BTreeMap<&str, usize> = BTreeMap::new();
+    for (trial, (point, k)) in points.into_iter().enumerate() {
+        let store = tmp.path().join(format!("store{trial}"));
+        let mnt = tmp.path().join(format!("mnt{trial}"));
+        let ctx = format!("crash at {point}:{k}");
+        // Created beforehand, with one file stored, so the daemon's passes are those of the
+        // writes alone; the first write rewrites that file (copy on write into staging).
+        let pre = tmp.path().join(format!("pre{trial}"));
+        fs::create_dir(&pre).unwrap();
+        fs::write(pre.join("rewritten"), &files[1].1).unwrap();
+        ok(&["import", &s(&store), &s(&pre.join("rewritten"))]);
+        let mut m = Mounted::with_env(&store, &mnt, &[], &[("WARCFS_CRASH_AT", &format!("{point}:{k}"))]);
+        let mut closed = Vec::new();
+        let rewrite = ("rewritten".to_string(), files[0].1.clone());
+        for (name, bytes) in std::iter::once(&rewrite).chain(files.iter()) {
+            let written = File::create(m.path(name)).and_then(|mut f| {
+                f.write_all(bytes)?;
+                close_checked(f)
+            });
+            if written.is_err() {
+                break;
+            }
+            closed.push((name.clone(), bytes.clone()));
+        }
+        // The crash may come in the background ingest after the last close, or at the seal
+        // when unmounting.
+        let t0 = Instant::now();
+        let mut exit = None;
+        while exit.is_none() && num(&stats(&store), "staged_files") > 0 && t0.elapsed() < Duration::from_secs(120) {
+            exit = try_reap(m.pid);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let exit = match exit.or_else(|| try_reap(m.pid)) {
+            Some(e) => {
+                m.live = false;
+                let _ = fusermount_u(&m.mnt).or_else(|_| umount_lazy(&m.mnt));
+                e
+            }
+            None => m.unmount(),
+        };
+        let killed = exit == Exit::Signal(libc::SIGKILL);
+        assert!(killed || exit == Exit::Code(0), "daemon exit {exit:?} ({ctx})");
+        *killed_at.entry(point).or_default() += killed as usize;
+        let r = run(&["fsck", &s(&store)]);
+        assert!(r.ok(), "fsck after a {ctx}:\n{}", r.describe());
+        let m = Mounted::new(&store, &mnt);
+        for (name, bytes) in &closed {
+            assert_bytes(&m.path(name), bytes, &format!("closed before a {ctx}, after remount"));
+        }
+        wait_ingested(&store);
+        m.unmount_clean();
+        assert!(run(&["fsck", &s(&store)]).ok(), "{ctx}");
+    }
+    eprintln!("daemons killed at each point: {killed_at:?}");
+    for (point, n) in &killed_at {
+        assert!(*n > 0, "no write passed through {point}: {killed_at:?}");
+    }
+}

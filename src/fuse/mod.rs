@@ -348,6 +348,7 @@ impl Inner {
         // power loss: the file's bytes, then the staging directory's new entry.
         file.sync_data().map_err(|e| io_errno(&e))?;
         crate::pack::sync_dir(&self.staging).map_err(|e| io_errno(&e))?;
+        crate::failpoint::crash_at("staged_created");
         self.set_staged(ino, size)?;
         map.insert(ino, Staged::new(file, size, 0));
         Ok(map)
@@ -378,6 +379,7 @@ impl Inner {
             }
             return Err(io_errno(&e));
         }
+        crate::failpoint::crash_at("staged_synced");
         match self.set_staged(ino, size) {
             // Unlinked meanwhile: nothing to record.
             Ok(()) | Err(Errno::ENOENT) => Ok(()),
