@@ -244,17 +244,22 @@ pub fn run(cli: Cli) -> Result<i32> {
                 bail!("--format {format}: only cdxj is supported");
             }
             let s = Store::open_for_reading(&store)?;
-            let mut lines = Vec::new();
+            // Sorted in runs of 64 MiB spilled to a temporary directory: an archive's index
+            // can be larger than memory.
+            let runs = std::env::temp_dir().join(format!("warcfs-index-{}", std::process::id()));
+            let mut sorter = crate::extsort::LineSorter::new(&runs, INDEX_RUN_BYTES).with_context(|| format!("{}: cannot create", runs.display()))?;
             let roots = if paths.is_empty() { vec!["/".to_string()] } else { paths };
-            for root in &roots {
-                lines.extend(s.cdxj(root).with_context(|| format!("{root}: cannot index"))?);
-            }
-            lines.sort_unstable();
-            let mut out = BufWriter::new(io::stdout().lock());
-            for l in &lines {
-                writeln!(out, "{l}")?;
-            }
-            out.flush()?;
+            let result = (|| -> Result<()> {
+                for root in &roots {
+                    s.cdxj_each(root, crate::store::StagedFiles::Refuse, &mut |l| sorter.push(l)).with_context(|| format!("{root}: cannot index"))?;
+                }
+                let mut out = BufWriter::new(io::stdout().lock());
+                sorter.finish(&mut out).context("writing the index")?;
+                out.flush()?;
+                Ok(())
+            })();
+            let _ = fs::remove_dir_all(&runs);
+            result?;
             Ok(0)
         }
         Cmd::Snapshot { store, dest } => {
@@ -338,6 +343,9 @@ fn perms(mode: u32) -> String {
     }
     s
 }
+
+/// Bytes of index lines sorted in memory at once (`warcfs index`, `/.warcfs/index.cdxj`).
+pub const INDEX_RUN_BYTES: usize = 64 << 20;
 
 pub fn human(n: u64) -> String {
     let units = ["B", "KB", "MB", "GB", "TB"];

@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod digest;
+pub mod extsort;
 mod failpoint;
 pub mod format;
 pub mod fuse;

@@ -109,7 +109,7 @@ impl Staged {
 struct Handle {
     write: bool,
     /// Contents of a virtual file as of its open.
-    snapshot: Option<Arc<Vec<u8>>>,
+    snapshot: Option<(Arc<File>, u64)>,
     /// The recipe a read-only handle of a stored file reads (it cannot change while open:
     /// a writer stages the file first, and reads then go to staging).
     head: Option<Arc<RecipeHead>>,
@@ -131,8 +131,9 @@ struct Handle {
 /// An open directory's entries, "." and ".." first: (inode, kind, name).
 type Listing = Vec<(u64, FileType, Vec<u8>)>;
 
-/// The last generated `/.warcfs/index.cdxj`: store generation, when, bytes.
-type IndexFile = Option<(u64, std::time::Instant, Arc<Vec<u8>>)>;
+/// The last generated `/.warcfs/index.cdxj`: store generation, when, and its bytes in an
+/// unlinked file under `STORE/cache/` (on disk, not in memory; gone with its last handle).
+type IndexFile = Option<(u64, std::time::Instant, Arc<File>, u64)>;
 
 struct Inner {
     store: Arc<Store>,
@@ -265,24 +266,38 @@ impl Inner {
     }
 
     /// The current `/.warcfs/index.cdxj`.
-    fn index_bytes(&self) -> Result<Arc<Vec<u8>>, Errno> {
+    fn index_file(&self) -> Result<(Arc<File>, u64), Errno> {
         let mut cache = self.index_file.locked();
         let gen = self.store.generation();
-        if let Some((g, at, bytes)) = cache.as_ref() {
+        if let Some((g, at, file, len)) = cache.as_ref() {
             if *g == gen || at.elapsed() < Duration::from_secs(1) {
-                return Ok(bytes.clone());
+                return Ok((file.clone(), *len));
             }
         }
-        let mut lines = self.store.cdxj("/").map_err(|e| errno(&e))?;
-        lines.sort_unstable();
-        let mut bytes = Vec::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
-        for l in lines {
-            bytes.extend_from_slice(l.as_bytes());
-            bytes.push(b'\n');
-        }
-        let bytes = Arc::new(bytes);
-        *cache = Some((gen, std::time::Instant::now(), bytes.clone()));
-        Ok(bytes)
+        let (file, len) = self.build_index_file().map_err(|e| {
+            log::error!("building /.warcfs/index.cdxj: {e}");
+            Errno::EIO
+        })?;
+        let file = Arc::new(file);
+        *cache = Some((gen, std::time::Instant::now(), file.clone(), len));
+        Ok((file, len))
+    }
+
+    /// Writes the sorted CDXJ of every stored WARC (files still being written are left out
+    /// until stored) into an unlinked file, sorting in bounded memory.
+    fn build_index_file(&self) -> std::io::Result<(File, u64)> {
+        let dir = self.store.root().join("cache");
+        fs::create_dir_all(&dir)?;
+        let mut sorter = crate::extsort::LineSorter::new(&dir.join("runs"), crate::cli::INDEX_RUN_BYTES)?;
+        self.store.cdxj_each("/", crate::store::StagedFiles::Skip, &mut |l| sorter.push(l)).map_err(std::io::Error::other)?;
+        let path = dir.join("index.cdxj.building");
+        let mut w = BufWriter::new(File::create(&path)?);
+        let len = sorter.finish(&mut w)?;
+        w.flush()?;
+        drop(w);
+        let file = File::open(&path)?;
+        fs::remove_file(&path)?;
+        Ok((file, len))
     }
 
     fn virtual_attr(&self, ino: u64) -> Result<FileAttr, Errno> {
@@ -293,7 +308,7 @@ impl Inner {
             attr.kind = FileType::RegularFile;
             attr.perm = 0o444;
             attr.nlink = 1;
-            attr.size = self.index_bytes()?.len() as u64;
+            attr.size = self.index_file()?.1;
             attr.blocks = attr.size.div_ceil(512);
         } else {
             attr.perm = 0o555;
@@ -845,7 +860,7 @@ impl Filesystem for WarcFs {
             if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
                 return reply.error(Errno::EROFS);
             }
-            let bytes = match self.inner.index_bytes() {
+            let bytes = match self.inner.index_file() {
                 Ok(b) => b,
                 Err(e) => return reply.error(e),
             };
@@ -907,10 +922,15 @@ impl Filesystem for WarcFs {
     fn read(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
         if ino.0 == INDEX_INO {
             let snap = self.inner.handles.locked().get(&fh.0).and_then(|h| h.snapshot.clone());
-            let Some(bytes) = snap else { return reply.error(Errno::EBADF) };
-            let from = (offset as usize).min(bytes.len());
-            let to = (from + size as usize).min(bytes.len());
-            return reply.data(&bytes[from..to]);
+            let Some((file, len)) = snap else { return reply.error(Errno::EBADF) };
+            let n = len.saturating_sub(offset).min(size as u64) as usize;
+            return with_reply_buffer(n, |buf| match file.read_exact_at(&mut buf[..n], offset) {
+                Ok(()) => reply.data(&buf[..n]),
+                Err(e) => {
+                    log::error!("reading /.warcfs/index.cdxj at {offset}: {e}");
+                    reply.error(Errno::EIO)
+                }
+            });
         }
         let inner = &self.inner;
         let ino = ino.0;

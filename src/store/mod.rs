@@ -45,7 +45,7 @@ pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
 pub use maintain::{FsckReport, GcReport, Stats};
 pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
 pub use read::{ReadCache, ReadCounters};
-pub use records::RecordHead;
+pub use records::{RecordHead, StagedFiles};
 pub use repair::{repair_index, RepairReport};
 pub use snapshot::SnapshotReport;
 

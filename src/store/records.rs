@@ -188,6 +188,17 @@ impl Store {
     /// The CDXJ lines (unsorted) of every WARC under `root`, a directory or one file; file
     /// names relative to `root`, as cdxj-indexer prints them for a directory it indexes.
     pub fn cdxj(&self, root: &str) -> Result<Vec<String>> {
+        let mut lines = Vec::new();
+        self.cdxj_each(root, StagedFiles::Refuse, &mut |l| {
+            lines.push(l);
+            Ok(())
+        })?;
+        Ok(lines)
+    }
+
+    /// `cdxj`, a line at a time (so that an index of any size need not be held whole), and
+    /// with a choice for files still being written through a mount (`staged`).
+    pub fn cdxj_each(&self, root: &str, staged: StagedFiles, f: &mut dyn FnMut(String) -> std::io::Result<()>) -> Result<()> {
         let ino = self.resolve(root)?;
         let inode = self.inode(ino)?.ok_or_else(|| super::StoreError::NotFound(root.to_string()))?;
         let mut files: Vec<(String, Inode)> = Vec::new();
@@ -207,12 +218,14 @@ impl Store {
             let name = super::components(root)?.last().map(|c| c.to_string()).unwrap_or_default();
             files.push((name, inode));
         }
-        let mut lines = Vec::new();
         for (name, inode) in files {
             let indexed = [".warc", ".warc.gz"].iter().any(|ext| name.ends_with(ext));
             if indexed && inode.staged {
                 // Its recipe is older than its bytes: an index of it would be wrong.
-                return Err(super::StoreError::Staged(name));
+                match staged {
+                    StagedFiles::Refuse => return Err(super::StoreError::Staged(name)),
+                    StagedFiles::Skip => continue,
+                }
             }
             let Some(head) = inode.recipe.as_ref().filter(|_| indexed) else { continue };
             for r in self.records(head)? {
@@ -224,9 +237,21 @@ impl Store {
                     let block = self.record_block(head, &r)?;
                     cdx::cdxj_line_from_block(&r.warc_header, &block, r.offset, r.length, &name)
                 };
-                lines.extend(line);
+                if let Some(line) = line {
+                    f(line).map_err(|err| super::StoreError::Io { path: "<index>".into(), err })?;
+                }
             }
         }
-        Ok(lines)
+        Ok(())
     }
+}
+
+/// What an index does with a file still being written through a mount (its recipe is
+/// older than its bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StagedFiles {
+    /// Fail, naming it: a command must not give a partial answer with exit 0.
+    Refuse,
+    /// Leave it out until it is stored: the mount's own live `/.warcfs/index.cdxj`.
+    Skip,
 }
