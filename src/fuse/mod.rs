@@ -98,11 +98,17 @@ struct Staged {
     /// Held while it is synced: a second fsync or close waits for the first one's outcome
     /// rather than reporting bytes durable that are still on their way.
     syncing: Arc<Mutex<()>>,
+    /// Writes in flight: their bytes go to the file without the staged map locked (a write
+    /// can wait long for the page cache), so an ingest must not commit while one is.
+    busy: u32,
+    /// Its ingest is committing (the map is not locked meanwhile): a change waits for the
+    /// outcome, after which the file is stored (and staged again by the change) or not.
+    committing: bool,
 }
 
 impl Staged {
     fn new(file: File, size: u64, writers: u32) -> Staged {
-        Staged { file: Arc::new(file), size, gen: 0, writers, dirty: false, sync_failed: false, syncing: Arc::default() }
+        Staged { file: Arc::new(file), size, gen: 0, writers, dirty: false, sync_failed: false, syncing: Arc::default(), busy: 0, committing: false }
     }
 }
 
@@ -234,6 +240,20 @@ fn kind_of(k: InodeKind) -> FileType {
 }
 
 impl Inner {
+    /// The staged map, locked once no commit of `ino` is in progress: a commit decides
+    /// whether the file is still staged, so whatever reads its staged state to change the
+    /// file or its inode waits for it (other files are not held up: the map is free
+    /// meanwhile).
+    fn settled(&self, ino: u64) -> MutexGuard<'_, HashMap<u64, Staged>> {
+        let mut map = self.staged.locked();
+        while map.get(&ino).is_some_and(|s| s.committing) {
+            drop(map);
+            std::thread::sleep(Duration::from_millis(1));
+            map = self.staged.locked();
+        }
+        map
+    }
+
     fn staging_path(&self, ino: u64) -> PathBuf {
         self.staging.join(format!("{ino:016x}"))
     }
@@ -331,7 +351,7 @@ impl Inner {
     /// with the file in it: the background ingest may finish and unstage the file as soon as
     /// the lock is let go, so the caller's change must be made under this same lock.
     fn ensure_staged(&self, ino: u64, truncate: bool) -> Result<MutexGuard<'_, HashMap<u64, Staged>>, Errno> {
-        let mut map = self.staged.locked();
+        let mut map = self.settled(ino);
         if let Some(s) = map.get_mut(&ino) {
             if truncate && s.size != 0 {
                 s.file.set_len(0).map_err(|e| io_errno(&e))?;
@@ -442,12 +462,18 @@ impl Inner {
                 return;
             }
         };
-        let mut map = self.staged.locked();
-        match map.get(&ino) {
-            Some(s) if s.gen == gen && s.writers == 0 && !s.dirty => {}
-            _ => return,
+        {
+            let mut map = self.staged.locked();
+            match map.get_mut(&ino) {
+                Some(s) if s.gen == gen && s.writers == 0 && !s.dirty && s.busy == 0 && !s.committing => s.committing = true,
+                _ => return,
+            }
         }
-        match prepared.commit_into(ino) {
+        // Committed without the staged map locked (a commit syncs the log and the index):
+        // changes to this file wait for it (`committing`), other files go on.
+        let committed = prepared.commit_into(ino);
+        let mut map = self.staged.locked();
+        match committed {
             Ok(rep) => {
                 map.remove(&ino);
                 let _ = fs::remove_file(self.staging_path(ino));
@@ -455,7 +481,12 @@ impl Inner {
                     log::info!("ingested inode {ino}: {} bytes, {} new bytes stored", rep.size, rep.new_bytes);
                 }
             }
-            Err(e) => log::error!("commit of inode {ino} failed, it stays staged: {e}"),
+            Err(e) => {
+                if let Some(s) = map.get_mut(&ino) {
+                    s.committing = false;
+                }
+                log::error!("commit of inode {ino} failed, it stays staged: {e}");
+            }
         }
     }
 }
@@ -694,8 +725,9 @@ impl Filesystem for WarcFs {
             }
             let now = Timestamp::now();
             // Hold the staged map so its size cannot change under this update; only the
-            // attributes asked for change (a background ingest may commit content meanwhile).
-            let map = inner.staged.locked();
+            // attributes asked for change. A commit in progress is waited for: its outcome
+            // says whether the file is still staged.
+            let map = inner.settled(ino);
             let staged_size = map.get(&ino).map(|s| s.size);
             let updated = inner.store.update_inode(ino, |inode| {
             if let Some(m) = mode {
@@ -1042,18 +1074,36 @@ impl Filesystem for WarcFs {
         let inner = &self.inner;
         let ino = ino.0;
         // Writeback-cache writes can arrive after the writer closed: stage again if needed.
-        let mut map = match inner.ensure_staged(ino, false) {
-            Ok(map) => map,
-            Err(e) => return reply.error(e),
+        let file = {
+            let mut map = match inner.ensure_staged(ino, false) {
+                Ok(map) => map,
+                Err(e) => return reply.error(e),
+            };
+            let Some(s) = map.get_mut(&ino) else { return reply.error(Errno::EIO) };
+            s.gen += 1;
+            s.dirty = true;
+            s.busy += 1;
+            s.file.clone()
         };
-        let Some(s) = map.get_mut(&ino) else { return reply.error(Errno::EIO) };
-        if let Err(e) = s.file.write_all_at(data, offset) {
-            return reply.error(io_errno(&e));
+        // The bytes go in without the staged map locked: a write may wait long for the page
+        // cache (dirty throttling), and every other file's requests need the map.
+        let written = file.write_all_at(data, offset);
+        {
+            let mut map = inner.staged.locked();
+            if let Some(s) = map.get_mut(&ino) {
+                s.busy -= 1;
+                // Bumped again: an ingest that read the file meanwhile must not commit.
+                s.gen += 1;
+                s.dirty = true;
+                if written.is_ok() {
+                    s.size = s.size.max(offset + data.len() as u64);
+                }
+            }
         }
-        s.size = s.size.max(offset + data.len() as u64);
-        s.gen += 1;
-        s.dirty = true;
-        reply.written(data.len() as u32);
+        match written {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(io_errno(&e)),
+        }
     }
 
     /// No ioctls. Every `open()` in Python and C stdio asks TCGETS (is it a terminal?): the
