@@ -1706,3 +1706,52 @@ fn a_daemon_killed_at_each_durability_point_of_a_write_loses_nothing_closed() {
         assert!(*n > 0, "no write passed through {point}: {killed_at:?}");
     }
 }
+
+#[test]
+fn recovery_of_a_staged_file_never_silently_falls_back() {
+    // A file being rewritten when the daemon died is staged: its new bytes are in
+    // STORE/staging. If they are gone (never made durable), the file is what its last commit
+    // made it, size included; if they are there but cannot be read, the mount refuses,
+    // naming them, rather than serve the older bytes.
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let mnt = tmp.path().join("mnt");
+    let old = real_file("webrecorder-warcio/example.warc.gz");
+    let m = Mounted::new(&store, &mnt);
+    fs::write(m.path("a.warc.gz"), &old).unwrap();
+    wait_ingested(&store);
+    m.unmount_clean();
+    let leave_staged = || {
+        let mut m = Mounted::new(&store, &mnt);
+        let mut f = OpenOptions::new().write(true).truncate(true).open(m.path("a.warc.gz")).unwrap();
+        f.write_all(b"new bytes, staged when the daemon dies").unwrap();
+        f.sync_all().unwrap();
+        m.kill_daemon();
+        drop(f);
+        m.unmount_dead();
+        let staged: Vec<PathBuf> = fs::read_dir(store.join("staging")).unwrap().map(|e| e.unwrap().path()).collect();
+        assert_eq!(staged.len(), 1, "one staged file after the kill");
+        staged[0].clone()
+    };
+    // Staged bytes gone: the committed content, with its size.
+    let staged = leave_staged();
+    fs::remove_file(&staged).unwrap();
+    let m = Mounted::new(&store, &mnt);
+    assert_bytes(&m.path("a.warc.gz"), &old, "staged bytes lost: the last commit");
+    assert_eq!(fs::metadata(m.path("a.warc.gz")).unwrap().len(), old.len() as u64);
+    m.unmount_clean();
+    assert!(run(&["fsck", &s(&store)]).ok());
+    // Staged bytes unreadable (here: a directory in their place): the mount refuses.
+    let staged = leave_staged();
+    fs::remove_file(&staged).unwrap();
+    fs::create_dir(&staged).unwrap();
+    let r = run(&["mount", &s(&store), &s(&mnt)]);
+    let name = staged.display().to_string();
+    assert!(!r.ok() && r.stderr.contains(&name), "the mount refuses, naming the staged file:\n{}", r.describe());
+    assert!(log_tail(&store).contains(&name), "the log names it too:\n{}", log_tail(&store));
+    assert!(!is_mounted(&mnt));
+    fs::remove_dir(&staged).unwrap();
+    let m = Mounted::new(&store, &mnt);
+    assert_bytes(&m.path("a.warc.gz"), &old, "after the unreadable staged file was removed");
+    m.unmount_clean();
+}

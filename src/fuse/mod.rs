@@ -525,13 +525,19 @@ impl WarcFs {
                     inner.queued.fetch_add(1, Ordering::Relaxed);
                     let _ = tx.send(ino);
                 }
-                Err(_) => {
-                    // Created but never written before the crash: an empty file.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    // Its staged bytes never reached the disk (the flag is set only once they
+                    // have): the file is what its last commit made it, or empty if none.
                     let _ = store.update_inode(ino, |i| {
                         i.staged = false;
-                        i.size = 0;
+                        i.size = i.recipe.as_ref().map_or(0, |h| h.size);
                         Ok::<(), ()>(())
                     })?;
+                }
+                Err(err) => {
+                    // Staged bytes that cannot be read now must not give way to older ones.
+                    log::error!("staged inode {ino}: {}: {err}; not mounting", path.display());
+                    return Err(StoreError::Io { path, err });
                 }
             }
         }
