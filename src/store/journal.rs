@@ -24,9 +24,8 @@ use crate::LockExt;
 
 /// Version of `MetaRecord`'s layout; a record of another version is refused, not guessed at.
 pub const LOG_VERSION: u32 = 1;
-/// Index meta records (not themselves logged) naming the last record the index applied.
+/// The index meta record (not itself logged) naming the last record the index applied.
 pub const APPLIED_SEQ: &str = "log_applied_seq";
-pub const APPLIED_PACK: &str = "log_applied_pack";
 /// A journal pack is sealed past this size (records are small; this bounds what an open
 /// scans for unapplied records).
 const JOURNAL_PACK_TARGET: u64 = 4 << 20;
@@ -84,43 +83,46 @@ impl Store {
             // entries, whose packs gc deletes only after it.
             return Ok(self.index.write(b)?);
         }
-        {
-            // Seal a full journal pack here, where every record in it is applied: a record
-            // the index may lack is always in the open pack, which the next open recovers
-            // and applies (see `roll_forward`).
-            let mut j = self.journal.locked();
-            if j.open.as_ref().is_some_and(|o| o.len() >= JOURNAL_PACK_TARGET) {
-                self.seal_journal(&mut j)?;
-            }
-        }
-        let (key, entry, seq) = self.append_record(b.log().to_vec(), None)?;
+        let (key, entry, seq) = self.append_record(b.log(), None)?;
         self.note_applied(&mut b, &key, &entry, seq);
         self.index.write(b).inspect_err(|_| self.journal.locked().poisoned = true)?;
         Ok(())
     }
 
     /// Appends one record to the log's open pack and syncs it; returns its chunk key, entry
-    /// and sequence number.
-    fn append_record(&self, ops: Vec<LogOp>, checkpoint: Option<CheckpointPart>) -> Result<(ChunkKey, ChunkEntry, u64)> {
-        let mut rec = MetaRecord { version: LOG_VERSION, seq: 0, ops, checkpoint };
+    /// and sequence number. A change's record (not a checkpoint part) first seals a full
+    /// log pack: every record in it is applied then, so a record the index may lack is
+    /// always in the open pack, which the next open recovers and applies (`roll_forward`).
+    fn append_record(&self, ops: &[LogOp], checkpoint: Option<CheckpointPart>) -> Result<(ChunkKey, ChunkEntry, u64)> {
+        /// `MetaRecord` as written: the same encoding, borrowing the batch's changes.
+        #[derive(Serialize)]
+        struct Out<'a> {
+            version: u32,
+            seq: u64,
+            ops: &'a [LogOp],
+            checkpoint: Option<CheckpointPart>,
+        }
         {
             let mut j = self.journal.locked();
             if j.poisoned {
                 return Err(StoreError::Log("an earlier metadata write failed; close and reopen the store (the next open applies what reached the disk)".into()));
             }
-            rec.seq = j.next_seq;
+            if checkpoint.is_none() && j.open.as_ref().is_some_and(|o| o.len() >= JOURNAL_PACK_TARGET) {
+                self.seal_journal(&mut j)?;
+            }
+            let rec = Out { version: LOG_VERSION, seq: j.next_seq, ops, checkpoint };
             let raw = postcard::to_allocvec(&rec).expect("in-memory serialisation cannot fail");
             // Compressed as the store's chunks are (`init --compression`).
             let (codec, stored) = match self.config.compression {
-                super::Compression::Zstd => (Codec::Zstd, zstd::bulk::compress(&raw, 3).map_err(|err| StoreError::Io { path: self.root.join("packs-tmp"), err })?),
-                super::Compression::None => (Codec::None, raw.clone()),
+                super::Compression::Zstd => (Codec::Zstd, std::borrow::Cow::Owned(zstd::bulk::compress(&raw, 3).map_err(|err| StoreError::Io { path: self.root.join("packs-tmp"), err })?)),
+                super::Compression::None => (Codec::None, std::borrow::Cow::Borrowed(&raw[..])),
             };
             if stored.len() > pack::MAX_STORED as usize || raw.len() > u32::MAX as usize {
                 // Readers refuse blobs past MAX_STORED: such a record could never be applied.
                 return Err(StoreError::Log(format!(
                     "one change of {} bytes of index records (a file of about {} chunks) is more than a log record may hold ({} MiB); nothing was changed",
                     raw.len(),
-                    rec.ops.len(),
+                    ops.len(),
                     pack::MAX_STORED >> 20
                 )));
             }
@@ -169,7 +171,7 @@ impl Store {
             size += op.bytes();
             ops.push(op);
             if size >= CHECKPOINT_PART {
-                match self.append_record(std::mem::take(&mut ops), Some(CheckpointPart { first_seq, last: false })) {
+                match self.append_record(&std::mem::take(&mut ops), Some(CheckpointPart { first_seq, last: false })) {
                     Ok(p) => parts.push(p),
                     Err(e) => err = Some(e),
                 }
@@ -180,7 +182,7 @@ impl Store {
         if let Some(e) = err {
             return Err(e);
         }
-        parts.push(self.append_record(ops, Some(CheckpointPart { first_seq, last: true }))?);
+        parts.push(self.append_record(&ops, Some(CheckpointPart { first_seq, last: true }))?);
         crate::failpoint::crash_at("checkpoint_synced");
         let mut b = Batch::new();
         for (k, mut e) in older {
@@ -199,7 +201,6 @@ impl Store {
     fn note_applied(&self, b: &mut Batch, key: &ChunkKey, entry: &ChunkEntry, seq: u64) {
         b.put_chunk_unlogged(&self.index, key, entry);
         b.put_meta_u64_unlogged(&self.index, APPLIED_SEQ, seq);
-        b.put_meta_u64_unlogged(&self.index, APPLIED_PACK, entry.pack);
     }
 
     pub(super) fn seal_journal(&self, j: &mut Journal) -> Result<()> {

@@ -299,7 +299,7 @@ impl Store {
         }
         let index = match created {
             Some(index) => index,
-            None => open_index(root, &index_dir)?,
+            None => open_index(root, &index_dir, false)?,
         };
         let (max_id, recovered) = recover_packs(root)?;
         let (packs_dir, tmp_dir) = (root.join("packs"), root.join("packs-tmp"));
@@ -329,12 +329,7 @@ impl Store {
             return Err(if root.exists() { StoreError::NotAStore(root.to_path_buf()) } else { StoreError::NoStore(root.to_path_buf()) });
         }
         let config = read_config(&cfg_path)?;
-        let index_dir = root.join("index");
-        if !index_dir.join("CURRENT").exists() {
-            return Err(StoreError::IndexMissing(root.to_path_buf()));
-        }
-        let index = Index::open_read_only(&index_dir).map_err(|err| StoreError::IndexUnreadable { path: root.to_path_buf(), err })?;
-        check_index_version(root, &index)?;
+        let index = open_index(root, &root.join("index"), true)?;
         let lock = File::open(root.join("lock")).map_err(io_at(root))?;
         Ok(Store {
             root: root.to_path_buf(),
@@ -491,20 +486,16 @@ fn creation_leftover(path: &Path) -> bool {
 
 /// Opens an existing store's index, refusing one that is missing, unreadable or made for
 /// another format version: never an empty index in its place.
-fn open_index(root: &Path, index_dir: &Path) -> Result<Index> {
+fn open_index(root: &Path, index_dir: &Path, read_only: bool) -> Result<Index> {
     if !index_dir.join("CURRENT").exists() {
         return Err(StoreError::IndexMissing(root.to_path_buf()));
     }
-    let index = Index::open(index_dir).map_err(|err| StoreError::IndexUnreadable { path: root.to_path_buf(), err })?;
-    check_index_version(root, &index)?;
-    Ok(index)
-}
-
-/// A format-3 index records the version it was made for; one that does not, or names
-/// another, is not this store's.
-fn check_index_version(root: &Path, index: &Index) -> Result<()> {
+    let opened = if read_only { Index::open_read_only(index_dir) } else { Index::open(index_dir) };
+    let index = opened.map_err(|err| StoreError::IndexUnreadable { path: root.to_path_buf(), err })?;
+    // A format-3 index records the version it was made for; one that does not, or names
+    // another, is not this store's.
     match index.format_version().map_err(|err| StoreError::IndexUnreadable { path: root.to_path_buf(), err })? {
-        Some(v) if v == FORMAT_VERSION as u64 => Ok(()),
+        Some(v) if v == FORMAT_VERSION as u64 => Ok(index),
         Some(v) => Err(StoreError::Format { path: root.to_path_buf(), found: format!("an index of {FORMAT_NAME} version {v}") }),
         None => Err(StoreError::Format { path: root.to_path_buf(), found: "an index that names no format version".into() }),
     }

@@ -185,19 +185,10 @@ impl Store {
         }
     }
 
-    /// The CDXJ lines (unsorted) of every WARC under `root`, a directory or one file; file
-    /// names relative to `root`, as cdxj-indexer prints them for a directory it indexes.
-    pub fn cdxj(&self, root: &str) -> Result<Vec<String>> {
-        let mut lines = Vec::new();
-        self.cdxj_each(root, StagedFiles::Refuse, &mut |l| {
-            lines.push(l);
-            Ok(())
-        })?;
-        Ok(lines)
-    }
-
-    /// `cdxj`, a line at a time (so that an index of any size need not be held whole), and
-    /// with a choice for files still being written through a mount (`staged`).
+    /// The CDXJ lines (unsorted) of every WARC under `root`, a directory or one file, a
+    /// line at a time (so that an index of any size need not be held whole); file names
+    /// relative to `root`, as cdxj-indexer prints them for a directory it indexes. `staged`
+    /// says what to do with files still being written through a mount.
     pub fn cdxj_each(&self, root: &str, staged: StagedFiles, f: &mut dyn FnMut(String) -> std::io::Result<()>) -> Result<()> {
         let ino = self.resolve(root)?;
         let inode = self.inode(ino)?.ok_or_else(|| super::StoreError::NotFound(root.to_string()))?;

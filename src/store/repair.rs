@@ -18,7 +18,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::path::Path;
 
-use super::journal::{CheckpointPart, MetaRecord, APPLIED_PACK, APPLIED_SEQ};
+use super::journal::{CheckpointPart, MetaRecord, APPLIED_SEQ};
 use super::{io_at, read_config, recover_packs, take_lock, Result, Store, StoreError, CONFIG_FILE, FORMAT_VERSION};
 use crate::digest::ChunkKey;
 use crate::index::{Batch, ChunkEntry, Index};
@@ -177,10 +177,9 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
         idx.apply_unsynced(&rec.ops, false)?;
         rep.log_records += 1;
     }
-    if let Some(&(seq, _, id, ..)) = records.last() {
+    if let Some(&(seq, ..)) = records.last() {
         let mut b = Batch::new();
         b.put_meta_u64_unlogged(&idx, APPLIED_SEQ, seq);
-        b.put_meta_u64_unlogged(&idx, APPLIED_PACK, id);
         idx.write_unsynced(b)?;
     }
 
