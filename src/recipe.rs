@@ -271,6 +271,13 @@ impl RecipeBuilder {
 }
 
 /// Every distinct chunk a set of pieces references (each counts once per file).
+/// The references a recipe holds, the refcount rule of the store: each piece's chunk once
+/// per piece (`piece_keys`, repeats included), and each distinct data chunk of its pieces
+/// once. Commits, fsck, gc and `repair index` all count by it.
+pub fn references(pieces: &[Piece], piece_keys: &[ChunkKey]) -> Vec<ChunkKey> {
+    piece_keys.iter().copied().chain(distinct_keys(pieces)).collect()
+}
+
 pub fn distinct_keys<'a>(pieces: impl IntoIterator<Item = &'a Piece>) -> std::collections::BTreeSet<ChunkKey> {
     let mut set = std::collections::BTreeSet::new();
     for p in pieces {

@@ -218,8 +218,7 @@ struct SplitWindow {
 impl Presplit {
     /// Splits the first window of `data`, a whole file, if it is gzip.
     pub fn new(data: &[u8]) -> Presplit {
-        let n = data.len().min(WINDOWS.bytes);
-        Presplit { first: gzip::looks_gzip(data).then(|| split_window(&data[..n], n == data.len(), WINDOWS)) }
+        Presplit::from_window(data, data.len() as u64)
     }
 
     /// Splits `window`, the first bytes of a file of `total` bytes read by the caller, if it

@@ -13,7 +13,7 @@ use crate::LockExt;
 use crate::digest::ChunkKey;
 use crate::index::{Batch, ChunkEntry};
 use crate::pack::{self, ChunkKind, OpenPack, BLOB_HEADER_LEN};
-use crate::recipe::{self, FileStats};
+use crate::recipe::FileStats;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Stats {
@@ -126,7 +126,7 @@ impl Store {
             s.chunk_bytes += bytes;
             match ChunkKind::from_u8(e.kind) {
                 ChunkKind::PayloadHead => s.unique_payloads += 1,
-                ChunkKind::Parse => s.parse_tail_chunk_bytes += e.stored_len as u64 + BLOB_HEADER_LEN as u64,
+                ChunkKind::Parse => s.parse_tail_chunk_bytes += bytes,
                 _ => {}
             }
             Ok(())
@@ -160,25 +160,15 @@ impl Store {
         for (ino, inode) in &inodes {
             let Some(head) = &inode.recipe else { continue };
             rep.files += 1;
-            // Each piece of the recipe is a chunk of its own, referenced once per piece.
-            for i in 0..head.pieces() {
-                match self.index.recipe_piece(head.id, i)? {
-                    Some(k) => {
-                        *expected.entry(k).or_default() += 1;
-                        users.entry(k).or_default().insert(*ino);
-                    }
-                    None => rep.problems.push(format!("{}: piece {i} of its recipe is missing from the index", name_of(*ino))),
-                }
-            }
-            match self.load_pieces(head) {
-                Ok(pieces) => {
+            match self.recipe_references(head) {
+                Ok((pieces, refs)) => {
                     let total: u64 = pieces.iter().map(|p| p.len()).sum();
                     // A staged file's size is that of its staged bytes; its recipe is the last
                     // content committed, which the next ingest replaces.
                     if total != head.size || (!inode.staged && total != inode.size) {
                         rep.problems.push(format!("{}: recipe describes {total} bytes, file size is {}", name_of(*ino), inode.size));
                     }
-                    for k in recipe::distinct_keys(&pieces) {
+                    for k in refs {
                         *expected.entry(k).or_default() += 1;
                         users.entry(k).or_default().insert(*ino);
                     }
@@ -266,11 +256,7 @@ impl Store {
             Ok(())
         })?;
         for (ino, head) in heads {
-            let mut keys: Vec<ChunkKey> = Vec::new();
-            for i in 0..head.pieces() {
-                keys.extend(self.index.recipe_piece(head.id, i)?);
-            }
-            keys.extend(recipe::distinct_keys(&self.load_pieces(&head)?));
+            let (_, keys) = self.recipe_references(&head)?;
             if let Some(k) = keys.iter().find(|k| dropped.contains(k)) {
                 log::error!("gc stopped: chunk {} has refcount 0 but inode {ino} uses it", k.short());
                 return Err(StoreError::GcRefused(format!("chunk {} has refcount 0 but inode {ino} uses it; nothing was deleted. Run `warcfs fsck`", k.short())));

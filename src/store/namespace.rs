@@ -147,8 +147,8 @@ pub fn components(path: &str) -> Result<Vec<&str>> {
 pub(super) struct RefDelta(pub HashMap<ChunkKey, i64>);
 
 impl RefDelta {
-    pub fn add_pieces(&mut self, pieces: &[Piece], by: i64) {
-        for k in recipe::distinct_keys(pieces) {
+    pub fn add(&mut self, keys: impl IntoIterator<Item = ChunkKey>, by: i64) {
+        for k in keys {
             *self.0.entry(k).or_default() += by;
         }
     }
@@ -410,6 +410,14 @@ impl Store {
         (0..head.pieces()).map(|i| self.load_piece(head.id, i)).collect()
     }
 
+    /// Every reference recipe `head` holds (`recipe::references`), and its pieces.
+    pub(super) fn recipe_references(&self, head: &RecipeHead) -> Result<(Vec<Piece>, Vec<ChunkKey>)> {
+        let pieces = self.load_pieces(head)?;
+        let keys = (0..head.pieces()).map(|i| self.piece_key(head.id, i)).collect::<Result<Vec<_>>>()?;
+        let refs = recipe::references(&pieces, &keys);
+        Ok((pieces, refs))
+    }
+
     /// The key of the chunk that holds piece `piece` of recipe `rid`.
     fn piece_key(&self, rid: u64, piece: u32) -> Result<ChunkKey> {
         self.index.recipe_piece(rid, piece)?.ok_or_else(|| StoreError::Recipe { rid, piece, what: "missing".into() })
@@ -423,21 +431,17 @@ impl Store {
     }
 
     /// Adds recipe `rid` to `b`: its pieces, stored as the chunks `keys`, and a reference
-    /// to every chunk it uses (each distinct data chunk once, each piece's chunk once).
+    /// to every chunk it uses (`recipe::references`).
     pub(super) fn add_recipe(&self, b: &mut Batch, delta: &mut RefDelta, rid: u64, pieces: &[Piece], keys: &[ChunkKey]) {
-        delta.add_pieces(pieces, 1);
         for (i, k) in keys.iter().enumerate() {
-            *delta.0.entry(*k).or_default() += 1;
             b.put_recipe_piece(&self.index, rid, i as u32, k);
         }
+        delta.add(recipe::references(pieces, keys), 1);
     }
 
     /// Removes recipe `head` in `b`, releasing what `add_recipe` referenced.
     pub(super) fn drop_recipe(&self, b: &mut Batch, delta: &mut RefDelta, head: &RecipeHead) -> Result<()> {
-        delta.add_pieces(&self.load_pieces(head)?, -1);
-        for i in 0..head.pieces() {
-            *delta.0.entry(self.piece_key(head.id, i)?).or_default() -= 1;
-        }
+        delta.add(self.recipe_references(head)?.1, -1);
         b.delete_recipe(&self.index, head.id, head.pieces());
         Ok(())
     }

@@ -183,7 +183,8 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
         idx.write_unsynced(b)?;
     }
 
-    // 3. Refcounts from the recipes.
+    // 3. Refcounts from the recipes, by `recipe::references`' rule, a piece at a time (the
+    // pieces of a large file are not held together).
     let mut refs: HashMap<ChunkKey, u64> = HashMap::new();
     let mut pieces_of: Vec<(u64, u32, ChunkKey)> = Vec::new();
     idx.for_each_recipe_piece(|rid, pno, key| {
