@@ -230,11 +230,14 @@ pub fn run(cli: Cli) -> Result<i32> {
             for p in &rep.problems {
                 println!("{p}");
             }
-            if rep.problems.is_empty() {
+            if rep.more_problems > 0 {
+                println!("... and {} more problems (the first {} are listed)", rep.more_problems, crate::store::MAX_PROBLEMS);
+            }
+            if rep.problem_count() == 0 {
                 println!("{}: clean ({} files, {} chunks, {} packs checked{})", store.display(), rep.files, rep.chunks_checked, rep.packs_checked, if deep { ", re-hashed" } else { "" });
                 Ok(0)
             } else {
-                eprintln!("{}: {} problems", store.display(), rep.problems.len());
+                eprintln!("{}: {} problems", store.display(), rep.problem_count());
                 Ok(1)
             }
         }
@@ -254,7 +257,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                     s.cdxj_each(root, crate::store::StagedFiles::Refuse, &mut |l| sorter.push(l)).with_context(|| format!("{root}: cannot index"))?;
                 }
                 let mut out = BufWriter::new(io::stdout().lock());
-                sorter.finish(&mut out).context("writing the index")?;
+                sorter.finish_into(&mut out).context("writing the index")?;
                 out.flush()?;
                 Ok(())
             })();

@@ -271,13 +271,29 @@ impl Index {
     }
 
     pub fn for_each_chunk(&self, mut f: impl FnMut(ChunkKey, ChunkEntry) -> Result<()>) -> Result<()> {
-        for item in self.db.iterator_cf(self.cf("chunk"), IteratorMode::Start) {
-            let (k, v) = item?;
-            if let Some(key) = ChunkKey::from_bytes(&k) {
-                f(key, dec("chunk", &v)?)?;
-            }
+        for item in self.chunk_iter() {
+            let (k, e) = item?;
+            f(k, e)?;
         }
         Ok(())
+    }
+
+    /// Every chunk, in key order (the byte order of `ChunkKey::to_bytes`): what fsck and gc
+    /// merge with their sorted reference streams.
+    pub fn chunk_iter(&self) -> impl Iterator<Item = Result<(ChunkKey, ChunkEntry)>> + '_ {
+        self.db.iterator_cf(self.cf("chunk"), IteratorMode::Start).filter_map(|item| match item {
+            Ok((k, v)) => ChunkKey::from_bytes(&k).map(|key| dec("chunk", &v).map(|e| (key, e))),
+            Err(e) => Some(Err(e.into())),
+        })
+    }
+
+    /// Every inode, in number order.
+    pub fn inode_iter<T: DeserializeOwned>(&self) -> impl Iterator<Item = Result<(u64, T)>> + '_ {
+        self.db.iterator_cf(self.cf("inode"), IteratorMode::Start).map(|item| {
+            let (k, v) = item?;
+            let ino = u64::from_be_bytes(k.as_ref().try_into().map_err(|_| IndexError::Bad("inode key"))?);
+            Ok((ino, dec("inode", &v)?))
+        })
     }
 
     // ---- inodes, directory entries, recipes ----

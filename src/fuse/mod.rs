@@ -312,7 +312,7 @@ impl Inner {
         self.store.cdxj_each("/", crate::store::StagedFiles::Skip, &mut |l| sorter.push(l)).map_err(std::io::Error::other)?;
         let path = dir.join("index.cdxj.building");
         let mut w = BufWriter::new(File::create(&path)?);
-        let len = sorter.finish(&mut w)?;
+        let len = sorter.finish_into(&mut w)?;
         w.flush()?;
         drop(w);
         let file = File::open(&path)?;

@@ -1,17 +1,19 @@
-//! Whole-store passes: `stats` (what is stored and how well it dedups), `fsck` (does every
-//! reference resolve to intact bytes, and does every refcount equal its references) and `gc`
-//! (drop unreferenced chunks, rewrite packs that are mostly dead).
+//! Whole-store passes: `stats` (what is stored and how well it dedups) and `gc` (drop
+//! unreferenced chunks, rewrite packs that are mostly dead), and the sorted reference
+//! stream that gc and `fsck` merge with the chunk table.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::fs::{self, File};
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::PathBuf;
 
 use serde::Serialize;
 
 use super::namespace::{Inode, InodeKind};
-use super::{io_at, Result, Store, StoreError};
+use super::{io_at, Ns, Result, Store, StoreError};
 use crate::LockExt;
 use crate::digest::ChunkKey;
-use crate::index::{Batch, ChunkEntry};
+use crate::extsort::{Sorted, Sorter};
+use crate::index::Batch;
 use crate::pack::{self, ChunkKind, OpenPack, BLOB_HEADER_LEN};
 use crate::recipe::FileStats;
 
@@ -48,15 +50,6 @@ pub struct Stats {
     /// Files written through a mount whose bytes are staged, not yet ingested.
     pub staged_files: u64,
     pub staged_bytes: u64,
-}
-
-#[derive(Clone, Debug, Default)]
-pub struct FsckReport {
-    pub files: u64,
-    pub chunks_checked: u64,
-    pub packs_checked: u64,
-    /// One line per problem, naming the files it touches.
-    pub problems: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -140,132 +133,8 @@ impl Store {
         Ok(s)
     }
 
-    /// Checks every reference, refcount, blob and pack footer; `deep` also re-hashes chunks.
-    pub fn fsck(&self, deep: bool) -> Result<FsckReport> {
-        let _ns = self.ns.locked();
-        let mut w = self.writer.locked();
-        self.seal_open(&mut w)?;
-        self.seal_journal(&mut self.journal.locked())?;
-        let mut rep = FsckReport::default();
-        let paths = self.paths()?;
-        let name_of = |ino: u64| paths.get(&ino).and_then(|p| p.first().cloned()).unwrap_or_else(|| format!("<inode {ino}>"));
-        // Expected references, and who holds them.
-        let mut expected: BTreeMap<ChunkKey, u64> = BTreeMap::new();
-        let mut users: HashMap<ChunkKey, BTreeSet<u64>> = HashMap::new();
-        let mut inodes: Vec<(u64, Inode)> = Vec::new();
-        self.index.for_each_inode(|ino, inode: Inode| {
-            inodes.push((ino, inode));
-            Ok(())
-        })?;
-        for (ino, inode) in &inodes {
-            let Some(head) = &inode.recipe else { continue };
-            rep.files += 1;
-            match self.recipe_references(head) {
-                Ok((pieces, refs)) => {
-                    let total: u64 = pieces.iter().map(|p| p.len()).sum();
-                    // A staged file's size is that of its staged bytes; its recipe is the last
-                    // content committed, which the next ingest replaces.
-                    if total != head.size || (!inode.staged && total != inode.size) {
-                        rep.problems.push(format!("{}: recipe describes {total} bytes, file size is {}", name_of(*ino), inode.size));
-                    }
-                    for k in refs {
-                        *expected.entry(k).or_default() += 1;
-                        users.entry(k).or_default().insert(*ino);
-                    }
-                }
-                Err(e) => rep.problems.push(format!("{}: {e}", name_of(*ino))),
-            }
-        }
-        let files_of = |k: &ChunkKey| -> String {
-            users.get(k).map(|s| s.iter().map(|i| name_of(*i)).collect::<Vec<_>>().join(", ")).unwrap_or_else(|| "no file".into())
-        };
-        // Every chunk: refcount, presence of its pack, intact bytes.
-        let mut by_pack: HashMap<u64, Vec<(ChunkKey, ChunkEntry)>> = HashMap::new();
-        let mut seen: BTreeSet<ChunkKey> = BTreeSet::new();
-        let mut chunks: Vec<(ChunkKey, ChunkEntry)> = Vec::new();
-        self.index.for_each_chunk(|k, e| {
-            chunks.push((k, e));
-            Ok(())
-        })?;
-        for (k, e) in chunks {
-            seen.insert(k);
-            // A metadata log record is live (1) until a checkpoint supersedes it (0, for gc).
-            let want = if ChunkKind::from_u8(e.kind) == ChunkKind::Meta { e.refs.min(1) } else { expected.get(&k).copied().unwrap_or(0) };
-            if e.refs != want {
-                rep.problems.push(format!("chunk {}: refcount {} but {want} references (files: {})", k.short(), e.refs, files_of(&k)));
-            }
-            rep.chunks_checked += 1;
-            match self.packs.read(e.pack, e.offset, &k, e.stored_len) {
-                Ok(bytes) => {
-                    if bytes.len() != e.raw_len as usize {
-                        rep.problems.push(format!("chunk {}: {} bytes, index says {} (files: {})", k.short(), bytes.len(), e.raw_len, files_of(&k)));
-                    } else if deep && (self.digest)(&bytes) != k.digest {
-                        rep.problems.push(format!("chunk {}: content does not match its digest (files: {})", k.short(), files_of(&k)));
-                    }
-                }
-                Err(err) => rep.problems.push(format!("chunk {}: {err} (files: {})", k.short(), files_of(&k))),
-            }
-            by_pack.entry(e.pack).or_default().push((k, e));
-        }
-        for (k, n) in &expected {
-            if !seen.contains(k) {
-                rep.problems.push(format!("chunk {}: missing from the index, {n} references (files: {})", k.short(), files_of(k)));
-            }
-        }
-        // Pack footers agree with the index.
-        let packs_dir = self.root.join("packs");
-        for entry in fs::read_dir(&packs_dir).map_err(io_at(&packs_dir))? {
-            let entry = entry.map_err(io_at(&packs_dir))?;
-            let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) else { continue };
-            rep.packs_checked += 1;
-            let path = entry.path();
-            let footer = File::open(&path).map_err(|e| pack::PackError::Io { pack: id, source: e }).and_then(|f| pack::read_footer(&f, id));
-            match footer {
-                Ok(blobs) => {
-                    // A pack may hold a chunk twice (two ingests stored it before either
-                    // committed): the index names one copy.
-                    let listed: HashSet<(ChunkKey, u64)> = blobs.iter().map(|b| (b.key, b.offset)).collect();
-                    for (k, e) in by_pack.get(&id).map(|v| v.as_slice()).unwrap_or(&[]) {
-                        if !listed.contains(&(*k, e.offset)) {
-                            rep.problems.push(format!("pack {id:016x}: footer does not list chunk {} at {} (files: {})", k.short(), e.offset, files_of(k)));
-                        }
-                    }
-                }
-                Err(err) => {
-                    let files: BTreeSet<String> = by_pack.get(&id).into_iter().flatten().map(|(k, _)| files_of(k)).collect();
-                    rep.problems.push(format!("{err} (files: {})", files.into_iter().collect::<Vec<_>>().join(", ")));
-                }
-            }
-        }
-        Ok(rep)
-    }
-
-    /// Before gc drops chunks whose refcount is 0, every recipe is read to prove none uses
-    /// one: a refcount that went wrong must stop gc, not take bytes a file still needs.
-    /// Memory: the dropped keys only.
-    fn refuse_dropping_referenced(&self, dropped: &[ChunkKey]) -> Result<()> {
-        if dropped.is_empty() {
-            return Ok(());
-        }
-        let dropped: HashSet<ChunkKey> = dropped.iter().copied().collect();
-        let mut heads = Vec::new();
-        self.index.for_each_inode(|ino, inode: Inode| {
-            if let Some(h) = inode.recipe {
-                heads.push((ino, h));
-            }
-            Ok(())
-        })?;
-        for (ino, head) in heads {
-            let (_, keys) = self.recipe_references(&head)?;
-            if let Some(k) = keys.iter().find(|k| dropped.contains(k)) {
-                log::error!("gc stopped: chunk {} has refcount 0 but inode {ino} uses it", k.short());
-                return Err(StoreError::GcRefused(format!("chunk {} has refcount 0 but inode {ino} uses it; nothing was deleted. Run `warcfs fsck`", k.short())));
-            }
-        }
-        Ok(())
-    }
-
-    /// Drops unreferenced chunks and reclaims their pack space.
+    /// Drops unreferenced chunks and reclaims their pack space. Memory does not grow with
+    /// the number of chunks (see `ScanLimits`): a number per pack, one sort run, one batch.
     pub fn gc(&self) -> Result<GcReport> {
         let mut ns = self.ns.locked();
         let mut w = self.writer.locked();
@@ -276,66 +145,47 @@ impl Store {
         // A checkpoint of the namespace first: every earlier log record becomes garbage
         // that this pass collects, so the log stays the size of the namespace.
         self.checkpoint(&mut ns)?;
-        let mut b = Batch::new();
-        let mut live: HashMap<u64, Vec<(ChunkKey, ChunkEntry)>> = HashMap::new();
-        let mut dropped = Vec::new();
-        self.index.for_each_chunk(|k, e| {
+
+        // Live bytes per pack, and how many chunks nothing references.
+        let mut live: HashMap<u64, u64> = HashMap::new();
+        for item in self.index.chunk_iter() {
+            let (_, e) = item?;
             if e.refs == 0 {
-                dropped.push(k);
+                rep.chunks_dropped += 1;
             } else {
-                live.entry(e.pack).or_default().push((k, e));
+                *live.entry(e.pack).or_default() += e.stored_len as u64 + BLOB_HEADER_LEN as u64;
             }
-            Ok(())
-        })?;
-        self.refuse_dropping_referenced(&dropped)?;
-        for k in &dropped {
-            b.delete_chunk(&self.index, k);
         }
-        rep.chunks_dropped = dropped.len() as u64;
+        if rep.chunks_dropped > 0 {
+            self.refuse_dropping_referenced()?;
+            let mut b = Batch::new();
+            for item in self.index.chunk_iter() {
+                let (k, e) = item?;
+                if e.refs == 0 {
+                    b.delete_chunk(&self.index, &k);
+                    if b.log().len() >= self.limits.batch_ops {
+                        self.gc_write(&mut ns, std::mem::take(&mut b))?;
+                    }
+                }
+            }
+            self.gc_write(&mut ns, b)?;
+        }
+
         let mut doomed: Vec<u64> = Vec::new();
-        let mut rewrite: Vec<u64> = Vec::new();
+        let mut rewrite: HashSet<u64> = HashSet::new();
         for entry in fs::read_dir(&packs_dir).map_err(io_at(&packs_dir))? {
             let entry = entry.map_err(io_at(&packs_dir))?;
             let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) else { continue };
             let size = entry.metadata().map_err(io_at(&packs_dir))?.len().max(1);
-            let live_bytes: u64 = live.get(&id).map(|v| v.iter().map(|(_, e)| e.stored_len as u64 + BLOB_HEADER_LEN as u64).sum()).unwrap_or(0);
+            let live_bytes = live.get(&id).copied().unwrap_or(0);
             if live_bytes == 0 {
                 doomed.push(id);
             } else if 1.0 - live_bytes as f64 / size as f64 > GC_DEAD_SHARE {
-                rewrite.push(id);
+                rewrite.insert(id);
             }
         }
-        // Copy live blobs of mostly-dead packs into new packs; the index moves to them in the
-        // same batch that drops the dead chunks, after the new packs are sealed.
-        let tmp_dir = self.root.join("packs-tmp");
-        let mut open: Option<OpenPack> = None;
-        for id in &rewrite {
-            for (k, e) in live.get(id).map(|v| v.as_slice()).unwrap_or(&[]) {
-                let (blob, stored) = self.packs.read_stored(e.pack, e.offset, k, e.stored_len)?;
-                if open.as_ref().is_some_and(|o| o.len() >= self.config.pack_size) {
-                    let o = open.take().expect("checked");
-                    o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
-                }
-                if open.is_none() {
-                    let nid = self.alloc_pack_id();
-                    open = Some(OpenPack::create(&tmp_dir, nid).map_err(io_at(&tmp_dir))?);
-                }
-                let o = open.as_mut().expect("created");
-                let codec = pack::Codec::from_u8(blob.codec).unwrap_or(pack::Codec::None);
-                let info = o.append(*k, ChunkKind::from_u8(e.kind), codec, e.raw_len, &stored).map_err(io_at(&tmp_dir))?;
-                let mut ne = e.clone();
-                ne.pack = o.id;
-                ne.offset = info.offset;
-                ne.stored_len = info.stored_len;
-                b.put_chunk(&self.index, k, &ne);
-            }
-        }
-        if let Some(o) = open.take() {
-            o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
-        }
-        crate::failpoint::crash_at("gc_before_index");
-        self.write_batch(&mut ns, b)?;
-        crate::failpoint::crash_at("gc_after_index");
+        drop(live);
+        self.rewrite_packs(&mut ns, &rewrite)?;
         // Cached chunk places (and, after a dropped key is reused, chunk bytes) are stale now.
         self.cache.clear();
         for id in doomed.iter().chain(rewrite.iter()) {
@@ -350,5 +200,196 @@ impl Store {
         self.seal_journal(&mut self.journal.locked())?;
         rep.bytes_after = dir_bytes(&packs_dir);
         Ok(rep)
+    }
+
+    /// One of gc's index batches (chunk entries only, so not logged: they follow from the
+    /// packs). Packs are deleted only after the last one.
+    fn gc_write(&self, ns: &mut Ns, b: Batch) -> Result<()> {
+        if b.is_empty() {
+            return Ok(());
+        }
+        crate::failpoint::crash_at("gc_before_index");
+        self.write_batch(ns, b)?;
+        crate::failpoint::crash_at("gc_after_index");
+        Ok(())
+    }
+
+    /// Copies the live blobs of the packs `ids` into new packs, in their old order (a file's
+    /// chunks stay together), and moves their index entries there a sealed pack at a time.
+    fn rewrite_packs(&self, ns: &mut Ns, ids: &HashSet<u64>) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let runs = self.runs_dir()?;
+        let mut places: Sorter<[u8; 52]> = Sorter::new(&runs, self.limits.run_bytes).map_err(io_at(&runs))?;
+        for item in self.index.chunk_iter() {
+            let (k, e) = item?;
+            if e.refs > 0 && ids.contains(&e.pack) {
+                let mut r = [0u8; 52];
+                r[..8].copy_from_slice(&e.pack.to_be_bytes());
+                r[8..16].copy_from_slice(&e.offset.to_be_bytes());
+                r[16..].copy_from_slice(&k.to_bytes());
+                places.push(r).map_err(io_at(&runs))?;
+            }
+        }
+        let (packs_dir, tmp_dir) = (self.root.join("packs"), self.root.join("packs-tmp"));
+        let mut open: Option<OpenPack> = None;
+        let mut b = Batch::new();
+        for r in places.finish().map_err(io_at(&runs))? {
+            let r = r.map_err(io_at(&runs))?;
+            let k = ChunkKey::from_bytes(&r[16..]).expect("36 bytes");
+            let Some(e) = self.index.chunk(&k)? else { continue };
+            let (blob, stored) = self.packs.read_stored(e.pack, e.offset, &k, e.stored_len)?;
+            if open.as_ref().is_some_and(|o| o.len() >= self.config.pack_size) {
+                let o = open.take().expect("checked");
+                o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
+                self.gc_write(ns, std::mem::take(&mut b))?;
+            }
+            if open.is_none() {
+                let nid = self.alloc_pack_id();
+                open = Some(OpenPack::create(&tmp_dir, nid).map_err(io_at(&tmp_dir))?);
+            }
+            let o = open.as_mut().expect("created");
+            let codec = pack::Codec::from_u8(blob.codec).unwrap_or(pack::Codec::None);
+            let info = o.append(k, ChunkKind::from_u8(e.kind), codec, e.raw_len, &stored).map_err(io_at(&tmp_dir))?;
+            let mut ne = e.clone();
+            ne.pack = o.id;
+            ne.offset = info.offset;
+            ne.stored_len = info.stored_len;
+            b.put_chunk(&self.index, &k, &ne);
+        }
+        if let Some(o) = open.take() {
+            o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
+        }
+        self.gc_write(ns, b)
+    }
+
+    /// Before gc drops chunks whose refcount is 0, every recipe is read to prove none uses
+    /// one: a refcount that went wrong must stop gc, not take bytes a file still needs.
+    fn refuse_dropping_referenced(&self) -> Result<()> {
+        let refs = self.sorted_references(|_, _, described| described.map(|_| ()))?;
+        let mut groups = RefGroups::new(refs, 1);
+        for item in self.index.chunk_iter() {
+            let (k, e) = item?;
+            while groups.below(&k)?.is_some() {}
+            if let Some(g) = groups.take(&k)? {
+                if e.refs == 0 {
+                    let ino = g.inos.first().copied().unwrap_or(0);
+                    log::error!("gc stopped: chunk {} has refcount 0 but inode {ino} uses it", k.short());
+                    return Err(StoreError::GcRefused(format!("chunk {} has refcount 0 but inode {ino} uses it; nothing was deleted. Run `warcfs fsck`", k.short())));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Where fsck and gc keep their sort runs (`STORE/cache/runs`; a run outlives its
+    /// process only if the process was killed, and the next exclusive open removes it).
+    pub(super) fn runs_dir(&self) -> Result<PathBuf> {
+        let dir = self.root.join("cache").join("runs");
+        fs::create_dir_all(&dir).map_err(io_at(&dir))?;
+        Ok(dir)
+    }
+
+    /// Every reference every file's recipe holds (`recipe::references`), sorted by chunk
+    /// key, with the file's inode. `visit` sees each file with the bytes its recipe
+    /// describes, or why the recipe could not be read; an error from it stops the pass.
+    pub(super) fn sorted_references(&self, mut visit: impl FnMut(u64, &Inode, Result<u64>) -> Result<()>) -> Result<Sorted<RefRecord>> {
+        let runs = self.runs_dir()?;
+        let mut sorter: Sorter<RefRecord> = Sorter::new(&runs, self.limits.run_bytes).map_err(io_at(&runs))?;
+        for item in self.index.inode_iter::<Inode>() {
+            let (ino, inode) = item?;
+            let Some(head) = &inode.recipe else { continue };
+            match self.recipe_references(head) {
+                Ok((pieces, keys)) => {
+                    for k in keys {
+                        let mut r = [0u8; 44];
+                        r[..36].copy_from_slice(&k.to_bytes());
+                        r[36..].copy_from_slice(&ino.to_be_bytes());
+                        sorter.push(r).map_err(io_at(&runs))?;
+                    }
+                    visit(ino, &inode, Ok(pieces.iter().map(|p| p.len()).sum()))?;
+                }
+                Err(e) => visit(ino, &inode, Err(e))?,
+            }
+        }
+        sorter.finish().map_err(io_at(&runs))
+    }
+}
+
+/// How much fsck and gc hold at once, whatever the store's size.
+#[derive(Clone, Copy, Debug)]
+pub struct ScanLimits {
+    /// Bytes of one in-memory sort run (references, blob places).
+    pub run_bytes: usize,
+    /// Chunk entries changed per index batch.
+    pub batch_ops: usize,
+}
+
+impl Default for ScanLimits {
+    fn default() -> Self {
+        ScanLimits { run_bytes: 64 << 20, batch_ops: 100_000 }
+    }
+}
+
+/// Chunk key ‖ inode holding the reference (big-endian): sorted, a chunk's references come
+/// together, in the chunk table's order.
+pub(super) type RefRecord = [u8; 44];
+
+/// The references to one chunk: how many, and the first few distinct files holding them.
+pub(super) struct RefGroup {
+    pub key: ChunkKey,
+    pub count: u64,
+    pub inos: Vec<u64>,
+}
+
+/// A sorted reference stream, a chunk at a time, for merging with `Index::chunk_iter`.
+pub(super) struct RefGroups {
+    refs: std::iter::Peekable<Sorted<RefRecord>>,
+    named: usize,
+    next: Option<RefGroup>,
+}
+
+impl RefGroups {
+    pub fn new(refs: Sorted<RefRecord>, named: usize) -> RefGroups {
+        RefGroups { refs: refs.peekable(), named, next: None }
+    }
+
+    fn fill(&mut self) -> Result<()> {
+        if self.next.is_some() {
+            return Ok(());
+        }
+        let Some(first) = self.refs.next() else { return Ok(()) };
+        let first = first.map_err(|err| StoreError::Io { path: "sort run".into(), err })?;
+        let key = ChunkKey::from_bytes(&first[..36]).expect("36 bytes");
+        let ino_of = |r: &RefRecord| u64::from_be_bytes(r[36..].try_into().expect("8 bytes"));
+        let mut g = RefGroup { key, count: 1, inos: vec![ino_of(&first)] };
+        while let Some(r) = self.refs.next_if(|r| r.as_ref().map_or(true, |r| r[..36] == first[..36])) {
+            let r = r.map_err(|err| StoreError::Io { path: "sort run".into(), err })?;
+            g.count += 1;
+            let ino = ino_of(&r);
+            if g.inos.len() < self.named && g.inos.last() != Some(&ino) {
+                g.inos.push(ino);
+            }
+        }
+        self.next = Some(g);
+        Ok(())
+    }
+
+    /// The next chunk's references, if that chunk sorts before `key`.
+    pub fn below(&mut self, key: &ChunkKey) -> Result<Option<RefGroup>> {
+        self.fill()?;
+        Ok(self.next.take_if(|g| g.key < *key))
+    }
+
+    /// The references to `key`, if it is the next chunk referenced.
+    pub fn take(&mut self, key: &ChunkKey) -> Result<Option<RefGroup>> {
+        self.fill()?;
+        Ok(self.next.take_if(|g| g.key == *key))
+    }
+
+    pub fn next_group(&mut self) -> Result<Option<RefGroup>> {
+        self.fill()?;
+        Ok(self.next.take())
     }
 }

@@ -13,6 +13,7 @@
 //! old state or the new one, plus pack bytes nothing references, which `gc` reclaims.
 
 mod ahead;
+mod fsck;
 mod fsops;
 mod ingest;
 mod journal;
@@ -42,7 +43,8 @@ pub use fsops::{FileUsage, Prepared};
 pub use ingest::{Presplit, Source};
 /// How much of a file ingest reads first (and an importer splits ahead, see `Presplit`).
 pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
-pub use maintain::{FsckReport, GcReport, Stats};
+pub use fsck::{FsckReport, MAX_PROBLEMS};
+pub use maintain::{GcReport, ScanLimits, Stats};
 pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
 pub use read::{ReadCache, ReadCounters};
 pub use records::{RecordHead, StagedFiles};
@@ -214,6 +216,8 @@ pub struct Store {
     next_pack: std::sync::atomic::AtomicU64,
     ns: Mutex<Ns>,
     digest: DigestFn,
+    /// What fsck and gc hold in memory at once.
+    limits: ScanLimits,
     _lock: File,
 }
 
@@ -275,6 +279,7 @@ impl Store {
             set_mode(root, 0o700)?;
         }
         let lock = take_lock(root)?;
+        remove_dead_runs(&root.join("cache").join("runs"));
         let index_dir = root.join("index");
         let (config, created) = if fresh && !cfg_path.exists() {
             // Creation: the directories and an empty index first, the config last. A
@@ -314,6 +319,7 @@ impl Store {
             next_pack: (max_id + 1).into(),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
             digest,
+            limits: ScanLimits::default(),
             _lock: lock,
         };
         store.roll_forward(&recovered)?;
@@ -342,6 +348,7 @@ impl Store {
             next_pack: 0.into(),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
             digest: digest::sha256,
+            limits: ScanLimits::default(),
             _lock: lock,
         })
     }
@@ -425,6 +432,22 @@ impl Drop for Store {
         if let Ok(mut j) = self.journal.lock() {
             if let Err(e) = self.seal_journal(&mut j) {
                 log::warn!("sealing the journal's open pack: {e}");
+            }
+        }
+    }
+}
+
+/// Removes the sort runs (`extsort`) of processes that were killed while sorting: their
+/// names start with `run-PID-`. A live process's runs (a read-only `warcfs index` of a
+/// mounted store) are kept.
+fn remove_dead_runs(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let pid = name.to_str().and_then(|n| n.strip_prefix("run-")).and_then(|n| n.split('-').next()).and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = fs::remove_file(e.path());
             }
         }
     }

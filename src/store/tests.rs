@@ -460,3 +460,56 @@ fn gc_refuses_to_drop_a_chunk_a_recipe_still_uses() {
     assert_eq!(std::fs::read_dir(dir.path().join("packs")).unwrap().count(), packs_before);
     assert_eq!(read_all(&s, "/a"), a);
 }
+
+/// fsck and gc with tiny bounds: references and places spill into many sort runs, gc
+/// drops and moves chunks in many batches, and the answers are those of one big pass.
+#[test]
+fn gc_and_fsck_work_a_sort_run_and_a_batch_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = OpenOptionsStore { create: true, config: Config { pack_size: MIN_PACK_SIZE, ..Config::default() } };
+    let mut s = Store::open_with(dir.path(), &opts, digest::sha256).unwrap();
+    s.limits = ScanLimits { run_bytes: 600, batch_ops: 5 };
+    let shared: Vec<u8> = (0..9_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    let mut files = Vec::new();
+    for f in 0..40u32 {
+        let own: Vec<u8> = (0..4_000u32).map(|i| ((i ^ f * 7919) % 253) as u8).collect();
+        let bytes = [warc_record(f * 2, &own), warc_record(f * 2 + 1, &shared)].concat();
+        s.put_file(ROOT_INO, format!("f{f:02}.warc").as_bytes(), &bytes, meta()).unwrap();
+        files.push(bytes);
+    }
+    let rep = s.fsck(true).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    assert_eq!((rep.files, rep.more_problems), (40, 0));
+    for f in (0..40).step_by(2) {
+        s.remove(&format!("/f{f:02}.warc"), false).unwrap();
+    }
+    let gc = s.gc().unwrap();
+    assert!(gc.chunks_dropped > 2 * s.limits.batch_ops as u64, "{gc:?}");
+    assert!(gc.packs_rewritten + gc.packs_deleted > 3, "{gc:?}");
+    for f in (1..40).step_by(2) {
+        assert_eq!(read_all(&s, &format!("/f{f:02}.warc")), files[f]);
+    }
+    let rep = s.fsck(true).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    assert_eq!(std::fs::read_dir(dir.path().join("cache/runs")).unwrap().count(), 0, "sort runs are removed");
+
+    // A wrong refcount and a chunk missing from the index are found, naming their files.
+    let head = s.inode(s.resolve("/f05.warc").unwrap()).unwrap().unwrap().recipe.unwrap();
+    let keys: Vec<ChunkKey> = crate::recipe::distinct_keys(&s.load_pieces(&head).unwrap()).into_iter().collect();
+    let own = keys.iter().find(|k| s.index.chunk(k).unwrap().unwrap().refs == 1).copied().unwrap();
+    let shared_key = keys.iter().find(|k| s.index.chunk(k).unwrap().unwrap().refs == 20).copied().unwrap();
+    let mut e = s.index.chunk(&own).unwrap().unwrap();
+    e.refs = 5;
+    let mut b = crate::index::Batch::new();
+    b.put_chunk_unlogged(&s.index, &own, &e);
+    b.delete_chunk(&s.index, &shared_key);
+    s.index.write(b).unwrap();
+    let rep = s.fsck(false).unwrap();
+    assert_eq!(rep.problems.len(), 2, "{:?}", rep.problems);
+    assert!(rep.problems.iter().any(|p| p.contains("refcount 5 but 1 references (files: /f05.warc)")), "{:?}", rep.problems);
+    assert!(
+        rep.problems.iter().any(|p| p.contains("missing from the index, 20 references") && p.contains("/f01.warc, /f03.warc, /f05.warc, 17 more")),
+        "{:?}",
+        rep.problems
+    );
+}
