@@ -102,7 +102,7 @@ pub enum Cmd {
         /// Stay in the foreground and log to stderr as well.
         #[arg(short, long)]
         foreground: bool,
-        /// Mount options: allow_other, allow_root, ro (and the generic fstab ones).
+        /// Mount options: allow_other, allow_root, ro, min_free=SIZE (free space that written data must leave on the store's disk, default 256M, so its metadata always finds room), and the generic fstab ones.
         #[arg(short = 'o')]
         options: Vec<String>,
     },
@@ -189,10 +189,14 @@ pub fn run(cli: Cli) -> Result<i32> {
             let st = s.stats()?;
             // A mounted store also tells what its reads have cost since it was mounted.
             let reads = crate::fuse::control::read_counters(&store);
+            let ingests = crate::fuse::control::ingests(&store);
             if json {
                 let mut v = serde_json::to_value(&st)?;
                 if let (Some(r), Some(obj)) = (reads, v.as_object_mut()) {
                     obj.insert("reads_since_mount".into(), serde_json::to_value(r)?);
+                }
+                if let (Some(i), Some(obj)) = (&ingests, v.as_object_mut()) {
+                    obj.insert("ingests".into(), serde_json::to_value(i)?);
                 }
                 println!("{v}");
             } else {
@@ -208,6 +212,9 @@ pub fn run(cli: Cli) -> Result<i32> {
                 println!("deflate parses   {} bytes recorded, shared tails {} bytes in packs", st.parse_bytes, st.parse_tail_chunk_bytes);
                 println!("collisions       {}", st.collisions);
                 println!("staged           {} files, {} bytes (written through a mount, not yet ingested)", st.staged_files, st.staged_bytes);
+                if let Some(i) = &ingests {
+                    println!("ingests (mount)  {} queued, {} failed and waiting to be tried again ({} failed attempts since the mount)", i.queued, i.retrying, i.failed_attempts);
+                }
                 println!("packs            {}", st.packs);
                 if let Some(r) = reads {
                     let mean = |us: u64| us.checked_div(r.members_rebuilt).unwrap_or(0);

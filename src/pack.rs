@@ -255,6 +255,12 @@ impl OpenPack {
         Ok(info)
     }
 
+    /// After a failed `append`: cuts off what it may have written past the last whole blob
+    /// (best effort: the next append overwrites it anyway, and recovery would cut it off).
+    pub fn discard_tail(&mut self) {
+        let _ = self.file.set_len(self.len);
+    }
+
     /// Makes every appended blob durable; the index may point at them afterwards.
     pub fn sync(&mut self) -> io::Result<()> {
         if self.synced_len != self.len {

@@ -572,6 +572,114 @@ fn a_failed_fsync_fails_every_later_one_until_truncated() {
     m.unmount_clean();
 }
 
+/// A tmpfs of `mib` MiB mounted at `dir`, unmounted (lazily) when dropped: a small disk
+/// that a test can fill. Needs root, as every FUSE test here does in CI.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn new(dir: &Path, mib: u64) -> SmallDisk {
+        fs::create_dir_all(dir).unwrap();
+        let out = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={mib}m,mode=0700"), "tmpfs"]).arg(dir).output().expect("spawn mount");
+        assert!(out.status.success(), "mounting a {mib} MiB tmpfs at {} (the full-disk test needs root): {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+        SmallDisk(dir.to_path_buf())
+    }
+
+    fn avail(&self) -> u64 {
+        let st = nix::sys::statvfs::statvfs(&self.0).unwrap();
+        st.blocks_available() as u64 * st.fragment_size() as u64
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Writes `data` to a new file in 1 MiB writes, then fsync and close; the first error.
+fn write_synced(path: &Path, data: &[u8]) -> io::Result<()> {
+    let mut f = File::create(path)?;
+    for part in data.chunks(1 << 20) {
+        f.write_all(part)?;
+    }
+    f.sync_all()?;
+    close_checked(f)
+}
+
+#[test]
+fn a_full_disk_is_enospc_and_the_mount_goes_on() {
+    let tmp = TempDir::new().unwrap();
+    // RocksDB alone preallocates ~70 MiB for its log (64 MiB memtables).
+    let disk = SmallDisk::new(&tmp.path().join("disk"), 256);
+    let store = tmp.path().join("disk/store");
+    // Data stops 16 MiB short of a full disk (the default, 256 MiB, is larger than the disk):
+    // the room the index and the metadata log always need.
+    const FLOOR: u64 = 16 << 20;
+    let mount = || Mounted::with(&store, &tmp.path().join("mnt"), &[&format!("min_free={FLOOR}")]);
+    let m = mount();
+    let keep = real_file("webrecorder-pywb/iana.warc.gz");
+    write_synced(&m.path("keep.warc.gz"), &keep).unwrap();
+    wait_ingested(&store);
+    let mut rng = StdRng::seed_from_u64(14);
+    let free_at_start = disk.avail();
+
+    // 1. A writer fills the disk: it gets ENOSPC (at a write, its fsync or its close).
+    let big = random_bytes(&mut rng, (free_at_start + (32 << 20)) as usize);
+    match write_synced(&m.path("big"), &big) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {}
+        other => panic!("filling the disk gave {other:?}, not ENOSPC; log:\n{}", log_tail(&store)),
+    }
+    // The mount is up, what was committed reads back, and one writer's thousands of failed
+    // writes are a few log lines, not one each.
+    assert!(is_mounted(&m.mnt));
+    assert_bytes(&m.path("keep.warc.gz"), &keep, "with the disk full");
+    let log = fs::read_to_string(store.join("warcfs.log")).unwrap_or_default();
+    let full_lines = log.lines().filter(|l| l.contains("No space left")).count();
+    assert!(full_lines <= 5, "{full_lines} log lines about the full disk:\n{}", log_tail(&store));
+    assert!(disk.avail() >= FLOOR - (1 << 20), "data went below the floor: {} bytes free", disk.avail());
+    assert!(disk.avail() < FLOOR + (32 << 20), "the disk was not filled: {} bytes free", disk.avail());
+    // Deleting is what frees space, so it must work on a full disk (the metadata log is
+    // above the floor); the staged bytes go once the kernel releases the file.
+    fs::remove_file(m.path("big")).unwrap_or_else(|e| panic!("rm on a full disk: {e}; log:\n{}", log_tail(&store)));
+    wait_until("the space of the removed file to come back", Duration::from_secs(30), || {
+        if disk.avail() + (4 << 20) > free_at_start { Ok(()) } else { Err(format!("{} bytes free, {free_at_start} at the start", disk.avail())) }
+    });
+    let after = random_bytes(&mut rng, 1 << 20);
+    write_synced(&m.path("after"), &after).unwrap_or_else(|e| panic!("a write after freeing space: {e}; log:\n{}", log_tail(&store)));
+    fs::create_dir(m.path("dir")).unwrap();
+
+    // 2. A file that fits in staging but not in the packs: its close succeeds, its ingest
+    // fails, and it is tried again (and stored) once there is room. A file outside the
+    // store takes the room meanwhile.
+    wait_ingested(&store);
+    let filler = tmp.path().join("disk/filler");
+    let room = disk.avail().saturating_sub(FLOOR + (20 << 20));
+    fs::write(&filler, vec![0u8; room as usize]).unwrap();
+    let staged = random_bytes(&mut rng, 14 << 20);
+    write_synced(&m.path("dir/staged"), &staged).unwrap_or_else(|e| panic!("a file that fits in staging: {e}; log:\n{}", log_tail(&store)));
+    assert!(disk.avail() < FLOOR + staged.len() as u64, "the staged file's chunks would fit: {} bytes free", disk.avail());
+    wait_until("the ingest to fail for want of space", Duration::from_secs(60), || {
+        let st = stats(&store);
+        match st.get("ingests").and_then(|i| i.get("retrying")).and_then(|n| n.as_u64()) {
+            Some(n) if n > 0 => Ok(()),
+            _ => Err(format!("stats {st}; log:\n{}", log_tail(&store))),
+        }
+    });
+    assert_bytes(&m.path("dir/staged"), &staged, "staged, its ingest failed");
+    fs::remove_file(&filler).unwrap();
+    wait_ingested(&store);
+
+    m.unmount_clean();
+    assert_fsck_clean(&store);
+    let m = mount();
+    assert_bytes(&m.path("keep.warc.gz"), &keep, "after a remount");
+    assert_bytes(&m.path("after"), &after, "after a remount");
+    assert_bytes(&m.path("dir/staged"), &staged, "after a remount");
+    assert!(!m.path("big").exists());
+    m.unmount_clean();
+    drop(disk);
+}
+
 // ---------------------------------------------------------------------------------------
 // 2. wget writes WARCs into the mount
 // ---------------------------------------------------------------------------------------

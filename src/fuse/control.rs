@@ -1,7 +1,9 @@
 //! The control socket of a mounted store (`STORE/control.sock`): how a second process asks
 //! the daemon that owns the store to do something only the owner can, such as a snapshot.
 //! One request per connection, one line each way: `snapshot DEST` → `ok ...` / `error ...`;
-//! `counters` → `ok {JSON}`, what the mount's reads have cost so far (see `ReadCounters`).
+//! `counters` → `ok {JSON}`, what the mount's reads have cost so far (see `ReadCounters`);
+//! `ingests` → `ok {JSON}`, its background ingests (queued, waiting to be tried again,
+//! failed attempts: see `store::Ingests`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -44,6 +46,10 @@ fn handle(store: &Store, conn: UnixStream) -> std::io::Result<()> {
             Ok(j) => format!("ok {j}"),
             Err(e) => format!("error {e}"),
         },
+        None if line.trim_end() == "ingests" => match serde_json::to_string(&store.ingests().now()) {
+            Ok(j) => format!("ok {j}"),
+            Err(e) => format!("error {e}"),
+        },
         _ => format!("error unknown request {:?}", line.trim_end()),
     };
     if !answer.starts_with("ok {") {
@@ -58,6 +64,12 @@ fn handle(store: &Store, conn: UnixStream) -> std::io::Result<()> {
 pub fn read_counters(store: &Path) -> Option<crate::store::ReadCounters> {
     // A daemon that cannot answer this at once is busy or stuck: `stats` must not hang on it.
     let answer = ask(store, "counters", Some(std::time::Duration::from_secs(5))).ok()?;
+    serde_json::from_str(answer.strip_prefix("ok ")?).ok()
+}
+
+/// The ingest counts of the daemon that has `store` mounted; None if it is not mounted.
+pub fn ingests(store: &Path) -> Option<crate::store::Ingests> {
+    let answer = ask(store, "ingests", Some(std::time::Duration::from_secs(5))).ok()?;
     serde_json::from_str(answer.strip_prefix("ok ")?).ok()
 }
 

@@ -31,20 +31,38 @@ pub struct MountArgs {
 struct Parsed {
     acl: SessionACL,
     read_only: bool,
+    /// `min_free=SIZE`: the free space data must leave on the store's disk.
+    min_free: Option<u64>,
+}
+
+/// A size: bytes, or with a K, M, G or T suffix (powers of 1024).
+fn parse_size(s: &str) -> Option<u64> {
+    let (num, shift) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 10),
+        (i, 'm' | 'M') => (&s[..i], 20),
+        (i, 'g' | 'G') => (&s[..i], 30),
+        (i, 't' | 'T') => (&s[..i], 40),
+        _ => (s, 0),
+    };
+    num.parse::<u64>().ok()?.checked_mul(1u64 << shift)
 }
 
 fn parse_options(opts: &[String]) -> Result<Parsed> {
-    let mut p = Parsed { acl: SessionACL::Owner, read_only: false };
+    let mut p = Parsed { acl: SessionACL::Owner, read_only: false, min_free: None };
     for o in opts.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
         match o {
             "allow_other" => p.acl = SessionACL::All,
             "allow_root" => p.acl = SessionACL::RootAndOwner,
             "ro" => p.read_only = true,
+            o if o.starts_with("min_free=") => {
+                let v = &o["min_free=".len()..];
+                p.min_free = Some(parse_size(v).with_context(|| format!("mount option '{o}': not a size (bytes, or with K, M, G or T)"))?);
+            }
             // Generic mount(8)/fstab options that mean nothing more here.
             "rw" | "defaults" | "auto" | "noauto" | "user" | "nouser" | "users" | "_netdev" | "nofail" | "dev" | "nodev" | "suid"
             | "nosuid" | "exec" | "noexec" | "atime" | "noatime" | "relatime" | "default_permissions" => {}
             o if o.starts_with("x-") || o.starts_with("comment=") || o.starts_with("fsname=") || o.starts_with("subtype=") => {}
-            o => bail!("unknown mount option '{o}' (known: allow_other, allow_root, ro, rw and the generic fstab options)"),
+            o => bail!("unknown mount option '{o}' (known: allow_other, allow_root, ro, rw, min_free=SIZE and the generic fstab options)"),
         }
     }
     Ok(p)
@@ -170,6 +188,9 @@ fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<Fi
     signals.thread_block().context("blocking signals")?;
     let result = (|| -> Result<Session<Guarded>> {
         let store = Arc::new(Store::open(store_path, true)?);
+        if let Some(bytes) = opts.min_free {
+            store.space().set_floor(bytes);
+        }
         init_logging(store_path, ready.is_none())?;
         super::control::serve(store.clone()).context("control socket")?;
         let fs = WarcFs::new(store)?;

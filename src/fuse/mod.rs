@@ -13,6 +13,7 @@
 pub mod control;
 mod daemon;
 mod guard;
+mod quiet;
 mod unmount;
 
 pub use daemon::{mount, MountArgs};
@@ -28,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, Sender};
 use fuser::{
@@ -154,8 +155,6 @@ struct Inner {
     /// full read of it for every reply.
     dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_fh: AtomicU64,
-    /// Pending ingests (also counted in `stats` as staged files).
-    queued: AtomicU64,
     /// The kernel allows mmap of files opened for direct I/O (see `open`).
     direct_mmap: std::sync::atomic::AtomicBool,
 }
@@ -177,7 +176,10 @@ fn errno(e: &StoreError) -> Errno {
         StoreError::Exists(_) => Errno::EEXIST,
         StoreError::InvalidPath(_) => Errno::EINVAL,
         StoreError::Io { err: source, .. } => {
-            log::error!("{e}");
+            match quiet::flood_kind(source.raw_os_error()) {
+                Some(kind) => quiet::error(("store", kind), e),
+                None => log::error!("{e}"),
+            }
             Errno::from_i32(source.raw_os_error().unwrap_or(libc::EIO))
         }
         _ => {
@@ -208,7 +210,10 @@ fn reply_update(reply: ReplyEmpty, r: Result<Result<Inode, Errno>, StoreError>) 
 }
 
 fn io_errno(e: &io::Error) -> Errno {
-    log::error!("staging I/O: {e}");
+    match quiet::flood_kind(e.raw_os_error()) {
+        Some(kind) => quiet::error(("staging", kind), format_args!("staging I/O: {e}")),
+        None => log::error!("staging I/O: {e}"),
+    }
     Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
@@ -374,6 +379,10 @@ impl Inner {
         let mut size = 0;
         if !truncate {
             if let Some(head) = &inode.recipe {
+                if let Err(e) = self.store.space().take(head.size) {
+                    let _ = fs::remove_file(&path);
+                    return Err(io_errno(&e));
+                }
                 let mut w = BufWriter::with_capacity(1 << 20, &file);
                 size = self.store.copy_to(head, &mut w).map_err(|e| errno(&e))?;
                 w.flush().map_err(|e| io_errno(&e))?;
@@ -442,31 +451,29 @@ impl Inner {
         }
     }
 
-    /// Ingests a staged file whose writers are all gone; called by the worker.
-    fn ingest(&self, ino: u64) {
+    /// Ingests a staged file whose writers are all gone; called by the worker. An error is
+    /// a failure to store it (a full disk, say): it stays staged, and the worker tries again.
+    fn ingest(&self, ino: u64) -> Result<(), StoreError> {
         let (file, gen) = {
             let map = self.staged.locked();
             match map.get(&ino) {
                 Some(s) if s.writers == 0 => (s.file.clone(), s.gen),
-                _ => return,
+                _ => return Ok(()),
             }
         };
         // Read a window at a time (see `Source for File`); a racing change bumps `gen`, and
         // then this ingest is dropped.
         let prepared = match self.store.prepare(&*file) {
             Ok(p) => p,
-            Err(e) => {
-                if self.staged.locked().get(&ino).is_some_and(|s| s.gen == gen) {
-                    log::error!("ingest of inode {ino} failed, it stays staged: {e}");
-                }
-                return;
-            }
+            // Unless the file changed meanwhile (its new bytes are queued again).
+            Err(e) if self.staged.locked().get(&ino).is_some_and(|s| s.gen == gen) => return Err(e),
+            Err(_) => return Ok(()),
         };
         {
             let mut map = self.staged.locked();
             match map.get_mut(&ino) {
                 Some(s) if s.gen == gen && s.writers == 0 && !s.dirty && s.busy == 0 && !s.committing => s.committing = true,
-                _ => return,
+                _ => return Ok(()),
             }
         }
         // Committed without the staged map locked (a commit syncs the log and the index):
@@ -485,9 +492,10 @@ impl Inner {
                 if let Some(s) = map.get_mut(&ino) {
                     s.committing = false;
                 }
-                log::error!("commit of inode {ino} failed, it stays staged: {e}");
+                return Err(e);
             }
         }
+        Ok(())
     }
 }
 
@@ -505,7 +513,6 @@ impl WarcFs {
             handles: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            queued: AtomicU64::new(0),
             direct_mmap: std::sync::atomic::AtomicBool::new(false),
         });
         let (tx, rx) = crossbeam_channel::unbounded::<u64>();
@@ -522,7 +529,7 @@ impl WarcFs {
                     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
                     log::info!("recovering staged inode {ino} ({size} bytes)");
                     inner.staged.locked().insert(ino, Staged::new(file, size, 0));
-                    inner.queued.fetch_add(1, Ordering::Relaxed);
+                    inner.store.ingests().queued.fetch_add(1, Ordering::Relaxed);
                     let _ = tx.send(ino);
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -566,7 +573,7 @@ impl WarcFs {
 
     fn queue(&self, ino: u64) {
         if let Some(tx) = &self.tx {
-            self.inner.queued.fetch_add(1, Ordering::Relaxed);
+            self.inner.store.ingests().queued.fetch_add(1, Ordering::Relaxed);
             let _ = tx.send(ino);
         }
     }
@@ -619,18 +626,48 @@ fn with_reply_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
     })
 }
 
+/// The first wait before a failed ingest is tried again, and the longest.
+const RETRY_FIRST: Duration = Duration::from_secs(2);
+const RETRY_MAX: Duration = Duration::from_secs(300);
+
 fn ingest_loop(inner: Arc<Inner>, rx: Receiver<u64>) {
-    for ino in rx {
+    // Failed ingests (a full disk, an unreadable staged file): when each is tried again,
+    // and how long it waited last. Not counted in `queued`: an unmount does not wait for
+    // them, and the next mount recovers them from staging.
+    let mut retries: Vec<(Instant, u64, Duration)> = Vec::new();
+    loop {
+        let next_due = retries.iter().map(|r| r.0).min();
+        let got = match next_due {
+            Some(due) => rx.recv_timeout(due.saturating_duration_since(Instant::now())),
+            None => rx.recv().map_err(|_| crossbeam_channel::RecvTimeoutError::Disconnected),
+        };
+        let (ino, waited, queued) = match got {
+            Ok(ino) => (ino, None, true),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                let i = retries.iter().enumerate().min_by_key(|(_, r)| r.0).map(|(i, _)| i).expect("a retry is due");
+                let (_, ino, waited) = retries.swap_remove(i);
+                (ino, Some(waited), false)
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+        };
         // A bug met while committing one file must not stop the ingest of all later ones
         // (the ingest itself already turns a panic into an error, see `Store::prepare`).
-        let r = crate::store::bug_as_error("committing an ingest", || {
-            inner.ingest(ino);
-            Ok(())
-        });
+        let r = crate::store::bug_as_error("committing an ingest", || inner.ingest(ino));
         if let Err(e) = r {
-            log::error!("ingest of inode {ino}: {e}; it stays staged");
+            let wait = waited.map_or(RETRY_FIRST, |w| (w * 2).min(RETRY_MAX));
+            let msg = format!("ingest of inode {ino} failed, it stays staged and is tried again in {} s: {e}", wait.as_secs());
+            match &e {
+                StoreError::Io { err, .. } if quiet::flood_kind(err.raw_os_error()).is_some() => quiet::error(("ingest", quiet::flood_kind(err.raw_os_error()).expect("checked")), msg),
+                _ => log::error!("{msg}"),
+            }
+            retries.retain(|r| r.1 != ino);
+            retries.push((Instant::now() + wait, ino, wait));
+            inner.store.ingests().failed.fetch_add(1, Ordering::Relaxed);
         }
-        inner.queued.fetch_sub(1, Ordering::Relaxed);
+        inner.store.ingests().retrying.store(retries.len() as u64, Ordering::Relaxed);
+        if queued {
+            inner.store.ingests().queued.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -1093,7 +1130,8 @@ impl Filesystem for WarcFs {
         };
         // The bytes go in without the staged map locked: a write may wait long for the page
         // cache (dirty throttling), and every other file's requests need the map.
-        let written = file.write_all_at(data, offset);
+        // Data stops at the disk's floor of free space (see `store::Space`).
+        let written = inner.store.space().take(data.len() as u64).and_then(|()| file.write_all_at(data, offset));
         {
             let mut map = inner.staged.locked();
             if let Some(s) = map.get_mut(&ino) {

@@ -133,21 +133,30 @@ impl Store {
                 let id = self.alloc_pack_id();
                 j.open = Some(OpenPack::create(&dir, id).map_err(io_at(&dir))?);
             }
-            // From here on the record may be on the disk: its number is used, and a failure
-            // poisons the log.
-            j.next_seq += 1;
+            let seq = j.next_seq;
             let open = j.open.as_mut().expect("journal pack exists");
-            let appended = open.append(key, ChunkKind::Meta, codec, raw.len() as u32, &stored).and_then(|info| open.sync().map(|()| info));
-            let info = match appended {
+            // A write that fails (a full disk) leaves at most a torn record past the pack's
+            // end, which the next record overwrites and recovery would cut off: nothing
+            // counts, and the log goes on once there is room.
+            let info = match open.append(key, ChunkKind::Meta, codec, raw.len() as u32, &stored) {
                 Ok(info) => info,
                 Err(err) => {
-                    j.poisoned = true;
+                    open.discard_tail();
                     return Err(StoreError::Io { path: dir, err });
                 }
             };
+            // From here on the record may be on the disk: its number is used, and a failed
+            // sync poisons the log (Linux may have dropped the unwritten pages, and a later
+            // sync would not say so).
+            j.next_seq += 1;
+            if let Err(err) = j.open.as_mut().expect("journal pack exists").sync() {
+                j.poisoned = true;
+                return Err(StoreError::Io { path: dir, err });
+            }
+            let open = j.open.as_ref().expect("journal pack exists");
             crate::failpoint::crash_at("log_synced");
             let entry = ChunkEntry { pack: open.id, offset: info.offset, stored_len: info.stored_len, raw_len: info.raw_len, codec: info.codec, kind: info.kind, refs: 1 };
-            Ok((key, entry, rec.seq))
+            Ok((key, entry, seq))
         }
     }
 

@@ -22,6 +22,7 @@ mod namespace;
 mod read;
 mod records;
 mod repair;
+mod space;
 mod snapshot;
 
 use std::collections::HashMap;
@@ -50,6 +51,7 @@ pub use read::{ReadCache, ReadCounters};
 pub use records::{RecordHead, StagedFiles};
 pub use repair::{repair_index, RepairReport};
 pub use snapshot::SnapshotReport;
+pub use space::{Space, DEFAULT_MIN_FREE};
 
 pub const FORMAT_NAME: &str = "warcfs-store";
 /// 3: the packs hold everything (recipe pieces as blobs, every index batch as a metadata log
@@ -218,7 +220,38 @@ pub struct Store {
     digest: DigestFn,
     /// What fsck and gc hold in memory at once.
     limits: ScanLimits,
+    /// The free space data must leave on the store's disk.
+    space: Space,
+    /// A mount's background ingests, as it counts them.
+    ingests: IngestCounters,
     _lock: File,
+}
+
+/// What a mount's background ingests are doing: kept by the mount, answered over its
+/// control socket, shown by `stats`.
+#[derive(Default)]
+pub struct IngestCounters {
+    /// Files closed and waiting for their ingest.
+    pub queued: std::sync::atomic::AtomicU64,
+    /// Files whose ingest failed (a full disk, say), waiting to be tried again.
+    pub retrying: std::sync::atomic::AtomicU64,
+    /// Ingest attempts that failed since the mount.
+    pub failed: std::sync::atomic::AtomicU64,
+}
+
+/// `IngestCounters` as of one moment.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Ingests {
+    pub queued: u64,
+    pub retrying: u64,
+    pub failed_attempts: u64,
+}
+
+impl IngestCounters {
+    pub fn now(&self) -> Ingests {
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        Ingests { queued: get(&self.queued), retrying: get(&self.retrying), failed_attempts: get(&self.failed) }
+    }
 }
 
 /// Options for opening (and, if needed, creating) a store.
@@ -320,11 +353,23 @@ impl Store {
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
             digest,
             limits: ScanLimits::default(),
+            space: Space::new(root.to_path_buf(), space::DEFAULT_MIN_FREE),
+            ingests: IngestCounters::default(),
             _lock: lock,
         };
         store.roll_forward(&recovered)?;
         store.ensure_root()?;
         Ok(store)
+    }
+
+    /// What the mount's background ingests are doing (the mount keeps these counts).
+    pub fn ingests(&self) -> &IngestCounters {
+        &self.ingests
+    }
+
+    /// The free space data must leave on the store's disk (`space`).
+    pub fn space(&self) -> &Space {
+        &self.space
     }
 
     /// Opens a store that another process owns (a mounted store) for reading: `stats`,
@@ -349,6 +394,8 @@ impl Store {
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
             digest: digest::sha256,
             limits: ScanLimits::default(),
+            space: Space::new(root.to_path_buf(), space::DEFAULT_MIN_FREE),
+            ingests: IngestCounters::default(),
             _lock: lock,
         })
     }

@@ -472,7 +472,7 @@ fn gc_and_fsck_work_a_sort_run_and_a_batch_at_a_time() {
     let shared: Vec<u8> = (0..9_000u32).map(|i| (i * 13 % 251) as u8).collect();
     let mut files = Vec::new();
     for f in 0..40u32 {
-        let own: Vec<u8> = (0..4_000u32).map(|i| ((i ^ f * 7919) % 253) as u8).collect();
+        let own: Vec<u8> = (0..4_000u32).map(|i| ((i ^ (f * 7919)) % 253) as u8).collect();
         let bytes = [warc_record(f * 2, &own), warc_record(f * 2 + 1, &shared)].concat();
         s.put_file(ROOT_INO, format!("f{f:02}.warc").as_bytes(), &bytes, meta()).unwrap();
         files.push(bytes);
