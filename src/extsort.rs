@@ -92,6 +92,10 @@ impl<T: Item> Sorter<T> {
     }
 
     pub fn push(&mut self, item: T) -> io::Result<()> {
+        if self.buf.capacity() == 0 {
+            // One allocation of about a run (a Vec left to double could take twice that).
+            self.buf.reserve_exact(self.run_bytes / item.size().max(1) + 1);
+        }
         self.buf_bytes += item.size();
         self.buf.push(item);
         if self.buf_bytes >= self.run_bytes {

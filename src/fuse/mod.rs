@@ -147,6 +147,10 @@ struct Inner {
     index_file: Mutex<IndexFile>,
     staging: PathBuf,
     staged: Mutex<HashMap<u64, Staged>>,
+    /// One lock per inode being staged (its stored bytes copied into staging): the copy
+    /// runs without `staged` locked, so other files go on; the same file's next change
+    /// waits for it.
+    staging_gates: Mutex<HashMap<u64, Arc<Mutex<()>>>>,
     /// Open handles per inode (readers and writers), for orphans.
     opens: Mutex<HashMap<u64, u32>>,
     handles: Mutex<HashMap<u64, Handle>>,
@@ -356,18 +360,52 @@ impl Inner {
     /// with the file in it: the background ingest may finish and unstage the file as soon as
     /// the lock is let go, so the caller's change must be made under this same lock.
     fn ensure_staged(&self, ino: u64, truncate: bool) -> Result<MutexGuard<'_, HashMap<u64, Staged>>, Errno> {
-        let mut map = self.settled(ino);
-        if let Some(s) = map.get_mut(&ino) {
-            if truncate && s.size != 0 {
-                s.file.set_len(0).map_err(|e| io_errno(&e))?;
-                s.size = 0;
-                s.gen += 1;
-                s.dirty = true;
-                // The bytes a failed sync may have lost are gone anyway.
-                s.sync_failed = false;
-            }
+        if let Some(map) = self.if_staged(ino, truncate)? {
             return Ok(map);
         }
+        // Copied with only this file's gate held: a copy of a large file must not stop the
+        // requests of every other file. Until it is in the map, the file reads as stored.
+        let gate = self.staging_gates.locked().entry(ino).or_default().clone();
+        let staged = (|| {
+            let _one_stager = gate.locked();
+            if let Some(map) = self.if_staged(ino, truncate)? {
+                return Ok(map);
+            }
+            let (file, size) = self.stage_copy(ino, truncate)?;
+            let mut map = self.settled(ino);
+            // Removed while it was copied (an unlink with no handle open drops the inode
+            // and its staging file at once): nothing to stage any more.
+            if !self.store.inode(ino).is_ok_and(|i| i.is_some()) {
+                return Err(Errno::ENOENT);
+            }
+            map.insert(ino, Staged::new(file, size, 0));
+            Ok(map)
+        })();
+        let mut gates = self.staging_gates.locked();
+        if gates.get(&ino).is_some_and(|g| Arc::strong_count(g) == 2) {
+            gates.remove(&ino);
+        }
+        staged
+    }
+
+    /// The staged map, locked, if `ino` is in it (emptied first if `truncate`).
+    fn if_staged(&self, ino: u64, truncate: bool) -> Result<Option<MutexGuard<'_, HashMap<u64, Staged>>>, Errno> {
+        let mut map = self.settled(ino);
+        let Some(s) = map.get_mut(&ino) else { return Ok(None) };
+        if truncate && s.size != 0 {
+            s.file.set_len(0).map_err(|e| io_errno(&e))?;
+            s.size = 0;
+            s.gen += 1;
+            s.dirty = true;
+            // The bytes a failed sync may have lost are gone anyway.
+            s.sync_failed = false;
+        }
+        Ok(Some(map))
+    }
+
+    /// Copies a stored file's bytes (none if `truncate`) into its staging file, durably,
+    /// and flags it staged in the index; returns the file and its size.
+    fn stage_copy(&self, ino: u64, truncate: bool) -> Result<(File, u64), Errno> {
         let inode = self.inode(ino)?;
         match inode.kind {
             InodeKind::File => {}
@@ -394,8 +432,7 @@ impl Inner {
         crate::pack::sync_dir(&self.staging).map_err(|e| io_errno(&e))?;
         crate::failpoint::crash_at("staged_created");
         self.set_staged(ino, size)?;
-        map.insert(ino, Staged::new(file, size, 0));
-        Ok(map)
+        Ok((file, size))
     }
 
     /// Makes a staged file's bytes durable and records its size: what `close` and `fsync`
@@ -509,6 +546,7 @@ impl WarcFs {
             index_file: Mutex::new(None),
             staging,
             staged: Mutex::new(HashMap::new()),
+            staging_gates: Mutex::new(HashMap::new()),
             opens: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),

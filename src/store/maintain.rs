@@ -221,14 +221,20 @@ impl Store {
             return Ok(());
         }
         let runs = self.runs_dir()?;
-        let mut places: Sorter<[u8; 52]> = Sorter::new(&runs, self.limits.run_bytes).map_err(io_at(&runs))?;
+        // Pack ‖ offset ‖ key ‖ the rest of the entry: sorted, the blobs in their old order.
+        let mut places: Sorter<[u8; 70]> = Sorter::new(&runs, self.limits.run_bytes).map_err(io_at(&runs))?;
         for item in self.index.chunk_iter() {
             let (k, e) = item?;
             if e.refs > 0 && ids.contains(&e.pack) {
-                let mut r = [0u8; 52];
+                let mut r = [0u8; 70];
                 r[..8].copy_from_slice(&e.pack.to_be_bytes());
                 r[8..16].copy_from_slice(&e.offset.to_be_bytes());
-                r[16..].copy_from_slice(&k.to_bytes());
+                r[16..52].copy_from_slice(&k.to_bytes());
+                r[52..56].copy_from_slice(&e.stored_len.to_be_bytes());
+                r[56..60].copy_from_slice(&e.raw_len.to_be_bytes());
+                r[60] = e.codec;
+                r[61] = e.kind;
+                r[62..].copy_from_slice(&e.refs.to_be_bytes());
                 places.push(r).map_err(io_at(&runs))?;
             }
         }
@@ -237,8 +243,10 @@ impl Store {
         let mut b = Batch::new();
         for r in places.finish().map_err(io_at(&runs))? {
             let r = r.map_err(io_at(&runs))?;
-            let k = ChunkKey::from_bytes(&r[16..]).expect("36 bytes");
-            let Some(e) = self.index.chunk(&k)? else { continue };
+            let k = ChunkKey::from_bytes(&r[16..52]).expect("36 bytes");
+            let be32 = |b: &[u8]| u32::from_be_bytes(b.try_into().expect("4 bytes"));
+            let be64 = |b: &[u8]| u64::from_be_bytes(b.try_into().expect("8 bytes"));
+            let e = crate::index::ChunkEntry { pack: be64(&r[..8]), offset: be64(&r[8..16]), stored_len: be32(&r[52..56]), raw_len: be32(&r[56..60]), codec: r[60], kind: r[61], refs: be64(&r[62..]) };
             let (blob, stored) = self.packs.read_stored(e.pack, e.offset, &k, e.stored_len)?;
             if open.as_ref().is_some_and(|o| o.len() >= self.config.pack_size) {
                 let o = open.take().expect("checked");
@@ -329,7 +337,7 @@ pub struct ScanLimits {
 
 impl Default for ScanLimits {
     fn default() -> Self {
-        ScanLimits { run_bytes: 64 << 20, batch_ops: 100_000 }
+        ScanLimits { run_bytes: 32 << 20, batch_ops: 100_000 }
     }
 }
 
