@@ -164,13 +164,6 @@ impl Store {
     /// as of its first record) and marks every earlier record garbage for gc: what bounds
     /// the log by the size of the namespace rather than by its history.
     pub(super) fn checkpoint(&self, _ns: &mut Ns) -> Result<()> {
-        let mut older: Vec<(ChunkKey, ChunkEntry)> = Vec::new();
-        self.index.for_each_chunk(|k, e| {
-            if ChunkKind::from_u8(e.kind) == ChunkKind::Meta && e.refs > 0 {
-                older.push((k, e));
-            }
-            Ok(())
-        })?;
         let first_seq = self.journal.locked().next_seq;
         let mut parts: Vec<(ChunkKey, ChunkEntry, u64)> = Vec::new();
         let mut ops: Vec<LogOp> = Vec::new();
@@ -194,14 +187,30 @@ impl Store {
         parts.push(self.append_record(&ops, Some(CheckpointPart { first_seq, last: true }))?);
         crate::failpoint::crash_at("checkpoint_synced");
         let mut b = Batch::new();
-        for (k, mut e) in older {
-            e.refs = 0;
-            b.put_chunk_unlogged(&self.index, &k, &e);
-        }
         for (k, e, seq) in &parts {
             self.note_applied(&mut b, k, e, *seq);
         }
         self.index.write(b).inspect_err(|_| self.journal.locked().poisoned = true)?;
+        // Every earlier record is garbage now: refcount 0, a batch at a time (memory does not
+        // grow with the log). A crash part way leaves some at 1, which the next checkpoint
+        // sets to 0; repair reads from the newest whole checkpoint whatever they say.
+        let current: std::collections::HashSet<ChunkKey> = parts.iter().map(|p| p.0).collect();
+        let mut b = Batch::new();
+        let mut n = 0usize;
+        for item in self.index.chunk_iter() {
+            let (k, mut e) = item?;
+            if ChunkKind::from_u8(e.kind) == ChunkKind::Meta && e.refs > 0 && !current.contains(&k) {
+                e.refs = 0;
+                b.put_chunk_unlogged(&self.index, &k, &e);
+                n += 1;
+                if n % self.limits.batch_ops == 0 {
+                    self.index.write(std::mem::take(&mut b))?;
+                }
+            }
+        }
+        if !b.is_empty() {
+            self.index.write(b)?;
+        }
         Ok(())
     }
 
