@@ -309,6 +309,9 @@ pub fn run(cli: Cli) -> Result<i32> {
             if let Some(kept) = &rep.kept_broken_index {
                 println!("the unreadable index was kept as {kept}");
             }
+            if rep.wrote_default_config {
+                println!("warcfs.json was missing: written with the defaults (verify bytes, compression zstd, 32 MiB packs); edit it if the store used others");
+            }
             println!(
                 "rebuilt the index of {} from {} packs: {} chunks ({} duplicate copies left by gc), {} metadata log records, {} recipes",
                 store.display(),

@@ -754,6 +754,26 @@ fn repair_index_rebuilds_every_file_name_and_refcount_from_the_packs_alone() {
     let again = ok(&["import", &s(&store), &s(&crawl), "--to", "/after-repair"]);
     assert!(parse_import_summary(&again.out()).new_bytes * 50 < fs::metadata(&crawl).unwrap().len(), "a crawl stored before repair dedups after it:\n{}", again.describe());
     assert_fsck_clean(&store, true);
+
+    // A backup of the packs alone (no settings file, no scratch directories) is a store
+    // once repaired: the settings come back as the defaults, and it says so.
+    let tree = ls_tree(&store, "/");
+    let restored = tmp.path().join("restored");
+    fs::create_dir(&restored).unwrap();
+    let cp = std::process::Command::new("cp").arg("-a").arg(store.join("packs")).arg(&restored).status().unwrap();
+    assert!(cp.success());
+    let r = ok(&["repair", "index", &s(&restored)]);
+    assert!(r.out().contains("warcfs.json was missing"), "{}", r.describe());
+    assert_fsck_clean(&restored, true);
+    assert_eq!(ls_tree(&restored, "/"), tree, "the tree, from the packs alone");
+    // Packs that hold chunks but no metadata log (not a whole store's) are refused, and
+    // leave no settings file behind that would make the directory look like a store.
+    let partial = tmp.path().join("partial");
+    fs::create_dir_all(partial.join("packs")).unwrap();
+    let data_pack = fs::read_dir(store.join("packs")).unwrap().map(|e| e.unwrap().path()).max_by_key(|p| fs::metadata(p).unwrap().len()).unwrap();
+    fs::copy(&data_pack, partial.join("packs").join(data_pack.file_name().unwrap())).unwrap();
+    let err = fails_with(&["repair", "index", &s(&partial)], &["no metadata log record"]);
+    assert!(!partial.join("warcfs.json").exists(), "{err}");
 }
 
 #[test]

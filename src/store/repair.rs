@@ -38,6 +38,8 @@ pub struct RepairReport {
     pub kept_broken_index: Option<String>,
     /// References to chunks no pack holds: the files that use them cannot be read whole.
     pub problems: Vec<String>,
+    /// `warcfs.json` was missing (packs restored alone) and was written with the defaults.
+    pub wrote_default_config: bool,
 }
 
 /// Writes pending index changes every this many chunks (a rebuild's batches are not
@@ -46,11 +48,27 @@ const BATCH_CHUNKS: usize = 10_000;
 
 /// Rebuilds the index of the store at `root` from its packs (see the module doc).
 pub fn repair_index(root: &Path) -> Result<RepairReport> {
-    // A store of this format version (a foreign one is refused, as every command does).
-    read_config(&root.join(CONFIG_FILE))?;
-    let lock = take_lock(root)?;
-    let index_dir = root.join("index");
     let mut rep = RepairReport::default();
+    let cfg_path = root.join(CONFIG_FILE);
+    if !cfg_path.exists() {
+        // Packs restored without the settings file: the settings only steer new writes
+        // (the packs say how each blob is stored), and the defaults are the careful ones
+        // (verify = bytes). Said in the report, so the owner can set them back.
+        if !root.join("packs").is_dir() {
+            return Err(if root.exists() { StoreError::NotAStore(root.to_path_buf()) } else { StoreError::NoStore(root.to_path_buf()) });
+        }
+        let json = serde_json::to_vec_pretty(&super::Config::default()).expect("config serialises");
+        pack::write_file_atomic(&cfg_path, &json).map_err(io_at(&cfg_path))?;
+        rep.wrote_default_config = true;
+    }
+    // A store of this format version (a foreign one is refused, as every command does).
+    read_config(&cfg_path)?;
+    let lock = take_lock(root)?;
+    // Scratch directories a copy of the packs may lack.
+    for d in ["packs-tmp", "staging"] {
+        fs::create_dir_all(root.join(d)).map_err(io_at(root))?;
+    }
+    let index_dir = root.join("index");
     if index_dir.join("CURRENT").exists() && Index::open(&index_dir).is_ok() {
         return Err(StoreError::IndexOpens(root.to_path_buf()));
     }
@@ -139,6 +157,20 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
     // 2. The log, in sequence order, from its latest complete checkpoint on (all of it if
     // there is none), without its chunk changes. Records are read again one at a time
     // rather than kept: the log can be large.
+    if records.is_empty() && rep.chunks > 0 {
+        // Chunks and no log: packs of an older format (or not all of a store's packs). An
+        // index built from them would name no file, and gc would then take every chunk.
+        drop(idx);
+        let _ = fs::remove_dir_all(&building);
+        if rep.wrote_default_config {
+            let _ = fs::remove_file(&cfg_path);
+        }
+        return Err(StoreError::Log(format!(
+            "{}: the packs hold {} chunks but no metadata log record, so no file could be named: they are not the packs of a whole format-{FORMAT_VERSION} store (an older warcfs, or packs missing); no index was built",
+            root.display(),
+            rep.chunks
+        )));
+    }
     records.sort_by_key(|r| r.0);
     let seqs: HashMap<u64, Option<CheckpointPart>> = records.iter().map(|r| (r.0, r.1)).collect();
     let start = records
