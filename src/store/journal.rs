@@ -203,7 +203,7 @@ impl Store {
                 e.refs = 0;
                 b.put_chunk_unlogged(&self.index, &k, &e);
                 n += 1;
-                if n % self.limits.batch_ops == 0 {
+                if n.is_multiple_of(self.limits.batch_ops) {
                     self.index.write(std::mem::take(&mut b))?;
                 }
             }
