@@ -9,11 +9,24 @@
 //! what is still staged.
 //!
 //! Lock order: the staged-file map, then the store's own lock (inside `Store` calls).
+//!
+//! Modules: `staging` (written files, their durability and background ingest), `data` (open,
+//! read, write, flush, fsync, release), `dir` (setattr, directory handles), `xattr`, `virt`
+//! (`/.warcfs/`), `control` (the control socket), `daemon` and `unmount` (mounting and
+//! ending), `guard` (a panic is EIO), `quiet` (flooding errors logged once per interval).
+//! This file keeps the shared state and the namespace operations; it is over 600 lines
+//! because fuser's `Filesystem` trait is one impl block, whose methods here forward to those
+//! modules or are short.
 
 pub mod control;
 mod daemon;
 mod guard;
 mod quiet;
+mod dir;
+mod data;
+mod staging;
+mod xattr;
+mod virt;
 mod unmount;
 
 pub use daemon::{mount, MountArgs};
@@ -41,6 +54,7 @@ use fuser::{
 use crate::LockExt;
 use crate::recipe::RecipeHead;
 use crate::store::{Inode, InodeKind, ReadAhead, Store, StoreError, Timestamp};
+use staging::{ingest_loop, Staged};
 
 const TTL: Duration = Duration::from_secs(1);
 /// Longest file name, as statfs reports it.
@@ -82,36 +96,6 @@ const BLKSIZE: u32 = 4096;
 /// end of that member instead of rebuilding the ones after it.
 const LOOKUP_RUN: u64 = 64 << 10;
 
-/// A file whose current bytes live in the staging area.
-struct Staged {
-    file: Arc<File>,
-    size: u64,
-    /// Bumped by every change, so an ingest of older bytes is never committed.
-    gen: u64,
-    writers: u32,
-    /// Changed since it was last made durable.
-    dirty: bool,
-    /// A sync of it failed. Linux may then have dropped the unwritten pages and the error
-    /// with them, so a later sync would "succeed" without the bytes: every later fsync and
-    /// close reports EIO instead, and it is not ingested (it stays dirty) until it is
-    /// truncated to nothing; the next mount recovers what reached the disk.
-    sync_failed: bool,
-    /// Held while it is synced: a second fsync or close waits for the first one's outcome
-    /// rather than reporting bytes durable that are still on their way.
-    syncing: Arc<Mutex<()>>,
-    /// Writes in flight: their bytes go to the file without the staged map locked (a write
-    /// can wait long for the page cache), so an ingest must not commit while one is.
-    busy: u32,
-    /// Its ingest is committing (the map is not locked meanwhile): a change waits for the
-    /// outcome, after which the file is stored (and staged again by the change) or not.
-    committing: bool,
-}
-
-impl Staged {
-    fn new(file: File, size: u64, writers: u32) -> Staged {
-        Staged { file: Arc::new(file), size, gen: 0, writers, dirty: false, sync_failed: false, syncing: Arc::default(), busy: 0, committing: false }
-    }
-}
 
 struct Handle {
     write: bool,
@@ -249,24 +233,6 @@ fn kind_of(k: InodeKind) -> FileType {
 }
 
 impl Inner {
-    /// The staged map, locked once no commit of `ino` is in progress: a commit decides
-    /// whether the file is still staged, so whatever reads its staged state to change the
-    /// file or its inode waits for it (other files are not held up: the map is free
-    /// meanwhile).
-    fn settled(&self, ino: u64) -> MutexGuard<'_, HashMap<u64, Staged>> {
-        let mut map = self.staged.locked();
-        while map.get(&ino).is_some_and(|s| s.committing) {
-            drop(map);
-            std::thread::sleep(Duration::from_millis(1));
-            map = self.staged.locked();
-        }
-        map
-    }
-
-    fn staging_path(&self, ino: u64) -> PathBuf {
-        self.staging.join(format!("{ino:016x}"))
-    }
-
     fn attr(&self, ino: u64, inode: &Inode) -> FileAttr {
         let size = self.staged.locked().get(&ino).map(|s| s.size).unwrap_or(inode.size);
         FileAttr {
@@ -288,251 +254,12 @@ impl Inner {
         }
     }
 
-    /// Drops a file's staging copy: it was unlinked and nothing has it open.
-    fn discard_staged(&self, ino: u64) {
-        self.staged.locked().remove(&ino);
-        let _ = fs::remove_file(self.staging_path(ino));
-    }
-
-    /// The current `/.warcfs/index.cdxj`.
-    fn index_file(&self) -> Result<(Arc<File>, u64), Errno> {
-        let mut cache = self.index_file.locked();
-        let gen = self.store.generation();
-        if let Some((g, at, file, len)) = cache.as_ref() {
-            if *g == gen || at.elapsed() < Duration::from_secs(1) {
-                return Ok((file.clone(), *len));
-            }
-        }
-        let (file, len) = self.build_index_file().map_err(|e| {
-            log::error!("building /.warcfs/index.cdxj: {e}");
-            Errno::EIO
-        })?;
-        let file = Arc::new(file);
-        *cache = Some((gen, std::time::Instant::now(), file.clone(), len));
-        Ok((file, len))
-    }
-
-    /// Writes the sorted CDXJ of every stored WARC (files still being written are left out
-    /// until stored) into an unlinked file, sorting in bounded memory.
-    fn build_index_file(&self) -> std::io::Result<(File, u64)> {
-        let dir = self.store.root().join("cache");
-        fs::create_dir_all(&dir)?;
-        let mut sorter = crate::extsort::LineSorter::new(&dir.join("runs"), crate::cli::INDEX_RUN_BYTES)?;
-        self.store.cdxj_each("/", crate::store::StagedFiles::Skip, &mut |l| sorter.push(l)).map_err(std::io::Error::other)?;
-        let path = dir.join("index.cdxj.building");
-        let mut w = BufWriter::new(File::create(&path)?);
-        let len = sorter.finish_into(&mut w)?;
-        w.flush()?;
-        drop(w);
-        let file = File::open(&path)?;
-        fs::remove_file(&path)?;
-        Ok((file, len))
-    }
-
-    fn virtual_attr(&self, ino: u64) -> Result<FileAttr, Errno> {
-        let root = self.inode(crate::store::ROOT_INO)?;
-        let mut attr = self.attr(ino, &root);
-        attr.ino = INodeNo(ino);
-        if ino == INDEX_INO {
-            attr.kind = FileType::RegularFile;
-            attr.perm = 0o444;
-            attr.nlink = 1;
-            attr.size = self.index_file()?.1;
-            attr.blocks = attr.size.div_ceil(512);
-        } else {
-            attr.perm = 0o555;
-            attr.nlink = 2;
-            attr.size = 0;
-        }
-        Ok(attr)
-    }
-
     fn inode(&self, ino: u64) -> Result<Inode, Errno> {
         self.store.inode(ino).map_err(|e| errno(&e))?.ok_or(Errno::ENOENT)
     }
 
     fn is_open(&self, ino: u64) -> bool {
         self.opens.locked().get(&ino).copied().unwrap_or(0) > 0
-    }
-
-    /// Moves a file's bytes to the staging area (if they are not there yet), so it can be
-    /// written. `truncate` skips copying the old bytes. Returns the staged map still locked,
-    /// with the file in it: the background ingest may finish and unstage the file as soon as
-    /// the lock is let go, so the caller's change must be made under this same lock.
-    fn ensure_staged(&self, ino: u64, truncate: bool) -> Result<MutexGuard<'_, HashMap<u64, Staged>>, Errno> {
-        if let Some(map) = self.if_staged(ino, truncate)? {
-            return Ok(map);
-        }
-        // Copied with only this file's gate held: a copy of a large file must not stop the
-        // requests of every other file. Until it is in the map, the file reads as stored.
-        let gate = self.staging_gates.locked().entry(ino).or_default().clone();
-        let staged = (|| {
-            let _one_stager = gate.locked();
-            if let Some(map) = self.if_staged(ino, truncate)? {
-                return Ok(map);
-            }
-            let (file, size) = self.stage_copy(ino, truncate)?;
-            let mut map = self.settled(ino);
-            // Removed while it was copied (an unlink with no handle open drops the inode
-            // and its staging file at once): nothing to stage any more.
-            if !self.store.inode(ino).is_ok_and(|i| i.is_some()) {
-                return Err(Errno::ENOENT);
-            }
-            map.insert(ino, Staged::new(file, size, 0));
-            Ok(map)
-        })();
-        let mut gates = self.staging_gates.locked();
-        if gates.get(&ino).is_some_and(|g| Arc::strong_count(g) == 2) {
-            gates.remove(&ino);
-        }
-        staged
-    }
-
-    /// The staged map, locked, if `ino` is in it (emptied first if `truncate`).
-    fn if_staged(&self, ino: u64, truncate: bool) -> Result<Option<MutexGuard<'_, HashMap<u64, Staged>>>, Errno> {
-        let mut map = self.settled(ino);
-        let Some(s) = map.get_mut(&ino) else { return Ok(None) };
-        if truncate && s.size != 0 {
-            s.file.set_len(0).map_err(|e| io_errno(&e))?;
-            s.size = 0;
-            s.gen += 1;
-            s.dirty = true;
-            // The bytes a failed sync may have lost are gone anyway.
-            s.sync_failed = false;
-        }
-        Ok(Some(map))
-    }
-
-    /// Copies a stored file's bytes (none if `truncate`) into its staging file, durably,
-    /// and flags it staged in the index; returns the file and its size.
-    fn stage_copy(&self, ino: u64, truncate: bool) -> Result<(File, u64), Errno> {
-        let inode = self.inode(ino)?;
-        match inode.kind {
-            InodeKind::File => {}
-            InodeKind::Dir => return Err(Errno::EISDIR),
-            _ => return Err(Errno::EINVAL),
-        }
-        let path = self.staging_path(ino);
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).map_err(|e| io_errno(&e))?;
-        let mut size = 0;
-        if !truncate {
-            if let Some(head) = &inode.recipe {
-                if let Err(e) = self.store.space().take(head.size) {
-                    let _ = fs::remove_file(&path);
-                    return Err(io_errno(&e));
-                }
-                let mut w = BufWriter::with_capacity(1 << 20, &file);
-                size = self.store.copy_to(head, &mut w).map_err(|e| errno(&e))?;
-                w.flush().map_err(|e| io_errno(&e))?;
-            }
-        }
-        // The staged flag may only point at complete bytes, under a name that survives a
-        // power loss: the file's bytes, then the staging directory's new entry.
-        file.sync_data().map_err(|e| io_errno(&e))?;
-        crate::pack::sync_dir(&self.staging).map_err(|e| io_errno(&e))?;
-        crate::failpoint::crash_at("staged_created");
-        self.set_staged(ino, size)?;
-        Ok((file, size))
-    }
-
-    /// Makes a staged file's bytes durable and records its size: what `close` and `fsync`
-    /// promise.
-    fn persist(&self, ino: u64) -> Result<(), Errno> {
-        let Some(syncing) = self.staged.locked().get(&ino).map(|s| s.syncing.clone()) else { return Ok(()) };
-        let _one_at_a_time = syncing.locked();
-        let (file, size) = {
-            let mut map = self.staged.locked();
-            let Some(s) = map.get_mut(&ino) else { return Ok(()) };
-            if s.sync_failed {
-                return Err(Errno::EIO);
-            }
-            if !s.dirty {
-                return Ok(());
-            }
-            s.dirty = false;
-            (s.file.clone(), s.size)
-        };
-        if let Err(e) = crate::failpoint::io_error("persist_sync").and_then(|()| file.sync_data()) {
-            log::error!("sync of staged inode {ino} failed: {e}; its fsyncs and closes get EIO until it is truncated, and the next mount recovers what reached the disk");
-            if let Some(s) = self.staged.locked().get_mut(&ino) {
-                s.dirty = true;
-                s.sync_failed = true;
-            }
-            return Err(io_errno(&e));
-        }
-        crate::failpoint::crash_at("staged_synced");
-        match self.set_staged(ino, size) {
-            // Unlinked meanwhile: nothing to record.
-            Ok(()) | Err(Errno::ENOENT) => Ok(()),
-            Err(e) => {
-                // The bytes are on the disk but not recorded as staged: the next fsync or
-                // close records them again.
-                if let Some(s) = self.staged.locked().get_mut(&ino) {
-                    s.dirty = true;
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Records in the index that a file's bytes (of `size`) are in staging. Only these two
-    /// fields change: a concurrent commit of other attributes is never overwritten.
-    fn set_staged(&self, ino: u64, size: u64) -> Result<(), Errno> {
-        match self.store.update_inode(ino, |i| {
-            i.staged = true;
-            i.size = size;
-            Ok::<(), Errno>(())
-        }) {
-            Ok(r) => r.map(|_| ()),
-            Err(e) => Err(errno(&e)),
-        }
-    }
-
-    /// Ingests a staged file whose writers are all gone; called by the worker. An error is
-    /// a failure to store it (a full disk, say): it stays staged, and the worker tries again.
-    fn ingest(&self, ino: u64) -> Result<(), StoreError> {
-        let (file, gen) = {
-            let map = self.staged.locked();
-            match map.get(&ino) {
-                Some(s) if s.writers == 0 => (s.file.clone(), s.gen),
-                _ => return Ok(()),
-            }
-        };
-        // Read a window at a time (see `Source for File`); a racing change bumps `gen`, and
-        // then this ingest is dropped.
-        let prepared = match self.store.prepare(&*file) {
-            Ok(p) => p,
-            // Unless the file changed meanwhile (its new bytes are queued again).
-            Err(e) if self.staged.locked().get(&ino).is_some_and(|s| s.gen == gen) => return Err(e),
-            Err(_) => return Ok(()),
-        };
-        {
-            let mut map = self.staged.locked();
-            match map.get_mut(&ino) {
-                Some(s) if s.gen == gen && s.writers == 0 && !s.dirty && s.busy == 0 && !s.committing => s.committing = true,
-                _ => return Ok(()),
-            }
-        }
-        // Committed without the staged map locked (a commit syncs the log and the index):
-        // changes to this file wait for it (`committing`), other files go on.
-        let committed = prepared.commit_into(ino);
-        let mut map = self.staged.locked();
-        match committed {
-            Ok(rep) => {
-                map.remove(&ino);
-                let _ = fs::remove_file(self.staging_path(ino));
-                if let Some(rep) = rep {
-                    log::info!("ingested inode {ino}: {} bytes, {} new bytes stored", rep.size, rep.new_bytes);
-                }
-            }
-            Err(e) => {
-                if let Some(s) = map.get_mut(&ino) {
-                    s.committing = false;
-                }
-                return Err(e);
-            }
-        }
-        Ok(())
     }
 }
 
@@ -664,50 +391,6 @@ fn with_reply_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
     })
 }
 
-/// The first wait before a failed ingest is tried again, and the longest.
-const RETRY_FIRST: Duration = Duration::from_secs(2);
-const RETRY_MAX: Duration = Duration::from_secs(300);
-
-fn ingest_loop(inner: Arc<Inner>, rx: Receiver<u64>) {
-    // Failed ingests (a full disk, an unreadable staged file): when each is tried again,
-    // and how long it waited last. Not counted in `queued`: an unmount does not wait for
-    // them, and the next mount recovers them from staging.
-    let mut retries: Vec<(Instant, u64, Duration)> = Vec::new();
-    loop {
-        let next_due = retries.iter().map(|r| r.0).min();
-        let got = match next_due {
-            Some(due) => rx.recv_timeout(due.saturating_duration_since(Instant::now())),
-            None => rx.recv().map_err(|_| crossbeam_channel::RecvTimeoutError::Disconnected),
-        };
-        let (ino, waited, queued) = match got {
-            Ok(ino) => (ino, None, true),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                let i = retries.iter().enumerate().min_by_key(|(_, r)| r.0).map(|(i, _)| i).expect("a retry is due");
-                let (_, ino, waited) = retries.swap_remove(i);
-                (ino, Some(waited), false)
-            }
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
-        };
-        // A bug met while committing one file must not stop the ingest of all later ones
-        // (the ingest itself already turns a panic into an error, see `Store::prepare`).
-        let r = crate::store::bug_as_error("committing an ingest", || inner.ingest(ino));
-        if let Err(e) = r {
-            let wait = waited.map_or(RETRY_FIRST, |w| (w * 2).min(RETRY_MAX));
-            let msg = format!("ingest of inode {ino} failed, it stays staged and is tried again in {} s: {e}", wait.as_secs());
-            match &e {
-                StoreError::Io { err, .. } if quiet::flood_kind(err.raw_os_error()).is_some() => quiet::error(("ingest", quiet::flood_kind(err.raw_os_error()).expect("checked")), msg),
-                _ => log::error!("{msg}"),
-            }
-            retries.retain(|r| r.1 != ino);
-            retries.push((Instant::now() + wait, ino, wait));
-            inner.store.ingests().failed.fetch_add(1, Ordering::Relaxed);
-        }
-        inner.store.ingests().retrying.store(retries.len() as u64, Ordering::Relaxed);
-        if queued {
-            inner.store.ingests().queued.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-}
 
 impl Filesystem for WarcFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
@@ -790,74 +473,7 @@ impl Filesystem for WarcFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        if is_virtual(ino.0) {
-            return reply.error(Errno::EROFS);
-        }
-        let inner = &self.inner;
-        let ino = ino.0;
-        let r = (|| {
-            if let Some(size) = size {
-                let mut map = inner.ensure_staged(ino, size == 0)?;
-                let s = map.get_mut(&ino).ok_or(Errno::EIO)?;
-                s.file.set_len(size).map_err(|e| io_errno(&e))?;
-                s.size = size;
-                s.gen += 1;
-                s.dirty = true;
-            }
-            let now = Timestamp::now();
-            // Hold the staged map so its size cannot change under this update; only the
-            // attributes asked for change. A commit in progress is waited for: its outcome
-            // says whether the file is still staged.
-            let map = inner.settled(ino);
-            let staged_size = map.get(&ino).map(|s| s.size);
-            let updated = inner.store.update_inode(ino, |inode| {
-            if let Some(m) = mode {
-                inode.mode = m & 0o7777;
-            }
-            if let Some(u) = uid {
-                inode.uid = u;
-            }
-            if let Some(g) = gid {
-                inode.gid = g;
-            }
-            if uid.is_some() || gid.is_some() {
-                // chown clears setuid/setgid, as the kernel expects of filesystems.
-                if inode.kind == InodeKind::File {
-                    inode.mode &= !0o6000;
-                }
-            }
-            if let Some(t) = atime {
-                inode.atime = time_or_now(t);
-            }
-            if let Some(t) = mtime {
-                inode.mtime = time_or_now(t);
-            } else if size.is_some() {
-                inode.mtime = now;
-            }
-            inode.ctime = ctime.map(Timestamp::from).unwrap_or(now);
-            if let Some(size) = staged_size {
-                inode.size = size;
-                inode.staged = true;
-            }
-            Ok::<(), Errno>(())
-            });
-            drop(map);
-            updated.map_err(|e| errno(&e))?
-        })();
-        match r {
-            Ok(inode) => {
-                if size.is_some() {
-                    // truncate(2) by path opens no handle: nothing else would ingest it.
-                    let idle = inner.staged.locked().get(&ino).is_some_and(|s| s.writers == 0);
-                    if idle {
-                        let _ = inner.persist(ino);
-                        self.queue(ino);
-                    }
-                }
-                reply.attr(&TTL, &inner.attr(ino, &inode))
-            }
-            Err(e) => reply.error(e),
-        }
+        self.op_setattr(ino, mode, uid, gid, size, atime, mtime, ctime, reply)
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -969,223 +585,15 @@ impl Filesystem for WarcFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        if ino.0 == INDEX_INO {
-            if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
-                return reply.error(Errno::EROFS);
-            }
-            let bytes = match self.inner.index_file() {
-                Ok(b) => b,
-                Err(e) => return reply.error(e),
-            };
-            let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
-            self.inner.handles.locked().insert(fh, Handle { write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, jumped: false, direct: true, rebuilds_members: None });
-            // Its size changes with the store: no page cache, every read comes here.
-            return reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
-        }
-        let inner = &self.inner;
-        let ino = ino.0;
-        let trunc = flags.0 & libc::O_TRUNC != 0;
-        // O_RDONLY|O_TRUNC truncates on Linux: that handle changes the file like a writer.
-        let write = flags.acc_mode() != OpenAccMode::O_RDONLY || trunc;
-        let r = (|| {
-            let inode = inner.inode(ino)?;
-            if inode.kind == InodeKind::Dir && write {
-                return Err(Errno::EISDIR);
-            }
-            if write || trunc {
-                let mut map = inner.ensure_staged(ino, trunc)?;
-                if write {
-                    map.get_mut(&ino).ok_or(Errno::EIO)?.writers += 1;
-                }
-            }
-            Ok::<_, Errno>((inode.recipe, inode.staged))
-        })();
-        let (recipe, was_staged) = match r {
-            Ok(r) => r,
-            Err(e) => return reply.error(e),
-        };
-        let staged = inner.staged.locked().contains_key(&ino);
-        let keep = !write && !staged;
-        // A file being written (or ingested) gets a new recipe when its ingest commits: a
-        // handle opened meanwhile must not keep the old one, or it would read the old bytes
-        // once the file leaves staging. Without one, each read looks the recipe up.
-        let recipe = if write || staged || was_staged { None } else { recipe };
-        // Through the page cache, a read of one gzip member (a record at its CDX offset) grows
-        // to whole pages, which hold the ends of its neighbours: each of them would have to be
-        // rebuilt too. Direct I/O hands us the reader's exact range instead. (Decided before
-        // the handle is counted: a failure in here must not leave an open the kernel will
-        // never release.)
-        let rebuilds_members = recipe.as_ref().map(|h| {
-            crate::failpoint::panic_at("open");
-            inner.store.rebuilds_members(h)
-        });
-        let direct = keep && inner.direct_mmap.load(Ordering::Relaxed) && rebuilds_members == Some(true);
-        let fh = self.register(ino, write, recipe, direct, rebuilds_members);
-        // A reader has nothing to persist at close. (With the writeback cache the kernel sends
-        // FLUSH anyway: measured, it ignores this flag then; it matters only without it.)
-        let noflush = if write { FopenFlags::empty() } else { FopenFlags::FOPEN_NOFLUSH };
-        let flags = noflush | match (keep, direct) {
-            (false, _) => FopenFlags::empty(),
-            (true, true) => FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_KEEP_CACHE,
-            (true, false) => FopenFlags::FOPEN_KEEP_CACHE,
-        };
-        reply.opened(FileHandle(fh), flags);
+        self.op_open(ino, flags, reply)
     }
 
     fn read(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
-        if ino.0 == INDEX_INO {
-            let snap = self.inner.handles.locked().get(&fh.0).and_then(|h| h.snapshot.clone());
-            let Some((file, len)) = snap else { return reply.error(Errno::EBADF) };
-            let n = len.saturating_sub(offset).min(size as u64) as usize;
-            return with_reply_buffer(n, |buf| match file.read_exact_at(&mut buf[..n], offset) {
-                Ok(()) => reply.data(&buf[..n]),
-                Err(e) => {
-                    log::error!("reading /.warcfs/index.cdxj at {offset}: {e}");
-                    reply.error(Errno::EIO)
-                }
-            });
-        }
-        let inner = &self.inner;
-        let ino = ino.0;
-        let staged = inner.staged.locked().get(&ino).map(|s| (s.file.clone(), s.size));
-        if let Some((file, len)) = staged {
-            let n = (len.saturating_sub(offset)).min(size as u64) as usize;
-            return with_reply_buffer(n, |buf| {
-                let mut done = 0;
-                while done < n {
-                    match file.read_at(&mut buf[done..], offset + done as u64) {
-                        Ok(0) => break,
-                        Ok(k) => done += k,
-                        Err(e) => return reply.error(io_errno(&e)),
-                    }
-                }
-                reply.data(&buf[..done]);
-            });
-        }
-        // The handle's recipe saves an index lookup per read; if the file was rewritten
-        // since (its old recipe is gone), the current one answers.
-        let (cached, sequential, run, jumped, direct, rebuilds_members) = {
-            let handles = inner.handles.locked();
-            // (Inside the lock: a test makes this panic to show the lock outlives it.)
-            crate::failpoint::panic_at("read");
-            match handles.get(&fh.0) {
-                Some(h) => (h.head.clone(), h.next == offset, h.run, h.jumped, h.direct, h.rebuilds_members),
-                None => (None, false, 0, false, false, None),
-            }
-        };
-        let fresh = || match inner.store.head(ino) {
-            Ok(h) => Ok(Arc::new(h.unwrap_or_default())),
-            Err(e) => Err(errno(&e)),
-        };
-        let mut head = match cached {
-            Some(h) => h,
-            None => match fresh() {
-                Ok(h) => h,
-                Err(e) => return reply.error(e),
-            },
-        };
-        with_reply_buffer(size as usize, |buf| {
-            let mut result = Err(Errno::EIO);
-            for attempt in 0..2 {
-                let n = (head.size.saturating_sub(offset)).min(size as u64) as usize;
-                // Direct I/O (gzip files) lets a read come back short, and a reader that is
-                // not reading straight through is likely after one record: give it that. So
-                // is one that jumped, has read under LOOKUP_RUN since, and now reads the rest
-                // of a member: a buffered reader (Python's, stdio) takes a record larger than
-                // its buffer in two reads, and the second one must not rebuild the members
-                // after the record (a deflate each, as long as the record's own). A reader
-                // that goes on from a member's end, or that started at 0, is reading on and
-                // gets it all. Page-aligned requests may come from the page cache (mmap is
-                // allowed on these files), where a short read would read as the end of the
-                // file: they always get everything.
-                let finishing = sequential && jumped && run < LOOKUP_RUN;
-                let lookup =
-                    direct && !offset.is_multiple_of(4096) && (!sequential || (finishing && inner.store.inside_member(&head, offset)));
-                let r = if lookup {
-                    inner.store.read_some(&head, offset, &mut buf[..n])
-                } else {
-                    inner.store.read_at(&head, offset, &mut buf[..n])
-                };
-                match r {
-                    Ok(k) => {
-                        result = Ok(k);
-                        break;
-                    }
-                    // A member that does not rebuild to its original bytes is this file's
-                    // problem, not the store's: name the file (its inode) in the log.
-                    Err(e @ StoreError::Member { .. }) => {
-                        log::error!("read of inode {ino} at offset {offset}: {e}");
-                        result = Err(Errno::EIO);
-                        break;
-                    }
-                    Err(e) if attempt == 0 => match fresh() {
-                        Ok(h) => head = h,
-                        Err(_) => {
-                            result = Err(errno(&e));
-                            break;
-                        }
-                    },
-                    Err(e) => result = Err(errno(&e)),
-                }
-            }
-            match result {
-                Ok(k) => {
-                    // Before the reply: the reader's next read may reach the other FUSE
-                    // thread as soon as this one is answered.
-                    let run = match inner.handles.locked().get_mut(&fh.0) {
-                        Some(h) => {
-                            h.run = if sequential { h.run + k as u64 } else { 0 };
-                            h.jumped |= !sequential;
-                            h.next = offset + k as u64;
-                            h.run
-                        }
-                        None => 0,
-                    };
-                    reply.data(&buf[..k]);
-                    if let Some(a) = &self.ahead {
-                        a.reader_at(fh.0, head, offset + k as u64, run, rebuilds_members);
-                    }
-                }
-                Err(e) => reply.error(e),
-            }
-        });
+        self.op_read(ino, fh, offset, size, reply)
     }
 
     fn write(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, data: &[u8], _wf: WriteFlags, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyWrite) {
-        let inner = &self.inner;
-        let ino = ino.0;
-        // Writeback-cache writes can arrive after the writer closed: stage again if needed.
-        let file = {
-            let mut map = match inner.ensure_staged(ino, false) {
-                Ok(map) => map,
-                Err(e) => return reply.error(e),
-            };
-            let Some(s) = map.get_mut(&ino) else { return reply.error(Errno::EIO) };
-            s.gen += 1;
-            s.dirty = true;
-            s.busy += 1;
-            s.file.clone()
-        };
-        // The bytes go in without the staged map locked: a write may wait long for the page
-        // cache (dirty throttling), and every other file's requests need the map.
-        // Data stops at the disk's floor of free space (see `store::Space`).
-        let written = inner.store.space().take(data.len() as u64).and_then(|()| file.write_all_at(data, offset));
-        {
-            let mut map = inner.staged.locked();
-            if let Some(s) = map.get_mut(&ino) {
-                s.busy -= 1;
-                // Bumped again: an ingest that read the file meanwhile must not commit.
-                s.gen += 1;
-                s.dirty = true;
-                if written.is_ok() {
-                    s.size = s.size.max(offset + data.len() as u64);
-                }
-            }
-        }
-        match written {
-            Ok(()) => reply.written(data.len() as u32),
-            Err(e) => reply.error(io_errno(&e)),
-        }
+        self.op_write(ino, offset, data, reply)
     }
 
     /// No ioctls. Every `open()` in Python and C stdio asks TCGETS (is it a terminal?): the
@@ -1195,121 +603,27 @@ impl Filesystem for WarcFs {
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
-        let write = self.inner.handles.locked().get(&fh.0).is_some_and(|h| h.write);
-        if write {
-            if let Err(e) = self.inner.persist(ino.0) {
-                return reply.error(e);
-            }
-        }
-        reply.ok();
+        self.op_flush(ino, fh, reply)
     }
 
     fn release(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, _lock: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
-        if is_virtual(ino.0) {
-            self.inner.handles.locked().remove(&fh.0);
-            return reply.ok();
-        }
-        let inner = &self.inner;
-        let ino = ino.0;
-        let handle = inner.handles.locked().remove(&fh.0);
-        if let Some(a) = &self.ahead {
-            a.forget(fh.0);
-        }
-        let last_open = {
-            let mut opens = inner.opens.locked();
-            let n = opens.entry(ino).or_insert(1);
-            *n = n.saturating_sub(1);
-            let last = *n == 0;
-            if last {
-                opens.remove(&ino);
-            }
-            last
-        };
-        let mut result = Ok(());
-        if handle.is_some_and(|h| h.write) {
-            let idle = {
-                let mut map = inner.staged.locked();
-                map.get_mut(&ino).map(|s| {
-                    s.writers = s.writers.saturating_sub(1);
-                    s.writers == 0
-                })
-            };
-            if idle == Some(true) {
-                result = inner.persist(ino);
-                self.queue(ino);
-            }
-        }
-        if last_open && inner.store.inode(ino).ok().flatten().is_some_and(|i| i.nlink == 0) {
-            inner.discard_staged(ino);
-            if let Err(e) = inner.store.drop_orphan(ino) {
-                log::error!("dropping orphan inode {ino}: {e}");
-            }
-        }
-        match result {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.op_release(ino, fh, reply)
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        match self.inner.persist(ino.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.op_fsync(ino, reply)
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
-        reply.opened(FileHandle(fh), FopenFlags::empty());
+        self.op_opendir(reply)
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        self.inner.dirs.locked().remove(&fh.0);
-        reply.ok();
+        self.op_releasedir(fh, reply)
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        if ino.0 == CTL_INO {
-            let all = [(CTL_INO, FileType::Directory, &b"."[..]), (crate::store::ROOT_INO, FileType::Directory, b".."), (INDEX_INO, FileType::RegularFile, INDEX_NAME)];
-            for (i, (child, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
-                if reply.add(INodeNo(child), (i + 1) as u64, kind, OsStr::from_bytes(name)) {
-                    break;
-                }
-            }
-            return reply.ok();
-        }
-        let inner = &self.inner;
-        let cached = if offset == 0 { None } else { inner.dirs.locked().get(&fh.0).cloned() };
-        let listing = match cached {
-            Some(l) => l,
-            None => {
-                let dir = match inner.inode(ino.0) {
-                    Ok(d) if d.kind == InodeKind::Dir => d,
-                    Ok(_) => return reply.error(Errno::ENOTDIR),
-                    Err(e) => return reply.error(e),
-                };
-                let entries = match inner.store.read_dir(ino.0) {
-                    Ok(e) => e,
-                    Err(e) => return reply.error(errno(&e)),
-                };
-                let parent = if dir.parent == 0 { ino.0 } else { dir.parent };
-                let all: Listing = [(ino.0, FileType::Directory, b".".to_vec()), (parent, FileType::Directory, b"..".to_vec())]
-                    .into_iter()
-                    .chain(entries.into_iter().map(|e| (e.ino, kind_of(e.inode.kind), e.name)))
-                    .collect();
-                let all = Arc::new(all);
-                if fh.0 != 0 {
-                    inner.dirs.locked().insert(fh.0, all.clone());
-                }
-                all
-            }
-        };
-        for (i, (child, kind, name)) in listing.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*child), (i + 1) as u64, *kind, OsStr::from_bytes(name)) {
-                break;
-            }
-        }
-        reply.ok();
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
+        self.op_readdir(ino, fh, offset, reply)
     }
 
     fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
@@ -1334,89 +648,19 @@ impl Filesystem for WarcFs {
     }
 
     fn setxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
-        if is_virtual(ino.0) {
-            return reply.error(Errno::EROFS);
-        }
-        if !name.as_bytes().starts_with(b"user.") {
-            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
-        }
-        if name.as_bytes().starts_with(b"user.warcfs.") {
-            // Computed from the store; not settable.
-            return reply.error(Errno::EPERM);
-        }
-        let r = self.inner.store.update_inode(ino.0, |inode| {
-            let exists = inode.xattrs.contains_key(name.as_bytes());
-            if flags & libc::XATTR_CREATE != 0 && exists {
-                return Err(Errno::EEXIST);
-            }
-            if flags & libc::XATTR_REPLACE != 0 && !exists {
-                return Err(Errno::from_i32(libc::ENODATA));
-            }
-            inode.xattrs.insert(name.as_bytes().to_vec(), value.to_vec());
-            inode.ctime = Timestamp::now();
-            Ok(())
-        });
-        reply_update(reply, r);
+        self.op_setxattr(ino, name, value, flags, reply)
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        if is_virtual(ino.0) {
-            return reply.error(Errno::from_i32(libc::ENODATA));
-        }
-        // Read-only attributes every stored file has, computed from the index.
-        if let Some(field) = name.as_bytes().strip_prefix(b"user.warcfs.") {
-            let value = match self.inner.store.file_usage(ino.0) {
-                Ok(u) => match field {
-                    b"logical_size" => u.logical_bytes.to_string(),
-                    b"stored_bytes" => u.own_stored_bytes.to_string(),
-                    b"records" => u.records.to_string(),
-                    b"duplicate_share" => format!("{:.4}", u.duplicate_share),
-                    _ => return reply.error(Errno::from_i32(libc::ENODATA)),
-                },
-                Err(e) => return reply.error(errno(&e)),
-            };
-            return reply_xattr(reply, size, value.as_bytes());
-        }
-        match self.inner.inode(ino.0) {
-            Ok(inode) => match inode.xattrs.get(name.as_bytes()) {
-                Some(v) => reply_xattr(reply, size, v),
-                None => reply.error(Errno::from_i32(libc::ENODATA)),
-            },
-            Err(e) => reply.error(e),
-        }
+        self.op_getxattr(ino, name, size, reply)
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if is_virtual(ino.0) {
-            return reply_xattr(reply, size, &[]);
-        }
-        match self.inner.inode(ino.0) {
-            Ok(inode) => {
-                // The computed user.warcfs.* attributes are not listed: `cp -a` and `rsync -X`
-                // would try to copy them and fail to set them.
-                let mut list = Vec::new();
-                for k in inode.xattrs.keys() {
-                    list.extend_from_slice(k);
-                    list.push(0);
-                }
-                reply_xattr(reply, size, &list)
-            }
-            Err(e) => reply.error(e),
-        }
+        self.op_listxattr(ino, size, reply)
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        if is_virtual(ino.0) {
-            return reply.error(Errno::EROFS);
-        }
-        let r = self.inner.store.update_inode(ino.0, |inode| {
-            if inode.xattrs.remove(name.as_bytes()).is_none() {
-                return Err(Errno::from_i32(libc::ENODATA));
-            }
-            inode.ctime = Timestamp::now();
-            Ok(())
-        });
-        reply_update(reply, r);
+        self.op_removexattr(ino, name, reply)
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {

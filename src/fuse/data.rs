@@ -1,0 +1,290 @@
+//! The file data path of the mount: open, read (stored files through their recipe, staged
+//! files from staging, read-ahead for sequential readers), write, flush, fsync, release.
+
+use super::*;
+
+impl WarcFs {
+    pub(super) fn op_open(&self, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if ino.0 == INDEX_INO {
+            if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
+                return reply.error(Errno::EROFS);
+            }
+            let bytes = match self.inner.index_file() {
+                Ok(b) => b,
+                Err(e) => return reply.error(e),
+            };
+            let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
+            self.inner.handles.locked().insert(fh, Handle { write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, jumped: false, direct: true, rebuilds_members: None });
+            // Its size changes with the store: no page cache, every read comes here.
+            return reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
+        }
+        let inner = &self.inner;
+        let ino = ino.0;
+        let trunc = flags.0 & libc::O_TRUNC != 0;
+        // O_RDONLY|O_TRUNC truncates on Linux: that handle changes the file like a writer.
+        let write = flags.acc_mode() != OpenAccMode::O_RDONLY || trunc;
+        let r = (|| {
+            let inode = inner.inode(ino)?;
+            if inode.kind == InodeKind::Dir && write {
+                return Err(Errno::EISDIR);
+            }
+            if write || trunc {
+                let mut map = inner.ensure_staged(ino, trunc)?;
+                if write {
+                    map.get_mut(&ino).ok_or(Errno::EIO)?.writers += 1;
+                }
+            }
+            Ok::<_, Errno>((inode.recipe, inode.staged))
+        })();
+        let (recipe, was_staged) = match r {
+            Ok(r) => r,
+            Err(e) => return reply.error(e),
+        };
+        let staged = inner.staged.locked().contains_key(&ino);
+        let keep = !write && !staged;
+        // A file being written (or ingested) gets a new recipe when its ingest commits: a
+        // handle opened meanwhile must not keep the old one, or it would read the old bytes
+        // once the file leaves staging. Without one, each read looks the recipe up.
+        let recipe = if write || staged || was_staged { None } else { recipe };
+        // Through the page cache, a read of one gzip member (a record at its CDX offset) grows
+        // to whole pages, which hold the ends of its neighbours: each of them would have to be
+        // rebuilt too. Direct I/O hands us the reader's exact range instead. (Decided before
+        // the handle is counted: a failure in here must not leave an open the kernel will
+        // never release.)
+        let rebuilds_members = recipe.as_ref().map(|h| {
+            crate::failpoint::panic_at("open");
+            inner.store.rebuilds_members(h)
+        });
+        let direct = keep && inner.direct_mmap.load(Ordering::Relaxed) && rebuilds_members == Some(true);
+        let fh = self.register(ino, write, recipe, direct, rebuilds_members);
+        // A reader has nothing to persist at close. (With the writeback cache the kernel sends
+        // FLUSH anyway: measured, it ignores this flag then; it matters only without it.)
+        let noflush = if write { FopenFlags::empty() } else { FopenFlags::FOPEN_NOFLUSH };
+        let flags = noflush | match (keep, direct) {
+            (false, _) => FopenFlags::empty(),
+            (true, true) => FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_KEEP_CACHE,
+            (true, false) => FopenFlags::FOPEN_KEEP_CACHE,
+        };
+        reply.opened(FileHandle(fh), flags);
+    }
+
+    pub(super) fn op_read(&self, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, reply: ReplyData) {
+        if ino.0 == INDEX_INO {
+            let snap = self.inner.handles.locked().get(&fh.0).and_then(|h| h.snapshot.clone());
+            let Some((file, len)) = snap else { return reply.error(Errno::EBADF) };
+            let n = len.saturating_sub(offset).min(size as u64) as usize;
+            return with_reply_buffer(n, |buf| match file.read_exact_at(&mut buf[..n], offset) {
+                Ok(()) => reply.data(&buf[..n]),
+                Err(e) => {
+                    log::error!("reading /.warcfs/index.cdxj at {offset}: {e}");
+                    reply.error(Errno::EIO)
+                }
+            });
+        }
+        let inner = &self.inner;
+        let ino = ino.0;
+        let staged = inner.staged.locked().get(&ino).map(|s| (s.file.clone(), s.size));
+        if let Some((file, len)) = staged {
+            let n = (len.saturating_sub(offset)).min(size as u64) as usize;
+            return with_reply_buffer(n, |buf| {
+                let mut done = 0;
+                while done < n {
+                    match file.read_at(&mut buf[done..], offset + done as u64) {
+                        Ok(0) => break,
+                        Ok(k) => done += k,
+                        Err(e) => return reply.error(io_errno(&e)),
+                    }
+                }
+                reply.data(&buf[..done]);
+            });
+        }
+        // The handle's recipe saves an index lookup per read; if the file was rewritten
+        // since (its old recipe is gone), the current one answers.
+        let (cached, sequential, run, jumped, direct, rebuilds_members) = {
+            let handles = inner.handles.locked();
+            // (Inside the lock: a test makes this panic to show the lock outlives it.)
+            crate::failpoint::panic_at("read");
+            match handles.get(&fh.0) {
+                Some(h) => (h.head.clone(), h.next == offset, h.run, h.jumped, h.direct, h.rebuilds_members),
+                None => (None, false, 0, false, false, None),
+            }
+        };
+        let fresh = || match inner.store.head(ino) {
+            Ok(h) => Ok(Arc::new(h.unwrap_or_default())),
+            Err(e) => Err(errno(&e)),
+        };
+        let mut head = match cached {
+            Some(h) => h,
+            None => match fresh() {
+                Ok(h) => h,
+                Err(e) => return reply.error(e),
+            },
+        };
+        with_reply_buffer(size as usize, |buf| {
+            let mut result = Err(Errno::EIO);
+            for attempt in 0..2 {
+                let n = (head.size.saturating_sub(offset)).min(size as u64) as usize;
+                // Direct I/O (gzip files) lets a read come back short, and a reader that is
+                // not reading straight through is likely after one record: give it that. So
+                // is one that jumped, has read under LOOKUP_RUN since, and now reads the rest
+                // of a member: a buffered reader (Python's, stdio) takes a record larger than
+                // its buffer in two reads, and the second one must not rebuild the members
+                // after the record (a deflate each, as long as the record's own). A reader
+                // that goes on from a member's end, or that started at 0, is reading on and
+                // gets it all. Page-aligned requests may come from the page cache (mmap is
+                // allowed on these files), where a short read would read as the end of the
+                // file: they always get everything.
+                let finishing = sequential && jumped && run < LOOKUP_RUN;
+                let lookup =
+                    direct && !offset.is_multiple_of(4096) && (!sequential || (finishing && inner.store.inside_member(&head, offset)));
+                let r = if lookup {
+                    inner.store.read_some(&head, offset, &mut buf[..n])
+                } else {
+                    inner.store.read_at(&head, offset, &mut buf[..n])
+                };
+                match r {
+                    Ok(k) => {
+                        result = Ok(k);
+                        break;
+                    }
+                    // A member that does not rebuild to its original bytes is this file's
+                    // problem, not the store's: name the file (its inode) in the log.
+                    Err(e @ StoreError::Member { .. }) => {
+                        log::error!("read of inode {ino} at offset {offset}: {e}");
+                        result = Err(Errno::EIO);
+                        break;
+                    }
+                    Err(e) if attempt == 0 => match fresh() {
+                        Ok(h) => head = h,
+                        Err(_) => {
+                            result = Err(errno(&e));
+                            break;
+                        }
+                    },
+                    Err(e) => result = Err(errno(&e)),
+                }
+            }
+            match result {
+                Ok(k) => {
+                    // Before the reply: the reader's next read may reach the other FUSE
+                    // thread as soon as this one is answered.
+                    let run = match inner.handles.locked().get_mut(&fh.0) {
+                        Some(h) => {
+                            h.run = if sequential { h.run + k as u64 } else { 0 };
+                            h.jumped |= !sequential;
+                            h.next = offset + k as u64;
+                            h.run
+                        }
+                        None => 0,
+                    };
+                    reply.data(&buf[..k]);
+                    if let Some(a) = &self.ahead {
+                        a.reader_at(fh.0, head, offset + k as u64, run, rebuilds_members);
+                    }
+                }
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    pub(super) fn op_write(&self, ino: INodeNo, offset: u64, data: &[u8], reply: ReplyWrite) {
+        let inner = &self.inner;
+        let ino = ino.0;
+        // Writeback-cache writes can arrive after the writer closed: stage again if needed.
+        let file = {
+            let mut map = match inner.ensure_staged(ino, false) {
+                Ok(map) => map,
+                Err(e) => return reply.error(e),
+            };
+            let Some(s) = map.get_mut(&ino) else { return reply.error(Errno::EIO) };
+            s.gen += 1;
+            s.dirty = true;
+            s.busy += 1;
+            s.file.clone()
+        };
+        // The bytes go in without the staged map locked: a write may wait long for the page
+        // cache (dirty throttling), and every other file's requests need the map.
+        // Data stops at the disk's floor of free space (see `store::Space`).
+        let written = inner.store.space().take(data.len() as u64).and_then(|()| file.write_all_at(data, offset));
+        {
+            let mut map = inner.staged.locked();
+            if let Some(s) = map.get_mut(&ino) {
+                s.busy -= 1;
+                // Bumped again: an ingest that read the file meanwhile must not commit.
+                s.gen += 1;
+                s.dirty = true;
+                if written.is_ok() {
+                    s.size = s.size.max(offset + data.len() as u64);
+                }
+            }
+        }
+        match written {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(io_errno(&e)),
+        }
+    }
+
+    pub(super) fn op_flush(&self, ino: INodeNo, fh: FileHandle, reply: ReplyEmpty) {
+        let write = self.inner.handles.locked().get(&fh.0).is_some_and(|h| h.write);
+        if write {
+            if let Err(e) = self.inner.persist(ino.0) {
+                return reply.error(e);
+            }
+        }
+        reply.ok();
+    }
+
+    pub(super) fn op_release(&self, ino: INodeNo, fh: FileHandle, reply: ReplyEmpty) {
+        if is_virtual(ino.0) {
+            self.inner.handles.locked().remove(&fh.0);
+            return reply.ok();
+        }
+        let inner = &self.inner;
+        let ino = ino.0;
+        let handle = inner.handles.locked().remove(&fh.0);
+        if let Some(a) = &self.ahead {
+            a.forget(fh.0);
+        }
+        let last_open = {
+            let mut opens = inner.opens.locked();
+            let n = opens.entry(ino).or_insert(1);
+            *n = n.saturating_sub(1);
+            let last = *n == 0;
+            if last {
+                opens.remove(&ino);
+            }
+            last
+        };
+        let mut result = Ok(());
+        if handle.is_some_and(|h| h.write) {
+            let idle = {
+                let mut map = inner.staged.locked();
+                map.get_mut(&ino).map(|s| {
+                    s.writers = s.writers.saturating_sub(1);
+                    s.writers == 0
+                })
+            };
+            if idle == Some(true) {
+                result = inner.persist(ino);
+                self.queue(ino);
+            }
+        }
+        if last_open && inner.store.inode(ino).ok().flatten().is_some_and(|i| i.nlink == 0) {
+            inner.discard_staged(ino);
+            if let Err(e) = inner.store.drop_orphan(ino) {
+                log::error!("dropping orphan inode {ino}: {e}");
+            }
+        }
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    pub(super) fn op_fsync(&self, ino: INodeNo, reply: ReplyEmpty) {
+        match self.inner.persist(ino.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+}

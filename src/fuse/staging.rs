@@ -1,0 +1,289 @@
+//! Files written through the mount: their bytes in `STORE/staging/<inode>` (copied there
+//! from the store first when a stored file is changed), made durable by `close` and `fsync`,
+//! and ingested by a background worker after the last writer is gone, with retries when
+//! that fails (a full disk). Per-file state lives in `Inner::staged`; a copy of a stored file
+//! runs under that file's own gate, not the map's lock.
+
+use super::*;
+
+/// A file whose current bytes live in the staging area.
+pub(super) struct Staged {
+    pub(super) file: Arc<File>,
+    pub(super) size: u64,
+    /// Bumped by every change, so an ingest of older bytes is never committed.
+    pub(super) gen: u64,
+    pub(super) writers: u32,
+    /// Changed since it was last made durable.
+    pub(super) dirty: bool,
+    /// A sync of it failed. Linux may then have dropped the unwritten pages and the error
+    /// with them, so a later sync would "succeed" without the bytes: every later fsync and
+    /// close reports EIO instead, and it is not ingested (it stays dirty) until it is
+    /// truncated to nothing; the next mount recovers what reached the disk.
+    pub(super) sync_failed: bool,
+    /// Held while it is synced: a second fsync or close waits for the first one's outcome
+    /// rather than reporting bytes durable that are still on their way.
+    pub(super) syncing: Arc<Mutex<()>>,
+    /// Writes in flight: their bytes go to the file without the staged map locked (a write
+    /// can wait long for the page cache), so an ingest must not commit while one is.
+    pub(super) busy: u32,
+    /// Its ingest is committing (the map is not locked meanwhile): a change waits for the
+    /// outcome, after which the file is stored (and staged again by the change) or not.
+    pub(super) committing: bool,
+}
+
+impl Staged {
+    pub(super) fn new(file: File, size: u64, writers: u32) -> Staged {
+        Staged { file: Arc::new(file), size, gen: 0, writers, dirty: false, sync_failed: false, syncing: Arc::default(), busy: 0, committing: false }
+    }
+}
+
+impl Inner {
+    /// The staged map, locked once no commit of `ino` is in progress: a commit decides
+    /// whether the file is still staged, so whatever reads its staged state to change the
+    /// file or its inode waits for it (other files are not held up: the map is free
+    /// meanwhile).
+    pub(super) fn settled(&self, ino: u64) -> MutexGuard<'_, HashMap<u64, Staged>> {
+        let mut map = self.staged.locked();
+        while map.get(&ino).is_some_and(|s| s.committing) {
+            drop(map);
+            std::thread::sleep(Duration::from_millis(1));
+            map = self.staged.locked();
+        }
+        map
+    }
+
+    pub(super) fn staging_path(&self, ino: u64) -> PathBuf {
+        self.staging.join(format!("{ino:016x}"))
+    }
+
+    /// Drops a file's staging copy: it was unlinked and nothing has it open.
+    pub(super) fn discard_staged(&self, ino: u64) {
+        self.staged.locked().remove(&ino);
+        let _ = fs::remove_file(self.staging_path(ino));
+    }
+
+    /// Moves a file's bytes to the staging area (if they are not there yet), so it can be
+    /// written. `truncate` skips copying the old bytes. Returns the staged map still locked,
+    /// with the file in it: the background ingest may finish and unstage the file as soon as
+    /// the lock is let go, so the caller's change must be made under this same lock.
+    pub(super) fn ensure_staged(&self, ino: u64, truncate: bool) -> Result<MutexGuard<'_, HashMap<u64, Staged>>, Errno> {
+        if let Some(map) = self.if_staged(ino, truncate)? {
+            return Ok(map);
+        }
+        // Copied with only this file's gate held: a copy of a large file must not stop the
+        // requests of every other file. Until it is in the map, the file reads as stored.
+        let gate = self.staging_gates.locked().entry(ino).or_default().clone();
+        let staged = (|| {
+            let _one_stager = gate.locked();
+            if let Some(map) = self.if_staged(ino, truncate)? {
+                return Ok(map);
+            }
+            let (file, size) = self.stage_copy(ino, truncate)?;
+            let mut map = self.settled(ino);
+            // Removed while it was copied (an unlink with no handle open drops the inode
+            // and its staging file at once): nothing to stage any more.
+            if !self.store.inode(ino).is_ok_and(|i| i.is_some()) {
+                return Err(Errno::ENOENT);
+            }
+            map.insert(ino, Staged::new(file, size, 0));
+            Ok(map)
+        })();
+        let mut gates = self.staging_gates.locked();
+        if gates.get(&ino).is_some_and(|g| Arc::strong_count(g) == 2) {
+            gates.remove(&ino);
+        }
+        staged
+    }
+
+    /// The staged map, locked, if `ino` is in it (emptied first if `truncate`).
+    pub(super) fn if_staged(&self, ino: u64, truncate: bool) -> Result<Option<MutexGuard<'_, HashMap<u64, Staged>>>, Errno> {
+        let mut map = self.settled(ino);
+        let Some(s) = map.get_mut(&ino) else { return Ok(None) };
+        if truncate && s.size != 0 {
+            s.file.set_len(0).map_err(|e| io_errno(&e))?;
+            s.size = 0;
+            s.gen += 1;
+            s.dirty = true;
+            // The bytes a failed sync may have lost are gone anyway.
+            s.sync_failed = false;
+        }
+        Ok(Some(map))
+    }
+
+    /// Copies a stored file's bytes (none if `truncate`) into its staging file, durably,
+    /// and flags it staged in the index; returns the file and its size.
+    pub(super) fn stage_copy(&self, ino: u64, truncate: bool) -> Result<(File, u64), Errno> {
+        let inode = self.inode(ino)?;
+        match inode.kind {
+            InodeKind::File => {}
+            InodeKind::Dir => return Err(Errno::EISDIR),
+            _ => return Err(Errno::EINVAL),
+        }
+        let path = self.staging_path(ino);
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).map_err(|e| io_errno(&e))?;
+        let mut size = 0;
+        if !truncate {
+            if let Some(head) = &inode.recipe {
+                if let Err(e) = self.store.space().take(head.size) {
+                    let _ = fs::remove_file(&path);
+                    return Err(io_errno(&e));
+                }
+                let mut w = BufWriter::with_capacity(1 << 20, &file);
+                size = self.store.copy_to(head, &mut w).map_err(|e| errno(&e))?;
+                w.flush().map_err(|e| io_errno(&e))?;
+            }
+        }
+        // The staged flag may only point at complete bytes, under a name that survives a
+        // power loss: the file's bytes, then the staging directory's new entry.
+        file.sync_data().map_err(|e| io_errno(&e))?;
+        crate::pack::sync_dir(&self.staging).map_err(|e| io_errno(&e))?;
+        crate::failpoint::crash_at("staged_created");
+        self.set_staged(ino, size)?;
+        Ok((file, size))
+    }
+
+    /// Makes a staged file's bytes durable and records its size: what `close` and `fsync`
+    /// promise.
+    pub(super) fn persist(&self, ino: u64) -> Result<(), Errno> {
+        let Some(syncing) = self.staged.locked().get(&ino).map(|s| s.syncing.clone()) else { return Ok(()) };
+        let _one_at_a_time = syncing.locked();
+        let (file, size) = {
+            let mut map = self.staged.locked();
+            let Some(s) = map.get_mut(&ino) else { return Ok(()) };
+            if s.sync_failed {
+                return Err(Errno::EIO);
+            }
+            if !s.dirty {
+                return Ok(());
+            }
+            s.dirty = false;
+            (s.file.clone(), s.size)
+        };
+        if let Err(e) = crate::failpoint::io_error("persist_sync").and_then(|()| file.sync_data()) {
+            log::error!("sync of staged inode {ino} failed: {e}; its fsyncs and closes get EIO until it is truncated, and the next mount recovers what reached the disk");
+            if let Some(s) = self.staged.locked().get_mut(&ino) {
+                s.dirty = true;
+                s.sync_failed = true;
+            }
+            return Err(io_errno(&e));
+        }
+        crate::failpoint::crash_at("staged_synced");
+        match self.set_staged(ino, size) {
+            // Unlinked meanwhile: nothing to record.
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => {
+                // The bytes are on the disk but not recorded as staged: the next fsync or
+                // close records them again.
+                if let Some(s) = self.staged.locked().get_mut(&ino) {
+                    s.dirty = true;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Records in the index that a file's bytes (of `size`) are in staging. Only these two
+    /// fields change: a concurrent commit of other attributes is never overwritten.
+    pub(super) fn set_staged(&self, ino: u64, size: u64) -> Result<(), Errno> {
+        match self.store.update_inode(ino, |i| {
+            i.staged = true;
+            i.size = size;
+            Ok::<(), Errno>(())
+        }) {
+            Ok(r) => r.map(|_| ()),
+            Err(e) => Err(errno(&e)),
+        }
+    }
+
+    /// Ingests a staged file whose writers are all gone; called by the worker. An error is
+    /// a failure to store it (a full disk, say): it stays staged, and the worker tries again.
+    pub(super) fn ingest(&self, ino: u64) -> Result<(), StoreError> {
+        let (file, gen) = {
+            let map = self.staged.locked();
+            match map.get(&ino) {
+                Some(s) if s.writers == 0 => (s.file.clone(), s.gen),
+                _ => return Ok(()),
+            }
+        };
+        // Read a window at a time (see `Source for File`); a racing change bumps `gen`, and
+        // then this ingest is dropped.
+        let prepared = match self.store.prepare(&*file) {
+            Ok(p) => p,
+            // Unless the file changed meanwhile (its new bytes are queued again).
+            Err(e) if self.staged.locked().get(&ino).is_some_and(|s| s.gen == gen) => return Err(e),
+            Err(_) => return Ok(()),
+        };
+        {
+            let mut map = self.staged.locked();
+            match map.get_mut(&ino) {
+                Some(s) if s.gen == gen && s.writers == 0 && !s.dirty && s.busy == 0 && !s.committing => s.committing = true,
+                _ => return Ok(()),
+            }
+        }
+        // Committed without the staged map locked (a commit syncs the log and the index):
+        // changes to this file wait for it (`committing`), other files go on.
+        let committed = prepared.commit_into(ino);
+        let mut map = self.staged.locked();
+        match committed {
+            Ok(rep) => {
+                map.remove(&ino);
+                let _ = fs::remove_file(self.staging_path(ino));
+                if let Some(rep) = rep {
+                    log::info!("ingested inode {ino}: {} bytes, {} new bytes stored", rep.size, rep.new_bytes);
+                }
+            }
+            Err(e) => {
+                if let Some(s) = map.get_mut(&ino) {
+                    s.committing = false;
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The first wait before a failed ingest is tried again, and the longest.
+const RETRY_FIRST: Duration = Duration::from_secs(2);
+const RETRY_MAX: Duration = Duration::from_secs(300);
+
+pub(super) fn ingest_loop(inner: Arc<Inner>, rx: Receiver<u64>) {
+    // Failed ingests (a full disk, an unreadable staged file): when each is tried again,
+    // and how long it waited last. Not counted in `queued`: an unmount does not wait for
+    // them, and the next mount recovers them from staging.
+    let mut retries: Vec<(Instant, u64, Duration)> = Vec::new();
+    loop {
+        let next_due = retries.iter().map(|r| r.0).min();
+        let got = match next_due {
+            Some(due) => rx.recv_timeout(due.saturating_duration_since(Instant::now())),
+            None => rx.recv().map_err(|_| crossbeam_channel::RecvTimeoutError::Disconnected),
+        };
+        let (ino, waited, queued) = match got {
+            Ok(ino) => (ino, None, true),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                let i = retries.iter().enumerate().min_by_key(|(_, r)| r.0).map(|(i, _)| i).expect("a retry is due");
+                let (_, ino, waited) = retries.swap_remove(i);
+                (ino, Some(waited), false)
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+        };
+        // A bug met while committing one file must not stop the ingest of all later ones
+        // (the ingest itself already turns a panic into an error, see `Store::prepare`).
+        let r = crate::store::bug_as_error("committing an ingest", || inner.ingest(ino));
+        if let Err(e) = r {
+            let wait = waited.map_or(RETRY_FIRST, |w| (w * 2).min(RETRY_MAX));
+            let msg = format!("ingest of inode {ino} failed, it stays staged and is tried again in {} s: {e}", wait.as_secs());
+            match &e {
+                StoreError::Io { err, .. } if quiet::flood_kind(err.raw_os_error()).is_some() => quiet::error(("ingest", quiet::flood_kind(err.raw_os_error()).expect("checked")), msg),
+                _ => log::error!("{msg}"),
+            }
+            retries.retain(|r| r.1 != ino);
+            retries.push((Instant::now() + wait, ino, wait));
+            inner.store.ingests().failed.fetch_add(1, Ordering::Relaxed);
+        }
+        inner.store.ingests().retrying.store(retries.len() as u64, Ordering::Relaxed);
+        if queued {
+            inner.store.ingests().queued.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
