@@ -98,6 +98,17 @@ pub fn umount(mountpoint: &Path) -> Result<i32> {
         bail!("{}: cannot unmount: {}", mnt.display(), String::from_utf8_lossy(&out.stderr).trim());
     }
     wait_released(&store, &format!("{} unmounted", mnt.display()));
+    // Files the daemon could not store (a full disk) stay staged: durable, and stored by the
+    // next mount. Not a clean finish, and said so.
+    let left = staged(&store);
+    if left > 0 {
+        bail!(
+            "{} unmounted, but {left} files written through it could not be stored yet (see {}/warcfs.log); they are kept in {}/staging and stored by the next mount",
+            mnt.display(),
+            store.display(),
+            store.display()
+        );
+    }
     println!("unmounted {}; every file written through it is stored ({})", mnt.display(), store.display());
     Ok(0)
 }
