@@ -112,10 +112,6 @@ pub enum Cmd {
     /// Rebuild a part of the store from the packs, which hold everything.
     #[command(subcommand)]
     Repair(Repair),
-    /// Benchmark helper: time zlib rebuilding every member of FILEs on two threads (the
-    /// bound for `cat` of gzip files), printing compressed bytes and seconds.
-    #[command(hide = true)]
-    RebuildBound { files: Vec<PathBuf> },
 }
 
 pub fn run(cli: Cli) -> Result<i32> {
@@ -248,7 +244,6 @@ pub fn run(cli: Cli) -> Result<i32> {
                 Ok(1)
             }
         }
-        Cmd::RebuildBound { files } => rebuild_bound(&files),
         Cmd::Index { store, paths, format } => {
             if format != "cdxj" {
                 bail!("--format {format}: only cdxj is supported");
@@ -525,51 +520,6 @@ fn import(store: &Path, srcs: &[PathBuf], to: &str) -> Result<i32> {
     );
     Ok(0)
 }
-
-/// Decodes the stored parse of every member of `files` and replays it, on two threads,
-/// largest first, and reports how long that took: the most any member-parallel reader can
-/// achieve (gathering the text from packs left out).
-fn rebuild_bound(files: &[PathBuf]) -> Result<i32> {
-    use crate::format::deflate;
-    use crate::format::gzip::{self, Region};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let mut jobs = Vec::new();
-    let mut bytes = 0u64;
-    for f in files {
-        let data = fs::read(f).with_context(|| format!("{}: cannot read", f.display()))?;
-        let mut plain = Vec::new();
-        for r in gzip::split(&data, &mut plain) {
-            if let Region::Member(m) = r {
-                let d0 = m.start as usize + m.header_len;
-                let p = &plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];
-                if let Ok(parse) = deflate::record(&data[d0..d0 + m.deflate_len as usize], p) {
-                    bytes += m.comp_len;
-                    jobs.push((p.to_vec(), deflate::encode(&parse, p, None)));
-                }
-            }
-        }
-    }
-    jobs.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
-    let next = AtomicUsize::new(0);
-    let started = std::time::Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| {
-                let mut out = Vec::new();
-                while let Some((p, r)) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    out.clear();
-                    if let Ok(parse) = deflate::decode(&r.prefix, r.tail.as_deref(), p) {
-                        let _ = deflate::replay(&parse, p, &mut out);
-                    }
-                }
-            });
-        }
-    });
-    let secs = started.elapsed().as_secs_f64();
-    println!("{bytes} {secs:.3} {:.1}", bytes as f64 / 1e6 / secs);
-    Ok(0)
-}
-
 
 #[cfg(test)]
 mod tests {
