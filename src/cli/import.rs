@@ -1,0 +1,190 @@
+//! `warcfs import`: copies files and directories into a store, as `cp -r` would, with a
+//! second thread finding the gzip members of the next file while this one is stored.
+
+use std::fs;
+use std::io::{self, IsTerminal};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::human;
+use crate::store::{FileMeta, Store, Timestamp};
+
+/// A source file opened, with the gzip members of its first window already split. It is
+/// read with `pread`, a window at a time: never mapped (a file truncated under a mapping is
+/// a SIGBUS that kills the import) and never read whole (1 GB WARCs are common).
+struct Loaded {
+    file: fs::File,
+    /// What the file looked like when it was opened; compared again before its commit.
+    seen: Seen,
+    split: crate::store::Presplit,
+    meta: FileMeta,
+}
+
+/// Size, modification and change times: a writer still appending to a file, or replacing
+/// its bytes, changes at least one of them.
+#[derive(PartialEq, Eq, Debug)]
+struct Seen(u64, i64, i64, i64, i64);
+
+fn seen(md: &fs::Metadata) -> Seen {
+    use std::os::unix::fs::MetadataExt;
+    Seen(md.len(), md.mtime(), md.mtime_nsec(), md.ctime(), md.ctime_nsec())
+}
+
+fn load(src: &Path) -> Result<Loaded> {
+    use crate::store::Source;
+    use std::os::unix::fs::PermissionsExt;
+    let file = fs::File::open(src).with_context(|| format!("{}: cannot open", src.display()))?;
+    let md = file.metadata().with_context(|| format!("{}: cannot stat", src.display()))?;
+    let first = file.window(0, crate::store::FIRST_WINDOW).with_context(|| format!("{}: cannot read", src.display()))?;
+    let split = crate::store::Presplit::from_window(&first, md.len());
+    let meta = FileMeta {
+        mode: md.permissions().mode() & 0o7777,
+        mtime: md.modified().map(Timestamp::from).unwrap_or_else(|_| Timestamp::now()),
+    };
+    Ok(Loaded { seen: seen(&md), file, split, meta })
+}
+
+/// One thing to copy: a source path and where it lands in the store.
+enum Item {
+    Dir(String),
+    File { src: PathBuf, dir: String, name: String, size: u64 },
+    Symlink { src: PathBuf, dir: String, name: String },
+}
+
+fn join(dir: &str, name: &str) -> String {
+    format!("{}/{name}", dir.trim_end_matches('/'))
+}
+
+fn plan(src: &Path, dest_dir: &str, items: &mut Vec<Item>) -> Result<()> {
+    let meta = fs::symlink_metadata(src).with_context(|| format!("{}: cannot read", src.display()))?;
+    let name = src
+        .file_name()
+        .map(|n| n.to_owned())
+        .or_else(|| src.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_owned())))
+        .map(|n| n.to_string_lossy().to_string())
+        .with_context(|| format!("{}: has no file name", src.display()))?;
+    if meta.is_dir() {
+        let here = join(dest_dir, &name);
+        items.push(Item::Dir(here.clone()));
+        let mut children: Vec<_> = fs::read_dir(src)
+            .with_context(|| format!("{}: cannot list", src.display()))?
+            .collect::<io::Result<Vec<_>>>()
+            .with_context(|| format!("{}: cannot list", src.display()))?;
+        children.sort_by_key(|e| e.file_name());
+        for c in children {
+            plan(&c.path(), &here, items)?;
+        }
+    } else if meta.file_type().is_symlink() {
+        items.push(Item::Symlink { src: src.to_path_buf(), dir: dest_dir.to_string(), name });
+    } else if meta.is_file() {
+        items.push(Item::File { src: src.to_path_buf(), dir: dest_dir.to_string(), name, size: meta.len() });
+    } else {
+        log::warn!("{}: not a regular file, directory or symlink; skipped", src.display());
+    }
+    Ok(())
+}
+
+pub fn import(store: &Path, srcs: &[PathBuf], to: &str) -> Result<i32> {
+    let mut items: Vec<Item> = Vec::new();
+    for src in srcs {
+        plan(src, to, &mut items)?;
+    }
+    let s = Store::open(store, true)?;
+    s.mkdir_p(to)?;
+    let total: u64 = items.iter().map(|i| if let Item::File { size, .. } = i { *size } else { 0 }).sum();
+    let bar = if io::stderr().is_terminal() {
+        let b = ProgressBar::new(total);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {bytes}/{total_bytes} {bytes_per_sec} {wide_msg}")
+                .expect("valid template"),
+        );
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let started = std::time::Instant::now();
+    let (mut files, mut bytes_in, mut new_bytes, mut members, mut raw_members) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    // Finding and inflating gzip members needs no store: a second thread does it for the
+    // next file while this one ingests the current one.
+    let (tx, rx) = crossbeam_channel::bounded::<Result<Loaded>>(1);
+    std::thread::scope(|scope| -> Result<()> {
+        // Owned here, so that an error below drops it and the loader's next send fails:
+        // the loader stops instead of waiting forever for a reader (the scope joins it).
+        let rx = rx;
+        let items = &items;
+        scope.spawn(move || {
+            for item in items {
+                if let Item::File { src, .. } = item {
+                    if tx.send(load(src)).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        for item in items {
+            match item {
+                Item::Dir(path) => {
+                    s.mkdir_p(path)?;
+                }
+                Item::Symlink { src, dir, name } => {
+                    let target = fs::read_link(src).with_context(|| format!("{}: cannot read link", src.display()))?;
+                    let d = s.resolve(dir)?;
+                    use std::os::unix::ffi::OsStrExt;
+                    s.put_symlink(d, name.as_bytes(), target.as_os_str().as_bytes())?;
+                }
+                Item::File { src, dir, name, .. } => {
+                    bar.set_message(name.clone());
+                    let loaded = rx.recv().context("file loader stopped")??;
+                    let d = s.resolve(dir)?;
+                    let Loaded { file, seen: before, split, meta } = loaded;
+                    let unchanged = || !crate::failpoint::armed("source_changed") && file.metadata().is_ok_and(|md| seen(&md) == before);
+                    let rep = s
+                        .put_file_from(d, name.as_bytes(), &file, split, meta, unchanged)
+                        .with_context(|| format!("{}: import failed", src.display()))?;
+                    files += 1;
+                    bytes_in += rep.size;
+                    new_bytes += rep.new_bytes;
+                    members += rep.stats.gzip_members;
+                    raw_members += rep.stats.gzip_members_raw;
+                    bar.inc(rep.size);
+                }
+            }
+        }
+        Ok(())
+    })?;
+    s.flush()?;
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "imported {files} files, {bytes_in} bytes in ({}), {new_bytes} new bytes stored ({}); {members} gzip members, {raw_members} kept raw; {:.1} MB/s",
+        human(bytes_in),
+        human(new_bytes),
+        if secs > 0.0 { bytes_in as f64 / 1e6 / secs } else { 0.0 }
+    );
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_file_written_to_after_it_was_seen_is_seen_to_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("growing.warc");
+        fs::write(&p, b"WARC/1.0\r\n").unwrap();
+        let f = fs::File::open(&p).unwrap();
+        let before = seen(&f.metadata().unwrap());
+        assert_eq!(seen(&f.metadata().unwrap()), before, "nothing changed yet");
+        // Same size, other bytes: the change time moves even where mtime's clock is coarse.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        fs::OpenOptions::new().write(true).open(&p).unwrap().write_all(b"WARC/1.1").unwrap();
+        assert_ne!(seen(&f.metadata().unwrap()), before);
+        let before = seen(&f.metadata().unwrap());
+        fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(b"more").unwrap();
+        assert_ne!(seen(&f.metadata().unwrap()), before, "an append changes the size");
+    }
+}

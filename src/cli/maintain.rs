@@ -1,0 +1,98 @@
+//! The commands that keep a store: `fsck`, `gc`, `snapshot` and `repair index`.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+use super::human;
+use crate::store::Store;
+
+pub fn fsck(store: PathBuf, deep: bool) -> Result<i32> {
+    let s = Store::open(&store, false)?;
+    let rep = s.fsck(deep)?;
+    for p in &rep.problems {
+        println!("{p}");
+    }
+    if rep.more_problems > 0 {
+        println!("... and {} more problems (the first {} are listed)", rep.more_problems, crate::store::MAX_PROBLEMS);
+    }
+    if rep.problem_count() == 0 {
+        println!("{}: clean ({} files, {} chunks, {} packs checked{})", store.display(), rep.files, rep.chunks_checked, rep.packs_checked, if deep { ", re-hashed" } else { "" });
+        Ok(0)
+    } else {
+        eprintln!("{}: {} problems", store.display(), rep.problem_count());
+        Ok(1)
+    }
+}
+
+pub fn gc(store: PathBuf) -> Result<i32> {
+    let s = Store::open(&store, false)?;
+    let rep = s.gc()?;
+    let reclaimed = rep.bytes_before.saturating_sub(rep.bytes_after);
+    println!(
+        "reclaimed {reclaimed} bytes ({}): {} chunks dropped, {} packs deleted, {} rewritten",
+        human(reclaimed),
+        rep.chunks_dropped,
+        rep.packs_deleted,
+        rep.packs_rewritten
+    );
+    Ok(0)
+}
+
+pub fn snapshot(store: PathBuf, dest: PathBuf) -> Result<i32> {
+    let dest = std::path::absolute(&dest).with_context(|| format!("{}: bad path", dest.display()))?;
+    match Store::open(&store, false) {
+        Ok(s) => {
+            let r = s.snapshot(&dest)?;
+            println!(
+                "snapshot {}: {} packs linked, {} copied, {} kept, {} removed, {} staged files copied",
+                dest.display(),
+                r.packs_linked,
+                r.packs_copied,
+                r.packs_kept,
+                r.packs_removed,
+                r.staged_files
+            );
+            Ok(0)
+        }
+        Err(crate::StoreError::Busy { pid, .. }) => {
+            // Mounted: the daemon owns the index, so it takes the snapshot.
+            let answer = crate::fuse::control::request(&store, &format!("snapshot {}", dest.display()))
+                .with_context(|| format!("{}: in use by process {pid}, and its control socket does not answer", store.display()))?;
+            match answer.strip_prefix("ok ") {
+                Some(rest) => {
+                    println!("snapshot {}: {rest}", dest.display());
+                    Ok(0)
+                }
+                None => bail!("{}: {}", dest.display(), answer.strip_prefix("error ").unwrap_or(&answer)),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub fn repair_index(store: PathBuf) -> Result<i32> {
+    let rep = crate::store::repair_index(&store)?;
+    if let Some(kept) = &rep.kept_broken_index {
+        println!("the unreadable index was kept as {kept}");
+    }
+    if rep.wrote_default_config {
+        println!("warcfs.json was missing: written with the defaults (verify bytes, compression zstd, 32 MiB packs); edit it if the store used others");
+    }
+    println!(
+        "rebuilt the index of {} from {} packs: {} chunks ({} duplicate copies left by gc), {} metadata log records, {} recipes",
+        store.display(),
+        rep.packs,
+        rep.chunks,
+        rep.duplicate_chunks,
+        rep.log_records,
+        rep.recipes
+    );
+    for p in &rep.problems {
+        eprintln!("warcfs: {}: {p}", store.display());
+    }
+    if !rep.problems.is_empty() {
+        bail!("{}: the index is rebuilt, but {} problems above mean some files cannot be read whole; run `warcfs fsck {}`", store.display(), rep.problems.len(), store.display());
+    }
+    Ok(0)
+}

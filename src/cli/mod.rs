@@ -1,0 +1,63 @@
+//! The `warcfs` command line: the contract that scripts, tests and other tools use.
+//! Each subcommand opens the store, does one thing, and reports problems with the path they
+//! concern and a non-zero exit.
+//!
+//! `args` defines the commands; `import`, `read` (cat, ls, stats, index) and `maintain`
+//! (fsck, gc, snapshot, repair) run them; `run` dispatches.
+
+mod args;
+mod import;
+mod maintain;
+mod read;
+
+use anyhow::Result;
+
+pub use args::{Cli, Cmd, Repair};
+
+use crate::store::{Config, Store};
+
+pub fn run(cli: Cli) -> Result<i32> {
+    if !matches!(cli.cmd, Cmd::Mount { .. }) {
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    }
+    match cli.cmd {
+        Cmd::Init { store, verify, compression, pack_size } => {
+            let config = Config { verify, compression, pack_size, ..Config::default() };
+            Store::init(&store, config)?;
+            println!("initialised {} (verify {verify:?}, compression {compression:?})", store.display());
+            Ok(0)
+        }
+        Cmd::Import { store, src, to } => import::import(&store, &src, &to),
+        Cmd::Cat { store, path } => read::cat(store, path),
+        Cmd::Ls { store, path } => read::ls(store, path),
+        Cmd::Rm { store, paths, recursive } => {
+            let s = Store::open(&store, false)?;
+            for p in &paths {
+                s.remove(p, recursive)?;
+            }
+            Ok(0)
+        }
+        Cmd::Stats { store, json } => read::stats(store, json),
+        Cmd::Fsck { store, deep } => maintain::fsck(store, deep),
+        Cmd::Index { store, paths, format } => read::index(store, paths, format),
+        Cmd::Snapshot { store, dest } => maintain::snapshot(store, dest),
+        Cmd::Umount { mountpoint } => crate::fuse::umount(&mountpoint),
+        Cmd::Repair(Repair::Index { store }) => maintain::repair_index(store),
+        Cmd::Mount { store, mountpoint, foreground, options } => crate::fuse::mount(crate::fuse::MountArgs { store, mountpoint, foreground, options }),
+        Cmd::Gc { store } => maintain::gc(store),
+    }
+}
+
+/// Bytes of index lines sorted in memory at once (`warcfs index`, `/.warcfs/index.cdxj`).
+pub const INDEX_RUN_BYTES: usize = 64 << 20;
+
+pub fn human(n: u64) -> String {
+    let units = ["B", "KB", "MB", "GB", "TB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1000.0 && u + 1 < units.len() {
+        v /= 1000.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", units[u])
+}

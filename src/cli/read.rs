@@ -1,0 +1,143 @@
+//! The commands that only read a store, and so also work while it is mounted (they open it
+//! read-only then): `cat`, `ls`, `stats`, `index`.
+
+use std::fs;
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+use super::{human, INDEX_RUN_BYTES};
+use crate::store::{InodeKind, Store};
+
+pub fn cat(store: PathBuf, path: String) -> Result<i32> {
+    let s = Store::open_for_reading(&store)?;
+    let ino = s.resolve(&path)?;
+    let inode = s.inode(ino)?.with_context(|| format!("{path}: no such file"))?;
+    match inode.kind {
+        InodeKind::Dir => bail!("{path}: is a directory"),
+        InodeKind::Symlink => bail!("{path}: is a symbolic link to {}", String::from_utf8_lossy(&inode.target)),
+        InodeKind::File => {}
+        _ => bail!("{path}: is a special file (fifo, socket or device)"),
+    }
+    if inode.staged {
+        return Err(crate::StoreError::Staged(path).into());
+    }
+    let stdout = io::stdout();
+    let mut out = BufWriter::with_capacity(1 << 20, stdout.lock());
+    if let Some(head) = &inode.recipe {
+        match s.copy_to(head, &mut out) {
+            Err(crate::StoreError::Io { err, .. }) if err.kind() == io::ErrorKind::BrokenPipe => return Ok(0),
+            r => {
+                r.with_context(|| format!("{path}: reading from {}", store.display()))?;
+            }
+        }
+    }
+    match out.flush() {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(0),
+        r => r.map(|_| 0).context("writing to stdout"),
+    }
+}
+
+pub fn ls(store: PathBuf, path: String) -> Result<i32> {
+    let s = Store::open_for_reading(&store)?;
+    let mut out = io::stdout().lock();
+    for e in s.list(&path)? {
+        let t = match e.inode.kind {
+            InodeKind::Dir => 'd',
+            InodeKind::File => '-',
+            InodeKind::Symlink => 'l',
+            InodeKind::Fifo => 'p',
+            InodeKind::Socket => 's',
+            InodeKind::CharDevice => 'c',
+            InodeKind::BlockDevice => 'b',
+        };
+        let name = String::from_utf8_lossy(&e.name);
+        let suffix = if e.inode.kind == InodeKind::Symlink { format!(" -> {}", String::from_utf8_lossy(&e.inode.target)) } else { String::new() };
+        writeln!(out, "{t}{} {:>12} {}{suffix}", perms(e.inode.mode), e.inode.size, name)?;
+    }
+    Ok(0)
+}
+
+fn perms(mode: u32) -> String {
+    let mut s = String::with_capacity(9);
+    for shift in [6, 3, 0] {
+        let b = (mode >> shift) & 7;
+        s.push(if b & 4 != 0 { 'r' } else { '-' });
+        s.push(if b & 2 != 0 { 'w' } else { '-' });
+        s.push(if b & 1 != 0 { 'x' } else { '-' });
+    }
+    s
+}
+
+pub fn stats(store: PathBuf, json: bool) -> Result<i32> {
+    let s = Store::open_for_reading(&store)?;
+    let st = s.stats()?;
+    // A mounted store also tells what its reads have cost since it was mounted.
+    let reads = crate::fuse::control::read_counters(&store);
+    let ingests = crate::fuse::control::ingests(&store);
+    if json {
+        let mut v = serde_json::to_value(&st)?;
+        if let (Some(r), Some(obj)) = (reads, v.as_object_mut()) {
+            obj.insert("reads_since_mount".into(), serde_json::to_value(r)?);
+        }
+        if let (Some(i), Some(obj)) = (&ingests, v.as_object_mut()) {
+            obj.insert("ingests".into(), serde_json::to_value(i)?);
+        }
+        println!("{v}");
+    } else {
+        let ratio = if st.stored_bytes > 0 { st.logical_bytes as f64 / st.stored_bytes as f64 } else { 0.0 };
+        println!("files            {}", st.files);
+        println!("logical bytes    {} ({})", st.logical_bytes, human(st.logical_bytes));
+        println!("stored bytes     {} ({}), {ratio:.2}x", st.stored_bytes, human(st.stored_bytes));
+        println!("index bytes      {} ({})", st.index_bytes, human(st.index_bytes));
+        println!("records          {}", st.records);
+        println!("payloads         {} ({} unique)", st.payloads, st.unique_payloads);
+        println!("chunks           {} ({} unreferenced)", st.chunks, st.unreferenced_chunks);
+        println!("gzip members     {} ({} kept raw)", st.gzip_members, st.gzip_members_raw);
+        println!("deflate parses   {} bytes recorded, shared tails {} bytes in packs", st.parse_bytes, st.parse_tail_chunk_bytes);
+        println!("collisions       {}", st.collisions);
+        println!("staged           {} files, {} bytes (written through a mount, not yet ingested)", st.staged_files, st.staged_bytes);
+        if let Some(i) = &ingests {
+            println!("ingests (mount)  {} queued, {} failed and waiting to be tried again ({} failed attempts since the mount)", i.queued, i.retrying, i.failed_attempts);
+        }
+        println!("packs            {}", st.packs);
+        if let Some(r) = reads {
+            let mean = |us: u64| us.checked_div(r.members_rebuilt).unwrap_or(0);
+            println!(
+                "reads (mounted)  {} gzip members rebuilt (mean {} us reading their text, {} us replaying its parse), {} served from cache; {} chunks read; {} recipe pieces loaded",
+                r.members_rebuilt,
+                mean(r.member_gather_us),
+                mean(r.member_deflate_us),
+                r.member_hits,
+                r.chunks_read,
+                r.pieces_loaded
+            );
+        }
+    }
+    Ok(0)
+}
+
+pub fn index(store: PathBuf, paths: Vec<String>, format: String) -> Result<i32> {
+    if format != "cdxj" {
+        bail!("--format {format}: only cdxj is supported");
+    }
+    let s = Store::open_for_reading(&store)?;
+    // Sorted in runs of 64 MiB spilled to a temporary directory: an archive's index
+    // can be larger than memory.
+    let runs = std::env::temp_dir().join(format!("warcfs-index-{}", std::process::id()));
+    let mut sorter = crate::extsort::LineSorter::new(&runs, INDEX_RUN_BYTES).with_context(|| format!("{}: cannot create", runs.display()))?;
+    let roots = if paths.is_empty() { vec!["/".to_string()] } else { paths };
+    let result = (|| -> Result<()> {
+        for root in &roots {
+            s.cdxj_each(root, crate::store::StagedFiles::Refuse, &mut |l| sorter.push(l)).with_context(|| format!("{root}: cannot index"))?;
+        }
+        let mut out = BufWriter::new(io::stdout().lock());
+        sorter.finish_into(&mut out).context("writing the index")?;
+        out.flush()?;
+        Ok(())
+    })();
+    let _ = fs::remove_dir_all(&runs);
+    result?;
+    Ok(0)
+}
