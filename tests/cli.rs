@@ -870,3 +870,79 @@ fn thousands_of_packs_work_under_a_low_descriptor_limit() {
     assert!(r.ok(), "repair under ulimit -n 128:\n{}", r.describe());
     assert_fsck_clean(&store, true);
 }
+
+/// Every subcommand of the binary, as its `--help` is asked for.
+const SUBCOMMANDS: &[&[&str]] = &[
+    &["init"],
+    &["import"],
+    &["cat"],
+    &["ls"],
+    &["rm"],
+    &["stats"],
+    &["fsck"],
+    &["gc"],
+    &["index"],
+    &["snapshot"],
+    &["mount"],
+    &["umount"],
+    &["repair"],
+    &["repair", "index"],
+];
+
+/// The entries of a `--help` (`  <STORE>`, `  -r, --recursive`, ...) with the first line of
+/// their description: on the same line after two spaces, or (long help) on the next.
+fn help_entries(help: &str) -> Vec<(String, String)> {
+    let lines: Vec<&str> = help.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let Some(e) = l.strip_prefix("  ").filter(|e| e.starts_with(['<', '[', '-'])) else { continue };
+        let (entry, description) = match e.split_once("  ") {
+            Some((entry, d)) => (entry, d.trim().to_string()),
+            None => (e, lines.get(i + 1).map(|d| d.trim().to_string()).unwrap_or_default()),
+        };
+        out.push((entry.trim().to_string(), description));
+    }
+    out
+}
+
+/// What a user sees of each subcommand: its usage and, for every argument and option, a
+/// description (the unit test in src/cli/args.rs checks the definitions themselves).
+#[test]
+fn every_subcommand_explains_every_argument_in_its_help() {
+    for sub in SUBCOMMANDS {
+        let args: Vec<&str> = sub.iter().copied().chain(["--help"]).collect();
+        let r = ok(&args);
+        let help = r.out();
+        assert!(help.contains(&format!("Usage: warcfs {}", sub.join(" "))), "{}", r.describe());
+        let entries = help_entries(&help);
+        assert!(entries.iter().any(|(e, _)| e.starts_with("-h, --help")), "{}", r.describe());
+        for (entry, description) in &entries {
+            assert!(!description.is_empty() && !description.starts_with(['<', '[', '-']), "`warcfs {} --help`: {entry} is not described:\n{help}", sub.join(" "));
+        }
+        // The store-taking commands name it as a described argument.
+        if !matches!(sub[..], ["umount"] | ["repair"]) {
+            assert!(entries.iter().any(|(e, _)| e == "<STORE>"), "{}", r.describe());
+        }
+    }
+    let top = ok(&["--help"]).out();
+    assert!(top.contains("Examples:") && top.contains("warcfs import"), "{top}");
+    for sub in ["import", "mount", "index", "snapshot", "repair index"] {
+        let args: Vec<&str> = sub.split(' ').chain(["--help"]).collect();
+        let help = ok(&args).out();
+        assert!(help.contains("Example") && help.contains(&format!("  warcfs {sub} /")), "`warcfs {sub} --help` has no example:\n{help}");
+    }
+}
+
+#[test]
+fn index_format_is_a_closed_list() {
+    let tmp = TempDir::new().unwrap();
+    let (store, _) = store_with_sample(tmp.path(), "webrecorder-warcio/example.warc.gz");
+    // Refused by the parser, before the store is opened: clap's usage error, exit 2.
+    let r = run(&["index", &s(&store), "--format", "cdx"]);
+    assert_eq!(r.code, Some(2), "{}", r.describe());
+    assert!(r.stderr.contains("invalid value 'cdx' for '--format <FORMAT>'") && r.stderr.contains("[possible values: cdxj]"), "{}", r.describe());
+    assert!(r.stdout.is_empty(), "{}", r.describe());
+    let named = ok(&["index", &s(&store), "--format", "cdxj"]);
+    let default = ok(&["index", &s(&store)]);
+    assert!(!named.stdout.is_empty() && named.stdout == default.stdout, "{}", named.describe());
+}

@@ -1,109 +1,266 @@
-//! The command line's definitions: every subcommand with its arguments and options.
+//! The command line's definitions: every subcommand with its arguments and options, each
+//! described. `--help` and its examples come from here.
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum, ValueHint};
 
 use crate::store::{Compression, Verify};
 
+/// What `--help` of `warcfs` itself ends with.
+const AFTER_HELP: &str = "\
+Examples:
+  warcfs import /srv/warc-store crawl-2024/ --to /crawls
+  warcfs mount /srv/warc-store /srv/archive
+  warcfs fsck /srv/warc-store
+
+Errors are one line on stderr naming the path and the problem. Set RUST_LOG=info for more detail.";
+
 #[derive(Parser)]
 #[command(name = "warcfs", version, about = "A deduplicating, byte-exact store for web archives")]
+#[command(
+    long_about = "A deduplicating, byte-exact store for web archives. Files copied in (`import`, or \
+                  written through a `mount`) are stored once per payload and read back exactly as \
+                  they were written, `.warc.gz` included.",
+    after_help = AFTER_HELP
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
 }
 
+/// The formats `warcfs index` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum IndexFormat {
+    /// CDXJ as cdxj-indexer 1.5 writes it (pywb's format): SURT, timestamp, JSON.
+    Cdxj,
+}
+
 #[derive(Subcommand)]
 pub enum Repair {
-    /// Rebuild the index (names, directories, attributes, recipes, refcounts) from the
-    /// packs alone, when STORE/index is missing or unreadable. An unreadable index is kept
-    /// aside as index.unreadable.N; an index that opens is never replaced. Run
+    /// Rebuild the index from the packs alone, when STORE/index is missing or unreadable.
+    ///
+    /// Rebuilds names, directories, attributes, recipes and refcounts. An unreadable index is
+    /// kept aside as index.unreadable.N; an index that opens is never replaced. Run
     /// `warcfs fsck STORE` afterwards.
-    Index { store: PathBuf },
+    #[command(after_help = "Example:\n  warcfs repair index /srv/warc-store && warcfs fsck /srv/warc-store")]
+    Index {
+        /// The store whose index is rebuilt (not mounted).
+        #[arg(value_hint = ValueHint::DirPath)]
+        store: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
 pub enum Cmd {
     /// Create a new, empty store.
+    ///
+    /// `import` and `mount` create a missing store with the defaults; `init` chooses other
+    /// settings, which are fixed for the store's life.
+    #[command(after_help = "Example:\n  warcfs init /srv/warc-store --verify size --pack-size 67108864")]
     Init {
+        /// The directory to create the store in (made if missing; a store already there is
+        /// refused).
+        #[arg(value_hint = ValueHint::DirPath)]
         store: PathBuf,
         /// How a digest match is proven before two chunks become one.
         #[arg(long, value_enum, default_value = "bytes")]
         verify: Verify,
+        /// How chunks are compressed in the packs: zstd, or none (stored as they are).
         #[arg(long, value_enum, default_value = "zstd")]
         compression: Compression,
-        /// Size a sealed pack grows to, in bytes (default 32 MiB). Small packs make more
-        /// files; object stores and rsync prefer the default.
-        #[arg(long, default_value_t = crate::store::PACK_TARGET, value_parser = clap::value_parser!(u64).range(crate::store::MIN_PACK_SIZE..))]
+        /// Size a sealed pack grows to, in bytes (default 32 MiB, at least 16 KiB). Small
+        /// packs make more files; object stores and rsync prefer the default.
+        #[arg(long, value_name = "BYTES", default_value_t = crate::store::PACK_TARGET, value_parser = clap::value_parser!(u64).range(crate::store::MIN_PACK_SIZE..))]
         pack_size: u64,
     },
     /// Copy files and directories into the store, as `cp -r SRC... DIR` would.
+    ///
+    /// Creates STORE with the default settings if it is missing. Shows a progress bar on a
+    /// terminal and ends with a summary line. The store must not be mounted (copy into the
+    /// mount instead).
+    #[command(after_help = "Examples:\n  warcfs import /srv/warc-store crawl-1.warc.gz crawl-2.warc.gz\n  warcfs import /srv/warc-store /data/crawls --to /2024   # lands as /2024/crawls/...")]
     Import {
+        /// The store to copy into (created if missing).
+        #[arg(value_hint = ValueHint::DirPath)]
         store: PathBuf,
-        #[arg(required = true)]
+        /// Files and directories to copy; a directory is copied with everything under it, as
+        /// DIR/basename(SRC). Symbolic links are copied as links.
+        #[arg(required = true, value_hint = ValueHint::AnyPath)]
         src: Vec<PathBuf>,
-        /// Directory in the store to copy into.
-        #[arg(long, default_value = "/")]
+        /// Directory in the store to copy into (made if missing).
+        #[arg(long, value_name = "DIR", default_value = "/")]
         to: String,
     },
     /// Write a stored file's exact bytes to stdout.
-    Cat { store: PathBuf, path: String },
-    /// List a directory (or one file) of the store.
-    Ls {
+    Cat {
+        /// The store to read from (may be mounted).
+        #[arg(value_hint = ValueHint::DirPath)]
         store: PathBuf,
+        /// The file's path inside the store, such as /crawls/crawl-1.warc.gz.
+        path: String,
+    },
+    /// List a directory (or one file) of the store.
+    ///
+    /// One line per entry: type and permissions, size in bytes, name (and a link's target).
+    Ls {
+        /// The store to list (may be mounted).
+        #[arg(value_hint = ValueHint::DirPath)]
+        store: PathBuf,
+        /// The directory or file inside the store to list.
         #[arg(default_value = "/")]
         path: String,
     },
     /// Remove files (and, with -r, directories) from the store.
+    ///
+    /// Their chunks lose a reference; `warcfs gc` reclaims the space of chunks no file uses.
     Rm {
+        /// The store to remove from (not mounted).
+        #[arg(value_hint = ValueHint::DirPath)]
         store: PathBuf,
-        #[arg(required = true)]
+        /// Paths inside the store to remove.
+        #[arg(required = true, value_name = "PATH")]
         paths: Vec<String>,
+        /// Remove directories and everything under them.
         #[arg(short, long)]
         recursive: bool,
     },
     /// Show what is stored and how well it deduplicates.
+    ///
+    /// On a mounted store, also what its reads have cost since it was mounted and the
+    /// ingests still queued or waiting to be tried again.
     Stats {
+        /// The store to describe (may be mounted).
+        #[arg(value_hint = ValueHint::DirPath)]
         store: PathBuf,
+        /// Print one JSON object (files, logical_bytes, stored_bytes, chunks, ...) instead of
+        /// the table, for scripts.
         #[arg(long)]
         json: bool,
     },
     /// Check that every file's bytes can be rebuilt and every refcount is right.
+    ///
+    /// Exit status 0 when clean, 1 with one line per problem naming the files it touches.
     Fsck {
+        /// The store to check (not mounted).
+        #[arg(value_hint = ValueHint::DirPath)]
         store: PathBuf,
-        /// Also re-hash every chunk.
+        /// Also re-hash every chunk (reads every pack; slower).
         #[arg(long)]
         deep: bool,
     },
     /// Reclaim space held by chunks that no file references.
-    Gc { store: PathBuf },
-    /// Print a CDXJ index of the stored WARCs under PATHs (default: all), built from their
-    /// header chunks alone, sorted, for pywb and other replay tools.
-    Index {
+    ///
+    /// Drops unreferenced chunks, deletes packs that hold nothing else and rewrites packs
+    /// more than 10 % dead; reports the bytes reclaimed.
+    Gc {
+        /// The store to collect (not mounted).
+        #[arg(value_hint = ValueHint::DirPath)]
         store: PathBuf,
-        paths: Vec<String>,
-        #[arg(long, default_value = "cdxj")]
-        format: String,
     },
-    /// Make DEST a complete, consistent copy of the store as of now (hard links where
-    /// possible); run again to update it. Works while the store is mounted.
-    Snapshot { store: PathBuf, dest: PathBuf },
-    /// Mount a store as a directory (creates the store if missing). Returns once the mount
-    /// is live; `fusermount3 -u MOUNTPOINT`, `umount` or SIGTERM end it.
-    Mount {
+    /// Print a sorted CDXJ index of the stored WARCs under PATHs, for pywb and other replay
+    /// tools.
+    ///
+    /// Built from the stored header chunks alone; its lines are those cdxj-indexer 1.5 prints
+    /// for the same files.
+    #[command(after_help = "Example:\n  warcfs index /srv/warc-store /collections/web/archive > index.cdxj")]
+    Index {
+        /// The store to index (may be mounted).
+        #[arg(value_hint = ValueHint::DirPath)]
         store: PathBuf,
+        /// Directories or files inside the store to index (default: all of it). Lines name
+        /// each file by its path below the PATH it was found under, as cdxj-indexer does for
+        /// a directory.
+        #[arg(value_name = "PATH")]
+        paths: Vec<String>,
+        /// The index format.
+        #[arg(long, value_enum, default_value = "cdxj")]
+        format: IndexFormat,
+    },
+    /// Make DEST a complete, consistent copy of the store as of now, for backups.
+    ///
+    /// Packs are hard-linked where DEST is on the same filesystem (copied otherwise); run
+    /// again on the same DEST to update it. Works while the store is mounted.
+    #[command(after_help = "Example:\n  warcfs snapshot /srv/warc-store /srv/warc-snap && rsync -a --delete /srv/warc-snap/ backup:/srv/warc-copy/")]
+    Snapshot {
+        /// The store to copy (may be mounted).
+        #[arg(value_hint = ValueHint::DirPath)]
+        store: PathBuf,
+        /// The directory to make or update as a copy of the store.
+        #[arg(value_hint = ValueHint::DirPath)]
+        dest: PathBuf,
+    },
+    /// Mount a store as a directory (creates the store if missing).
+    ///
+    /// Returns once the mount is live; `warcfs umount MOUNTPOINT`, `fusermount3 -u`, `umount`
+    /// or SIGTERM end it. Logs to STORE/warcfs.log.
+    #[command(after_help = "Examples:\n  warcfs mount /srv/warc-store /srv/archive\n  warcfs mount /srv/warc-store /srv/archive -o allow_other,min_free=1G")]
+    Mount {
+        /// The store to serve (created if missing).
+        #[arg(value_hint = ValueHint::DirPath)]
+        store: PathBuf,
+        /// An existing directory to mount it on.
+        #[arg(value_hint = ValueHint::DirPath)]
         mountpoint: PathBuf,
         /// Stay in the foreground and log to stderr as well.
         #[arg(short, long)]
         foreground: bool,
-        /// Mount options: allow_other, allow_root, ro, min_free=SIZE (free space that written data must leave on the store's disk, default 256M, so its metadata always finds room), and the generic fstab ones.
-        #[arg(short = 'o')]
+        /// Mount options, comma-separated or repeated: allow_other, allow_root, ro,
+        /// min_free=SIZE (free space that written data must leave on the store's disk,
+        /// default 256M, so its metadata always finds room), and the generic fstab ones.
+        #[arg(short = 'o', value_name = "OPTIONS")]
         options: Vec<String>,
     },
-    /// Unmount a warcfs mount and return once every file written through it is stored and
-    /// its daemon has exited (`fusermount3 -u` returns before that).
-    Umount { mountpoint: PathBuf },
+    /// Unmount a warcfs mount, and return once every file written through it is stored.
+    ///
+    /// `fusermount3 -u` returns before that; this waits until the daemon has exited.
+    Umount {
+        /// Where the store is mounted.
+        #[arg(value_hint = ValueHint::DirPath)]
+        mountpoint: PathBuf,
+    },
     /// Rebuild a part of the store from the packs, which hold everything.
     #[command(subcommand)]
     Repair(Repair),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every command, with the chain of names that leads to it.
+    fn commands() -> Vec<(String, clap::Command)> {
+        let mut out = Vec::new();
+        let mut todo = vec![("warcfs".to_string(), Cli::command())];
+        while let Some((name, cmd)) = todo.pop() {
+            for sub in cmd.get_subcommands() {
+                todo.push((format!("{name} {}", sub.get_name()), sub.clone()));
+            }
+            out.push((name, cmd));
+        }
+        out
+    }
+
+    #[test]
+    fn the_definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_command_and_argument_is_described() {
+        let mut missing = Vec::new();
+        for (name, cmd) in commands() {
+            if cmd.get_about().is_none() {
+                missing.push(format!("{name}: the command"));
+            }
+            for arg in cmd.get_arguments() {
+                if arg.get_help().is_none() {
+                    missing.push(format!("{name}: {}", arg.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "no --help text for: {missing:?}");
+        assert!(commands().len() > 12, "the walk should reach every subcommand");
+    }
 }

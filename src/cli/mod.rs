@@ -12,7 +12,7 @@ mod read;
 
 use anyhow::Result;
 
-pub use args::{Cli, Cmd, Repair};
+pub use args::{Cli, Cmd, IndexFormat, Repair};
 
 use crate::store::{Config, Store};
 

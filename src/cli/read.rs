@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
-use super::{human, INDEX_RUN_BYTES};
+use super::{human, IndexFormat, INDEX_RUN_BYTES};
 use crate::store::{InodeKind, Store};
 
 pub fn cat(store: PathBuf, path: String) -> Result<i32> {
@@ -118,10 +118,9 @@ pub fn stats(store: PathBuf, json: bool) -> Result<i32> {
     Ok(0)
 }
 
-pub fn index(store: PathBuf, paths: Vec<String>, format: String) -> Result<i32> {
-    if format != "cdxj" {
-        bail!("--format {format}: only cdxj is supported");
-    }
+pub fn index(store: PathBuf, paths: Vec<String>, format: IndexFormat) -> Result<i32> {
+    // The only format; clap refuses any other name.
+    let IndexFormat::Cdxj = format;
     let s = Store::open_for_reading(&store)?;
     // Sorted in runs of 64 MiB spilled to a temporary directory: an archive's index
     // can be larger than memory.
