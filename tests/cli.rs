@@ -946,3 +946,54 @@ fn index_format_is_a_closed_list() {
     let default = ok(&["index", &s(&store)]);
     assert!(!named.stdout.is_empty() && named.stdout == default.stdout, "{}", named.describe());
 }
+
+/// Runs `warcfs ARGS...` on a terminal (util-linux `script` gives it one for stdin, stdout
+/// and stderr), as at a shell; returns whether it exited 0 and all the terminal received.
+fn on_a_terminal(args: &[&str]) -> (bool, String) {
+    let quoted: Vec<String> = std::iter::once(BIN).chain(args.iter().copied()).map(|a| format!("'{}'", a.replace('\'', r"'\''"))).collect();
+    let out = std::process::Command::new("script")
+        .args(["-qec", &format!("stty cols 200 && exec {}", quoted.join(" ")), "/dev/null"])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn script (util-linux)");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// On a terminal every long command shows what it is doing on stderr (import a bar, the
+/// others a spinner) and clears it before its report; --quiet (before or after the command)
+/// draws nothing and leaves the report as it was. Off a terminal nothing is drawn either.
+#[test]
+fn long_commands_show_progress_on_a_terminal_unless_quiet() {
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let (st, sample) = (s(&store), s(&real_corpus().join("webrecorder-warcio")));
+    let snap = s(&tmp.path().join("snap"));
+    let cases: &[(&[&str], &str, &str)] = &[
+        (&["import", &st, &sample], "B/s ", "imported "),
+        (&["fsck", &st], "checking files, refcounts and packs", ": clean ("),
+        (&["index", &st], "reading record headers", "\"filename\": \"webrecorder-warcio/"),
+        (&["snapshot", &st, &snap], "linking packs", "snapshot "),
+        (&["gc", &st], "dropping unreferenced chunks", "reclaimed "),
+    ];
+    for (args, progress, report) in cases {
+        let (ok, shown) = on_a_terminal(args);
+        assert!(ok && shown.contains(progress) && shown.contains(report), "warcfs {args:?} on a terminal:\n{shown}");
+        assert!(shown.contains("\u{1b}[2K"), "the progress line is cleared: {shown:?}");
+        for quiet in [[&["--quiet"][..], args].concat(), [args, &["-q"][..]].concat()] {
+            let (ok, quiet_out) = on_a_terminal(&quiet);
+            assert!(ok && quiet_out.contains(report), "warcfs {quiet:?}:\n{quiet_out}");
+            assert!(!quiet_out.contains(progress) && !quiet_out.contains('\u{1b}'), "warcfs {quiet:?} drew progress:\n{quiet_out}");
+        }
+        let piped = run(args);
+        assert!(piped.ok() && piped.stderr.is_empty(), "no progress off a terminal:\n{}", piped.describe());
+    }
+    // repair index, on a store whose index is gone.
+    fs::remove_dir_all(store.join("index")).unwrap();
+    let (ok, shown) = on_a_terminal(&["repair", "index", &st]);
+    assert!(ok && shown.contains("rebuilding the index from the packs") && shown.contains("rebuilt the index of"), "{shown}");
+    fs::remove_dir_all(store.join("index")).unwrap();
+    let (ok, quiet_out) = on_a_terminal(&["repair", "index", &st, "--quiet"]);
+    assert!(ok && quiet_out.contains("rebuilt the index of") && !quiet_out.contains('\u{1b}'), "{quiet_out}");
+    assert_fsck_clean(&store, false);
+}

@@ -25,6 +25,10 @@ Errors are one line on stderr naming the path and the problem. Set RUST_LOG=info
     after_help = AFTER_HELP
 )]
 pub struct Cli {
+    /// Show no progress bar or spinner (they are drawn on stderr only when it is a terminal).
+    /// Results, warnings and errors are printed all the same.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
     #[command(subcommand)]
     pub cmd: Cmd,
 }

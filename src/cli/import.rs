@@ -2,13 +2,11 @@
 //! second thread finding the gzip members of the next file while this one is stored.
 
 use std::fs;
-use std::io::{self, IsTerminal};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
-
-use super::human;
+use super::{human, progress};
 use crate::store::{FileMeta, Store, Timestamp};
 
 /// A source file opened, with the gzip members of its first window already split. It is
@@ -86,7 +84,7 @@ fn plan(src: &Path, dest_dir: &str, items: &mut Vec<Item>) -> Result<()> {
     Ok(())
 }
 
-pub fn import(store: &Path, srcs: &[PathBuf], to: &str) -> Result<i32> {
+pub fn import(store: &Path, srcs: &[PathBuf], to: &str, quiet: bool) -> Result<i32> {
     let mut items: Vec<Item> = Vec::new();
     for src in srcs {
         plan(src, to, &mut items)?;
@@ -94,16 +92,7 @@ pub fn import(store: &Path, srcs: &[PathBuf], to: &str) -> Result<i32> {
     let s = Store::open(store, true)?;
     s.mkdir_p(to)?;
     let total: u64 = items.iter().map(|i| if let Item::File { size, .. } = i { *size } else { 0 }).sum();
-    let bar = if io::stderr().is_terminal() {
-        let b = ProgressBar::new(total);
-        b.set_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {bytes}/{total_bytes} {bytes_per_sec} {wide_msg}")
-                .expect("valid template"),
-        );
-        b
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = progress::bytes(quiet, total);
     let started = std::time::Instant::now();
     let (mut files, mut bytes_in, mut new_bytes, mut members, mut raw_members) = (0u64, 0u64, 0u64, 0u64, 0u64);
     // Finding and inflating gzip members needs no store: a second thread does it for the

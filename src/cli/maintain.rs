@@ -4,12 +4,15 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
-use super::human;
+use super::{human, progress};
 use crate::store::Store;
 
-pub fn fsck(store: PathBuf, deep: bool) -> Result<i32> {
+pub fn fsck(store: PathBuf, deep: bool, quiet: bool) -> Result<i32> {
+    let what = if deep { ", re-hashing every chunk" } else { "" };
+    let bar = progress::spinner(quiet, format!("fsck {}: checking files, refcounts and packs{what}", store.display()));
     let s = Store::open(&store, false)?;
     let rep = s.fsck(deep)?;
+    bar.finish_and_clear();
     for p in &rep.problems {
         println!("{p}");
     }
@@ -25,9 +28,11 @@ pub fn fsck(store: PathBuf, deep: bool) -> Result<i32> {
     }
 }
 
-pub fn gc(store: PathBuf) -> Result<i32> {
+pub fn gc(store: PathBuf, quiet: bool) -> Result<i32> {
+    let bar = progress::spinner(quiet, format!("gc {}: dropping unreferenced chunks", store.display()));
     let s = Store::open(&store, false)?;
     let rep = s.gc()?;
+    bar.finish_and_clear();
     let reclaimed = rep.bytes_before.saturating_sub(rep.bytes_after);
     println!(
         "reclaimed {reclaimed} bytes ({}): {} chunks dropped, {} packs deleted, {} rewritten",
@@ -39,11 +44,13 @@ pub fn gc(store: PathBuf) -> Result<i32> {
     Ok(0)
 }
 
-pub fn snapshot(store: PathBuf, dest: PathBuf) -> Result<i32> {
+pub fn snapshot(store: PathBuf, dest: PathBuf, quiet: bool) -> Result<i32> {
     let dest = std::path::absolute(&dest).with_context(|| format!("{}: bad path", dest.display()))?;
+    let bar = progress::spinner(quiet, format!("snapshot {}: linking packs, copying the index", dest.display()));
     match Store::open(&store, false) {
         Ok(s) => {
             let r = s.snapshot(&dest)?;
+            bar.finish_and_clear();
             println!(
                 "snapshot {}: {} packs linked, {} copied, {} kept, {} removed, {} staged files copied",
                 dest.display(),
@@ -57,8 +64,10 @@ pub fn snapshot(store: PathBuf, dest: PathBuf) -> Result<i32> {
         }
         Err(crate::StoreError::Busy { pid, .. }) => {
             // Mounted: the daemon owns the index, so it takes the snapshot.
+            bar.set_message(format!("snapshot {}: taken by the daemon of the mounted store", dest.display()));
             let answer = crate::fuse::control::request(&store, &format!("snapshot {}", dest.display()))
                 .with_context(|| format!("{}: in use by process {pid}, and its control socket does not answer", store.display()))?;
+            bar.finish_and_clear();
             match answer.strip_prefix("ok ") {
                 Some(rest) => {
                     println!("snapshot {}: {rest}", dest.display());
@@ -71,8 +80,10 @@ pub fn snapshot(store: PathBuf, dest: PathBuf) -> Result<i32> {
     }
 }
 
-pub fn repair_index(store: PathBuf) -> Result<i32> {
+pub fn repair_index(store: PathBuf, quiet: bool) -> Result<i32> {
+    let bar = progress::spinner(quiet, format!("repair {}: rebuilding the index from the packs", store.display()));
     let rep = crate::store::repair_index(&store)?;
+    bar.finish_and_clear();
     if let Some(kept) = &rep.kept_broken_index {
         println!("the unreadable index was kept as {kept}");
     }

@@ -3,11 +3,12 @@
 //! concern and a non-zero exit.
 //!
 //! `args` defines the commands; `import`, `read` (cat, ls, stats, index) and `maintain`
-//! (fsck, gc, snapshot, repair) run them; `run` dispatches.
+//! (fsck, gc, snapshot, repair) run them, with `progress` on stderr; `run` dispatches.
 
 mod args;
 mod import;
 mod maintain;
+mod progress;
 mod read;
 
 use anyhow::Result;
@@ -20,6 +21,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     if !matches!(cli.cmd, Cmd::Mount { .. }) {
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     }
+    let quiet = cli.quiet;
     match cli.cmd {
         Cmd::Init { store, verify, compression, pack_size } => {
             let config = Config { verify, compression, pack_size, ..Config::default() };
@@ -27,7 +29,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             println!("initialised {} (verify {verify:?}, compression {compression:?})", store.display());
             Ok(0)
         }
-        Cmd::Import { store, src, to } => import::import(&store, &src, &to),
+        Cmd::Import { store, src, to } => import::import(&store, &src, &to, quiet),
         Cmd::Cat { store, path } => read::cat(store, path),
         Cmd::Ls { store, path } => read::ls(store, path),
         Cmd::Rm { store, paths, recursive } => {
@@ -38,13 +40,13 @@ pub fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Stats { store, json } => read::stats(store, json),
-        Cmd::Fsck { store, deep } => maintain::fsck(store, deep),
-        Cmd::Index { store, paths, format } => read::index(store, paths, format),
-        Cmd::Snapshot { store, dest } => maintain::snapshot(store, dest),
+        Cmd::Fsck { store, deep } => maintain::fsck(store, deep, quiet),
+        Cmd::Index { store, paths, format } => read::index(store, paths, format, quiet),
+        Cmd::Snapshot { store, dest } => maintain::snapshot(store, dest, quiet),
         Cmd::Umount { mountpoint } => crate::fuse::umount(&mountpoint),
-        Cmd::Repair(Repair::Index { store }) => maintain::repair_index(store),
+        Cmd::Repair(Repair::Index { store }) => maintain::repair_index(store, quiet),
         Cmd::Mount { store, mountpoint, foreground, options } => crate::fuse::mount(crate::fuse::MountArgs { store, mountpoint, foreground, options }),
-        Cmd::Gc { store } => maintain::gc(store),
+        Cmd::Gc { store } => maintain::gc(store, quiet),
     }
 }
 

@@ -2,12 +2,12 @@
 //! read-only then): `cat`, `ls`, `stats`, `index`.
 
 use std::fs;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
-use super::{human, IndexFormat, INDEX_RUN_BYTES};
+use super::{human, progress, IndexFormat, INDEX_RUN_BYTES};
 use crate::store::{InodeKind, Store};
 
 pub fn cat(store: PathBuf, path: String) -> Result<i32> {
@@ -118,9 +118,10 @@ pub fn stats(store: PathBuf, json: bool) -> Result<i32> {
     Ok(0)
 }
 
-pub fn index(store: PathBuf, paths: Vec<String>, format: IndexFormat) -> Result<i32> {
+pub fn index(store: PathBuf, paths: Vec<String>, format: IndexFormat, quiet: bool) -> Result<i32> {
     // The only format; clap refuses any other name.
     let IndexFormat::Cdxj = format;
+    let bar = progress::counter(quiet, format!("index {}: reading record headers,", store.display()), "records");
     let s = Store::open_for_reading(&store)?;
     // Sorted in runs of 64 MiB spilled to a temporary directory: an archive's index
     // can be larger than memory.
@@ -129,7 +130,18 @@ pub fn index(store: PathBuf, paths: Vec<String>, format: IndexFormat) -> Result<
     let roots = if paths.is_empty() { vec!["/".to_string()] } else { paths };
     let result = (|| -> Result<()> {
         for root in &roots {
-            s.cdxj_each(root, crate::store::StagedFiles::Refuse, &mut |l| sorter.push(l)).with_context(|| format!("{root}: cannot index"))?;
+            let mut each = |l| {
+                bar.inc(1);
+                sorter.push(l)
+            };
+            s.cdxj_each(root, crate::store::StagedFiles::Refuse, &mut each).with_context(|| format!("{root}: cannot index"))?;
+        }
+        // The merge of the sorted runs goes with the writing: on a terminal the index is
+        // shown, and no spinner may draw over it.
+        if io::stdout().is_terminal() {
+            bar.finish_and_clear();
+        } else {
+            bar.set_message(format!("index {}: merging and writing", store.display()));
         }
         let mut out = BufWriter::new(io::stdout().lock());
         sorter.finish_into(&mut out).context("writing the index")?;
@@ -137,6 +149,7 @@ pub fn index(store: PathBuf, paths: Vec<String>, format: IndexFormat) -> Result<
         Ok(())
     })();
     let _ = fs::remove_dir_all(&runs);
+    bar.finish_and_clear();
     result?;
     Ok(0)
 }
