@@ -343,6 +343,17 @@ fn fsck_reports_flipped_byte_with_files() {
     }
     let deep = run(&["fsck", &s(&store), "--deep"]);
     assert!(!deep.ok() && deep.out().contains("files: /"), "{}", deep.describe());
+
+    // --json: the same problems in one object, and the same exit status.
+    for (text, json) in [(&r, run(&["fsck", &s(&store), "--json"])), (&deep, run(&["fsck", &s(&store), "--deep", "--json"]))] {
+        assert_eq!(json.code, text.code, "{}", json.describe());
+        let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap_or_else(|e| panic!("{e}: {}", json.describe()));
+        assert_eq!(v["clean"], false, "{v}");
+        let problems: Vec<&str> = v["problems"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+        assert_eq!(problems, text.out().lines().collect::<Vec<_>>(), "{v}");
+        assert_eq!(num(&v, "problem_count"), problems.len() as u64);
+        assert_eq!(num(&v, "more_problems"), 0);
+    }
 }
 
 /// A bug (a panic) in one of the threads that rebuild a file's parts for `cat` must end the
@@ -995,5 +1006,35 @@ fn long_commands_show_progress_on_a_terminal_unless_quiet() {
     fs::remove_dir_all(store.join("index")).unwrap();
     let (ok, quiet_out) = on_a_terminal(&["repair", "index", &st, "--quiet"]);
     assert!(ok && quiet_out.contains("rebuilt the index of") && !quiet_out.contains('\u{1b}'), "{quiet_out}");
+    assert_fsck_clean(&store, false);
+}
+
+/// `fsck --json` and `gc --json`: one JSON object each on stdout, for scripts, saying what
+/// the text report says.
+#[test]
+fn fsck_and_gc_report_in_json() {
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let real = real_corpus();
+    ok(&["import", &s(&store), &s(&real.join("webrecorder-warcio")), &s(&real.join("iipc-jwarc"))]);
+    let json = |args: &[&str]| -> serde_json::Value {
+        let r = ok(args);
+        assert_eq!(r.out().lines().count(), 1, "one line of JSON:\n{}", r.describe());
+        serde_json::from_slice(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}", r.describe()))
+    };
+    let st = s(&store);
+    for deep in [false, true] {
+        let args = ["fsck", &st, "--json", "--deep"];
+        let v = json(&args[..if deep { 4 } else { 3 }]);
+        assert_eq!((v["clean"].as_bool(), v["deep"].as_bool(), v["store"].as_str()), (Some(true), Some(deep), Some(st.as_str())), "{v}");
+        assert_eq!(num(&v, "files"), num(&stats(&store), "files"), "{v}");
+        assert!(num(&v, "chunks_checked") > 0 && num(&v, "packs_checked") > 0, "{v}");
+        assert_eq!((num(&v, "problem_count"), num(&v, "more_problems"), v["problems"].as_array().map(Vec::len)), (0, 0, Some(0)), "{v}");
+    }
+    ok(&["rm", &s(&store), "-r", "/iipc-jwarc"]);
+    let v = json(&["gc", &s(&store), "--json"]);
+    assert!(num(&v, "chunks_dropped") > 0 && num(&v, "packs_rewritten") + num(&v, "packs_deleted") > 0, "{v}");
+    assert_eq!(num(&v, "reclaimed_bytes"), num(&v, "bytes_before") - num(&v, "bytes_after"), "{v}");
+    assert!(num(&v, "reclaimed_bytes") > 0, "{v}");
     assert_fsck_clean(&store, false);
 }

@@ -152,6 +152,11 @@ pub enum Cmd {
         /// Also re-hash every chunk (reads every pack; slower).
         #[arg(long)]
         deep: bool,
+        /// Print one JSON object instead (clean, files, chunks_checked, packs_checked,
+        /// problem_count, problems: the first 10,000 lines, more_problems); the exit status
+        /// is the same.
+        #[arg(long)]
+        json: bool,
     },
     /// Reclaim space held by chunks that no file references.
     ///
@@ -161,6 +166,10 @@ pub enum Cmd {
         /// The store to collect (not mounted).
         #[arg(value_hint = ValueHint::DirPath)]
         store: PathBuf,
+        /// Print one JSON object instead (reclaimed_bytes, bytes_before, bytes_after,
+        /// chunks_dropped, packs_deleted, packs_rewritten).
+        #[arg(long)]
+        json: bool,
     },
     /// Print a sorted CDXJ index of the stored WARCs under PATHs, for pywb and other replay
     /// tools.

@@ -7,20 +7,37 @@ use anyhow::{bail, Context, Result};
 use super::{human, progress};
 use crate::store::Store;
 
-pub fn fsck(store: PathBuf, deep: bool, quiet: bool) -> Result<i32> {
+pub fn fsck(store: PathBuf, deep: bool, json: bool, quiet: bool) -> Result<i32> {
     let what = if deep { ", re-hashing every chunk" } else { "" };
     let bar = progress::spinner(quiet, format!("fsck {}: checking files, refcounts and packs{what}", store.display()));
     let s = Store::open(&store, false)?;
     let rep = s.fsck(deep)?;
     bar.finish_and_clear();
-    for p in &rep.problems {
-        println!("{p}");
-    }
-    if rep.more_problems > 0 {
-        println!("... and {} more problems (the first {} are listed)", rep.more_problems, crate::store::MAX_PROBLEMS);
+    if json {
+        let v = serde_json::json!({
+            "store": store.display().to_string(),
+            "clean": rep.problem_count() == 0,
+            "deep": deep,
+            "files": rep.files,
+            "chunks_checked": rep.chunks_checked,
+            "packs_checked": rep.packs_checked,
+            "problem_count": rep.problem_count(),
+            "problems": rep.problems,
+            "more_problems": rep.more_problems,
+        });
+        println!("{v}");
+    } else {
+        for p in &rep.problems {
+            println!("{p}");
+        }
+        if rep.more_problems > 0 {
+            println!("... and {} more problems (the first {} are listed)", rep.more_problems, crate::store::MAX_PROBLEMS);
+        }
     }
     if rep.problem_count() == 0 {
-        println!("{}: clean ({} files, {} chunks, {} packs checked{})", store.display(), rep.files, rep.chunks_checked, rep.packs_checked, if deep { ", re-hashed" } else { "" });
+        if !json {
+            println!("{}: clean ({} files, {} chunks, {} packs checked{})", store.display(), rep.files, rep.chunks_checked, rep.packs_checked, if deep { ", re-hashed" } else { "" });
+        }
         Ok(0)
     } else {
         eprintln!("{}: {} problems", store.display(), rep.problem_count());
@@ -28,12 +45,25 @@ pub fn fsck(store: PathBuf, deep: bool, quiet: bool) -> Result<i32> {
     }
 }
 
-pub fn gc(store: PathBuf, quiet: bool) -> Result<i32> {
+pub fn gc(store: PathBuf, json: bool, quiet: bool) -> Result<i32> {
     let bar = progress::spinner(quiet, format!("gc {}: dropping unreferenced chunks", store.display()));
     let s = Store::open(&store, false)?;
     let rep = s.gc()?;
     bar.finish_and_clear();
     let reclaimed = rep.bytes_before.saturating_sub(rep.bytes_after);
+    if json {
+        let v = serde_json::json!({
+            "store": store.display().to_string(),
+            "reclaimed_bytes": reclaimed,
+            "bytes_before": rep.bytes_before,
+            "bytes_after": rep.bytes_after,
+            "chunks_dropped": rep.chunks_dropped,
+            "packs_deleted": rep.packs_deleted,
+            "packs_rewritten": rep.packs_rewritten,
+        });
+        println!("{v}");
+        return Ok(0);
+    }
     println!(
         "reclaimed {reclaimed} bytes ({}): {} chunks dropped, {} packs deleted, {} rewritten",
         human(reclaimed),

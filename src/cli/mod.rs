@@ -40,13 +40,13 @@ pub fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Stats { store, json } => read::stats(store, json),
-        Cmd::Fsck { store, deep } => maintain::fsck(store, deep, quiet),
+        Cmd::Fsck { store, deep, json } => maintain::fsck(store, deep, json, quiet),
         Cmd::Index { store, paths, format } => read::index(store, paths, format, quiet),
         Cmd::Snapshot { store, dest } => maintain::snapshot(store, dest, quiet),
         Cmd::Umount { mountpoint } => crate::fuse::umount(&mountpoint),
         Cmd::Repair(Repair::Index { store }) => maintain::repair_index(store, quiet),
         Cmd::Mount { store, mountpoint, foreground, options } => crate::fuse::mount(crate::fuse::MountArgs { store, mountpoint, foreground, options }),
-        Cmd::Gc { store } => maintain::gc(store, quiet),
+        Cmd::Gc { store, json } => maintain::gc(store, json, quiet),
     }
 }
 
