@@ -1,4 +1,5 @@
-//! The `warcfs` binary: parses the command line and reports errors as one line each.
+//! The `warcfs` binary: parses the command line and reports errors as one line each, with
+//! the exit statuses of `warcfs::cli::exit`.
 
 use clap::Parser;
 
@@ -19,7 +20,7 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("warcfs: {e:#}");
-            std::process::exit(1);
+            std::process::exit(warcfs::cli::exit::ERROR);
         }
     }
 }

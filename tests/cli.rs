@@ -318,7 +318,7 @@ fn fsck_reports_flipped_byte_with_files() {
     drop(f);
 
     let r = run(&["fsck", &s(&store)]);
-    assert!(r.code.is_some() && !r.ok(), "fsck must fail on a flipped byte:\n{}", r.describe());
+    assert!(r.code == Some(1), "fsck must find problems (exit 1) in a flipped byte:\n{}", r.describe());
     let out = r.out();
     let mut affected = BTreeSet::new();
     for line in out.lines().filter(|l| l.contains("(files: ")) {
@@ -472,9 +472,9 @@ fn bad_input_gets_one_line_and_nonzero_exit() {
     assert_cat_eq(&store, "/d/a.txt", &src);
     assert!(ls(&store, "/").iter().all(|(n, _)| n != "e"), "a refused import must not have written");
 
-    // Bad arguments are refused by the parser with a non-zero exit.
+    // Bad arguments are refused by the parser with the usage exit status.
     let r = run(&["init", &s(&tmp.path().join("x")), "--verify", "sometimes"]);
-    assert!(r.code.is_some() && !r.ok(), "{}", r.describe());
+    assert_eq!(r.code, Some(2), "{}", r.describe());
     assert!(!tmp.path().join("x").exists());
 }
 
@@ -1037,4 +1037,40 @@ fn fsck_and_gc_report_in_json() {
     assert_eq!(num(&v, "reclaimed_bytes"), num(&v, "bytes_before") - num(&v, "bytes_after"), "{v}");
     assert!(num(&v, "reclaimed_bytes") > 0, "{v}");
     assert_fsck_clean(&store, false);
+}
+
+/// The exit statuses `warcfs --help` documents: 0 done, 1 problems found in the store, 2 a
+/// usage error (clap's), 3 any other error, in one line on stderr.
+#[test]
+fn the_exit_status_says_what_happened() {
+    for args in [&["--help"][..], &["--version"], &["help", "fsck"], &["fsck", "--help"], &["repair", "index", "-h"]] {
+        let r = ok(args);
+        assert!(!r.stdout.is_empty() && r.stderr.is_empty(), "{}", r.describe());
+    }
+    assert!(ok(&["--help"]).out().contains("Exit status:\n  0  done"), "--help documents the exit statuses");
+    let tmp = TempDir::new().unwrap();
+    let (store, _) = store_with_sample(tmp.path(), "webrecorder-warcio/example.warc.gz");
+    let st = s(&store);
+    for args in [&["frobnicate"][..], &["fsck"], &["gc", &st, "--bogus"], &["init", "x", "--verify", "maybe"], &["init", "x", "--pack-size", "12"], &[]] {
+        let r = run(args);
+        assert_eq!(r.code, Some(2), "a usage error: {}", r.describe());
+        assert!(r.stdout.is_empty() && (r.stderr.starts_with("error: ") || r.stderr.contains("Usage: warcfs")), "{}", r.describe());
+    }
+    fails_with(&["fsck", &s(&tmp.path().join("nostore"))], &["no such store"]);
+    fails_with(&["cat", &st, "/no-such-file"], &["/no-such-file"]);
+
+    // Problems in the store: its data pack gone, fsck finds them, and a repair of its index
+    // (from what packs are left) finishes, says so and exits 1 too.
+    assert_fsck_clean(&store, false);
+    let biggest = sealed_packs(&store).into_iter().max_by_key(|p| fs::metadata(p).unwrap().len()).unwrap();
+    fs::remove_file(&biggest).unwrap();
+    let r = run(&["fsck", &st]);
+    assert_eq!(r.code, Some(1), "{}", r.describe());
+    assert!(r.stderr.ends_with(" problems\n"), "{}", r.describe());
+    fs::remove_dir_all(store.join("index")).unwrap();
+    let r = run(&["repair", "index", &st]);
+    assert_eq!(r.code, Some(1), "{}", r.describe());
+    assert!(r.out().starts_with("rebuilt the index of "), "{}", r.describe());
+    assert!(r.stderr.lines().last().is_some_and(|l| l.starts_with("warcfs: ") && l.contains("the index is rebuilt, but")), "{}", r.describe());
+    assert_eq!(run(&["fsck", &st, "--json"]).code, Some(1));
 }

@@ -14,7 +14,14 @@ Examples:
   warcfs mount /srv/warc-store /srv/archive
   warcfs fsck /srv/warc-store
 
-Errors are one line on stderr naming the path and the problem. Set RUST_LOG=info for more detail.";
+Exit status:
+  0  done (fsck: the store is clean)
+  1  the command ran to its end and found problems in the store (fsck, repair index)
+  2  usage error: an unknown command or option, a bad or missing argument
+  3  any other error: the command could not do its work (a missing path, a store in use
+     or of another format, an I/O error), told in one line on stderr naming the path
+
+Set RUST_LOG=info for more detail.";
 
 #[derive(Parser)]
 #[command(name = "warcfs", version, about = "A deduplicating, byte-exact store for web archives")]

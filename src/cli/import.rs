@@ -6,7 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use super::{human, progress};
+use super::{exit, human, progress};
 use crate::store::{FileMeta, Store, Timestamp};
 
 /// A source file opened, with the gzip members of its first window already split. It is
@@ -152,7 +152,7 @@ pub fn import(store: &Path, srcs: &[PathBuf], to: &str, quiet: bool) -> Result<i
         human(new_bytes),
         if secs > 0.0 { bytes_in as f64 / 1e6 / secs } else { 0.0 }
     );
-    Ok(0)
+    Ok(exit::OK)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
-use super::{human, progress};
+use super::{exit, human, progress};
 use crate::store::Store;
 
 pub fn fsck(store: PathBuf, deep: bool, json: bool, quiet: bool) -> Result<i32> {
@@ -38,10 +38,10 @@ pub fn fsck(store: PathBuf, deep: bool, json: bool, quiet: bool) -> Result<i32> 
         if !json {
             println!("{}: clean ({} files, {} chunks, {} packs checked{})", store.display(), rep.files, rep.chunks_checked, rep.packs_checked, if deep { ", re-hashed" } else { "" });
         }
-        Ok(0)
+        Ok(exit::OK)
     } else {
         eprintln!("{}: {} problems", store.display(), rep.problem_count());
-        Ok(1)
+        Ok(exit::PROBLEMS)
     }
 }
 
@@ -62,7 +62,7 @@ pub fn gc(store: PathBuf, json: bool, quiet: bool) -> Result<i32> {
             "packs_rewritten": rep.packs_rewritten,
         });
         println!("{v}");
-        return Ok(0);
+        return Ok(exit::OK);
     }
     println!(
         "reclaimed {reclaimed} bytes ({}): {} chunks dropped, {} packs deleted, {} rewritten",
@@ -71,7 +71,7 @@ pub fn gc(store: PathBuf, json: bool, quiet: bool) -> Result<i32> {
         rep.packs_deleted,
         rep.packs_rewritten
     );
-    Ok(0)
+    Ok(exit::OK)
 }
 
 pub fn snapshot(store: PathBuf, dest: PathBuf, quiet: bool) -> Result<i32> {
@@ -90,7 +90,7 @@ pub fn snapshot(store: PathBuf, dest: PathBuf, quiet: bool) -> Result<i32> {
                 r.packs_removed,
                 r.staged_files
             );
-            Ok(0)
+            Ok(exit::OK)
         }
         Err(crate::StoreError::Busy { pid, .. }) => {
             // Mounted: the daemon owns the index, so it takes the snapshot.
@@ -101,7 +101,7 @@ pub fn snapshot(store: PathBuf, dest: PathBuf, quiet: bool) -> Result<i32> {
             match answer.strip_prefix("ok ") {
                 Some(rest) => {
                     println!("snapshot {}: {rest}", dest.display());
-                    Ok(0)
+                    Ok(exit::OK)
                 }
                 None => bail!("{}: {}", dest.display(), answer.strip_prefix("error ").unwrap_or(&answer)),
             }
@@ -133,7 +133,9 @@ pub fn repair_index(store: PathBuf, quiet: bool) -> Result<i32> {
         eprintln!("warcfs: {}: {p}", store.display());
     }
     if !rep.problems.is_empty() {
-        bail!("{}: the index is rebuilt, but {} problems above mean some files cannot be read whole; run `warcfs fsck {}`", store.display(), rep.problems.len(), store.display());
+        // The repair is done; what it found is the store's problem, as fsck's are.
+        eprintln!("warcfs: {}: the index is rebuilt, but {} problems above mean some files cannot be read whole; run `warcfs fsck {}`", store.display(), rep.problems.len(), store.display());
+        return Ok(exit::PROBLEMS);
     }
-    Ok(0)
+    Ok(exit::OK)
 }

@@ -17,6 +17,22 @@ pub use args::{Cli, Cmd, IndexFormat, Repair};
 
 use crate::store::{Config, Store};
 
+/// Exit statuses, as `warcfs --help` and README.md document them.
+pub mod exit {
+    /// Done (fsck: the store is clean).
+    pub const OK: i32 = 0;
+    /// The command ran to its end and found problems in the store: fsck's, or files that
+    /// the index `repair index` rebuilt cannot read whole.
+    pub const PROBLEMS: i32 = 1;
+    /// A usage error found by clap (which exits itself): an unknown command or option, a
+    /// bad or missing argument.
+    pub const USAGE: i32 = 2;
+    /// Any other error: the command could not do its work (`main` prints the one line).
+    pub const ERROR: i32 = 3;
+}
+
+/// Runs a parsed command line; returns the exit status (`exit`), or the error that `main`
+/// prints as one line and exits with `exit::ERROR`.
 pub fn run(cli: Cli) -> Result<i32> {
     if !matches!(cli.cmd, Cmd::Mount { .. }) {
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
@@ -27,7 +43,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             let config = Config { verify, compression, pack_size, ..Config::default() };
             Store::init(&store, config)?;
             println!("initialised {} (verify {verify:?}, compression {compression:?})", store.display());
-            Ok(0)
+            Ok(exit::OK)
         }
         Cmd::Import { store, src, to } => import::import(&store, &src, &to, quiet),
         Cmd::Cat { store, path } => read::cat(store, path),
@@ -37,7 +53,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             for p in &paths {
                 s.remove(p, recursive)?;
             }
-            Ok(0)
+            Ok(exit::OK)
         }
         Cmd::Stats { store, json } => read::stats(store, json),
         Cmd::Fsck { store, deep, json } => maintain::fsck(store, deep, json, quiet),
@@ -45,7 +61,11 @@ pub fn run(cli: Cli) -> Result<i32> {
         Cmd::Snapshot { store, dest } => maintain::snapshot(store, dest, quiet),
         Cmd::Umount { mountpoint } => crate::fuse::umount(&mountpoint),
         Cmd::Repair(Repair::Index { store }) => maintain::repair_index(store, quiet),
-        Cmd::Mount { store, mountpoint, foreground, options } => crate::fuse::mount(crate::fuse::MountArgs { store, mountpoint, foreground, options }),
+        Cmd::Mount { store, mountpoint, foreground, options } => {
+            // In the foreground, a session that ended with an error (logged) returns 1.
+            let code = crate::fuse::mount(crate::fuse::MountArgs { store, mountpoint, foreground, options })?;
+            Ok(if code == exit::OK { exit::OK } else { exit::ERROR })
+        }
         Cmd::Gc { store, json } => maintain::gc(store, json, quiet),
     }
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
-use super::{human, progress, IndexFormat, INDEX_RUN_BYTES};
+use super::{exit, human, progress, IndexFormat, INDEX_RUN_BYTES};
 use crate::store::{InodeKind, Store};
 
 pub fn cat(store: PathBuf, path: String) -> Result<i32> {
@@ -27,15 +27,15 @@ pub fn cat(store: PathBuf, path: String) -> Result<i32> {
     let mut out = BufWriter::with_capacity(1 << 20, stdout.lock());
     if let Some(head) = &inode.recipe {
         match s.copy_to(head, &mut out) {
-            Err(crate::StoreError::Io { err, .. }) if err.kind() == io::ErrorKind::BrokenPipe => return Ok(0),
+            Err(crate::StoreError::Io { err, .. }) if err.kind() == io::ErrorKind::BrokenPipe => return Ok(exit::OK),
             r => {
                 r.with_context(|| format!("{path}: reading from {}", store.display()))?;
             }
         }
     }
     match out.flush() {
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(0),
-        r => r.map(|_| 0).context("writing to stdout"),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(exit::OK),
+        r => r.map(|_| exit::OK).context("writing to stdout"),
     }
 }
 
@@ -56,7 +56,7 @@ pub fn ls(store: PathBuf, path: String) -> Result<i32> {
         let suffix = if e.inode.kind == InodeKind::Symlink { format!(" -> {}", String::from_utf8_lossy(&e.inode.target)) } else { String::new() };
         writeln!(out, "{t}{} {:>12} {}{suffix}", perms(e.inode.mode), e.inode.size, name)?;
     }
-    Ok(0)
+    Ok(exit::OK)
 }
 
 fn perms(mode: u32) -> String {
@@ -115,7 +115,7 @@ pub fn stats(store: PathBuf, json: bool) -> Result<i32> {
             );
         }
     }
-    Ok(0)
+    Ok(exit::OK)
 }
 
 pub fn index(store: PathBuf, paths: Vec<String>, format: IndexFormat, quiet: bool) -> Result<i32> {
@@ -151,5 +151,5 @@ pub fn index(store: PathBuf, paths: Vec<String>, format: IndexFormat, quiet: boo
     let _ = fs::remove_dir_all(&runs);
     bar.finish_and_clear();
     result?;
-    Ok(0)
+    Ok(exit::OK)
 }

@@ -69,11 +69,14 @@ pub fn ok<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
     r
 }
 
-/// Runs `warcfs ARGS...`, expects a non-zero exit and exactly one stderr line of the form
-/// "warcfs: ..." containing every needle. Returns that line.
+/// The exit status of an error (`warcfs --help` documents them all).
+pub const EXIT_ERROR: i32 = 3;
+
+/// Runs `warcfs ARGS...`, expects the exit status of an error and exactly one stderr line of
+/// the form "warcfs: ..." containing every needle. Returns that line.
 pub fn fails_with<S: AsRef<std::ffi::OsStr>>(args: &[S], needles: &[&str]) -> String {
     let r = run(args);
-    assert!(r.code.is_some() && !r.ok(), "expected a non-zero exit:\n{}", r.describe());
+    assert_eq!(r.code, Some(EXIT_ERROR), "expected the exit status of an error:\n{}", r.describe());
     assert!(r.stderr.ends_with('\n') && r.stderr.matches('\n').count() == 1, "expected exactly one stderr line:\n{}", r.describe());
     let line = r.stderr.trim_end_matches('\n').to_string();
     assert!(line.starts_with("warcfs: "), "stderr line must start with 'warcfs: ':\n{}", r.describe());
