@@ -898,6 +898,8 @@ const SUBCOMMANDS: &[&[&str]] = &[
     &["umount"],
     &["repair"],
     &["repair", "index"],
+    &["completions"],
+    &["man"],
 ];
 
 /// The entries of a `--help` (`  <STORE>`, `  -r, --recursive`, ...) with the first line of
@@ -931,7 +933,7 @@ fn every_subcommand_explains_every_argument_in_its_help() {
             assert!(!description.is_empty() && !description.starts_with(['<', '[', '-']), "`warcfs {} --help`: {entry} is not described:\n{help}", sub.join(" "));
         }
         // The store-taking commands name it as a described argument.
-        if !matches!(sub[..], ["umount"] | ["repair"]) {
+        if !matches!(sub[..], ["umount"] | ["repair"] | ["completions"] | ["man"]) {
             assert!(entries.iter().any(|(e, _)| e == "<STORE>"), "{}", r.describe());
         }
     }
@@ -1073,4 +1075,42 @@ fn the_exit_status_says_what_happened() {
     assert!(r.out().starts_with("rebuilt the index of "), "{}", r.describe());
     assert!(r.stderr.lines().last().is_some_and(|l| l.starts_with("warcfs: ") && l.contains("the index is rebuilt, but")), "{}", r.describe());
     assert_eq!(run(&["fsck", &st, "--json"]).code, Some(1));
+}
+
+/// Shell completions and man pages come from the same definitions as --help: bash completes
+/// the commands and options with them, and there is a page for every command.
+#[test]
+fn completions_and_man_pages_are_generated_from_the_definitions() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let r = ok(&["completions", shell]);
+        let text = r.out();
+        assert!(text.contains("warcfs") && text.contains("snapshot") && text.contains("deep"), "{}", r.describe());
+    }
+    assert_eq!(run(&["completions", "tcsh"]).code, Some(2), "an unknown shell is a usage error");
+    // What bash offers, with the script loaded as a user's shell would.
+    let complete = |words: &str| -> String {
+        let script = format!(
+            "source <('{BIN}' completions bash) && COMP_WORDS=({words}) && COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)) && _warcfs warcfs \"${{COMP_WORDS[-1]}}\" \"${{COMP_WORDS[-2]}}\" && echo \"${{COMPREPLY[*]}}\""
+        );
+        let out = std::process::Command::new("bash").args(["-c", &script]).stdin(Stdio::null()).output().expect("spawn bash");
+        assert!(out.status.success(), "bash: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let offered = complete("warcfs in");
+    assert_eq!(offered.split(' ').collect::<BTreeSet<_>>(), BTreeSet::from(["init", "index"]), "{offered}");
+    assert!(complete("warcfs fsck --").split(' ').any(|w| w == "--deep"), "{}", complete("warcfs fsck --"));
+    assert_eq!(complete("warcfs index /s --format ''"), "cdxj");
+
+    let page = ok(&["man"]).out();
+    assert!(page.contains(".TH warcfs 1") && page.contains(".SH SYNOPSIS") && page.contains("warcfs\\-import(1)"), "{page}");
+    assert!(page.contains("Exit status:"), "the man page documents the exit statuses:\n{page}");
+    let tmp = TempDir::new().unwrap();
+    let dir = tmp.path().join("man1");
+    ok(&["man", "--dir", &s(&dir)]);
+    let mut want: BTreeSet<String> = SUBCOMMANDS.iter().map(|sub| format!("warcfs-{}.1", sub.join("-"))).collect();
+    want.insert("warcfs.1".into());
+    let got: BTreeSet<String> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(got, want);
+    let fsck = fs::read_to_string(dir.join("warcfs-fsck.1")).unwrap();
+    assert!(fsck.contains("\\-\\-json") && fsck.contains("re\\-hash every chunk"), "{fsck}");
 }

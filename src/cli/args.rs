@@ -16,10 +16,9 @@ Examples:
 
 Exit status:
   0  done (fsck: the store is clean)
-  1  the command ran to its end and found problems in the store (fsck, repair index)
-  2  usage error: an unknown command or option, a bad or missing argument
-  3  any other error: the command could not do its work (a missing path, a store in use
-     or of another format, an I/O error), told in one line on stderr naming the path
+  1  problems found in the store (by fsck, or by repair index)
+  2  usage error: unknown command or option, bad or missing argument
+  3  any other error, told in one line on stderr naming the path
 
 Set RUST_LOG=info for more detail.";
 
@@ -90,7 +89,7 @@ pub enum Cmd {
     /// Creates STORE with the default settings if it is missing. Shows a progress bar on a
     /// terminal and ends with a summary line. The store must not be mounted (copy into the
     /// mount instead).
-    #[command(after_help = "Examples:\n  warcfs import /srv/warc-store crawl-1.warc.gz crawl-2.warc.gz\n  warcfs import /srv/warc-store /data/crawls --to /2024   # lands as /2024/crawls/...")]
+    #[command(after_help = "Examples:\n  warcfs import /srv/warc-store crawl-1.warc.gz crawl-2.warc.gz\n  warcfs import /srv/warc-store /data/crawls --to /2024   # as /2024/crawls/")]
     Import {
         /// The store to copy into (created if missing).
         #[arg(value_hint = ValueHint::DirPath)]
@@ -242,6 +241,25 @@ pub enum Cmd {
     /// Rebuild a part of the store from the packs, which hold everything.
     #[command(subcommand)]
     Repair(Repair),
+    /// Print the shell completion script for warcfs.
+    ///
+    /// Generated from the same definitions as --help; install it where the shell looks.
+    #[command(after_help = "Examples:\n  warcfs completions bash > /etc/bash_completion.d/warcfs\n  warcfs completions zsh > /usr/local/share/zsh/site-functions/_warcfs\n  warcfs completions fish > ~/.config/fish/completions/warcfs.fish")]
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the warcfs(1) man page (roff), or write every command's page to a directory.
+    ///
+    /// Generated from the same definitions as --help.
+    #[command(after_help = "Examples:\n  warcfs man | man -l -\n  warcfs man --dir /usr/local/share/man/man1   # warcfs.1, warcfs-gc.1, ...")]
+    Man {
+        /// Write warcfs.1 and a warcfs-COMMAND.1 for every command into DIR (made if
+        /// missing) instead of printing warcfs.1.
+        #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[cfg(test)]

@@ -3,9 +3,11 @@
 //! concern and a non-zero exit.
 //!
 //! `args` defines the commands; `import`, `read` (cat, ls, stats, index) and `maintain`
-//! (fsck, gc, snapshot, repair) run them, with `progress` on stderr; `run` dispatches.
+//! (fsck, gc, snapshot, repair) run them, with `progress` on stderr; `generate` writes
+//! completions and man pages from the definitions; `run` dispatches.
 
 mod args;
+mod generate;
 mod import;
 mod maintain;
 mod progress;
@@ -67,6 +69,8 @@ pub fn run(cli: Cli) -> Result<i32> {
             Ok(if code == exit::OK { exit::OK } else { exit::ERROR })
         }
         Cmd::Gc { store, json } => maintain::gc(store, json, quiet),
+        Cmd::Completions { shell } => generate::completions(shell),
+        Cmd::Man { dir } => generate::man(dir.as_deref()),
     }
 }
 
