@@ -15,12 +15,20 @@ fn main() {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
     }
-    let cli = warcfs::cli::Cli::parse();
+    use warcfs::cli::{exit, Cli};
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version print to stdout and are no error; a usage error goes to stderr.
+        Err(e) => {
+            let _ = e.print();
+            std::process::exit(if e.use_stderr() { exit::USAGE } else { exit::OK });
+        }
+    };
     match warcfs::cli::run(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("warcfs: {e:#}");
-            std::process::exit(warcfs::cli::exit::ERROR);
+            std::process::exit(exit::ERROR);
         }
     }
 }
