@@ -68,9 +68,15 @@ fn parse_options(opts: &[String]) -> Result<Parsed> {
     Ok(p)
 }
 
-/// Writes log lines to the store's log file, and to stderr in the foreground.
+/// The log file grows to this size, then is renamed `warcfs.log.1` (the older ones move up
+/// to `.4`, the oldest is dropped): a long-running mount's log stays under 80 MiB.
+const LOG_FILE_BYTES: usize = 16 << 20;
+const LOG_FILES_KEPT: usize = 4;
+
+/// Writes log lines to the store's log file (rotated by size: the `file-rotate` crate), and
+/// to stderr in the foreground.
 struct LogSink {
-    file: Mutex<File>,
+    file: Mutex<file_rotate::FileRotate<file_rotate::suffix::AppendCount>>,
     stderr: bool,
 }
 
@@ -90,7 +96,15 @@ impl Write for &LogSink {
 
 fn init_logging(store: &Path, foreground: bool) -> Result<()> {
     let path = store.join("warcfs.log");
-    let file = OpenOptions::new().create(true).append(true).open(&path).with_context(|| format!("{}: cannot open log", path.display()))?;
+    // Opened here first so that a log that cannot be written is an error at mount.
+    OpenOptions::new().create(true).append(true).open(&path).with_context(|| format!("{}: cannot open log", path.display()))?;
+    let file = file_rotate::FileRotate::new(
+        &path,
+        file_rotate::suffix::AppendCount::new(LOG_FILES_KEPT),
+        file_rotate::ContentLimit::BytesSurpassed(LOG_FILE_BYTES),
+        file_rotate::compression::Compression::None,
+        None,
+    );
     let sink: &'static LogSink = Box::leak(Box::new(LogSink { file: Mutex::new(file), stderr: foreground }));
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .target(env_logger::Target::Pipe(Box::new(sink)))
