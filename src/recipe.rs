@@ -270,6 +270,18 @@ impl RecipeBuilder {
     }
 }
 
+/// Reference count changes of one commit, by `references`' rule.
+#[derive(Default)]
+pub struct RefDelta(pub std::collections::HashMap<ChunkKey, i64>);
+
+impl RefDelta {
+    pub fn add(&mut self, keys: impl IntoIterator<Item = ChunkKey>, by: i64) {
+        for k in keys {
+            *self.0.entry(k).or_default() += by;
+        }
+    }
+}
+
 /// Every distinct chunk a set of pieces references (each counts once per file).
 /// The references a recipe holds, the refcount rule of the store: each piece's chunk once
 /// per piece (`piece_keys`, repeats included), and each distinct data chunk of its pieces

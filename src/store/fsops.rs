@@ -3,7 +3,8 @@
 //! content with freshly ingested bytes. Each is one atomic index batch.
 
 use super::ingest::Ingested;
-use super::namespace::{Inode, InodeKind, PutReport, RefDelta, Timestamp, ROOT_INO};
+use super::namespace::{Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
+use crate::recipe::RefDelta;
 use super::{Result, Store, StoreError};
 use crate::LockExt;
 use crate::index::Batch;

@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
-use super::namespace::RefDelta;
 use super::{Compression, Ns, Result, Store, StoreError, Verify, Writer};
 use crate::LockExt;
 use crate::digest::{ChunkKey, Digest};
@@ -22,7 +21,7 @@ use crate::format::gzip::{self, Member, Region};
 use crate::format::warc::{self, SpanKind};
 use crate::index::{Batch, ChunkEntry};
 use crate::pack::{ChunkKind, Codec, OpenPack, BLOB_HEADER_LEN};
-use crate::recipe::{FileStats, MemberParts, Piece, RecipeBuilder};
+use crate::recipe::{FileStats, MemberParts, Piece, RecipeBuilder, RefDelta};
 
 /// Header bytes of one file are cut into blocks of about this size (one chunk each). Small
 /// enough that a reader of one record decodes little besides its header; large enough for

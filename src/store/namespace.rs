@@ -11,7 +11,7 @@ use super::{Ns, Result, Store, StoreError};
 use crate::LockExt;
 use crate::digest::ChunkKey;
 use crate::index::Batch;
-use crate::recipe::{self, FileStats, Piece, RecipeHead};
+use crate::recipe::{self, FileStats, Piece, RecipeHead, RefDelta};
 
 pub const ROOT_INO: u64 = 1;
 
@@ -140,18 +140,6 @@ pub fn components(path: &str) -> Result<Vec<&str>> {
         }
     }
     Ok(out)
-}
-
-/// Reference count changes of one commit.
-#[derive(Default)]
-pub(super) struct RefDelta(pub HashMap<ChunkKey, i64>);
-
-impl RefDelta {
-    pub fn add(&mut self, keys: impl IntoIterator<Item = ChunkKey>, by: i64) {
-        for k in keys {
-            *self.0.entry(k).or_default() += by;
-        }
-    }
 }
 
 impl Store {
