@@ -3,6 +3,9 @@
 //! the process's environment: `WARCFS_FAILPOINTS=read=2,persist_sync=1` makes the first two
 //! passes through `panic_at("read")` panic and the first through `io_error("persist_sync")`
 //! fail. Release builds compile both to nothing.
+//!
+//! Kept by hand (~90 lines): the `fail` crate's actions (panic, return, sleep, print) have no
+//! "SIGKILL this process at the k-th pass", which every crash test needs (`crash_at`).
 
 /// Whether the failpoint `name` fires on this pass (its count is used up one pass at a time).
 #[cfg(debug_assertions)]
