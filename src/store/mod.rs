@@ -13,6 +13,7 @@
 //! old state or the new one, plus pack bytes nothing references, which `gc` reclaims.
 
 mod ahead;
+mod cache;
 mod fsck;
 mod fsops;
 mod ingest;
@@ -47,7 +48,7 @@ pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
 pub use fsck::{FsckReport, MAX_PROBLEMS};
 pub use maintain::{GcReport, ScanLimits, Stats};
 pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
-pub use read::{ReadCache, ReadCounters};
+pub use cache::{ReadCache, ReadCounters};
 pub use records::{RecordHead, StagedFiles};
 pub use repair::{repair_index, RepairReport};
 pub use snapshot::SnapshotReport;

@@ -1,18 +1,18 @@
 //! Read: any byte range of a stored file, rebuilt from its recipe with random access.
 //!
 //! A read finds the recipe piece that holds its offset, then the segments it overlaps. Data
-//! segments copy slices of chunks; member segments are rebuilt whole (header, zlib deflate of
-//! the plain text, trailer). Decoded chunks, recipe pieces and rebuilt members are kept in
-//! LRU caches shared by all readers, so a sequential reader never does the same work twice.
+//! segments copy slices of chunks; member segments are rebuilt whole (header, the replay of
+//! the member's recorded deflate parse over its plain text, trailer) and checked against the
+//! CRC-32 of the original bytes. Decoded chunks, recipe pieces and rebuilt members are kept in
+//! caches shared by all readers (`cache`), so a sequential reader never does the same work
+//! twice.
 
-use std::hash::Hash;
 use std::io::Write;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use lru::LruCache;
-
+use super::cache::{bump, InFlight, ReadCounters};
 use super::{Result, Store, StoreError};
 use crate::LockExt;
 use crate::digest::ChunkKey;
@@ -33,140 +33,6 @@ pub struct Ahead {
     pub segment: u32,
 }
 
-/// An LRU bounded by the bytes it holds rather than by entry count.
-struct SizedLru<K: Hash + Eq, V> {
-    map: LruCache<K, (Arc<V>, usize)>,
-    bytes: usize,
-    budget: usize,
-}
-
-impl<K: Hash + Eq, V> SizedLru<K, V> {
-    fn new(budget: usize) -> Self {
-        SizedLru { map: LruCache::unbounded(), bytes: 0, budget }
-    }
-
-    fn get(&mut self, k: &K) -> Option<Arc<V>> {
-        self.map.get(k).map(|(v, _)| v.clone())
-    }
-
-    fn put(&mut self, k: K, v: Arc<V>, size: usize) {
-        if size > self.budget / 4 {
-            return;
-        }
-        if let Some((_, old)) = self.map.put(k, (v, size)) {
-            self.bytes -= old;
-        }
-        self.bytes += size;
-        while self.bytes > self.budget {
-            match self.map.pop_lru() {
-                Some((_, (_, s))) => self.bytes -= s,
-                None => break,
-            }
-        }
-    }
-
-    fn clear(&mut self) {
-        self.map.clear();
-        self.bytes = 0;
-    }
-}
-
-type MemberKey = (u64, u32, u32);
-
-pub struct ReadCache {
-    chunks: Mutex<SizedLru<ChunkKey, Vec<u8>>>,
-    /// Chunks being read and decoded right now (a read-ahead worker and a FUSE thread often
-    /// want the same one): later askers wait for the first.
-    loading: Mutex<HashSet<ChunkKey>>,
-    loaded: Condvar,
-    members: Mutex<SizedLru<MemberKey, Vec<u8>>>,
-    /// Members being rebuilt right now: a second reader waits for the first instead of
-    /// compressing the same member again.
-    building: Mutex<HashSet<MemberKey>>,
-    built: Condvar,
-    pieces: Mutex<SizedLru<(u64, u32), Piece>>,
-    /// Where chunks live in the packs. A chunk's blob never moves while the store is open
-    /// (only gc, which needs the store to itself, rewrites packs), and a blob stays readable
-    /// under its key even after its last reference goes: a stale entry still reads right.
-    places: Mutex<LruCache<ChunkKey, ChunkEntry>>,
-    counters: Counters,
-}
-
-/// What reads have cost since the store was opened: how often the expensive steps ran.
-#[derive(Default)]
-struct Counters {
-    members_rebuilt: AtomicU64,
-    member_hits: AtomicU64,
-    chunks_read: AtomicU64,
-    pieces_loaded: AtomicU64,
-    /// In nanoseconds (a small member's deflate takes a few microseconds).
-    member_gather_ns: AtomicU64,
-    member_deflate_ns: AtomicU64,
-}
-
-/// A snapshot of the read counters (`warcfs stats` of a mounted store shows them).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ReadCounters {
-    /// gzip members rebuilt (a parse decoded and replayed each).
-    pub members_rebuilt: u64,
-    /// Reads of a member served from the rebuilt-member cache.
-    pub member_hits: u64,
-    /// Chunks read from a pack and decoded.
-    pub chunks_read: u64,
-    /// Recipe pieces read from the index.
-    pub pieces_loaded: u64,
-    /// Microseconds the member rebuilds spent gathering their plain text (chunk locations,
-    /// pack reads, decoding): with the next one, where a lookup in a `.warc.gz` goes.
-    #[serde(default)]
-    pub member_gather_us: u64,
-    /// Microseconds the member rebuilds spent decoding and replaying their parses (the field
-    /// keeps its name from when this was a zlib deflate: `stats --json` readers use it).
-    #[serde(default)]
-    pub member_deflate_us: u64,
-}
-
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
-}
-
-impl ReadCache {
-    pub fn new(chunk_budget: usize, member_budget: usize) -> ReadCache {
-        ReadCache {
-            chunks: Mutex::new(SizedLru::new(chunk_budget)),
-            loading: Mutex::new(HashSet::new()),
-            loaded: Condvar::new(),
-            members: Mutex::new(SizedLru::new(member_budget)),
-            building: Mutex::new(HashSet::new()),
-            built: Condvar::new(),
-            pieces: Mutex::new(SizedLru::new(64 << 20)),
-            places: Mutex::new(LruCache::new(std::num::NonZeroUsize::new(1 << 18).expect("non-zero"))),
-            counters: Counters::default(),
-        }
-    }
-
-    pub fn clear(&self) {
-        self.chunks.locked().clear();
-        self.members.locked().clear();
-        self.pieces.locked().clear();
-        self.places.locked().clear();
-    }
-}
-
-/// Marks one chunk load or member rebuild as finished when dropped, and wakes those waiting
-/// for it; they then find it cached, or do it themselves after a failure.
-struct InFlight<'a, K: Hash + Eq> {
-    set: &'a Mutex<HashSet<K>>,
-    done: &'a Condvar,
-    key: K,
-}
-
-impl<K: Hash + Eq> Drop for InFlight<'_, K> {
-    fn drop(&mut self) {
-        // A poisoned lock only means another thread panicked; the set is still usable.
-        self.set.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.key);
-        self.done.notify_all();
-    }
-}
 
 fn extent_bytes<'a>(chunk: &'a [u8], e: &Extent, key: &ChunkKey) -> Result<&'a [u8]> {
     chunk
