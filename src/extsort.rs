@@ -60,6 +60,9 @@ impl<const N: usize> Item for [u8; N] {
     }
 }
 
+/// Bytes of index lines sorted in memory at once (`warcfs index`, `/.warcfs/index.cdxj`).
+pub const INDEX_RUN_BYTES: usize = 64 << 20;
+
 pub struct Sorter<T: Item> {
     dir: PathBuf,
     run_bytes: usize,

@@ -74,8 +74,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
 }
 
-/// Bytes of index lines sorted in memory at once (`warcfs index`, `/.warcfs/index.cdxj`).
-pub const INDEX_RUN_BYTES: usize = 64 << 20;
+pub use crate::extsort::INDEX_RUN_BYTES;
 
 pub fn human(n: u64) -> String {
     let units = ["B", "KB", "MB", "GB", "TB"];

@@ -28,7 +28,7 @@ impl Inner {
     pub(super) fn build_index_file(&self) -> std::io::Result<(File, u64)> {
         let dir = self.store.root().join("cache");
         fs::create_dir_all(&dir)?;
-        let mut sorter = crate::extsort::LineSorter::new(&dir.join("runs"), crate::cli::INDEX_RUN_BYTES)?;
+        let mut sorter = crate::extsort::LineSorter::new(&dir.join("runs"), crate::extsort::INDEX_RUN_BYTES)?;
         self.store.cdxj_each("/", crate::store::StagedFiles::Skip, &mut |l| sorter.push(l)).map_err(std::io::Error::other)?;
         let path = dir.join("index.cdxj.building");
         let mut w = BufWriter::new(File::create(&path)?);
