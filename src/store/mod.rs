@@ -20,6 +20,7 @@ mod ingest;
 mod journal;
 mod maintain;
 mod namespace;
+mod open;
 mod read;
 mod records;
 mod repair;
@@ -47,6 +48,8 @@ pub use ingest::{Presplit, Source};
 pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
 pub use fsck::{FsckReport, MAX_PROBLEMS};
 pub use maintain::{GcReport, ScanLimits, Stats};
+use open::{creation_leftover, open_index, recover_packs, remove_dead_runs, set_mode, take_lock};
+pub(crate) use open::read_config;
 pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
 pub use cache::{ReadCache, ReadCounters};
 pub use records::{RecordHead, StagedFiles};
@@ -483,133 +486,6 @@ impl Drop for Store {
             }
         }
     }
-}
-
-/// Removes the sort runs (`extsort`) of processes that were killed while sorting: their
-/// names start with `run-PID-`. A live process's runs (a read-only `warcfs index` of a
-/// mounted store) are kept.
-fn remove_dead_runs(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let pid = name.to_str().and_then(|n| n.strip_prefix("run-")).and_then(|n| n.split('-').next()).and_then(|p| p.parse::<u32>().ok());
-        if let Some(pid) = pid {
-            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-                let _ = fs::remove_file(e.path());
-            }
-        }
-    }
-}
-
-/// Seals what is whole of every pack a crash left open (the index may point into them);
-/// returns the largest pack id there is and the ids of the packs it sealed.
-fn recover_packs(root: &Path) -> Result<(u64, Vec<u64>)> {
-    let packs_dir = root.join("packs");
-    let tmp_dir = root.join("packs-tmp");
-    let mut max_id = 0u64;
-    let mut recovered = Vec::new();
-    for entry in fs::read_dir(&packs_dir).map_err(io_at(&packs_dir))? {
-        let entry = entry.map_err(io_at(&packs_dir))?;
-        if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
-            max_id = max_id.max(id);
-        }
-    }
-    for entry in fs::read_dir(&tmp_dir).map_err(io_at(&tmp_dir))? {
-        let entry = entry.map_err(io_at(&tmp_dir))?;
-        let path = entry.path();
-        if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
-            max_id = max_id.max(id);
-            match pack::recover_open_pack(&path, &packs_dir, id).map_err(io_at(&path))? {
-                Some(n) => {
-                    log::info!("recovered open pack {id:016x} with {n} blobs");
-                    recovered.push(id);
-                }
-                None => log::info!("removed empty open pack {id:016x}"),
-            }
-        } else {
-            let _ = fs::remove_file(&path);
-        }
-    }
-    Ok((max_id, recovered))
-}
-
-/// Whether `path`, found in a directory without a config, is what a store creation cut
-/// short leaves: its lock, the config's temporary file, an index, or empty pack and staging
-/// directories. A pack file means data: such a directory is refused, not re-created.
-fn creation_leftover(path: &Path) -> bool {
-    let empty = |p: &Path| fs::read_dir(p).map(|mut d| d.next().is_none()).unwrap_or(false);
-    match path.file_name().and_then(|n| n.to_str()) {
-        Some("lock" | "warcfs.tmp") => true,
-        // Ours only if it holds nothing but RocksDB's files (someone's own `index/` folder
-        // is not ours to delete).
-        Some("index") => fs::read_dir(path).is_ok_and(|d| {
-            d.flatten().all(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
-                matches!(n.as_str(), "CURRENT" | "IDENTITY" | "LOCK" | "LOG")
-                    || ["MANIFEST-", "OPTIONS-", "LOG.old."].iter().any(|p| n.starts_with(p))
-                    || [".log", ".sst", ".dbtmp"].iter().any(|x| n.ends_with(x))
-            })
-        }),
-        Some("packs" | "packs-tmp" | "staging") => empty(path),
-        _ => false,
-    }
-}
-
-/// Opens an existing store's index, refusing one that is missing, unreadable or made for
-/// another format version: never an empty index in its place.
-fn open_index(root: &Path, index_dir: &Path, read_only: bool) -> Result<Index> {
-    if !index_dir.join("CURRENT").exists() {
-        return Err(StoreError::IndexMissing(root.to_path_buf()));
-    }
-    let opened = if read_only { Index::open_read_only(index_dir) } else { Index::open(index_dir) };
-    let index = opened.map_err(|err| StoreError::IndexUnreadable { path: root.to_path_buf(), err })?;
-    // A format-3 index records the version it was made for; one that does not, or names
-    // another, is not this store's.
-    match index.format_version().map_err(|err| StoreError::IndexUnreadable { path: root.to_path_buf(), err })? {
-        Some(v) if v == FORMAT_VERSION as u64 => Ok(index),
-        Some(v) => Err(StoreError::Format { path: root.to_path_buf(), found: format!("an index of {FORMAT_NAME} version {v}") }),
-        None => Err(StoreError::Format { path: root.to_path_buf(), found: "an index that names no format version".into() }),
-    }
-}
-
-pub(crate) fn read_config(path: &Path) -> Result<Config> {
-    let bytes = fs::read(path).map_err(io_at(path))?;
-    let store = path.parent().unwrap_or(path).to_path_buf();
-    let v: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| StoreError::Format { path: store.clone(), found: format!("unreadable {CONFIG_FILE}: {e}") })?;
-    let name = v.get("format").and_then(|f| f.as_str()).unwrap_or("none");
-    let version = v.get("version").and_then(|f| f.as_u64()).unwrap_or(0);
-    if name != FORMAT_NAME || version != FORMAT_VERSION as u64 {
-        return Err(StoreError::Format { path: store, found: format!("{name} version {version}") });
-    }
-    serde_json::from_value(v).map_err(|e| StoreError::Format { path: store, found: format!("bad {CONFIG_FILE}: {e}") })
-}
-
-fn set_mode(path: &Path, mode: u32) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io_at(path))
-}
-
-/// Takes the store's exclusive lock, or names the process that holds it.
-fn take_lock(root: &Path) -> Result<File> {
-    let path = root.join("lock");
-    let mut f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(io_at(&path))?;
-    // SAFETY: flock on a descriptor we own.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            let mut pid = String::new();
-            let _ = f.read_to_string(&mut pid);
-            let pid = pid.trim().to_string();
-            return Err(StoreError::Busy { path: root.to_path_buf(), pid: if pid.is_empty() { "unknown".into() } else { pid } });
-        }
-        return Err(StoreError::Io { path, err });
-    }
-    f.set_len(0).map_err(io_at(&path))?;
-    f.seek(io::SeekFrom::Start(0)).map_err(io_at(&path))?;
-    writeln!(f, "{}", std::process::id()).map_err(io_at(&path))?;
-    Ok(f)
 }
 
 #[cfg(test)]

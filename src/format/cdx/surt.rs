@@ -1,7 +1,9 @@
 //! SURT keys (Sort-friendly URI Reordering Transform), exactly as Python's `surt.surt(url)`
 //! (surt 0.3.1, default options) computes them for cdxj-indexer: URL parsing as `handyurl`,
 //! Google's and the Internet Archive's canonicalisation, session-id stripping, query
-//! reordering. Kept by hand: no crate reproduces surt 0.3.1's quirks byte for byte.
+//! reordering. Kept by hand: no crate reproduces surt 0.3.1's quirks byte for byte. One
+//! file over 600 lines on purpose: it follows surt's and handyurl's Python function by function,
+//! so it can be read beside them.
 
 use super::*;
 

@@ -1,0 +1,89 @@
+//! Unit tests of `stored`: the parse's byte layout round-trips.
+
+use super::*;
+use flate2::{Compress, Compression, FlushCompress};
+
+/// Every dynamic block zlib writes gets the header `trees` derives from its symbols, so
+/// that no zlib member stores its header bits (the store-size budget counts on it).
+#[test]
+fn zlib_headers_are_derived_not_stored() {
+    let mut streams: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for name in ["webrecorder-pywb/example-wget-1-14.warc.gz", "iipc-webarchive-commons/IAH-urls-wget.warc.gz", "webrecorder-pywb/iana.warc.gz"] {
+        let data = std::fs::read(crate::test_support::real_corpus().join(name)).unwrap();
+        let mut plain = Vec::new();
+        for r in crate::format::gzip::split(&data, &mut plain) {
+            let crate::format::gzip::Region::Member(m) = r else { continue };
+            let d0 = m.start as usize + m.header_len;
+            let t = plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize].to_vec();
+            streams.push((data[d0..d0 + m.deflate_len as usize].to_vec(), t));
+        }
+    }
+    let text: Vec<u8> = (0..400_000u32).map(|i| b"<a href=\"/doc/\">x</a>\n"[(i as usize * 7 + (i as usize >> 9)) % 22] ^ (i % 251 == 0) as u8).collect();
+    for level in 1..=9 {
+        let mut out = Vec::with_capacity(text.len());
+        Compress::new(Compression::new(level), false).compress_vec(&text, &mut out, FlushCompress::Finish).unwrap();
+        streams.push((out, text.clone()));
+    }
+    let mut dynamic = 0;
+    for (d, t) in &streams {
+        let p = super::super::record(d, t).unwrap();
+        let mut start = 0usize;
+        for b in &p.blocks {
+            if let BlockKind::Dynamic { header, bits } = &b.kind {
+                let from = p.matches.partition_point(|m| (m.pos as usize) < start);
+                let to = p.matches.partition_point(|m| m.pos < b.end);
+                let (l, dd) = block_freqs(t, &p.matches[from..to], start, b.end as usize).unwrap();
+                assert_eq!(trees::zlib_header(&l, &dd), (header.clone(), *bits));
+                dynamic += 1;
+            }
+            start = b.end as usize;
+        }
+    }
+    assert!(dynamic > 300, "{dynamic}");
+}
+
+/// A damaged (or crafted) parse over repetitive text, every match naming a source far
+/// down its chain: decoding stops at RANK_STEPS links a match, not a window's worth.
+#[test]
+fn a_damaged_parse_cannot_make_a_rebuild_walk_whole_windows() {
+    // Every earlier position is a candidate: a rank of 30,000 is found 30,000 links down
+    // (a walk per match of a window's length: hours for this text without the bound).
+    let text = vec![b'a'; 1 << 20];
+    let n = (text.len() - 40_000) / 4;
+    let mut gaps = Vec::new();
+    put_varint(&mut gaps, 40_000);
+    gaps.extend(std::iter::repeat_n(1u8, n - 1));
+    let mut refs = Vec::new();
+    for _ in 0..n {
+        put_varint(&mut refs, 3 * 30_000 + 1);
+    }
+    let mut prefix = Vec::new();
+    put_varint(&mut prefix, 1);
+    prefix.push(1 | 1 << 1); // last, fixed
+    put_varint(&mut prefix, text.len() as u64);
+    prefix.push(0);
+    put_varint(&mut prefix, text.len() as u64);
+    put_varint(&mut prefix, n as u64);
+    put_varint(&mut prefix, gaps.len() as u64);
+    put_varint(&mut prefix, refs.len() as u64);
+    prefix.extend_from_slice(&gaps);
+    prefix.extend_from_slice(&refs);
+    prefix.extend(std::iter::repeat_n(1u8, n)); // length 3
+    let t = std::time::Instant::now();
+    let r = decode(&prefix, None, &text).map(|p| p.matches.len());
+    assert_eq!(r, Err(ParseError::Damaged("rank beyond the chain")));
+    assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
+    // A count of matches beyond the bytes that hold them is refused before it sizes
+    // anything.
+    let mut bad = Vec::new();
+    put_varint(&mut bad, 1);
+    bad.push(1 | 1 << 1);
+    put_varint(&mut bad, text.len() as u64);
+    bad.push(0);
+    put_varint(&mut bad, text.len() as u64);
+    put_varint(&mut bad, (text.len() / 3) as u64);
+    put_varint(&mut bad, 1);
+    put_varint(&mut bad, 1);
+    bad.extend_from_slice(&[0, 0, 0]);
+    assert_eq!(decode(&bad, None, &text).map(|p| p.matches.len()), Err(ParseError::Damaged("match count")));
+}

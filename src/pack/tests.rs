@@ -1,0 +1,92 @@
+//! Unit tests of `pack`: blobs, footers, torn tails and recovery.
+
+use super::*;
+
+fn key(n: u8) -> ChunkKey {
+    ChunkKey { digest: [n; 32], seq: 0 }
+}
+
+#[test]
+fn append_seal_footer_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tmp, packs) = (dir.path().join("t"), dir.path().join("p"));
+    fs::create_dir_all(&tmp).unwrap();
+    fs::create_dir_all(&packs).unwrap();
+    let mut p = OpenPack::create(&tmp, 7).unwrap();
+    let a = p.append(key(1), ChunkKind::Raw, Codec::None, 5, b"hello").unwrap();
+    let z = zstd::bulk::compress(&[b'x'; 1000], 3).unwrap();
+    let b = p.append(key(2), ChunkKind::PayloadHead, Codec::Zstd, 1000, &z).unwrap();
+    p.sync().unwrap();
+    let path = p.seal(&packs).unwrap();
+    let f = File::open(&path).unwrap();
+    assert_eq!(read_footer(&f, 7).unwrap(), vec![a.clone(), b.clone()]);
+    let (scanned, _) = scan(&f).unwrap();
+    assert_eq!(scanned, vec![a.clone(), b.clone()]);
+    let r = PackReader::new(packs.clone(), tmp.clone());
+    assert_eq!(r.read(7, a.offset, &key(1), 5).unwrap(), b"hello");
+    assert_eq!(r.read(7, b.offset, &key(2), b.stored_len).unwrap(), vec![b'x'; 1000]);
+    assert!(matches!(r.read(7, b.offset, &key(1), b.stored_len), Err(PackError::Corrupt { .. })));
+    // Decoding straight into a caller's buffer: only into one of the chunk's exact length.
+    let mut out = vec![0u8; 1000];
+    r.read_into(7, b.offset, &key(2), b.stored_len, &mut out).unwrap();
+    assert_eq!(out, vec![b'x'; 1000]);
+    let mut five = [0u8; 5];
+    r.read_into(7, a.offset, &key(1), 5, &mut five).unwrap();
+    assert_eq!(&five, b"hello");
+    for len in [999, 1001] {
+        let mut out = vec![0u8; len];
+        assert!(matches!(r.read_into(7, b.offset, &key(2), b.stored_len, &mut out), Err(PackError::Corrupt { .. })), "{len}");
+    }
+    assert!(r.read_into(7, a.offset, &key(1), 5, &mut [0u8; 4]).is_err());
+}
+
+#[test]
+fn decoding_into_a_buffer_checks_the_length() {
+    let z = zstd::bulk::compress(&[7u8; 500], 3).unwrap();
+    let mut exact = [0u8; 500];
+    decode_stored_into(Codec::Zstd as u8, &z, &mut exact).unwrap();
+    assert_eq!(exact, [7u8; 500]);
+    // A frame holding more or less than the buffer, a stored blob of another length, an
+    // unknown codec: errors, never a partly filled buffer taken as whole.
+    assert!(decode_stored_into(Codec::Zstd as u8, &z, &mut [0u8; 499]).is_err());
+    assert!(decode_stored_into(Codec::Zstd as u8, &z, &mut [0u8; 501]).is_err());
+    assert!(decode_stored_into(Codec::None as u8, b"abc", &mut [0u8; 4]).is_err());
+    assert!(decode_stored_into(Codec::None as u8, b"abcd", &mut [0u8; 3]).is_err());
+    assert!(decode_stored_into(99, b"abc", &mut [0u8; 3]).is_err());
+    assert!(decode_stored(Codec::None as u8, b"abc", 4).is_err());
+}
+
+#[test]
+fn torn_tail_is_truncated_on_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tmp, packs) = (dir.path().join("t"), dir.path().join("p"));
+    fs::create_dir_all(&tmp).unwrap();
+    fs::create_dir_all(&packs).unwrap();
+    let mut p = OpenPack::create(&tmp, 1).unwrap();
+    p.append(key(1), ChunkKind::Raw, Codec::None, 3, b"abc").unwrap();
+    p.append(key(2), ChunkKind::Raw, Codec::None, 3, b"def").unwrap();
+    p.sync().unwrap();
+    let path = tmp.join(pack_name(1));
+    drop(p);
+    // Tear the second blob.
+    let f = OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len((BLOB_HEADER_LEN + 3 + BLOB_HEADER_LEN + 1) as u64).unwrap();
+    assert_eq!(recover_open_pack(&path, &packs, 1).unwrap(), Some(1));
+    let sealed = File::open(packs.join(pack_name(1))).unwrap();
+    assert_eq!(read_footer(&sealed, 1).unwrap().len(), 1);
+}
+
+#[test]
+fn flipped_byte_is_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tmp, packs) = (dir.path().join("t"), dir.path().join("p"));
+    fs::create_dir_all(&tmp).unwrap();
+    fs::create_dir_all(&packs).unwrap();
+    let mut p = OpenPack::create(&tmp, 2).unwrap();
+    let a = p.append(key(3), ChunkKind::Raw, Codec::None, 4, b"data").unwrap();
+    let path = p.seal(&packs).unwrap();
+    let f = OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(b"X", BLOB_HEADER_LEN as u64 + 1).unwrap();
+    let r = PackReader::new(packs, tmp);
+    assert!(matches!(r.read(2, a.offset, &key(3), 4), Err(PackError::Corrupt { .. })));
+}
