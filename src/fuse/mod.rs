@@ -164,10 +164,7 @@ fn errno(e: &StoreError) -> Errno {
         StoreError::Exists(_) => Errno::EEXIST,
         StoreError::InvalidPath(_) => Errno::EINVAL,
         StoreError::Io { err: source, .. } => {
-            match quiet::flood_kind(source.raw_os_error()) {
-                Some(kind) => quiet::error(("store", kind), e),
-                None => log::error!("{e}"),
-            }
+            quiet::io_error("store", source.raw_os_error(), e);
             Errno::from_i32(source.raw_os_error().unwrap_or(libc::EIO))
         }
         _ => {
@@ -198,10 +195,7 @@ fn reply_update(reply: ReplyEmpty, r: Result<Result<Inode, Errno>, StoreError>) 
 }
 
 fn io_errno(e: &io::Error) -> Errno {
-    match quiet::flood_kind(e.raw_os_error()) {
-        Some(kind) => quiet::error(("staging", kind), format_args!("staging I/O: {e}")),
-        None => log::error!("staging I/O: {e}"),
-    }
+    quiet::io_error("staging", e.raw_os_error(), format_args!("staging I/O: {e}"));
     Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
 }
 

@@ -24,11 +24,20 @@ fn seen() -> &'static Mutex<Seen> {
 
 /// The kind an I/O error is counted under when it may come in floods, None for the others
 /// (each of which is logged).
-pub fn flood_kind(errno: Option<i32>) -> Option<&'static str> {
+fn flood_kind(errno: Option<i32>) -> Option<&'static str> {
     match errno {
         Some(libc::ENOSPC) => Some("no space left on device"),
         Some(libc::EDQUOT) => Some("disk quota exceeded"),
         _ => None,
+    }
+}
+
+/// Logs `msg`, an error met at `place` with OS error `errno`: each one if it is not of a
+/// flooding kind, else at most one line per `INTERVAL` (`error`).
+pub fn io_error(place: &'static str, errno: Option<i32>, msg: impl std::fmt::Display) {
+    match flood_kind(errno) {
+        Some(kind) => error((place, kind), msg),
+        None => log::error!("{msg}"),
     }
 }
 

@@ -273,10 +273,11 @@ pub(super) fn ingest_loop(inner: Arc<Inner>, rx: Receiver<u64>) {
         if let Err(e) = r {
             let wait = waited.map_or(RETRY_FIRST, |w| (w * 2).min(RETRY_MAX));
             let msg = format!("ingest of inode {ino} failed, it stays staged and is tried again in {} s: {e}", wait.as_secs());
-            match &e {
-                StoreError::Io { err, .. } if quiet::flood_kind(err.raw_os_error()).is_some() => quiet::error(("ingest", quiet::flood_kind(err.raw_os_error()).expect("checked")), msg),
-                _ => log::error!("{msg}"),
-            }
+            let os_error = match &e {
+                StoreError::Io { err, .. } => err.raw_os_error(),
+                _ => None,
+            };
+            quiet::io_error("ingest", os_error, msg);
             retries.retain(|r| r.1 != ino);
             retries.push((Instant::now() + wait, ino, wait));
             inner.store.ingests().failed.fetch_add(1, Ordering::Relaxed);
