@@ -83,6 +83,18 @@ pub enum Cmd {
         /// packs make more files; object stores and rsync prefer the default.
         #[arg(long, value_name = "BYTES", default_value_t = crate::store::PACK_TARGET, value_parser = clap::value_parser!(u64).range(crate::store::MIN_PACK_SIZE..))]
         pack_size: u64,
+        /// Keep the sealed packs in an S3-compatible object store: s3://BUCKET/PREFIX.
+        /// Endpoint, region and credentials come from AWS_ENDPOINT_URL, AWS_REGION,
+        /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. If the bucket already holds a store,
+        /// this directory joins it as one more node (its settings are the bucket's, and the
+        /// index is rebuilt from the bucket); STORE then holds this node's index, staging
+        /// and cache.
+        #[arg(long, value_name = "URL")]
+        backend: Option<String>,
+        /// With --backend: bytes of pack ranges this node caches on its disk (default 1 GiB,
+        /// at least 64 MiB).
+        #[arg(long, value_name = "BYTES", requires = "backend", value_parser = clap::value_parser!(u64).range(crate::pack::remote::MIN_CACHE..))]
+        cache_size: Option<u64>,
     },
     /// Copy files and directories into the store, as `cp -r SRC... DIR` would.
     ///
@@ -226,7 +238,9 @@ pub enum Cmd {
         foreground: bool,
         /// Mount options, comma-separated or repeated: allow_other, allow_root, ro,
         /// min_free=SIZE (free space that written data must leave on the store's disk,
-        /// default 256M, so its metadata always finds room), and the generic fstab ones.
+        /// default 256M, so its metadata always finds room), cache_size=SIZE (on an object
+        /// store: this node's cache of pack ranges, default the store's, 1G), and the generic
+        /// fstab ones.
         #[arg(short = 'o', value_name = "OPTIONS")]
         options: Vec<String>,
     },

@@ -144,6 +144,9 @@ pub fn import(store: &Path, srcs: &[PathBuf], to: &str, quiet: bool) -> Result<i
         Ok(())
     })?;
     s.flush()?;
+    // On an object store the import is done when its packs are there (they are safe in
+    // STORE/packs until then, and the error says so).
+    s.wait_uploaded(UPLOAD_WAIT)?;
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
     println!(
@@ -154,6 +157,10 @@ pub fn import(store: &Path, srcs: &[PathBuf], to: &str, quiet: bool) -> Result<i
     );
     Ok(exit::OK)
 }
+
+/// How long an import waits for its packs to reach the object store (uploads retry with
+/// backoff meanwhile).
+const UPLOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 #[cfg(test)]
 mod tests {

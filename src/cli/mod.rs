@@ -41,11 +41,33 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     let quiet = cli.quiet;
     match cli.cmd {
-        Cmd::Init { store, verify, compression, pack_size } => {
+        Cmd::Init { store, verify, compression, pack_size, backend: None, .. } => {
             let config = Config { verify, compression, pack_size, ..Config::default() };
             Store::init(&store, config)?;
             println!("initialised {} (verify {verify:?}, compression {compression:?})", store.display());
             Ok(exit::OK)
+        }
+        Cmd::Init { store, verify, compression, pack_size, backend: Some(url), cache_size } => {
+            let config = Config { verify, compression, pack_size, cache_size, ..Config::default() };
+            match crate::store::init_remote(&store, &url, config)? {
+                crate::store::Joined::Created(s) => {
+                    println!("initialised {} in {url} (verify {verify:?}, compression {compression:?}), node {:04x}", store.display(), s.config().node.unwrap_or(0));
+                    Ok(exit::OK)
+                }
+                crate::store::Joined::Joined(rep) => {
+                    println!(
+                        "{} joined the store in {url}: index rebuilt from {} packs ({} chunks, {} recipes)",
+                        store.display(),
+                        rep.packs,
+                        rep.chunks,
+                        rep.recipes
+                    );
+                    for p in &rep.problems {
+                        eprintln!("warcfs: {p}");
+                    }
+                    Ok(if rep.problems.is_empty() { exit::OK } else { exit::PROBLEMS })
+                }
+            }
         }
         Cmd::Import { store, src, to } => import::import(&store, &src, &to, quiet),
         Cmd::Cat { store, path } => read::cat(store, path),

@@ -33,6 +33,8 @@ struct Parsed {
     read_only: bool,
     /// `min_free=SIZE`: the free space data must leave on the store's disk.
     min_free: Option<u64>,
+    /// `cache_size=SIZE`: the node's cache of object-store pack ranges.
+    cache_size: Option<u64>,
 }
 
 /// A size: bytes, or with a K, M, G or T suffix (powers of 1024).
@@ -48,7 +50,7 @@ fn parse_size(s: &str) -> Option<u64> {
 }
 
 fn parse_options(opts: &[String]) -> Result<Parsed> {
-    let mut p = Parsed { acl: SessionACL::Owner, read_only: false, min_free: None };
+    let mut p = Parsed { acl: SessionACL::Owner, read_only: false, min_free: None, cache_size: None };
     for o in opts.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
         match o {
             "allow_other" => p.acl = SessionACL::All,
@@ -58,11 +60,15 @@ fn parse_options(opts: &[String]) -> Result<Parsed> {
                 let v = &o["min_free=".len()..];
                 p.min_free = Some(parse_size(v).with_context(|| format!("mount option '{o}': not a size (bytes, or with K, M, G or T)"))?);
             }
+            o if o.starts_with("cache_size=") => {
+                let v = &o["cache_size=".len()..];
+                p.cache_size = Some(parse_size(v).with_context(|| format!("mount option '{o}': not a size (bytes, or with K, M, G or T)"))?);
+            }
             // Generic mount(8)/fstab options that mean nothing more here.
             "rw" | "defaults" | "auto" | "noauto" | "user" | "nouser" | "users" | "_netdev" | "nofail" | "dev" | "nodev" | "suid"
             | "nosuid" | "exec" | "noexec" | "atime" | "noatime" | "relatime" | "default_permissions" => {}
             o if o.starts_with("x-") || o.starts_with("comment=") || o.starts_with("fsname=") || o.starts_with("subtype=") => {}
-            o => bail!("unknown mount option '{o}' (known: allow_other, allow_root, ro, rw, min_free=SIZE and the generic fstab options)"),
+            o => bail!("unknown mount option '{o}' (known: allow_other, allow_root, ro, rw, min_free=SIZE, cache_size=SIZE and the generic fstab options)"),
         }
     }
     Ok(p)
@@ -204,6 +210,9 @@ fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<Fi
         let store = Arc::new(Store::open(store_path, true)?);
         if let Some(bytes) = opts.min_free {
             store.space().set_floor(bytes);
+        }
+        if let Some(bytes) = opts.cache_size {
+            store.set_pack_cache(bytes);
         }
         init_logging(store_path, ready.is_none())?;
         super::control::serve(store.clone()).context("control socket")?;

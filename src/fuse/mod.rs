@@ -361,6 +361,11 @@ impl WarcFs {
         if let Err(e) = self.inner.store.flush() {
             log::error!("sealing the open pack: {e}");
         }
+        // On an object store: the packs go up before the daemon ends (bounded; what is left
+        // waits in STORE/packs for the next process, which uploads it).
+        if let Err(e) = self.inner.store.close_remote(crate::store::CLOSE_UPLOAD_WAIT) {
+            log::error!("{e}");
+        }
     }
 }
 

@@ -14,9 +14,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
-use crate::LockExt;
 use crate::digest::{ChunkKey, Digest};
 
 pub const BLOB_MAGIC: &[u8; 4] = b"WFB1";
@@ -317,14 +315,20 @@ fn encode_footer(blobs: &[BlobInfo]) -> Vec<u8> {
 
 /// Reads the footer of a sealed pack.
 pub fn read_footer(file: &File, pack: u64) -> Result<Vec<BlobInfo>> {
+    let size = file.metadata().map_err(|source| PackError::Io { pack, source })?.len();
+    read_footer_with(size, pack, |buf, off| file.read_exact_at(buf, off))
+}
+
+/// Reads the footer of a sealed pack of `size` bytes through `read_at` (a local file, or a
+/// cache of an object-store pack).
+pub fn read_footer_with(size: u64, pack: u64, read_at: impl Fn(&mut [u8], u64) -> io::Result<()>) -> Result<Vec<BlobInfo>> {
     let io_err = |source| PackError::Io { pack, source };
-    let size = file.metadata().map_err(io_err)?.len();
     let corrupt = |what: &str| PackError::Corrupt { pack, offset: size, what: what.to_string() };
     if size < 8 + FOOTER_TAIL_LEN as u64 {
         return Err(corrupt("too short for a footer"));
     }
     let mut tail = [0u8; 16];
-    file.read_exact_at(&mut tail, size - 16).map_err(io_err)?;
+    read_at(&mut tail, size - 16).map_err(io_err)?;
     if &tail[8..] != END_MAGIC {
         return Err(corrupt("no footer end magic"));
     }
@@ -333,7 +337,7 @@ pub fn read_footer(file: &File, pack: u64) -> Result<Vec<BlobInfo>> {
         return Err(corrupt("bad footer length"));
     }
     let mut f = vec![0u8; flen as usize];
-    file.read_exact_at(&mut f, size - flen).map_err(io_err)?;
+    read_at(&mut f, size - flen).map_err(io_err)?;
     if &f[..4] != FOOTER_MAGIC {
         return Err(corrupt("no footer magic"));
     }
@@ -412,155 +416,6 @@ pub fn recover_open_pack(path: &Path, packs_dir: &Path, id: u64) -> io::Result<O
     Ok(Some(n))
 }
 
-/// Read access to sealed packs (and the open one, through the store), with open file handles
-/// kept so that reads are one `pread` each.
-pub struct PackReader {
-    packs_dir: PathBuf,
-    tmp_dir: PathBuf,
-    /// The most recently used pack files, open: bounded (see `open_pack_limit`), so a store
-    /// of any number of packs works under any descriptor limit. A reader holds its `Arc`
-    /// while it reads, so evicting a handle never closes it under a read.
-    files: Mutex<lru::LruCache<u64, Arc<File>>>,
-}
-
-/// Pack files kept open: 256, or a quarter of the process's descriptor limit if that is
-/// less (FUSE, RocksDB and the staged files need the rest).
-fn open_pack_limit() -> std::num::NonZeroUsize {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit fills the struct we pass.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur as usize } else { 1024 };
-    std::num::NonZeroUsize::new((soft / 4).clamp(4, 256)).expect("at least 4")
-}
-
-impl PackReader {
-    pub fn new(packs_dir: PathBuf, tmp_dir: PathBuf) -> PackReader {
-        PackReader { packs_dir, tmp_dir, files: Mutex::new(lru::LruCache::new(open_pack_limit())) }
-    }
-
-    pub fn path_of(&self, pack: u64) -> PathBuf {
-        self.packs_dir.join(pack_name(pack))
-    }
-
-    fn file(&self, pack: u64) -> Result<Arc<File>> {
-        if let Some(f) = self.files.locked().get(&pack) {
-            return Ok(f.clone());
-        }
-        // A pack that was open when its chunks were committed may still be in packs-tmp/;
-        // one sealed between the two attempts is in packs/ again.
-        let open = |p: &Path| match File::open(p) {
-            Ok(f) => Ok(Some(f)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(PackError::Io { pack, source: e }),
-        };
-        let sealed = self.path_of(pack);
-        let f = match open(&sealed)? {
-            Some(f) => f,
-            None => match open(&self.tmp_dir.join(pack_name(pack)))? {
-                Some(f) => f,
-                None => open(&sealed)?.ok_or(PackError::Missing(pack))?,
-            },
-        };
-        let f = Arc::new(f);
-        self.files.locked().put(pack, f.clone());
-        Ok(f)
-    }
-
-    /// Asks the kernel to start reading these byte ranges of a pack now, so a reader that
-    /// needs them soon finds them cached instead of waiting for one small read at a time.
-    pub fn will_need(&self, pack: u64, ranges: &[(u64, u64)]) {
-        let Ok(f) = self.file(pack) else { return };
-        for &(off, len) in ranges {
-            // SAFETY: advisory call on a descriptor we hold open.
-            unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&*f), off as i64, len as i64, libc::POSIX_FADV_WILLNEED) };
-        }
-    }
-
-    /// Forgets a cached handle (after a pack was sealed, rewritten or deleted).
-    pub fn forget(&self, pack: u64) {
-        self.files.locked().pop(&pack);
-    }
-
-    /// Reads one blob, checks that it is the expected chunk and that its bytes are intact,
-    /// and returns the decoded chunk bytes.
-    pub fn read(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<Vec<u8>> {
-        self.with_blob(pack, offset, key, stored_len, |info, stored| decode_stored(info.codec, stored, info.raw_len))
-    }
-
-    /// Like `read`, decoding into `out`, which must be the chunk's exact length: a reader
-    /// that wants a whole chunk once (a sequential one) gets it with no copy and no cache.
-    pub fn read_into(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, out: &mut [u8]) -> Result<()> {
-        self.with_blob(pack, offset, key, stored_len, |info, stored| {
-            if info.raw_len as usize != out.len() {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("holds {} bytes, not {}", info.raw_len, out.len())));
-            }
-            decode_stored_into(info.codec, stored, out)
-        })
-    }
-
-    /// Reads and checks a blob, then hands its stored bytes to `decode`.
-    fn with_blob<T>(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, decode: impl FnOnce(&BlobInfo, &[u8]) -> io::Result<T>) -> Result<T> {
-        // The stored bytes are only decoded from: read them into one buffer per thread
-        // rather than a fresh, zeroed allocation per chunk.
-        thread_local! {
-            static BLOB: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
-        check_stored_len(pack, offset, stored_len)?;
-        BLOB.with(|cell| {
-            let mut buf = cell.borrow_mut();
-            let len = BLOB_HEADER_LEN + stored_len as usize;
-            if buf.len() < len {
-                buf.resize(len, 0);
-            }
-            let info = self.read_blob(pack, offset, key, stored_len, &mut buf[..len])?;
-            decode(&info, &buf[BLOB_HEADER_LEN..len])
-                .map_err(|e| PackError::Corrupt { pack, offset, what: format!("cannot decode chunk {}: {e}", key.short()) })
-        })
-    }
-
-    /// Like `read`, but returns the blob's stored (possibly compressed) bytes, checked.
-    pub fn read_stored(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<(BlobInfo, Vec<u8>)> {
-        check_stored_len(pack, offset, stored_len)?;
-        let mut blob = vec![0u8; BLOB_HEADER_LEN + stored_len as usize];
-        let info = self.read_blob(pack, offset, key, stored_len, &mut blob)?;
-        blob.drain(..BLOB_HEADER_LEN);
-        Ok((info, blob))
-    }
-
-    /// Reads one blob, header included, into `buf` (exactly its size) and checks that it
-    /// holds `key` intact.
-    fn read_blob(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, buf: &mut [u8]) -> Result<BlobInfo> {
-        let f = self.file(pack)?;
-        f.read_exact_at(buf, offset).map_err(|source| {
-            if source.kind() == io::ErrorKind::UnexpectedEof {
-                PackError::Corrupt { pack, offset, what: "blob runs past the end of the pack".into() }
-            } else {
-                PackError::Io { pack, source }
-            }
-        })?;
-        let corrupt = |what: &str| PackError::Corrupt { pack, offset, what: what.to_string() };
-        let (info, crc) = decode_header(buf, offset).ok_or_else(|| corrupt("bad blob header"))?;
-        if info.key != *key || info.stored_len != stored_len {
-            return Err(corrupt(&format!("blob holds {} instead of {}", info.key.short(), key.short())));
-        }
-        if crc32fast::hash(&buf[BLOB_HEADER_LEN..]) != crc {
-            return Err(corrupt(&format!("checksum mismatch in chunk {}", key.short())));
-        }
-        Ok(info)
-    }
-}
-
-/// No chunk is stored in more than a few MiB (the largest are 4 MiB payload pieces); a
-/// length beyond this bound is a damaged index entry, which must not become a huge
-/// allocation.
-pub const MAX_STORED: u32 = 64 << 20;
-
-fn check_stored_len(pack: u64, offset: u64, stored_len: u32) -> Result<()> {
-    if stored_len > MAX_STORED {
-        return Err(PackError::Corrupt { pack, offset, what: format!("blob length {stored_len} is beyond any chunk's") });
-    }
-    Ok(())
-}
-
 /// Writes bytes to a new file durably (write, fsync, rename, fsync dir).
 pub fn write_file_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
@@ -575,6 +430,12 @@ pub fn write_file_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     }
     Ok(())
 }
+
+mod reader;
+pub mod remote;
+mod upload;
+
+pub use reader::{PackReader, MAX_STORED};
 
 #[cfg(test)]
 mod tests;

@@ -9,7 +9,7 @@
 //! the namespace's paths, built only to name the files of problems found).
 
 use std::collections::HashSet;
-use std::fs::{self, File};
+
 
 use super::maintain::RefGroups;
 use super::namespace::Inode;
@@ -17,7 +17,7 @@ use super::{io_at, Result, Store};
 use crate::LockExt;
 use crate::digest::ChunkKey;
 use crate::extsort::Sorter;
-use crate::pack::{self, ChunkKind};
+use crate::pack::ChunkKind;
 
 /// Problems listed one by one; beyond this many only their number is reported.
 pub const MAX_PROBLEMS: usize = 10_000;
@@ -152,14 +152,9 @@ impl Store {
 
         // Pack footers agree with the index: packs in id order, merged with the places.
         let packs_dir = self.root.join("packs");
-        let mut ids = Vec::new();
-        for entry in fs::read_dir(&packs_dir).map_err(io_at(&packs_dir))? {
-            let entry = entry.map_err(io_at(&packs_dir))?;
-            if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
-                ids.push(id);
-            }
-        }
-        ids.sort_unstable();
+        // Local packs and, on an object store, the bucket's (a listing that fails is an
+        // error: fsck never reports on part of the store as if it were all of it).
+        let ids: Vec<u64> = self.packs.sealed_packs().map_err(io_at(&packs_dir))?.into_iter().map(|p| p.0).collect();
         let mut places = places.finish().map_err(io_at(&runs))?.peekable();
         for id in ids {
             rep.packs_checked += 1;
@@ -170,8 +165,7 @@ impl Store {
                 }
                 places.next();
             }
-            let path = packs_dir.join(pack::pack_name(id));
-            let footer = File::open(&path).map_err(|e| pack::PackError::Io { pack: id, source: e }).and_then(|f| pack::read_footer(&f, id));
+            let footer = self.packs.footer(id);
             // A pack may hold a chunk twice (two ingests stored it before either committed):
             // the index names one copy.
             let listed: std::result::Result<HashSet<(ChunkKey, u64)>, String> = footer.map(|blobs| blobs.iter().map(|b| (b.key, b.offset)).collect()).map_err(|e| e.to_string());

@@ -22,7 +22,7 @@ pub struct Stats {
     pub files: u64,
     pub directories: u64,
     pub logical_bytes: u64,
-    /// Bytes of pack files on disk (sealed and open).
+    /// Bytes of pack files (sealed, here or in the object store, and open).
     pub stored_bytes: u64,
     /// Bytes of the RocksDB index on disk.
     pub index_bytes: u64,
@@ -50,6 +50,8 @@ pub struct Stats {
     /// Files written through a mount whose bytes are staged, not yet ingested.
     pub staged_files: u64,
     pub staged_bytes: u64,
+    /// Sealed packs waiting for their upload to the object store.
+    pub uploads_waiting: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -63,6 +65,9 @@ pub struct GcReport {
 
 /// Packs whose dead share is above this are rewritten by gc.
 const GC_DEAD_SHARE: f64 = 0.10;
+/// How long gc waits for the packs it wrote to reach the object store before it deletes the
+/// ones they replace.
+const GC_UPLOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 fn dir_bytes(path: &std::path::Path) -> u64 {
     walkdir::WalkDir::new(path)
@@ -125,9 +130,11 @@ impl Store {
             Ok(())
         })?;
         s.collisions = self.index.meta_u64("collisions")?;
-        s.stored_bytes = dir_bytes(&self.root.join("packs")) + dir_bytes(&self.root.join("packs-tmp"));
+        let sealed = self.packs.sealed_packs().map_err(io_at(&self.root.join("packs")))?;
+        s.stored_bytes = sealed.iter().map(|p| p.1).sum::<u64>() + dir_bytes(&self.root.join("packs-tmp"));
         s.index_bytes = dir_bytes(&self.root.join("index"));
-        s.packs = fs::read_dir(self.root.join("packs")).map(|d| d.count() as u64).unwrap_or(0);
+        s.packs = sealed.len() as u64;
+        s.uploads_waiting = self.uploads().0;
         s.staged_bytes = dir_bytes(&self.root.join("staging"));
         s.staged_files = fs::read_dir(self.root.join("staging")).map(|d| d.count() as u64).unwrap_or(0);
         Ok(s)
@@ -141,7 +148,8 @@ impl Store {
         self.seal_open(&mut w)?;
         self.seal_journal(&mut self.journal.locked())?;
         let packs_dir = self.root.join("packs");
-        let mut rep = GcReport { bytes_before: dir_bytes(&packs_dir), ..GcReport::default() };
+        let sealed = self.packs.sealed_packs().map_err(io_at(&packs_dir))?;
+        let mut rep = GcReport { bytes_before: sealed.iter().map(|p| p.1).sum(), ..GcReport::default() };
         // A checkpoint of the namespace first: every earlier log record becomes garbage
         // that this pass collects, so the log stays the size of the namespace.
         self.checkpoint(&mut ns)?;
@@ -173,10 +181,8 @@ impl Store {
 
         let mut doomed: Vec<u64> = Vec::new();
         let mut rewrite: HashSet<u64> = HashSet::new();
-        for entry in fs::read_dir(&packs_dir).map_err(io_at(&packs_dir))? {
-            let entry = entry.map_err(io_at(&packs_dir))?;
-            let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) else { continue };
-            let size = entry.metadata().map_err(io_at(&packs_dir))?.len().max(1);
+        for (id, size) in sealed {
+            let size = size.max(1);
             let live_bytes = live.get(&id).copied().unwrap_or(0);
             if live_bytes == 0 {
                 doomed.push(id);
@@ -188,17 +194,20 @@ impl Store {
         self.rewrite_packs(&mut ns, &rewrite)?;
         // Cached chunk places (and, after a dropped key is reused, chunk bytes) are stale now.
         self.cache.clear();
+        // On an object store, the packs that replace them must be in the bucket first: a
+        // rebuild from the bucket must find every live chunk somewhere.
+        if !doomed.is_empty() || !rewrite.is_empty() {
+            self.wait_uploaded(GC_UPLOAD_WAIT)?;
+        }
         for id in doomed.iter().chain(rewrite.iter()) {
-            let path = packs_dir.join(pack::pack_name(*id));
-            self.packs.forget(*id);
-            fs::remove_file(&path).map_err(io_at(&path))?;
+            self.packs.delete(*id)?;
             crate::failpoint::crash_at("gc_pack_removed");
         }
         rep.packs_deleted = doomed.len() as u64;
         rep.packs_rewritten = rewrite.len() as u64;
         // The checkpoint's pack counts too: what gc reports is what the store shrank by.
         self.seal_journal(&mut self.journal.locked())?;
-        rep.bytes_after = dir_bytes(&packs_dir);
+        rep.bytes_after = self.packs.sealed_packs().map_err(io_at(&packs_dir))?.iter().map(|p| p.1).sum();
         Ok(rep)
     }
 
@@ -250,7 +259,9 @@ impl Store {
             let (blob, stored) = self.packs.read_stored(e.pack, e.offset, &k, e.stored_len)?;
             if open.as_ref().is_some_and(|o| o.len() >= self.config.pack_size) {
                 let o = open.take().expect("checked");
+                let id = o.id;
                 o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
+                self.packs.sealed(id);
                 self.gc_write(ns, std::mem::take(&mut b))?;
             }
             if open.is_none() {
@@ -268,7 +279,9 @@ impl Store {
             b.put_chunk(&self.index, &k, &ne);
         }
         if let Some(o) = open.take() {
+            let id = o.id;
             o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
+            self.packs.sealed(id);
         }
         self.gc_write(ns, b)
     }

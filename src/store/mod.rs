@@ -23,6 +23,7 @@ mod namespace;
 mod open;
 mod read;
 mod records;
+mod remote;
 mod repair;
 mod space;
 mod snapshot;
@@ -48,6 +49,9 @@ pub use ingest::{Presplit, Source};
 pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
 pub use fsck::{FsckReport, MAX_PROBLEMS};
 pub use maintain::{GcReport, ScanLimits, Stats};
+use remote::{hostname, remote_packs, remote_packs_read_only};
+pub use remote::CLOSE_UPLOAD_WAIT;
+pub use remote::{init_remote, upload_pending, Joined};
 use open::{creation_leftover, open_index, recover_packs, remove_dead_runs, set_mode, take_lock};
 pub(crate) use open::read_config;
 pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
@@ -63,6 +67,10 @@ pub const FORMAT_NAME: &str = "warcfs-store";
 /// 2: gzip members are rebuilt from their recorded deflate parse (`format::deflate`), with
 /// a CRC-32 of the original bytes; version 1 stored zlib levels. Older stores are refused.
 pub const FORMAT_VERSION: u32 = 3;
+/// 4: version 3 with the sealed packs in an object store (`Config::backend`). A local store
+/// stays version 3, so a warcfs that knows no back end still opens it; one that does not
+/// know version 4 refuses a bucket-backed store instead of taking its empty `packs/` for it.
+pub const REMOTE_FORMAT_VERSION: u32 = 4;
 pub(crate) const CONFIG_FILE: &str = "warcfs.json";
 
 /// Sealed packs grow to about this size by default.
@@ -83,7 +91,7 @@ pub enum StoreError {
     Io { path: PathBuf, err: io::Error },
     #[error("{0}: not a warcfs store (no {CONFIG_FILE}, and the directory is not empty)")]
     NotAStore(PathBuf),
-    #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} version {FORMAT_VERSION} (to move files over, read them with the warcfs that wrote the store and import them into a new one)")]
+    #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} version {FORMAT_VERSION} (and {REMOTE_FORMAT_VERSION}, the same with packs in an object store) (to move files over, read them with the warcfs that wrote the store and import them into a new one)")]
     Format { path: PathBuf, found: String },
     #[error("{path}: store is in use by process {pid}")]
     Busy { path: PathBuf, pid: String },
@@ -107,6 +115,8 @@ pub enum StoreError {
     Log(String),
     #[error("{0}: no such store")]
     NoStore(PathBuf),
+    #[error("{url}: {err}")]
+    Remote { url: String, err: io::Error },
     #[error("{0}: no such file or directory in the store")]
     NotFound(String),
     #[error("{0}: not a directory")]
@@ -179,6 +189,17 @@ pub struct Config {
     /// Sealed data packs grow to about this many bytes (`init --pack-size`).
     #[serde(default = "default_pack_size")]
     pub pack_size: u64,
+    /// Where sealed packs live if not here: `s3://BUCKET/PREFIX` (`init --backend`; format
+    /// version 4). None: in `packs/`, the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    /// This node's cache of pack ranges, in bytes (object-store back end only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_size: Option<u64>,
+    /// This node's number (object-store back end only): the top 16 bits of the ids of the
+    /// packs it writes, so that nodes sharing a bucket never name two packs alike.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u16>,
 }
 
 fn default_pack_size() -> u64 {
@@ -187,7 +208,16 @@ fn default_pack_size() -> u64 {
 
 impl Default for Config {
     fn default() -> Config {
-        Config { format: FORMAT_NAME.into(), version: FORMAT_VERSION, verify: Verify::Bytes, compression: Compression::Zstd, pack_size: PACK_TARGET }
+        Config {
+            format: FORMAT_NAME.into(),
+            version: FORMAT_VERSION,
+            verify: Verify::Bytes,
+            compression: Compression::Zstd,
+            pack_size: PACK_TARGET,
+            backend: None,
+            cache_size: None,
+            node: None,
+        }
     }
 }
 
@@ -328,8 +358,8 @@ impl Store {
             if index_dir.exists() {
                 fs::remove_dir_all(&index_dir).map_err(io_at(&index_dir))?;
             }
-            let index = Index::create(&index_dir, FORMAT_VERSION)?;
             let cfg = opts.config.clone();
+            let index = Index::create(&index_dir, cfg.version)?;
             let json = serde_json::to_vec_pretty(&cfg).expect("config serialises");
             pack::write_file_atomic(&cfg_path, &json).map_err(io_at(&cfg_path))?;
             (cfg, Some(index))
@@ -341,15 +371,35 @@ impl Store {
         }
         let index = match created {
             Some(index) => index,
-            None => open_index(root, &index_dir, false)?,
+            None => open_index(root, &index_dir, false, config.version)?,
         };
         let (max_id, recovered) = recover_packs(root)?;
-        let (packs_dir, tmp_dir) = (root.join("packs"), root.join("packs-tmp"));
+        let (packs, max_id) = match remote_packs(root, &config)? {
+            None => (PackReader::new(root.join("packs"), root.join("packs-tmp")), max_id),
+            Some(r) => {
+                let owner = remote::lock_owner(&config);
+                let what = format!("{} pid {} {}", hostname(), std::process::id(), root.display());
+                crate::pack::remote::take_lock(&r.remote, &owner, &what).map_err(|err| {
+                    // Another node writes: readers (`cat`, `ls`, `stats`) open read-only.
+                    if err.kind() == io::ErrorKind::WouldBlock {
+                        StoreError::Busy { path: r.remote.url().into(), pid: err.to_string() }
+                    } else {
+                        StoreError::Remote { url: r.remote.url().to_string(), err }
+                    }
+                })?;
+                // This node's packs: ids below the next node's range.
+                let node_base = remote::node_base(&config);
+                let remote_max = r.list().map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?.iter().map(|p| p.0).filter(|id| id >> 48 == node_base >> 48).max().unwrap_or(0);
+                let mut packs = PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r);
+                packs.start_uploads(owner).map_err(io_at(root))?;
+                (packs, max_id.max(remote_max).max(node_base))
+            }
+        };
         let store = Store {
             root: root.to_path_buf(),
             config,
             index,
-            packs: PackReader::new(packs_dir, tmp_dir),
+            packs,
             cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
             writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, zstd: None }),
             journal: Mutex::new(journal::Journal { open: None, next_seq: 0, poisoned: false }),
@@ -384,13 +434,17 @@ impl Store {
             return Err(if root.exists() { StoreError::NotAStore(root.to_path_buf()) } else { StoreError::NoStore(root.to_path_buf()) });
         }
         let config = read_config(&cfg_path)?;
-        let index = open_index(root, &root.join("index"), true)?;
+        let index = open_index(root, &root.join("index"), true, config.version)?;
         let lock = File::open(root.join("lock")).map_err(io_at(root))?;
+        let packs = match remote_packs_read_only(root, &config)? {
+            None => PackReader::new(root.join("packs"), root.join("packs-tmp")),
+            Some(r) => PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r),
+        };
         Ok(Store {
             root: root.to_path_buf(),
             config,
             index,
-            packs: PackReader::new(root.join("packs"), root.join("packs-tmp")),
+            packs,
             cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
             writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, zstd: None }),
             journal: Mutex::new(journal::Journal { open: None, next_seq: 0, poisoned: false }),
@@ -446,7 +500,8 @@ impl Store {
         Ok(())
     }
 
-    /// Seals an open pack into `packs/`, or removes it if it holds nothing.
+    /// Seals an open pack into `packs/` (and queues its upload, on an object store), or
+    /// removes it if it holds nothing.
     fn seal_pack(&self, open: OpenPack) -> Result<()> {
         let id = open.id;
         if open.is_empty() {
@@ -456,6 +511,9 @@ impl Store {
         } else {
             let dir = self.root.join("packs");
             open.seal(&dir).map_err(io_at(&dir))?;
+            self.packs.forget(id);
+            self.packs.sealed(id);
+            return Ok(());
         }
         self.packs.forget(id);
         Ok(())
@@ -467,9 +525,7 @@ impl Store {
 
     /// The blobs of sealed pack `id`, from its footer.
     fn pack_blobs(&self, id: u64) -> Result<Vec<pack::BlobInfo>> {
-        let path = self.root.join("packs").join(pack::pack_name(id));
-        let f = File::open(&path).map_err(io_at(&path))?;
-        Ok(pack::read_footer(&f, id)?)
+        Ok(self.packs.footer(id)?)
     }
 }
 
@@ -484,6 +540,13 @@ impl Drop for Store {
             if let Err(e) = self.seal_journal(&mut j) {
                 log::warn!("sealing the journal's open pack: {e}");
             }
+        }
+        if self.packs.remote().is_some() {
+            let left = self.packs.wait_uploaded(remote::CLOSE_UPLOAD_WAIT);
+            if !left.is_empty() {
+                log::warn!("{} sealed packs are not uploaded yet; they stay in {} and go up with the next warcfs that opens this store", left.len(), self.root.join("packs").display());
+            }
+            self.packs.stop_uploads();
         }
     }
 }

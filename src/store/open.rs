@@ -78,7 +78,7 @@ pub(super) fn creation_leftover(path: &Path) -> bool {
 
 /// Opens an existing store's index, refusing one that is missing, unreadable or made for
 /// another format version: never an empty index in its place.
-pub(super) fn open_index(root: &Path, index_dir: &Path, read_only: bool) -> Result<Index> {
+pub(super) fn open_index(root: &Path, index_dir: &Path, read_only: bool, version: u32) -> Result<Index> {
     if !index_dir.join("CURRENT").exists() {
         return Err(StoreError::IndexMissing(root.to_path_buf()));
     }
@@ -87,7 +87,7 @@ pub(super) fn open_index(root: &Path, index_dir: &Path, read_only: bool) -> Resu
     // A format-3 index records the version it was made for; one that does not, or names
     // another, is not this store's.
     match index.format_version().map_err(|err| StoreError::IndexUnreadable { path: root.to_path_buf(), err })? {
-        Some(v) if v == FORMAT_VERSION as u64 => Ok(index),
+        Some(v) if v == version as u64 => Ok(index),
         Some(v) => Err(StoreError::Format { path: root.to_path_buf(), found: format!("an index of {FORMAT_NAME} version {v}") }),
         None => Err(StoreError::Format { path: root.to_path_buf(), found: "an index that names no format version".into() }),
     }
@@ -98,12 +98,17 @@ pub(crate) fn read_config(path: &Path) -> Result<Config> {
     let store = path.parent().unwrap_or(path).to_path_buf();
     let v: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| StoreError::Format { path: store.clone(), found: format!("unreadable {CONFIG_FILE}: {e}") })?;
-    let name = v.get("format").and_then(|f| f.as_str()).unwrap_or("none");
+    let name = v.get("format").and_then(|f| f.as_str()).unwrap_or("none").to_string();
     let version = v.get("version").and_then(|f| f.as_u64()).unwrap_or(0);
-    if name != FORMAT_NAME || version != FORMAT_VERSION as u64 {
+    if name != FORMAT_NAME || (version != FORMAT_VERSION as u64 && version != REMOTE_FORMAT_VERSION as u64) {
         return Err(StoreError::Format { path: store, found: format!("{name} version {version}") });
     }
-    serde_json::from_value(v).map_err(|e| StoreError::Format { path: store, found: format!("bad {CONFIG_FILE}: {e}") })
+    let cfg: Config = serde_json::from_value(v).map_err(|e| StoreError::Format { path: store.clone(), found: format!("bad {CONFIG_FILE}: {e}") })?;
+    // Version 4 is version 3 with a back end: one without the other is not a store we wrote.
+    if cfg.backend.is_some() != (cfg.version == REMOTE_FORMAT_VERSION) {
+        return Err(StoreError::Format { path: store, found: format!("{name} version {version} {} a back end", if cfg.backend.is_some() { "with" } else { "without" }) });
+    }
+    Ok(cfg)
 }
 
 pub(super) fn set_mode(path: &Path, mode: u32) -> Result<()> {

@@ -62,10 +62,11 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
         rep.wrote_default_config = true;
     }
     // A store of this format version (a foreign one is refused, as every command does).
-    read_config(&cfg_path)?;
+    let config = read_config(&cfg_path)?;
     let lock = take_lock(root)?;
-    // Scratch directories a copy of the packs may lack.
-    for d in ["packs-tmp", "staging"] {
+    // Scratch directories a copy of the packs may lack (and a new node of a bucket-backed
+    // store has no packs/ of its own yet).
+    for d in ["packs", "packs-tmp", "staging"] {
         fs::create_dir_all(root.join(d)).map_err(io_at(root))?;
     }
     let index_dir = root.join("index");
@@ -90,8 +91,11 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
         // What an interrupted repair left: start again.
         fs::remove_dir_all(&building).map_err(io_at(&building))?;
     }
-    let idx = Index::create(&building, FORMAT_VERSION)?;
-    let packs = PackReader::new(root.join("packs"), root.join("packs-tmp"));
+    let idx = Index::create(&building, config.version)?;
+    let packs = match super::remote::remote_packs(root, &config)? {
+        Some(r) => PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r),
+        None => PackReader::new(root.join("packs"), root.join("packs-tmp")),
+    };
 
     // 1. Chunks where they lie; the log's records, to apply in order.
     let mut seen: HashSet<ChunkKey> = HashSet::new();
@@ -99,28 +103,20 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
     let mut records: Vec<(u64, Option<CheckpointPart>, u64, u64, ChunkKey, u32)> = Vec::new();
     let mut b = Batch::new();
     let mut in_batch = 0usize;
-    let mut ids: Vec<u64> = Vec::new();
     let packs_dir = root.join("packs");
-    for entry in fs::read_dir(&packs_dir).map_err(io_at(&packs_dir))? {
-        let entry = entry.map_err(io_at(&packs_dir))?;
-        if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
-            ids.push(id);
-        }
-    }
-    ids.sort_unstable();
+    let ids: Vec<u64> = packs.sealed_packs().map_err(io_at(&packs_dir))?.into_iter().map(|p| p.0).collect();
     for &id in &ids {
         rep.packs += 1;
-        let path = packs_dir.join(pack::pack_name(id));
-        let file = fs::File::open(&path).map_err(io_at(&path))?;
         // A damaged footer does not hide the blobs: they describe themselves (up to the
         // first damaged one).
-        let blobs = match pack::read_footer(&file, id) {
+        let blobs = match packs.footer(id) {
             Ok(b) => b,
-            Err(e) => {
-                let (b, _) = pack::scan(&file).map_err(io_at(&path))?;
+            Err(e @ pack::PackError::Corrupt { .. }) => {
+                let b = packs.scan(id)?;
                 rep.problems.push(format!("{e}; read its {} blobs one by one instead", b.len()));
                 b
             }
+            Err(e) => return Err(e.into()),
         };
         for blob in blobs {
             if !seen.insert(blob.key) {
@@ -268,6 +264,7 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
     pack::sync_dir(root).map_err(io_at(root))?;
     drop(lock);
     // Opening it once applies nothing more (the log is all applied) but proves it opens.
-    drop(Store::open(root, false)?);
+    // (Read-only if another node of a bucket-backed store holds the bucket's lock.)
+    drop(Store::open_for_reading(root)?);
     Ok(rep)
 }

@@ -43,6 +43,13 @@ fn link_or_copy(src: &Path, dst: &Path) -> io::Result<bool> {
 impl Store {
     /// Makes `dest` a complete store as of now (see the module documentation).
     pub fn snapshot(&self, dest: &Path) -> Result<SnapshotReport> {
+        if let Some(url) = &self.config.backend {
+            // The bucket is the copy that counts; a node is rebuilt from it (`init --backend`).
+            return Err(StoreError::Remote {
+                url: url.clone(),
+                err: std::io::Error::other("snapshot copies a local store; this store's packs are in the object store: back up the bucket (its packs and warcfs.json) instead, and make a node from it again with `warcfs init STORE --backend URL`"),
+            });
+        }
         if dest.join(CONFIG_FILE).exists() {
             let theirs = read_config(&dest.join(CONFIG_FILE))?;
             if theirs != self.config {

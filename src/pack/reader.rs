@@ -1,0 +1,297 @@
+//! Reading sealed packs: a bounded set of open pack files, so that a read is one `pread`;
+//! and, for a store on an object store, the packs that are not local any more, read through
+//! the node's cache of pack ranges (`remote::RemotePacks`), and the queue of sealed packs
+//! waiting for their upload (`upload::Uploads`).
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use super::remote::RemotePacks;
+use super::upload::Uploads;
+use super::{decode_header, decode_stored, decode_stored_into, pack_name, parse_pack_name, BlobInfo, PackError, Result, BLOB_HEADER_LEN};
+use crate::LockExt;
+use crate::digest::ChunkKey;
+
+/// Read access to sealed packs (and the open one, through the store), with open file handles
+/// kept so that reads are one `pread` each.
+pub struct PackReader {
+    packs_dir: PathBuf,
+    tmp_dir: PathBuf,
+    /// The most recently used pack files, open: bounded (see `open_pack_limit`), so a store
+    /// of any number of packs works under any descriptor limit. A reader holds its `Arc`
+    /// while it reads, so evicting a handle never closes it under a read.
+    files: Arc<Mutex<lru::LruCache<u64, Arc<File>>>>,
+    /// Where sealed packs go once uploaded, on a store with an object store back end.
+    remote: Option<Arc<RemotePacks>>,
+    uploads: Option<Uploads>,
+}
+
+/// Pack files kept open: 256, or a quarter of the process's descriptor limit if that is
+/// less (FUSE, RocksDB and the staged files need the rest).
+fn open_pack_limit() -> std::num::NonZeroUsize {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit fills the struct we pass.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur as usize } else { 1024 };
+    std::num::NonZeroUsize::new((soft / 4).clamp(4, 256)).expect("at least 4")
+}
+
+impl PackReader {
+    pub fn new(packs_dir: PathBuf, tmp_dir: PathBuf) -> PackReader {
+        PackReader { packs_dir, tmp_dir, files: Arc::new(Mutex::new(lru::LruCache::new(open_pack_limit()))), remote: None, uploads: None }
+    }
+
+    /// A reader that also finds packs in an object store.
+    pub fn with_remote(packs_dir: PathBuf, tmp_dir: PathBuf, remote: Arc<RemotePacks>) -> PackReader {
+        PackReader { remote: Some(remote), ..PackReader::new(packs_dir, tmp_dir) }
+    }
+
+    pub fn remote(&self) -> Option<&Arc<RemotePacks>> {
+        self.remote.as_ref()
+    }
+
+    /// Starts uploading sealed packs (those already in `packs/` first), for a process that
+    /// owns the store; `lock` is its lock object in the bucket, refreshed while it runs.
+    pub fn start_uploads(&mut self, lock: String) -> io::Result<()> {
+        let Some(remote) = &self.remote else { return Ok(()) };
+        let mut ids: Vec<u64> = Vec::new();
+        for e in std::fs::read_dir(&self.packs_dir)? {
+            if let Some(id) = e?.file_name().to_str().and_then(parse_pack_name) {
+                ids.push(id);
+            }
+        }
+        ids.sort_unstable();
+        self.uploads = Some(Uploads::start(remote.clone(), self.packs_dir.clone(), self.files.clone(), ids, lock)?);
+        Ok(())
+    }
+
+    /// Hands a pack just sealed into `packs/` to the uploads (none for a local store).
+    pub fn sealed(&self, id: u64) {
+        if let Some(u) = &self.uploads {
+            u.push(id);
+        }
+    }
+
+    /// Waits until every sealed pack is uploaded, for at most `timeout`; returns the ids of
+    /// those still waiting (they stay in `packs/` and go up with the next process).
+    pub fn wait_uploaded(&self, timeout: std::time::Duration) -> Vec<u64> {
+        self.uploads.as_ref().map(|u| u.wait_idle(timeout)).unwrap_or_default()
+    }
+
+    /// Packs waiting for their upload, and the last upload error.
+    pub fn upload_state(&self) -> (u64, Option<String>) {
+        self.uploads.as_ref().map(|u| u.state()).unwrap_or((0, None))
+    }
+
+    /// Stops the uploads (what is left goes up with the next process) and removes the lock.
+    pub fn stop_uploads(&self) {
+        if let Some(u) = &self.uploads {
+            u.stop();
+        }
+    }
+
+    /// Every sealed pack: (id, size). Local ones (`packs/`) and, on an object store, the
+    /// bucket's.
+    pub fn sealed_packs(&self) -> io::Result<Vec<(u64, u64)>> {
+        let mut out: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+        if let Some(r) = &self.remote {
+            out.extend(r.list()?);
+        }
+        for e in std::fs::read_dir(&self.packs_dir)? {
+            let e = e?;
+            if let Some(id) = e.file_name().to_str().and_then(parse_pack_name) {
+                out.insert(id, e.metadata()?.len());
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    /// The blobs of sealed pack `id`, from its footer.
+    pub fn footer(&self, id: u64) -> Result<Vec<BlobInfo>> {
+        match self.local(id)? {
+            Some(f) => super::read_footer(&f, id),
+            None => {
+                let r = self.remote.as_ref().ok_or(PackError::Missing(id))?;
+                let io_err = |source| PackError::Io { pack: id, source };
+                let size = r.size(id).map_err(io_err)?;
+                super::read_footer_with(size, id, |buf, off| r.file_for(id, off, buf.len() as u64)?.read_exact_at(buf, off))
+            }
+        }
+    }
+
+    /// Walks a pack's blobs one by one (see `scan`), for a pack whose footer is damaged.
+    pub fn scan(&self, id: u64) -> Result<Vec<BlobInfo>> {
+        let io_err = |source| PackError::Io { pack: id, source };
+        let f = match self.local(id)? {
+            Some(f) => f,
+            None => {
+                let r = self.remote.as_ref().ok_or(PackError::Missing(id))?;
+                let size = r.size(id).map_err(io_err)?;
+                r.file_for(id, 0, size).map_err(io_err)?
+            }
+        };
+        super::scan(&f).map(|(b, _)| b).map_err(io_err)
+    }
+
+    /// Deletes sealed pack `id` (gc): the local file, and the object in the bucket.
+    pub fn delete(&self, id: u64) -> Result<()> {
+        self.forget(id);
+        let io_err = |source| PackError::Io { pack: id, source };
+        match std::fs::remove_file(self.path_of(id)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound && self.remote.is_some() => {}
+            Err(e) => return Err(io_err(e)),
+        }
+        if let Some(r) = &self.remote {
+            r.delete(id).map_err(io_err)?;
+        }
+        Ok(())
+    }
+
+    pub fn path_of(&self, pack: u64) -> PathBuf {
+        self.packs_dir.join(pack_name(pack))
+    }
+
+    /// A local file holding pack `pack` (open in `packs-tmp/`, or sealed in `packs/`), or
+    /// None if there is none.
+    fn local(&self, pack: u64) -> Result<Option<Arc<File>>> {
+        match self.file(pack) {
+            Ok(f) => Ok(Some(f)),
+            Err(PackError::Missing(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A file holding the bytes `[offset, offset + len)` of pack `pack`: its local file, or
+    /// the node's cache of the object-store pack with those bytes fetched.
+    fn file_for(&self, pack: u64, offset: u64, len: u64) -> Result<Arc<File>> {
+        match (self.local(pack)?, &self.remote) {
+            (Some(f), _) => Ok(f),
+            (None, Some(r)) => r.file_for(pack, offset, len).map_err(|source| PackError::Io { pack, source }),
+            (None, None) => Err(PackError::Missing(pack)),
+        }
+    }
+
+    fn file(&self, pack: u64) -> Result<Arc<File>> {
+        if let Some(f) = self.files.locked().get(&pack) {
+            return Ok(f.clone());
+        }
+        // A pack that was open when its chunks were committed may still be in packs-tmp/;
+        // one sealed between the two attempts is in packs/ again.
+        let open = |p: &Path| match File::open(p) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(PackError::Io { pack, source: e }),
+        };
+        let sealed = self.path_of(pack);
+        let f = match open(&sealed)? {
+            Some(f) => f,
+            None => match open(&self.tmp_dir.join(pack_name(pack)))? {
+                Some(f) => f,
+                None => open(&sealed)?.ok_or(PackError::Missing(pack))?,
+            },
+        };
+        let f = Arc::new(f);
+        self.files.locked().put(pack, f.clone());
+        Ok(f)
+    }
+
+    /// Asks the kernel to start reading these byte ranges of a pack now, so a reader that
+    /// needs them soon finds them cached instead of waiting for one small read at a time.
+    pub fn will_need(&self, pack: u64, ranges: &[(u64, u64)]) {
+        // (Remote packs are fetched by the reads themselves, a block run at a time.)
+        let Ok(Some(f)) = self.local(pack) else { return };
+        for &(off, len) in ranges {
+            // SAFETY: advisory call on a descriptor we hold open.
+            unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&*f), off as i64, len as i64, libc::POSIX_FADV_WILLNEED) };
+        }
+    }
+
+    /// Forgets a cached handle (after a pack was sealed, rewritten or deleted).
+    pub fn forget(&self, pack: u64) {
+        self.files.locked().pop(&pack);
+    }
+
+    /// Reads one blob, checks that it is the expected chunk and that its bytes are intact,
+    /// and returns the decoded chunk bytes.
+    pub fn read(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<Vec<u8>> {
+        self.with_blob(pack, offset, key, stored_len, |info, stored| decode_stored(info.codec, stored, info.raw_len))
+    }
+
+    /// Like `read`, decoding into `out`, which must be the chunk's exact length: a reader
+    /// that wants a whole chunk once (a sequential one) gets it with no copy and no cache.
+    pub fn read_into(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, out: &mut [u8]) -> Result<()> {
+        self.with_blob(pack, offset, key, stored_len, |info, stored| {
+            if info.raw_len as usize != out.len() {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("holds {} bytes, not {}", info.raw_len, out.len())));
+            }
+            decode_stored_into(info.codec, stored, out)
+        })
+    }
+
+    /// Reads and checks a blob, then hands its stored bytes to `decode`.
+    fn with_blob<T>(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, decode: impl FnOnce(&BlobInfo, &[u8]) -> io::Result<T>) -> Result<T> {
+        // The stored bytes are only decoded from: read them into one buffer per thread
+        // rather than a fresh, zeroed allocation per chunk.
+        thread_local! {
+            static BLOB: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        check_stored_len(pack, offset, stored_len)?;
+        BLOB.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            let len = BLOB_HEADER_LEN + stored_len as usize;
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            let info = self.read_blob(pack, offset, key, stored_len, &mut buf[..len])?;
+            decode(&info, &buf[BLOB_HEADER_LEN..len])
+                .map_err(|e| PackError::Corrupt { pack, offset, what: format!("cannot decode chunk {}: {e}", key.short()) })
+        })
+    }
+
+    /// Like `read`, but returns the blob's stored (possibly compressed) bytes, checked.
+    pub fn read_stored(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<(BlobInfo, Vec<u8>)> {
+        check_stored_len(pack, offset, stored_len)?;
+        let mut blob = vec![0u8; BLOB_HEADER_LEN + stored_len as usize];
+        let info = self.read_blob(pack, offset, key, stored_len, &mut blob)?;
+        blob.drain(..BLOB_HEADER_LEN);
+        Ok((info, blob))
+    }
+
+    /// Reads one blob, header included, into `buf` (exactly its size) and checks that it
+    /// holds `key` intact.
+    fn read_blob(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, buf: &mut [u8]) -> Result<BlobInfo> {
+        let f = self.file_for(pack, offset, buf.len() as u64)?;
+        f.read_exact_at(buf, offset).map_err(|source| {
+            if source.kind() == io::ErrorKind::UnexpectedEof {
+                PackError::Corrupt { pack, offset, what: "blob runs past the end of the pack".into() }
+            } else {
+                PackError::Io { pack, source }
+            }
+        })?;
+        let corrupt = |what: &str| PackError::Corrupt { pack, offset, what: what.to_string() };
+        let (info, crc) = decode_header(buf, offset).ok_or_else(|| corrupt("bad blob header"))?;
+        if info.key != *key || info.stored_len != stored_len {
+            return Err(corrupt(&format!("blob holds {} instead of {}", info.key.short(), key.short())));
+        }
+        if crc32fast::hash(&buf[BLOB_HEADER_LEN..]) != crc {
+            return Err(corrupt(&format!("checksum mismatch in chunk {}", key.short())));
+        }
+        Ok(info)
+    }
+}
+
+/// No chunk is stored in more than a few MiB (the largest are 4 MiB payload pieces); a
+/// length beyond this bound is a damaged index entry, which must not become a huge
+/// allocation.
+pub const MAX_STORED: u32 = 64 << 20;
+
+fn check_stored_len(pack: u64, offset: u64, stored_len: u32) -> Result<()> {
+    if stored_len > MAX_STORED {
+        return Err(PackError::Corrupt { pack, offset, what: format!("blob length {stored_len} is beyond any chunk's") });
+    }
+    Ok(())
+}
+

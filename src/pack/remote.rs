@@ -1,0 +1,422 @@
+//! Sealed packs in an S3-compatible object store (`init --backend s3://BUCKET/PREFIX`).
+//!
+//! `Remote` is the client: object_store's S3 client, driven by a small tokio runtime of its
+//! own so that the rest of warcfs stays synchronous. Endpoint, region and credentials come
+//! from the standard AWS environment variables. Every call is retried by the client (with
+//! backoff, for about `RETRY_TIMEOUT`); a call that still fails is an `io::Error` naming the
+//! object, and the caller decides (a read is EIO, an upload is tried again later).
+//!
+//! `RemotePacks` is what a node keeps near it: a bounded cache of pack ranges in
+//! `STORE/cache/packs/` (sparse files, 1 MiB blocks, least recently used evicted by punching
+//! holes), filled by ranged GETs; and the upload queue of sealed packs (`upload`).
+//!
+//! Bucket layout (docs/FORMAT.md, "Object store"): `PREFIX/warcfs.json` (the store's
+//! settings), `PREFIX/packs/<id>.pack` (sealed packs, the same bytes as on a local disk),
+//! `PREFIX/locks/<owner>` (the writer's lock).
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures::TryStreamExt;
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use crate::LockExt;
+
+/// How long the client retries one call before it reports the failure.
+const RETRY_TIMEOUT: Duration = Duration::from_secs(20);
+/// Objects larger than this are uploaded in parts of this size.
+const PART: usize = 16 << 20;
+/// Cache granularity: a cold read fetches the 1 MiB blocks it touches (one GET per run).
+pub const BLOCK: u64 = 1 << 20;
+/// The smallest cache: a read of the largest blob must not evict its own blocks.
+pub const MIN_CACHE: u64 = 64 << 20;
+/// The default cache of pack ranges (`init --cache-size`, `mount -o cache_size=`).
+pub const DEFAULT_CACHE: u64 = 1 << 30;
+
+fn other(what: String) -> io::Error {
+    io::Error::other(what)
+}
+
+/// An S3 bucket (and a prefix in it) holding one store.
+pub struct Remote {
+    s3: Arc<dyn ObjectStore>,
+    prefix: String,
+    url: String,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Remote {
+    /// Connects to `s3://BUCKET[/PREFIX]`: nothing is sent until the first call.
+    pub fn connect(url: &str) -> io::Result<Remote> {
+        let rest = url
+            .strip_prefix("s3://")
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: a back end is s3://BUCKET/PREFIX")))?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: no bucket named")));
+        }
+        let prefix = prefix.trim_matches('/').to_string();
+        let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket).with_retry(object_store::RetryConfig {
+            backoff: object_store::BackoffConfig { init_backoff: Duration::from_millis(100), max_backoff: Duration::from_secs(5), base: 2.0 },
+            max_retries: 10,
+            retry_timeout: RETRY_TIMEOUT,
+        });
+        let endpoint = std::env::var("AWS_ENDPOINT_URL").or_else(|_| std::env::var("AWS_ENDPOINT")).unwrap_or_default();
+        if endpoint.starts_with("http://") {
+            // A test cluster on loopback speaks plain HTTP.
+            b = b.with_allow_http(true);
+        }
+        if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
+            b = b.with_region("us-east-1");
+        }
+        let s3 = b.build().map_err(|e| other(format!("{url}: {e}")))?;
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("warcfs-s3").enable_all().build()?;
+        Ok(Remote { s3: Arc::new(s3), prefix, url: url.to_string(), rt })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn path(&self, name: &str) -> ObjPath {
+        if self.prefix.is_empty() {
+            ObjPath::from(name)
+        } else {
+            ObjPath::from(format!("{}/{name}", self.prefix))
+        }
+    }
+
+    fn err(&self, name: &str, e: object_store::Error) -> io::Error {
+        let kind = if matches!(e, object_store::Error::NotFound { .. }) { io::ErrorKind::NotFound } else { io::ErrorKind::Other };
+        io::Error::new(kind, format!("{}/{name}: {e}", self.url.trim_end_matches('/')))
+    }
+
+    pub fn put(&self, name: &str, bytes: Vec<u8>) -> io::Result<()> {
+        let p = self.path(name);
+        self.rt.block_on(self.s3.put(&p, PutPayload::from(bytes))).map(|_| ()).map_err(|e| self.err(name, e))
+    }
+
+    /// Uploads a file: whole if small, else as a multipart upload that is aborted on failure
+    /// (an object appears only when complete).
+    pub fn put_file(&self, name: &str, path: &Path) -> io::Result<()> {
+        let f = File::open(path)?;
+        let size = f.metadata()?.len();
+        if size <= PART as u64 {
+            return self.put(name, fs::read(path)?);
+        }
+        let p = self.path(name);
+        self.rt.block_on(async {
+            let mut up = self.s3.put_multipart(&p).await.map_err(|e| self.err(name, e))?;
+            let mut off = 0u64;
+            let sent: io::Result<()> = async {
+                while off < size {
+                    let n = (size - off).min(PART as u64) as usize;
+                    let mut buf = vec![0u8; n];
+                    f.read_exact_at(&mut buf, off)?;
+                    up.put_part(PutPayload::from(buf)).await.map_err(|e| self.err(name, e))?;
+                    off += n as u64;
+                }
+                up.complete().await.map_err(|e| self.err(name, e))?;
+                Ok(())
+            }
+            .await;
+            if sent.is_err() {
+                let _ = up.abort().await;
+            }
+            sent
+        })
+    }
+
+    /// The whole object, or None if there is none.
+    pub fn get(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        let p = self.path(name);
+        let r = self.rt.block_on(async { self.s3.get(&p).await?.bytes().await });
+        match r {
+            Ok(b) => Ok(Some(b.to_vec())),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.err(name, e)),
+        }
+    }
+
+    pub fn get_range(&self, name: &str, range: Range<u64>) -> io::Result<Vec<u8>> {
+        let p = self.path(name);
+        let want = range.end - range.start;
+        let b = self.rt.block_on(self.s3.get_range(&p, range)).map_err(|e| self.err(name, e))?;
+        if b.len() as u64 != want {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("{}/{name}: {} bytes where {want} were asked for", self.url, b.len())));
+        }
+        Ok(b.to_vec())
+    }
+
+    /// The size of an object, or None if there is none.
+    pub fn size(&self, name: &str) -> io::Result<Option<u64>> {
+        let p = self.path(name);
+        match self.rt.block_on(self.s3.head(&p)) {
+            Ok(m) => Ok(Some(m.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.err(name, e)),
+        }
+    }
+
+    /// The objects under `dir/`: (name relative to `dir/`, size, last modified).
+    pub fn list(&self, dir: &str) -> io::Result<Vec<(String, u64, SystemTime)>> {
+        let p = self.path(dir);
+        let metas: Vec<object_store::ObjectMeta> =
+            self.rt.block_on(self.s3.list(Some(&p)).try_collect()).map_err(|e| self.err(dir, e))?;
+        let base = format!("{p}/");
+        Ok(metas
+            .into_iter()
+            .filter_map(|m| {
+                let name = m.location.as_ref().strip_prefix(&base)?.to_string();
+                Some((name, m.size, SystemTime::from(m.last_modified)))
+            })
+            .collect())
+    }
+
+    /// Deletes an object; one that is not there is not an error.
+    pub fn delete(&self, name: &str) -> io::Result<()> {
+        let p = self.path(name);
+        match self.rt.block_on(self.s3.delete(&p)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.err(name, e)),
+        }
+    }
+}
+
+/// The object name of pack `id`.
+pub fn pack_object(id: u64) -> String {
+    format!("packs/{}", super::pack_name(id))
+}
+
+/// Ranges of remote packs cached on the local disk.
+pub struct RemotePacks {
+    pub remote: Remote,
+    dir: PathBuf,
+    /// Blocks kept at most.
+    capacity: std::sync::atomic::AtomicUsize,
+    state: Mutex<CacheState>,
+}
+
+struct CacheState {
+    /// Cached blocks, (pack, block number), least recently used first out.
+    blocks: lru::LruCache<(u64, u64), ()>,
+    /// Sizes of remote packs met so far (immutable once sealed).
+    sizes: HashMap<u64, u64>,
+    /// Open cache files.
+    files: lru::LruCache<u64, Arc<File>>,
+}
+
+impl RemotePacks {
+    /// A cache of `capacity` bytes in `dir`, which is emptied: which blocks a sparse file
+    /// holds is known only to the process that filled it.
+    pub fn new(remote: Remote, dir: PathBuf, capacity: u64) -> io::Result<RemotePacks> {
+        if dir.exists() {
+            fs::remove_dir_all(&dir)?;
+        }
+        fs::create_dir_all(&dir)?;
+        let capacity = ((capacity.max(MIN_CACHE) / BLOCK) as usize).into();
+        let files = lru::LruCache::new(std::num::NonZeroUsize::new(64).expect("nonzero"));
+        Ok(RemotePacks { remote, dir, capacity, state: Mutex::new(CacheState { blocks: lru::LruCache::unbounded(), sizes: HashMap::new(), files }) })
+    }
+
+    /// Sets the cache's size (`mount -o cache_size=`); it shrinks as blocks come in.
+    pub fn set_capacity(&self, bytes: u64) {
+        self.capacity.store((bytes.max(MIN_CACHE) / BLOCK) as usize, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The size of remote pack `id`.
+    pub fn size(&self, id: u64) -> io::Result<u64> {
+        if let Some(s) = self.state.locked().sizes.get(&id) {
+            return Ok(*s);
+        }
+        let s = self.remote.size(&pack_object(id))?.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{}/{} is missing", self.remote.url(), pack_object(id))))?;
+        self.state.locked().sizes.insert(id, s);
+        Ok(s)
+    }
+
+    /// Notes the size of a pack known from a listing (saves a HEAD per pack).
+    pub fn know_size(&self, id: u64, size: u64) {
+        self.state.locked().sizes.insert(id, size);
+    }
+
+    fn cache_file(&self, id: u64, size: u64) -> io::Result<Arc<File>> {
+        if let Some(f) = self.state.locked().files.get(&id) {
+            return Ok(f.clone());
+        }
+        let path = self.dir.join(super::pack_name(id));
+        let f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path)?;
+        if f.metadata()?.len() != size {
+            f.set_len(size)?;
+        }
+        let f = Arc::new(f);
+        self.state.locked().files.put(id, f.clone());
+        Ok(f)
+    }
+
+    /// The cache file of pack `id` with the bytes `[offset, offset + len)` in it, fetched
+    /// first if they are not. No lock is held while fetching.
+    pub fn file_for(&self, id: u64, offset: u64, len: u64) -> io::Result<Arc<File>> {
+        let size = self.size(id)?;
+        if offset.saturating_add(len) > size {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("{}: {len} bytes at {offset} run past its {size} bytes", pack_object(id))));
+        }
+        let f = self.cache_file(id, size)?;
+        if len == 0 {
+            return Ok(f);
+        }
+        let (first, last) = (offset / BLOCK, (offset + len - 1) / BLOCK);
+        let missing: Vec<u64> = {
+            let mut st = self.state.locked();
+            (first..=last).filter(|b| st.blocks.get(&(id, *b)).is_none()).collect()
+        };
+        let mut i = 0;
+        while i < missing.len() {
+            let mut j = i;
+            while j + 1 < missing.len() && missing[j + 1] == missing[j] + 1 {
+                j += 1;
+            }
+            let (from, to) = (missing[i] * BLOCK, ((missing[j] + 1) * BLOCK).min(size));
+            let bytes = self.remote.get_range(&pack_object(id), from..to)?;
+            f.write_all_at(&bytes, from)?;
+            self.insert(id, missing[i]..missing[j] + 1, &f);
+            i = j + 1;
+        }
+        Ok(f)
+    }
+
+    /// Counts blocks of pack `id` as cached, evicting the least recently used beyond the
+    /// capacity (their space is given back by punching holes, outside the lock).
+    fn insert(&self, id: u64, blocks: Range<u64>, _file: &Arc<File>) {
+        let mut evicted = Vec::new();
+        {
+            let mut st = self.state.locked();
+            for b in blocks {
+                st.blocks.put((id, b), ());
+            }
+            while st.blocks.len() > self.capacity.load(std::sync::atomic::Ordering::Relaxed) {
+                let Some(((p, b), ())) = st.blocks.pop_lru() else { break };
+                let f = st.files.peek(&p).cloned();
+                evicted.push((f, p, b));
+            }
+        }
+        for (f, p, b) in evicted {
+            let f = match f {
+                Some(f) => f,
+                None => match OpenOptions::new().write(true).open(self.dir.join(super::pack_name(p))) {
+                    Ok(f) => Arc::new(f),
+                    Err(_) => continue,
+                },
+            };
+            // SAFETY: fallocate on a descriptor we hold; a failure only keeps the bytes.
+            unsafe {
+                libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&*f), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, (b * BLOCK) as i64, BLOCK as i64);
+            }
+        }
+    }
+
+    /// Takes a pack just uploaded from `path` into the cache whole: its bytes are the
+    /// object's, and the packs a node wrote last are the ones it reads next.
+    pub fn adopt(&self, id: u64, path: &Path) -> io::Result<()> {
+        let size = fs::metadata(path)?.len();
+        let dest = self.dir.join(super::pack_name(id));
+        {
+            let mut st = self.state.locked();
+            st.files.pop(&id);
+            let stale: Vec<(u64, u64)> = st.blocks.iter().map(|(k, _)| *k).filter(|k| k.0 == id).collect();
+            for k in stale {
+                st.blocks.pop(&k);
+            }
+        }
+        fs::rename(path, &dest)?;
+        let f = Arc::new(OpenOptions::new().read(true).write(true).open(&dest)?);
+        {
+            let mut st = self.state.locked();
+            st.sizes.insert(id, size);
+            st.files.put(id, f.clone());
+        }
+        self.insert(id, 0..size.div_ceil(BLOCK), &f);
+        Ok(())
+    }
+
+    /// Deletes pack `id` from the bucket and from the cache.
+    pub fn delete(&self, id: u64) -> io::Result<()> {
+        self.remote.delete(&pack_object(id))?;
+        {
+            let mut st = self.state.locked();
+            st.files.pop(&id);
+            st.sizes.remove(&id);
+            let stale: Vec<(u64, u64)> = st.blocks.iter().map(|(k, _)| *k).filter(|k| k.0 == id).collect();
+            for k in stale {
+                st.blocks.pop(&k);
+            }
+        }
+        let _ = fs::remove_file(self.dir.join(super::pack_name(id)));
+        Ok(())
+    }
+
+    /// The sealed packs in the bucket: (id, size).
+    pub fn list(&self) -> io::Result<Vec<(u64, u64)>> {
+        let mut out = Vec::new();
+        for (name, size, _) in self.remote.list("packs")? {
+            if let Some(id) = super::parse_pack_name(&name) {
+                self.know_size(id, size);
+                out.push((id, size));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// How often a writer rewrites its lock object, and after how long without that another
+/// process may take the lock over (restic's scheme: Garage does not honour conditional
+/// PUT, so a lock is an object whose age says whether its owner lives).
+pub const LOCK_REFRESH: Duration = Duration::from_secs(60);
+pub const LOCK_STALE: Duration = Duration::from_secs(600);
+
+/// Takes the bucket's writer lock as `owner` (a name unique to this node and process):
+/// writes `locks/<owner>`, then lists the locks; if another that is not stale is there, ours
+/// is removed again and the call fails naming the other. Two processes racing both back off.
+pub fn take_lock(remote: &Remote, owner: &str, what: &str) -> io::Result<()> {
+    let busy = |other: &str, age: Duration| {
+        io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!("{}: the store is in use by {other} (its lock was renewed {} s ago; a lock not renewed for {} s is taken over)", remote.url(), age.as_secs(), LOCK_STALE.as_secs()),
+        )
+    };
+    let others = |remote: &Remote| -> io::Result<Option<(String, Duration)>> {
+        let now = SystemTime::now();
+        for (name, _, modified) in remote.list("locks")? {
+            let age = now.duration_since(modified).unwrap_or_default();
+            if name != owner && age < LOCK_STALE {
+                return Ok(Some((name, age)));
+            }
+        }
+        Ok(None)
+    };
+    if let Some((other, age)) = others(remote)? {
+        return Err(busy(&other, age));
+    }
+    remote.put(&format!("locks/{owner}"), what.as_bytes().to_vec())?;
+    if let Some((other, age)) = others(remote)? {
+        let _ = remote.delete(&format!("locks/{owner}"));
+        return Err(busy(&other, age));
+    }
+    Ok(())
+}
+
+pub fn refresh_lock(remote: &Remote, owner: &str) -> io::Result<()> {
+    let name = format!("locks/{owner}");
+    let body = remote.get(&name)?.unwrap_or_default();
+    remote.put(&name, body)
+}
+
+pub fn unlock(remote: &Remote, owner: &str) -> io::Result<()> {
+    remote.delete(&format!("locks/{owner}"))
+}

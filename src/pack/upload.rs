@@ -1,0 +1,194 @@
+//! Uploads of sealed packs to the object store, on a thread of their own, so that no lock is
+//! held while bytes cross the network.
+//!
+//! A sealed pack stays in `packs/` (synced, so the index may point at it) until its object
+//! is complete in the bucket; only then is it moved into the node's cache, where it may be
+//! evicted. While the object store is down, packs wait in `packs/` and are tried again with
+//! backoff (2 s, doubling to a minute); a process that stops first leaves them to the next
+//! one, which queues every pack it finds in `packs/`. The same thread keeps the process's
+//! lock object in the bucket fresh (`lock`).
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::remote::{pack_object, RemotePacks};
+use super::pack_name;
+use crate::LockExt;
+
+const FIRST_BACKOFF: Duration = Duration::from_secs(2);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+pub struct Uploads {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+    remote: Arc<RemotePacks>,
+    packs_dir: PathBuf,
+    /// The pack reader's open handles: an uploaded pack's handle must go (the file moves
+    /// into the cache, where eviction punches holes in it).
+    files: Arc<Mutex<lru::LruCache<u64, Arc<File>>>>,
+    lock: String,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<u64>,
+    /// The pack being uploaded now.
+    busy: Option<u64>,
+    stop: bool,
+    /// Someone waits for the queue to empty: a failed upload is tried again at once rather
+    /// than after its backoff (the object store may be back).
+    hurry: bool,
+    last_error: Option<String>,
+}
+
+impl Uploads {
+    pub fn start(remote: Arc<RemotePacks>, packs_dir: PathBuf, files: Arc<Mutex<lru::LruCache<u64, Arc<File>>>>, ids: Vec<u64>, lock: String) -> std::io::Result<Uploads> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State { queue: ids.into(), ..State::default() }),
+            changed: Condvar::new(),
+            remote,
+            packs_dir,
+            files,
+            lock,
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new().name("warcfs-upload".into()).spawn(move || work(&s))?;
+        Ok(Uploads { shared, thread: Mutex::new(Some(thread)) })
+    }
+
+    pub fn push(&self, id: u64) {
+        self.shared.state.locked().queue.push_back(id);
+        self.shared.changed.notify_all();
+    }
+
+    /// Packs waiting (or being uploaded), and the last error met.
+    pub fn state(&self) -> (u64, Option<String>) {
+        let st = self.shared.state.locked();
+        (st.queue.len() as u64 + st.busy.is_some() as u64, st.last_error.clone())
+    }
+
+    /// Waits until nothing is waiting, for at most `timeout`; returns what still waits.
+    pub fn wait_idle(&self, timeout: Duration) -> Vec<u64> {
+        let end = Instant::now() + timeout;
+        let mut st = self.shared.state.locked();
+        st.hurry = true;
+        self.shared.changed.notify_all();
+        loop {
+            if st.queue.is_empty() && st.busy.is_none() {
+                st.hurry = false;
+                return Vec::new();
+            }
+            let now = Instant::now();
+            if now >= end {
+                st.hurry = false;
+                return st.busy.iter().chain(st.queue.iter()).copied().collect();
+            }
+            st = self.shared.changed.wait_timeout(st, end - now).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
+    /// Stops the thread after the upload in progress; removes the lock object if nothing
+    /// is left to upload. Later pushes are left for the next process.
+    pub fn stop(&self) {
+        self.shared.state.locked().stop = true;
+        self.shared.changed.notify_all();
+        let t = self.thread.locked().take();
+        if let Some(t) = t {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Uploads {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn work(s: &Shared) {
+    let mut backoff = FIRST_BACKOFF;
+    let mut refreshed = Instant::now();
+    loop {
+        let id = {
+            let mut st = s.state.locked();
+            loop {
+                if st.stop {
+                    // Packs left to upload keep the lock: no other process may write to the
+                    // bucket before they are there (the next process here uploads them).
+                    let done = st.queue.is_empty();
+                    drop(st);
+                    if done {
+                        if let Err(e) = super::remote::unlock(&s.remote.remote, &s.lock) {
+                            log::warn!("removing the lock object {}: {e}", s.lock);
+                        }
+                    }
+                    return;
+                }
+                if let Some(id) = st.queue.pop_front() {
+                    st.busy = Some(id);
+                    break id;
+                }
+                let (g, _) = s.changed.wait_timeout(st, Duration::from_secs(5)).unwrap_or_else(|p| p.into_inner());
+                st = g;
+                if refreshed.elapsed() >= super::remote::LOCK_REFRESH {
+                    break u64::MAX;
+                }
+            }
+        };
+        if refreshed.elapsed() >= super::remote::LOCK_REFRESH {
+            match super::remote::refresh_lock(&s.remote.remote, &s.lock) {
+                Ok(()) => refreshed = Instant::now(),
+                Err(e) => log::warn!("refreshing the lock object {}: {e}", s.lock),
+            }
+        }
+        if id == u64::MAX {
+            continue;
+        }
+        let path = s.packs_dir.join(pack_name(id));
+        let result = if path.exists() {
+            s.remote.remote.put_file(&pack_object(id), &path).and_then(|()| {
+                s.files.locked().pop(&id);
+                s.remote.adopt(id, &path)
+            })
+        } else {
+            // Uploaded (and adopted) before, or deleted by gc since it was queued.
+            Ok(())
+        };
+        let failed = result.is_err();
+        {
+            let mut st = s.state.locked();
+            st.busy = None;
+            match result {
+                Ok(()) => {
+                    st.last_error = None;
+                    backoff = FIRST_BACKOFF;
+                }
+                Err(e) => {
+                    log::warn!("uploading pack {id:016x} to {}: {e}; trying again in {} s", s.remote.remote.url(), backoff.as_secs());
+                    st.last_error = Some(e.to_string());
+                    st.queue.push_front(id);
+                }
+            }
+        }
+        s.changed.notify_all();
+        if failed {
+            // Wait out the backoff, unless told to stop.
+            let end = Instant::now() + backoff;
+            let mut st = s.state.locked();
+            while !st.stop && !st.hurry && Instant::now() < end {
+                let left = end.saturating_duration_since(Instant::now());
+                st = s.changed.wait_timeout(st, left).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! A store whose sealed packs live in an S3-compatible object store (format version 4).
+//!
+//! STORE stays a local directory: the index (a cache of the packs, rebuilt from the bucket
+//! by `repair index`), staging, the open packs, sealed packs waiting for their upload, and a
+//! bounded cache of pack ranges (`pack::remote`). The bucket holds what makes the store:
+//! `warcfs.json` (the shared settings) and the sealed packs, which hold every chunk, recipe
+//! and metadata log record. One process writes to a bucket at a time (a lock object, see
+//! `pack::remote::take_lock`); each node names its packs in a range of its own.
+
+use std::fs;
+use std::hash::{BuildHasher, Hasher};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{io_at, repair::RepairReport, Config, Result, Store, StoreError, FORMAT_NAME, REMOTE_FORMAT_VERSION};
+use crate::pack::remote::{Remote, RemotePacks, DEFAULT_CACHE};
+
+/// How long closing a store waits for its sealed packs to go up.
+pub const CLOSE_UPLOAD_WAIT: Duration = Duration::from_secs(60);
+/// The bucket's settings object.
+const BUCKET_CONFIG: &str = "warcfs.json";
+
+fn remote_err(url: &str) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |err| StoreError::Remote { url: url.to_string(), err }
+}
+
+pub(super) fn hostname() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "unknown".into())
+}
+
+/// The name of this node's lock object.
+pub(super) fn lock_owner(config: &Config) -> String {
+    format!("node-{:04x}", config.node.unwrap_or(0))
+}
+
+/// The first pack id of this node's range.
+pub(super) fn node_base(config: &Config) -> u64 {
+    (config.node.unwrap_or(0) as u64) << 48
+}
+
+fn connect(config: &Config) -> Result<Option<Remote>> {
+    let Some(url) = &config.backend else { return Ok(None) };
+    Remote::connect(url).map(Some).map_err(remote_err(url))
+}
+
+/// The pack cache of a process that owns the store: `cache/packs/`, emptied.
+pub(super) fn remote_packs(root: &Path, config: &Config) -> Result<Option<Arc<RemotePacks>>> {
+    let Some(remote) = connect(config)? else { return Ok(None) };
+    let dir = root.join("cache").join("packs");
+    let cap = config.cache_size.unwrap_or(DEFAULT_CACHE);
+    Ok(Some(Arc::new(RemotePacks::new(remote, dir.clone(), cap).map_err(io_at(&dir))?)))
+}
+
+/// The pack cache of a reader of a store another process owns (`cat` while mounted): a
+/// directory of its own, as the owner's cache is the owner's to fill and evict.
+pub(super) fn remote_packs_read_only(root: &Path, config: &Config) -> Result<Option<Arc<RemotePacks>>> {
+    let Some(remote) = connect(config)? else { return Ok(None) };
+    let cache = root.join("cache");
+    // Those of readers that are gone.
+    if let Ok(entries) = fs::read_dir(&cache) {
+        for e in entries.flatten() {
+            let pid = e.file_name().to_str().and_then(|n| n.strip_prefix("packs-reader-")).and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let dir = cache.join(format!("packs-reader-{}", std::process::id()));
+    Ok(Some(Arc::new(RemotePacks::new(remote, dir.clone(), crate::pack::remote::MIN_CACHE).map_err(io_at(&dir))?)))
+}
+
+/// What `init --backend` did.
+pub enum Joined {
+    /// The bucket held no store: one was created there.
+    Created(Box<Store>),
+    /// The bucket held a store: this node joined it, its index rebuilt from the bucket.
+    Joined(RepairReport),
+}
+
+/// The settings every node shares, as kept in the bucket.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Shared {
+    format: String,
+    version: u32,
+    verify: super::Verify,
+    compression: super::Compression,
+    pack_size: u64,
+}
+
+/// `warcfs init STORE --backend URL`: creates the store in the bucket, or joins the store
+/// already there as one more node (its settings are the bucket's, whatever `config` says).
+pub fn init_remote(root: &Path, url: &str, mut config: Config) -> Result<Joined> {
+    if root.join(super::CONFIG_FILE).exists() {
+        return Err(StoreError::Exists(root.display().to_string()));
+    }
+    let remote = Remote::connect(url).map_err(remote_err(url))?;
+    let existing = remote.get(BUCKET_CONFIG).map_err(remote_err(url))?;
+    config.version = REMOTE_FORMAT_VERSION;
+    config.backend = Some(url.to_string());
+    // A node number no pack in the bucket uses yet (nor 0, the local stores' range).
+    let used: std::collections::HashSet<u16> = remote.list("packs").map_err(remote_err(url))?.iter().filter_map(|(n, _, _)| crate::pack::parse_pack_name(n)).map(|id| (id >> 48) as u16).collect();
+    let mut node = 0u16;
+    while node == 0 || used.contains(&node) {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        node = h.finish() as u16;
+    }
+    config.node = Some(node);
+    match existing {
+        None => {
+            let shared = Shared { format: FORMAT_NAME.into(), version: REMOTE_FORMAT_VERSION, verify: config.verify, compression: config.compression, pack_size: config.pack_size };
+            remote.put(BUCKET_CONFIG, serde_json::to_vec_pretty(&shared).expect("settings serialise")).map_err(remote_err(url))?;
+            drop(remote);
+            Ok(Joined::Created(Box::new(Store::init(root, config)?)))
+        }
+        Some(bytes) => {
+            let shared: Shared = serde_json::from_slice(&bytes).map_err(|e| StoreError::Format { path: root.to_path_buf(), found: format!("{url}/{BUCKET_CONFIG} unreadable: {e}") })?;
+            if shared.format != FORMAT_NAME || shared.version != REMOTE_FORMAT_VERSION {
+                return Err(StoreError::Format { path: root.to_path_buf(), found: format!("{url} holds {} version {}", shared.format, shared.version) });
+            }
+            drop(remote);
+            config.verify = shared.verify;
+            config.compression = shared.compression;
+            config.pack_size = shared.pack_size;
+            fs::create_dir_all(root).map_err(io_at(root))?;
+            super::open::set_mode(root, 0o700)?;
+            let cfg_path = root.join(super::CONFIG_FILE);
+            let json = serde_json::to_vec_pretty(&config).expect("config serialises");
+            crate::pack::write_file_atomic(&cfg_path, &json).map_err(io_at(&cfg_path))?;
+            match super::repair_index(root) {
+                Ok(rep) => Ok(Joined::Joined(rep)),
+                Err(e) => {
+                    // Not a node yet: leave nothing that looks like one.
+                    let _ = fs::remove_file(&cfg_path);
+                    Err(e)
+                }
+            }
+        }
+    }
+}
+
+impl Store {
+    /// Waits until every sealed pack is in the bucket (at most `timeout`); an error names
+    /// how many are not, where they wait, and the last upload error. A local store has
+    /// nothing to wait for.
+    pub fn wait_uploaded(&self, timeout: Duration) -> Result<()> {
+        let left = self.packs.wait_uploaded(timeout);
+        if left.is_empty() {
+            return Ok(());
+        }
+        let (_, err) = self.packs.upload_state();
+        Err(StoreError::Remote {
+            url: self.config.backend.clone().unwrap_or_default(),
+            err: std::io::Error::other(format!(
+                "{} sealed packs are not uploaded yet ({}); they are kept in {} and go up with the next warcfs that opens the store",
+                left.len(),
+                err.unwrap_or_else(|| "still uploading".into()),
+                self.root.join("packs").display()
+            )),
+        })
+    }
+
+    /// Closing a store on an object store: waits (at most `timeout`) for the sealed packs to
+    /// go up, then stops uploading and gives up the bucket's lock if nothing is left (what
+    /// is left keeps it: see `pack::upload`). For a process that does not drop its `Store`
+    /// (the mount's daemon).
+    pub fn close_remote(&self, timeout: Duration) -> Result<()> {
+        if self.packs.remote().is_none() {
+            return Ok(());
+        }
+        let r = self.wait_uploaded(timeout);
+        self.packs.stop_uploads();
+        r
+    }
+
+    /// Sets the size of this node's cache of pack ranges (object-store back end only).
+    pub fn set_pack_cache(&self, bytes: u64) {
+        if let Some(r) = self.packs.remote() {
+            r.set_capacity(bytes);
+        }
+    }
+
+    /// Packs waiting for their upload, and the last upload error (0 on a local store).
+    pub fn uploads(&self) -> (u64, Option<String>) {
+        self.packs.upload_state()
+    }
+}
+
+/// Seals what is open and waits for the uploads (`Store::wait_uploaded`).
+pub fn upload_pending(store: &Store, timeout: Duration) -> Result<()> {
+    store.flush()?;
+    store.wait_uploaded(timeout)
+}

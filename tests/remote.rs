@@ -1,0 +1,221 @@
+//! The object-store back end against a real 3-node Garage cluster on 127.0.0.1
+//! (`scripts/garage-cluster`, installed by `scripts/setup`): stores made in a bucket, nodes
+//! joining them, gc deleting objects, a Garage node killed, the whole object store stopped
+//! under a live mount. Each test starts a cluster of its own and stops it, even on failure.
+
+mod common;
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+const CLUSTER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/garage-cluster");
+
+/// A running Garage cluster, stopped when dropped.
+struct Cluster {
+    dir: PathBuf,
+    env: HashMap<String, String>,
+}
+
+impl Cluster {
+    /// Starts a cluster in `dir` with its ports from `base` on.
+    fn start(dir: &Path, base: u16) -> Cluster {
+        let out = checked(Command::new(CLUSTER).args(["start", &s(dir), &base.to_string()]), "garage-cluster start");
+        let _ = out;
+        let mut c = Cluster { dir: dir.to_path_buf(), env: HashMap::new() };
+        c.read_env();
+        c
+    }
+
+    fn read_env(&mut self) {
+        for line in fs::read_to_string(self.dir.join("env")).unwrap().lines() {
+            let Some(kv) = line.strip_prefix("export ") else { continue };
+            let (k, v) = kv.split_once('=').unwrap();
+            self.env.insert(k.to_string(), v.trim_matches('\'').trim_matches('"').to_string());
+        }
+    }
+
+    fn vars(&self) -> Vec<(&str, &str)> {
+        ["AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"].iter().map(|k| (*k, self.env[*k].as_str())).collect()
+    }
+
+    /// `warcfs ARGS` with the cluster's credentials.
+    fn run(&self, args: &[&str]) -> Run {
+        run_env(args, &self.vars())
+    }
+
+    fn ok(&self, args: &[&str]) -> Run {
+        let r = self.run(args);
+        assert!(r.ok(), "{}", r.describe());
+        r
+    }
+
+    fn cluster(&self, args: &[&str]) {
+        let mut all = vec![args[0].to_string(), s(&self.dir)];
+        all.extend(args[1..].iter().map(|a| a.to_string()));
+        checked(Command::new(CLUSTER).args(&all), "garage-cluster");
+    }
+
+    /// Names of the objects under `prefix/packs/` (through a store's own view: `stats`).
+    fn packs_in_bucket(&self, store: &Path) -> u64 {
+        let st = self.ok(&["stats", &s(store), "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+        num(&v, "packs")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(CLUSTER).args(["stop", &s(&self.dir)]).status();
+    }
+}
+
+fn cat_with(c: &Cluster, store: &Path, path: &str) -> Vec<u8> {
+    c.ok(&["cat", &s(store), path]).stdout
+}
+
+#[test]
+fn a_second_node_joins_the_bucket_and_reads_every_file_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::start(&tmp.path().join("garage"), 45100);
+    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
+    let url = "s3://warcfs/archive";
+    c.ok(&["init", &s(&a), "--backend", url]);
+    let files = crawl_files();
+    let mut args = vec!["import".to_string(), s(&a)];
+    args.extend(files.iter().map(|f| s(f)));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    c.ok(&args);
+    // Everything sealed is in the bucket: nothing waits in A's packs/.
+    assert!(sealed_packs(&a).is_empty(), "packs left to upload: {:?}", sealed_packs(&a));
+    let packs = c.packs_in_bucket(&a);
+    assert!(packs >= 2, "{packs} packs");
+
+    // B joins: its index comes from the bucket alone.
+    let joined = c.ok(&["init", &s(&b), "--backend", url]);
+    assert!(joined.out().contains("joined the store"), "{}", joined.describe());
+    for f in &files {
+        let name = format!("/{}", f.file_name().unwrap().to_str().unwrap());
+        assert!(cat_with(&c, &b, &name) == fs::read(f).unwrap(), "{name} differs when read on node B");
+    }
+    let fsck = c.run(&["fsck", &s(&b)]);
+    assert!(fsck.ok() && fsck.out().contains("clean"), "{}", fsck.describe());
+
+    // A payload A stored is not stored again by B: B imports the same crawl under another name.
+    let again = c.ok(&["import", &s(&b), &s(&files[0]), "--to", "/again"]);
+    let summary = parse_import_summary(&again.out());
+    let size = fs::metadata(&files[0]).unwrap().len();
+    assert!(summary.new_bytes * 20 < size, "B stored {} new bytes of a {size}-byte file A has: {}", summary.new_bytes, again.describe());
+    // And A, opened again, finds what B wrote (one writer at a time; its index rebuilt).
+    fs::remove_dir_all(a.join("index")).unwrap();
+    c.ok(&["repair", "index", &s(&a)]);
+    assert!(cat_with(&c, &a, &format!("/again/{}", files[0].file_name().unwrap().to_str().unwrap())) == fs::read(&files[0]).unwrap());
+}
+
+#[test]
+fn gc_deletes_the_objects_nothing_uses_and_a_rebuilt_node_still_reads_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::start(&tmp.path().join("garage"), 45200);
+    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
+    let url = "s3://warcfs/gc";
+    // Small packs, so that removing a file leaves whole packs dead.
+    c.ok(&["init", &s(&a), "--backend", url, "--pack-size", "1048576"]);
+    let files = crawl_files();
+    c.ok(&["import", &s(&a), &s(&files[0])]);
+    c.ok(&["import", &s(&a), &s(&files[2])]);
+    let before = c.packs_in_bucket(&a);
+    c.ok(&["rm", &s(&a), &format!("/{}", files[0].file_name().unwrap().to_str().unwrap())]);
+    let gc = c.ok(&["gc", &s(&a), "--json"]);
+    let after = c.packs_in_bucket(&a);
+    assert!(after < before, "gc left {after} of {before} packs in the bucket: {}", gc.describe());
+    c.ok(&["init", &s(&b), "--backend", url]);
+    let kept = format!("/{}", files[2].file_name().unwrap().to_str().unwrap());
+    assert!(cat_with(&c, &b, &kept) == fs::read(&files[2]).unwrap());
+    let fsck = c.run(&["fsck", &s(&b)]);
+    assert!(fsck.ok() && fsck.out().contains("clean"), "{}", fsck.describe());
+}
+
+#[test]
+fn a_garage_node_killed_during_an_import_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::start(&tmp.path().join("garage"), 45300);
+    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
+    let url = "s3://warcfs/kill";
+    c.ok(&["init", &s(&a), "--backend", url, "--pack-size", "4194304"]);
+    let files = crawl_files();
+    c.ok(&["import", &s(&a), &s(&files[0])]);
+    // Node 3 dies (kill -9); writes and reads go on with two of three replicas.
+    c.cluster(&["kill-node", "3"]);
+    c.ok(&["import", &s(&a), &s(&files[1])]);
+    c.ok(&["init", &s(&b), "--backend", url]);
+    for f in &files[..2] {
+        let name = format!("/{}", f.file_name().unwrap().to_str().unwrap());
+        assert!(cat_with(&c, &b, &name) == fs::read(f).unwrap(), "{name}");
+    }
+    c.cluster(&["start-node", "3"]);
+}
+
+#[test]
+fn a_store_whose_object_store_is_down_says_so_and_keeps_its_packs_until_it_is_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::start(&tmp.path().join("garage"), 45400);
+    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
+    let url = "s3://warcfs/down";
+    c.ok(&["init", &s(&a), "--backend", url]);
+    let files = crawl_files();
+    // The store is mounted; the object store then goes away entirely.
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let m = run_env(&["mount", &s(&a), &s(&mnt)], &c.vars());
+    assert!(m.ok(), "{}", m.describe());
+    let _mount = MountGuard { mnt: mnt.clone(), store: a.clone() };
+    c.cluster(&["stop"]);
+    for f in &files {
+        fs::copy(f, mnt.join(f.file_name().unwrap())).unwrap();
+    }
+    // Reads go on from what this node has.
+    for f in &files {
+        assert!(fs::read(mnt.join(f.file_name().unwrap())).unwrap() == fs::read(f).unwrap());
+    }
+    // Ingested meanwhile, into packs that wait here for the object store.
+    let t0 = std::time::Instant::now();
+    while fs::read_dir(a.join("staging")).unwrap().next().is_some() {
+        assert!(t0.elapsed().as_secs() < 300, "staged files not ingested");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(!sealed_packs(&a).is_empty() || fs::read_dir(a.join("packs-tmp")).unwrap().next().is_some());
+    // The object store comes back; unmounting waits for the uploads.
+    c.cluster(&["start"]);
+    drop(_mount);
+    assert!(sealed_packs(&a).is_empty(), "packs left to upload: {:?}", sealed_packs(&a));
+    c.ok(&["init", &s(&b), "--backend", url]);
+    for f in &files {
+        let name = format!("/{}", f.file_name().unwrap().to_str().unwrap());
+        assert!(cat_with(&c, &b, &name) == fs::read(f).unwrap(), "{name}");
+    }
+}
+
+/// Unmounts (and waits for the daemon to let the store go) when dropped.
+struct MountGuard {
+    mnt: PathBuf,
+    store: PathBuf,
+}
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        let _ = run(&["umount", &s(&self.mnt)]);
+        let _ = Command::new("fusermount3").args(["-u", &s(&self.mnt)]).status();
+        let t0 = std::time::Instant::now();
+        while fs::File::open(self.store.join("lock")).is_ok_and(|f| {
+            use std::os::fd::AsRawFd;
+            // SAFETY: flock on a descriptor we own.
+            unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
+        }) && t0.elapsed() < std::time::Duration::from_secs(120)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+}
