@@ -67,6 +67,11 @@ impl PackReader {
         Ok(())
     }
 
+    /// Whether this reader uploads (its process owns a bucket-backed store).
+    pub fn uploads(&self) -> bool {
+        self.uploads.is_some()
+    }
+
     /// Hands a pack just sealed into `packs/` to the uploads (none for a local store).
     pub fn sealed(&self, id: u64) {
         if let Some(u) = &self.uploads {
@@ -201,8 +206,17 @@ impl PackReader {
     /// Asks the kernel to start reading these byte ranges of a pack now, so a reader that
     /// needs them soon finds them cached instead of waiting for one small read at a time.
     pub fn will_need(&self, pack: u64, ranges: &[(u64, u64)]) {
-        // (Remote packs are fetched by the reads themselves, a block run at a time.)
-        let Ok(Some(f)) = self.local(pack) else { return };
+        let f = match self.local(pack) {
+            Ok(Some(f)) => f,
+            Ok(None) => {
+                // An object-store pack: fetched into the cache in the background.
+                if let Some(r) = &self.remote {
+                    r.prefetch(pack, ranges);
+                }
+                return;
+            }
+            Err(_) => return,
+        };
         for &(off, len) in ranges {
             // SAFETY: advisory call on a descriptor we hold open.
             unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&*f), off as i64, len as i64, libc::POSIX_FADV_WILLNEED) };

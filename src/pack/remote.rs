@@ -68,6 +68,17 @@ impl Remote {
             max_retries: 10,
             retry_timeout: RETRY_TIMEOUT,
         });
+        if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
+            match profile_credentials() {
+                Some((id, secret)) => b = b.with_access_key_id(id).with_secret_access_key(secret),
+                None => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        format!("{url}: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL, AWS_REGION), or put them in ~/.aws/credentials"),
+                    ))
+                }
+            }
+        }
         let endpoint = std::env::var("AWS_ENDPOINT_URL").or_else(|_| std::env::var("AWS_ENDPOINT")).unwrap_or_default();
         if endpoint.starts_with("http://") {
             // A test cluster on loopback speaks plain HTTP.
@@ -190,6 +201,31 @@ impl Remote {
     }
 }
 
+/// The key pair of profile `$AWS_PROFILE` (or `default`) in the shared credentials file
+/// (`$AWS_SHARED_CREDENTIALS_FILE` or `~/.aws/credentials`), as the AWS tools read it.
+fn profile_credentials() -> Option<(String, String)> {
+    let path = std::env::var_os("AWS_SHARED_CREDENTIALS_FILE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".aws").join("credentials")))?;
+    let text = fs::read_to_string(path).ok()?;
+    let want = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".into());
+    let (mut section, mut id, mut secret) = (String::new(), None, None);
+    for line in text.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name.trim().to_string();
+        } else if section == want {
+            if let Some((k, v)) = line.split_once('=') {
+                match k.trim() {
+                    "aws_access_key_id" => id = Some(v.trim().to_string()),
+                    "aws_secret_access_key" => secret = Some(v.trim().to_string()),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Some((id?, secret?))
+}
+
 /// The object name of pack `id`.
 pub fn pack_object(id: u64) -> String {
     format!("packs/{}", super::pack_name(id))
@@ -202,7 +238,15 @@ pub struct RemotePacks {
     /// Blocks kept at most.
     capacity: std::sync::atomic::AtomicUsize,
     state: Mutex<CacheState>,
+    arrived: std::sync::Condvar,
+    /// Prefetches running at once (each a GET of up to PREFETCH_RUN).
+    prefetching: Arc<tokio::sync::Semaphore>,
 }
+
+/// A prefetch fetches runs of missing blocks of up to this many bytes, PREFETCHES at once,
+/// and never more than a quarter of the cache ahead (so that it does not evict itself).
+const PREFETCH_RUN: u64 = 8 << 20;
+const PREFETCHES: usize = 6;
 
 struct CacheState {
     /// Cached blocks, (pack, block number), least recently used first out.
@@ -211,6 +255,9 @@ struct CacheState {
     sizes: HashMap<u64, u64>,
     /// Open cache files.
     files: lru::LruCache<u64, Arc<File>>,
+    /// Blocks being fetched now (by a prefetch or another reader): a reader that needs one
+    /// waits for it (`arrived`) rather than fetching it again.
+    inflight: std::collections::HashSet<(u64, u64)>,
 }
 
 impl RemotePacks {
@@ -223,7 +270,14 @@ impl RemotePacks {
         fs::create_dir_all(&dir)?;
         let capacity = ((capacity.max(MIN_CACHE) / BLOCK) as usize).into();
         let files = lru::LruCache::new(std::num::NonZeroUsize::new(64).expect("nonzero"));
-        Ok(RemotePacks { remote, dir, capacity, state: Mutex::new(CacheState { blocks: lru::LruCache::unbounded(), sizes: HashMap::new(), files }) })
+        Ok(RemotePacks {
+            remote,
+            dir,
+            capacity,
+            state: Mutex::new(CacheState { blocks: lru::LruCache::unbounded(), sizes: HashMap::new(), files, inflight: Default::default() }),
+            arrived: std::sync::Condvar::new(),
+            prefetching: Arc::new(tokio::sync::Semaphore::new(PREFETCHES)),
+        })
     }
 
     /// Sets the cache's size (`mount -o cache_size=`); it shrinks as blocks come in.
@@ -272,28 +326,126 @@ impl RemotePacks {
             return Ok(f);
         }
         let (first, last) = (offset / BLOCK, (offset + len - 1) / BLOCK);
-        let missing: Vec<u64> = {
+        loop {
+            // Blocks missing and not on their way are this reader's to fetch; those on their
+            // way are waited for, then looked at again (a failed prefetch leaves them missing).
+            let (mine, waiting) = {
+                let mut st = self.state.locked();
+                let mut mine = Vec::new();
+                let mut waiting = false;
+                for b in first..=last {
+                    if st.blocks.get(&(id, b)).is_some() {
+                        continue;
+                    }
+                    if st.inflight.contains(&(id, b)) {
+                        waiting = true;
+                    } else {
+                        st.inflight.insert((id, b));
+                        mine.push(b);
+                    }
+                }
+                (mine, waiting)
+            };
+            let mut i = 0;
+            while i < mine.len() {
+                let mut j = i;
+                while j + 1 < mine.len() && mine[j + 1] == mine[j] + 1 {
+                    j += 1;
+                }
+                let (from, to) = (mine[i] * BLOCK, ((mine[j] + 1) * BLOCK).min(size));
+                let got = self.remote.get_range(&pack_object(id), from..to).and_then(|bytes| f.write_all_at(&bytes, from));
+                let run = mine[i]..mine[j] + 1;
+                if let Err(e) = got {
+                    // Give back what this reader took on, so that others try for themselves.
+                    self.landed(id, mine[i..].iter().copied(), false);
+                    return Err(e);
+                }
+                self.landed(id, run, true);
+                i = j + 1;
+            }
+            if !waiting {
+                return Ok(f);
+            }
             let mut st = self.state.locked();
-            (first..=last).filter(|b| st.blocks.get(&(id, *b)).is_none()).collect()
+            while (first..=last).any(|b| st.inflight.contains(&(id, b))) {
+                st = self.arrived.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+
+    /// Blocks that were in flight have arrived (`ok`) or not: counted as cached, or simply
+    /// no longer in flight; waiting readers are woken.
+    fn landed(&self, id: u64, blocks: impl Iterator<Item = u64> + Clone, ok: bool) {
+        {
+            let mut st = self.state.locked();
+            for b in blocks.clone() {
+                st.inflight.remove(&(id, b));
+            }
+        }
+        if ok {
+            self.insert(id, blocks);
+        }
+        self.arrived.notify_all();
+    }
+
+    /// Starts fetching the blocks of pack `id` that `ranges` ((offset, len) pairs) touch and
+    /// the cache lacks, in the background, a few GETs at once: a reader that is about to read
+    /// them all (`cat`, read-ahead) then finds them here or on their way.
+    pub fn prefetch(self: &Arc<Self>, id: u64, ranges: &[(u64, u64)]) {
+        let Ok(size) = self.size(id) else { return };
+        let Ok(f) = self.cache_file(id, size) else { return };
+        let budget = (self.capacity.load(std::sync::atomic::Ordering::Relaxed) / 4) as u64;
+        let mut wanted: Vec<u64> = ranges
+            .iter()
+            .filter(|(off, len)| *len > 0 && off + len <= size)
+            .flat_map(|(off, len)| off / BLOCK..=(off + len - 1) / BLOCK)
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mine: Vec<u64> = {
+            let mut st = self.state.locked();
+            let mut mine = Vec::new();
+            for b in wanted {
+                if mine.len() as u64 >= budget {
+                    break;
+                }
+                if st.blocks.peek(&(id, b)).is_none() && st.inflight.insert((id, b)) {
+                    mine.push(b);
+                }
+            }
+            mine
         };
         let mut i = 0;
-        while i < missing.len() {
+        while i < mine.len() {
             let mut j = i;
-            while j + 1 < missing.len() && missing[j + 1] == missing[j] + 1 {
+            while j + 1 < mine.len() && mine[j + 1] == mine[j] + 1 && (mine[j + 1] - mine[i] + 1) * BLOCK <= PREFETCH_RUN {
                 j += 1;
             }
-            let (from, to) = (missing[i] * BLOCK, ((missing[j] + 1) * BLOCK).min(size));
-            let bytes = self.remote.get_range(&pack_object(id), from..to)?;
-            f.write_all_at(&bytes, from)?;
-            self.insert(id, missing[i]..missing[j] + 1, &f);
+            let run = mine[i]..mine[j] + 1;
+            let (from, to) = (run.start * BLOCK, (run.end * BLOCK).min(size));
+            let (me, f) = (self.clone(), f.clone());
+            let permits = self.prefetching.clone();
+            let path = self.remote.path(&pack_object(id));
+            let s3 = self.remote.s3.clone();
+            self.remote.rt.spawn(async move {
+                let _permit = permits.acquire_owned().await;
+                let got = match s3.get_range(&path, from..to).await {
+                    Ok(b) if b.len() as u64 == to - from => f.write_all_at(&b, from).is_ok(),
+                    Ok(_) => false,
+                    Err(e) => {
+                        log::debug!("prefetching {path}: {e}");
+                        false
+                    }
+                };
+                me.landed(id, run, got);
+            });
             i = j + 1;
         }
-        Ok(f)
     }
 
     /// Counts blocks of pack `id` as cached, evicting the least recently used beyond the
     /// capacity (their space is given back by punching holes, outside the lock).
-    fn insert(&self, id: u64, blocks: Range<u64>, _file: &Arc<File>) {
+    fn insert(&self, id: u64, blocks: impl Iterator<Item = u64>) {
         let mut evicted = Vec::new();
         {
             let mut st = self.state.locked();
@@ -341,7 +493,7 @@ impl RemotePacks {
             st.sizes.insert(id, size);
             st.files.put(id, f.clone());
         }
-        self.insert(id, 0..size.div_ceil(BLOCK), &f);
+        self.insert(id, 0..size.div_ceil(BLOCK));
         Ok(())
     }
 

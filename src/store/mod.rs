@@ -369,7 +369,8 @@ impl Store {
         for d in ["packs", "packs-tmp", "staging"] {
             fs::create_dir_all(root.join(d)).map_err(io_at(root))?;
         }
-        let index = match created {
+        let created_here = created.is_some();
+        let mut index = match created {
             Some(index) => index,
             None => open_index(root, &index_dir, false, config.version)?,
         };
@@ -387,6 +388,23 @@ impl Store {
                         StoreError::Remote { url: r.remote.url().to_string(), err }
                     }
                 })?;
+                // Another node wrote since this one last did: its index is rebuilt from the
+                // bucket before anything is written (see `remote::SIGNATURE`).
+                if !created_here {
+                    let probe = PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r.clone());
+                    let now = remote::bucket_signature(&probe).map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?;
+                    if now != index.meta_u64_opt(remote::SIGNATURE)? {
+                        log::warn!("{}: the bucket changed since this node last wrote; rebuilding its index from the bucket", root.display());
+                        drop(index);
+                        fs::remove_dir_all(&index_dir).map_err(io_at(&index_dir))?;
+                        let mut rep = RepairReport::default();
+                        repair::build_index(root, &config, &mut rep)?;
+                        for p in &rep.problems {
+                            log::warn!("rebuilding the index from the bucket: {p}");
+                        }
+                        index = open_index(root, &index_dir, false, config.version)?;
+                    }
+                }
                 // This node's packs: ids below the next node's range.
                 let node_base = remote::node_base(&config);
                 let remote_max = r.list().map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?.iter().map(|p| p.0).filter(|id| id >> 48 == node_base >> 48).max().unwrap_or(0);
@@ -541,9 +559,13 @@ impl Drop for Store {
                 log::warn!("sealing the journal's open pack: {e}");
             }
         }
-        if self.packs.remote().is_some() {
+        if self.packs.uploads() {
             let left = self.packs.wait_uploaded(remote::CLOSE_UPLOAD_WAIT);
-            if !left.is_empty() {
+            if left.is_empty() {
+                if let Err(e) = self.note_bucket() {
+                    log::warn!("{e}");
+                }
+            } else {
                 log::warn!("{} sealed packs are not uploaded yet; they stay in {} and go up with the next warcfs that opens this store", left.len(), self.root.join("packs").display());
             }
             self.packs.stop_uploads();

@@ -16,6 +16,27 @@ use std::time::Duration;
 use super::{io_at, repair::RepairReport, Config, Result, Store, StoreError, FORMAT_NAME, REMOTE_FORMAT_VERSION};
 use crate::pack::remote::{Remote, RemotePacks, DEFAULT_CACHE};
 
+/// Index meta key: a digest of the bucket's packs (ids and sizes, with the packs waiting
+/// here) as of this node's last write. If the bucket holds other packs when the node opens
+/// the store to write, another node wrote (or gc'ed) since, and this node's index is
+/// rebuilt from the bucket first: a writer must never work from a stale index (its gc would
+/// take chunks the other node's files use).
+pub(super) const SIGNATURE: &str = "bucket_signature";
+
+/// The digest of the sealed packs `packs` sees (bucket and local); None on a local store.
+pub(super) fn bucket_signature(packs: &crate::pack::PackReader) -> std::io::Result<Option<u64>> {
+    if packs.remote().is_none() {
+        return Ok(None);
+    }
+    let mut bytes = Vec::new();
+    for (id, size) in packs.sealed_packs()? {
+        bytes.extend_from_slice(&id.to_le_bytes());
+        bytes.extend_from_slice(&size.to_le_bytes());
+    }
+    let d = crate::digest::sha256(&bytes);
+    Ok(Some(u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))))
+}
+
 /// How long closing a store waits for its sealed packs to go up.
 pub const CLOSE_UPLOAD_WAIT: Duration = Duration::from_secs(60);
 /// The bucket's settings object.
@@ -166,12 +187,26 @@ impl Store {
     /// is left keeps it: see `pack::upload`). For a process that does not drop its `Store`
     /// (the mount's daemon).
     pub fn close_remote(&self, timeout: Duration) -> Result<()> {
-        if self.packs.remote().is_none() {
+        if !self.packs.uploads() {
             return Ok(());
         }
         let r = self.wait_uploaded(timeout);
+        if r.is_ok() {
+            self.note_bucket()?;
+        }
         self.packs.stop_uploads();
         r
+    }
+
+    /// Notes the bucket's packs as this node knows them now (see `SIGNATURE`). Called when
+    /// the node stops writing, its packs uploaded.
+    pub(super) fn note_bucket(&self) -> Result<()> {
+        if let Some(sig) = bucket_signature(&self.packs).map_err(io_at(&self.root))? {
+            let mut b = crate::index::Batch::new();
+            b.put_meta_u64_unlogged(&self.index, SIGNATURE, sig);
+            self.index.write(b)?;
+        }
+        Ok(())
     }
 
     /// Sets the size of this node's cache of pack ranges (object-store back end only).

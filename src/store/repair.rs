@@ -85,6 +85,21 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
         fs::rename(&index_dir, &kept).map_err(io_at(&kept))?;
         rep.kept_broken_index = Some(kept.display().to_string());
     }
+    build_index(root, &config, &mut rep)?;
+    drop(lock);
+    // Opening it once applies nothing more (the log is all applied) but proves it opens.
+    // (Read-only if another node of a bucket-backed store holds the bucket's lock.)
+    drop(Store::open_for_reading(root)?);
+    Ok(rep)
+}
+
+/// Builds the index of the store at `root` from its packs into `index.rebuilding/` and
+/// renames it to `index/` (which must not exist). The caller holds the store's lock. Also
+/// used when a node of a bucket-backed store finds that the bucket changed since it last
+/// wrote (`Store::open`).
+pub(super) fn build_index(root: &Path, config: &super::Config, rep: &mut RepairReport) -> Result<()> {
+    let index_dir = root.join("index");
+    let cfg_path = root.join(CONFIG_FILE);
     recover_packs(root)?;
     let building = root.join("index.rebuilding");
     if building.exists() {
@@ -258,13 +273,14 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
         }
     }
     idx.write(b)?;
+    if let Some(sig) = super::remote::bucket_signature(&packs).map_err(io_at(root))? {
+        let mut b = Batch::new();
+        b.put_meta_u64_unlogged(&idx, super::remote::SIGNATURE, sig);
+        idx.write(b)?;
+    }
     idx.flush_tables()?;
     drop(idx);
     fs::rename(&building, &index_dir).map_err(io_at(&index_dir))?;
     pack::sync_dir(root).map_err(io_at(root))?;
-    drop(lock);
-    // Opening it once applies nothing more (the log is all applied) but proves it opens.
-    // (Read-only if another node of a bucket-backed store holds the bucket's lock.)
-    drop(Store::open_for_reading(root)?);
-    Ok(rep)
+    Ok(())
 }
