@@ -107,7 +107,7 @@ pub(super) fn build_index(root: &Path, config: &super::Config, rep: &mut RepairR
         fs::remove_dir_all(&building).map_err(io_at(&building))?;
     }
     let idx = Index::create(&building, config.version)?;
-    let packs = match super::remote::remote_packs(root, &config)? {
+    let packs = match super::remote::remote_packs(root, config)? {
         Some(r) => PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r),
         None => PackReader::new(root.join("packs"), root.join("packs-tmp")),
     };
