@@ -229,3 +229,49 @@ impl Drop for MountGuard {
         }
     }
 }
+
+#[test]
+fn a_file_closed_on_the_writing_node_appears_on_a_following_node_within_seconds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::start(&tmp.path().join("garage"), 45500);
+    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
+    let url = "s3://warcfs/follow";
+    c.ok(&["init", &s(&a), "--backend", url]);
+    c.ok(&["init", &s(&b), "--backend", url]);
+    let (ma, mb) = (tmp.path().join("mnt-a"), tmp.path().join("mnt-b"));
+    fs::create_dir_all(&ma).unwrap();
+    fs::create_dir_all(&mb).unwrap();
+    let r = c.run(&["mount", &s(&a), &s(&ma)]);
+    assert!(r.ok(), "{}", r.describe());
+    let _ga = MountGuard { mnt: ma.clone(), store: a.clone() };
+    let r = c.run(&["mount", &s(&b), &s(&mb), "-o", "ro"]);
+    assert!(r.ok(), "{}", r.describe());
+    let _gb = MountGuard { mnt: mb.clone(), store: b.clone() };
+
+    let files = crawl_files();
+    for f in &files[..2] {
+        let name = f.file_name().unwrap();
+        let t0 = std::time::Instant::now();
+        fs::copy(f, ma.join(name)).unwrap();
+        // Closed on A: on B within 10 s (ingest, publish, upload, follow), byte for byte.
+        loop {
+            if mb.join(name).exists() && fs::read(mb.join(name)).unwrap() == fs::read(f).unwrap() {
+                eprintln!("{name:?} ({} bytes) on the following node {:?} after cp began", fs::metadata(f).unwrap().len(), t0.elapsed());
+                break;
+            }
+            assert!(t0.elapsed().as_secs() < 10 + 10 * (fs::metadata(f).unwrap().len() >> 26), "{name:?} not on the following node after {:?}", t0.elapsed());
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    }
+    // The follower writes nothing.
+    let err = fs::write(mb.join("new.warc"), b"WARC/1.0\r\n").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    // A removal on A reaches B too.
+    let gone = files[0].file_name().unwrap();
+    fs::remove_file(ma.join(gone)).unwrap();
+    let t0 = std::time::Instant::now();
+    while mb.join(gone).exists() {
+        assert!(t0.elapsed().as_secs() < 15, "{gone:?} still on the following node");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}

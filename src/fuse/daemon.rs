@@ -197,6 +197,33 @@ pub fn mount(args: MountArgs) -> Result<i32> {
     }
 }
 
+/// On a bucket-backed store, the thread that keeps this node and the bucket in step: a
+/// follower takes in what the writer published, the writer publishes its open packs (see
+/// `store::follow`). It runs until the process ends.
+fn bucket_thread(store: Arc<Store>) -> Result<()> {
+    let (every, what) = if store.is_follower() { (crate::store::FOLLOW_INTERVAL, "following the bucket") } else { (crate::store::PUBLISH_INTERVAL, "publishing to the bucket") };
+    std::thread::Builder::new()
+        .name("warcfs-bucket".into())
+        .spawn(move || {
+            // While the object store is down this fails every round: logged once a minute.
+            let mut logged: Option<std::time::Instant> = None;
+            loop {
+                std::thread::sleep(every);
+                let r = if store.is_follower() { store.follow().map(|_| ()) } else { store.publish() };
+                match r {
+                    Err(e) if logged.is_none_or(|t| t.elapsed().as_secs() >= 60) => {
+                        log::error!("{what}: {e}");
+                        logged = Some(std::time::Instant::now());
+                    }
+                    Err(_) => {}
+                    Ok(()) => logged = None,
+                }
+            }
+        })
+        .context("bucket thread")?;
+    Ok(())
+}
+
 /// Opens the store, mounts it, and serves until unmounted. `ready` hears "ok" once the mount
 /// is live, or the error that prevented it.
 fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<File>) -> Result<i32> {
@@ -207,7 +234,11 @@ fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<Fi
     }
     signals.thread_block().context("blocking signals")?;
     let result = (|| -> Result<Session<Guarded>> {
-        let store = Arc::new(Store::open(store_path, true)?);
+        // Read-only on a bucket-backed store: a follower of the node that writes there.
+        let store = Arc::new(if opts.read_only { Store::open_follower(store_path)? } else { Store::open(store_path, true)? });
+        if store.config().backend.is_some() {
+            bucket_thread(store.clone())?;
+        }
         if let Some(bytes) = opts.min_free {
             store.space().set_floor(bytes);
         }

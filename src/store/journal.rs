@@ -77,6 +77,7 @@ impl Store {
     /// caller holds the namespace lock (`ns`) and has made every chunk `b` references
     /// durable.
     pub(super) fn write_batch(&self, _ns: &mut Ns, mut b: Batch) -> Result<()> {
+        super::follow::refuse_on_follower(self)?;
         if b.log().iter().all(|op| op.cf() == CF_CHUNK) {
             // Chunk entries alone (gc moving or dropping chunks) follow from the packs and
             // the recipes: nothing to log. A crash before the index write leaves the old

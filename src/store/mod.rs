@@ -14,6 +14,7 @@
 
 mod ahead;
 mod cache;
+mod follow;
 mod fsck;
 mod fsops;
 mod ingest;
@@ -48,6 +49,7 @@ pub use ingest::{Presplit, Source};
 /// How much of a file ingest reads first (and an importer splits ahead, see `Presplit`).
 pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
 pub use fsck::{FsckReport, MAX_PROBLEMS};
+pub use follow::{FOLLOW_INTERVAL, PUBLISH_INTERVAL};
 pub use maintain::{GcReport, ScanLimits, Stats};
 use remote::{hostname, remote_packs, remote_packs_read_only};
 pub use remote::CLOSE_UPLOAD_WAIT;
@@ -117,6 +119,8 @@ pub enum StoreError {
     NoStore(PathBuf),
     #[error("{url}: {err}")]
     Remote { url: String, err: io::Error },
+    #[error("{0}: this node follows a bucket that another node writes (it is mounted read-only); write through the writing node, or mount this one read-write once that one has stopped")]
+    Follower(String),
     #[error("{0}: no such file or directory in the store")]
     NotFound(String),
     #[error("{0}: not a directory")]
@@ -258,6 +262,9 @@ pub struct Store {
     space: Space,
     /// A mount's background ingests, as it counts them.
     ingests: IngestCounters,
+    /// This node follows a bucket another node writes (`open_follower`): no change allowed.
+    follower: bool,
+    follow: Mutex<follow::FollowState>,
     _lock: File,
 }
 
@@ -294,11 +301,13 @@ pub struct OpenOptionsStore {
     /// Create the store with `config` if the directory is missing or empty.
     pub create: bool,
     pub config: Config,
+    /// On a bucket-backed store: follow the bucket's writer, write nothing (`follow`).
+    pub follower: bool,
 }
 
 impl Default for OpenOptionsStore {
     fn default() -> Self {
-        OpenOptionsStore { create: true, config: Config::default() }
+        OpenOptionsStore { create: true, config: Config::default(), follower: false }
     }
 }
 
@@ -311,12 +320,19 @@ impl Store {
                 err: io::Error::new(io::ErrorKind::AlreadyExists, "a store already exists here"),
             });
         }
-        Store::open_with(root, &OpenOptionsStore { create: true, config }, digest::sha256)
+        Store::open_with(root, &OpenOptionsStore { create: true, config, follower: false }, digest::sha256)
     }
 
     /// Opens an existing store, or creates it with the defaults if `create`.
     pub fn open(root: &Path, create: bool) -> Result<Store> {
-        Store::open_with(root, &OpenOptionsStore { create, config: Config::default() }, digest::sha256)
+        Store::open_with(root, &OpenOptionsStore { create, config: Config::default(), follower: false }, digest::sha256)
+    }
+
+    /// Opens a bucket-backed store as a follower of the node that writes to the bucket: no
+    /// bucket lock, nothing written but what `follow` takes in (see `follow`). A local
+    /// store opens as `open` does, read-only to its caller all the same.
+    pub fn open_follower(root: &Path) -> Result<Store> {
+        Store::open_with(root, &OpenOptionsStore { create: false, config: Config::default(), follower: true }, digest::sha256)
     }
 
     pub(crate) fn open_with(root: &Path, opts: &OpenOptionsStore, digest: DigestFn) -> Result<Store> {
@@ -377,6 +393,23 @@ impl Store {
         let (max_id, recovered) = recover_packs(root)?;
         let (packs, max_id) = match remote_packs(root, &config)? {
             None => (PackReader::new(root.join("packs"), root.join("packs-tmp")), max_id),
+            Some(r) if opts.follower => {
+                let mut index_ok = true;
+                if !created_here {
+                    let probe = PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r.clone());
+                    let now = remote::bucket_signature(&probe).map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?;
+                    index_ok = now == index.meta_u64_opt(remote::SIGNATURE)?;
+                }
+                if !index_ok {
+                    log::warn!("{}: the bucket changed since this node last saw it; rebuilding its index from the bucket", root.display());
+                    drop(index);
+                    fs::remove_dir_all(&index_dir).map_err(io_at(&index_dir))?;
+                    let mut rep = RepairReport::default();
+                    repair::build_index(root, &config, &mut rep)?;
+                    index = open_index(root, &index_dir, false, config.version)?;
+                }
+                (PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r), max_id)
+            }
             Some(r) => {
                 let owner = remote::lock_owner(&config);
                 let what = format!("{} pid {} {}", hostname(), std::process::id(), root.display());
@@ -413,6 +446,7 @@ impl Store {
                 (packs, max_id.max(remote_max).max(node_base))
             }
         };
+        let follower = opts.follower && config.backend.is_some();
         let store = Store {
             root: root.to_path_buf(),
             config,
@@ -427,6 +461,8 @@ impl Store {
             limits: ScanLimits::default(),
             space: Space::new(root.to_path_buf(), space::DEFAULT_MIN_FREE),
             ingests: IngestCounters::default(),
+            follower,
+            follow: Mutex::new(follow::FollowState::default()),
             _lock: lock,
         };
         store.roll_forward(&recovered)?;
@@ -472,6 +508,8 @@ impl Store {
             limits: ScanLimits::default(),
             space: Space::new(root.to_path_buf(), space::DEFAULT_MIN_FREE),
             ingests: IngestCounters::default(),
+            follower: false,
+            follow: Mutex::new(follow::FollowState::default()),
             _lock: lock,
         })
     }

@@ -10,7 +10,7 @@ use crate::store::ingest::Windows;
 use crate::store::namespace::FileMeta;
 
 fn open(dir: &Path, verify: Verify, digest: DigestFn) -> Store {
-    let opts = OpenOptionsStore { create: true, config: Config { verify, ..Config::default() } };
+    let opts = OpenOptionsStore { create: true, config: Config { verify, ..Config::default() }, follower: false };
     Store::open_with(dir, &opts, digest).unwrap()
 }
 
@@ -466,7 +466,7 @@ fn gc_refuses_to_drop_a_chunk_a_recipe_still_uses() {
 #[test]
 fn gc_and_fsck_work_a_sort_run_and_a_batch_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = OpenOptionsStore { create: true, config: Config { pack_size: MIN_PACK_SIZE, ..Config::default() } };
+    let opts = OpenOptionsStore { create: true, config: Config { pack_size: MIN_PACK_SIZE, ..Config::default() }, follower: false };
     let mut s = Store::open_with(dir.path(), &opts, digest::sha256).unwrap();
     s.limits = ScanLimits { run_bytes: 600, batch_ops: 5 };
     let shared: Vec<u8> = (0..9_000u32).map(|i| (i * 13 % 251) as u8).collect();
