@@ -146,6 +146,15 @@ fn gc_deletes_the_objects_nothing_uses_and_a_rebuilt_node_still_reads_the_rest()
     assert!(cat_with(&c, &b, &kept) == fs::read(&files[2]).unwrap());
     let fsck = c.run(&["fsck", &s(&b)]);
     assert!(fsck.ok() && fsck.out().contains("clean"), "{}", fsck.describe());
+    // B's index lost: `repair index` rebuilds it from the bucket, and fsck --deep reads every
+    // chunk back from there.
+    fs::remove_dir_all(b.join("index")).unwrap();
+    let miss = c.run(&["ls", &s(&b), "/"]);
+    assert!(!miss.ok() && miss.stderr.contains("repair index"), "{}", miss.describe());
+    c.ok(&["repair", "index", &s(&b)]);
+    let deep = c.run(&["fsck", "--deep", &s(&b)]);
+    assert!(deep.ok() && deep.out().contains("clean"), "{}", deep.describe());
+    assert!(cat_with(&c, &b, &kept) == fs::read(&files[2]).unwrap());
 }
 
 #[test]
@@ -274,4 +283,49 @@ fn a_file_closed_on_the_writing_node_appears_on_a_following_node_within_seconds(
         assert!(t0.elapsed().as_secs() < 15, "{gone:?} still on the following node");
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
+}
+
+#[test]
+fn a_writing_node_killed_leaves_the_followers_alone_and_recovers_on_its_next_mount() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::start(&tmp.path().join("garage"), 45600);
+    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
+    let url = "s3://warcfs/killed";
+    c.ok(&["init", &s(&a), "--backend", url]);
+    c.ok(&["init", &s(&b), "--backend", url]);
+    let (ma, mb) = (tmp.path().join("mnt-a"), tmp.path().join("mnt-b"));
+    fs::create_dir_all(&ma).unwrap();
+    fs::create_dir_all(&mb).unwrap();
+    c.ok(&["mount", &s(&a), &s(&ma)]);
+    let ga = MountGuard { mnt: ma.clone(), store: a.clone() };
+    c.ok(&["mount", &s(&b), &s(&mb), "-o", "ro"]);
+    let _gb = MountGuard { mnt: mb.clone(), store: b.clone() };
+    let files = crawl_files();
+    let on_b = |f: &Path, secs: u64| {
+        let t0 = std::time::Instant::now();
+        let name = f.file_name().unwrap();
+        while !(mb.join(name).exists() && fs::read(mb.join(name)).unwrap() == fs::read(f).unwrap()) {
+            assert!(t0.elapsed().as_secs() < secs, "{name:?} not on the following node");
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    };
+    fs::copy(&files[0], ma.join(files[0].file_name().unwrap())).unwrap();
+    on_b(&files[0], 20);
+
+    // A file closed on A, then A's daemon is killed (-9) before it can publish it.
+    fs::copy(&files[1], ma.join(files[1].file_name().unwrap())).unwrap();
+    let pid: i32 = fs::read_to_string(a.join("lock")).unwrap().trim().parse().unwrap();
+    // SAFETY: kill(2) of the daemon this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    drop(ga);
+    // B goes on serving what it has.
+    let first = files[0].file_name().unwrap();
+    assert!(fs::read(mb.join(first)).unwrap() == fs::read(&files[0]).unwrap());
+
+    // A mounts again: its staged file is stored, published and reaches B.
+    c.ok(&["mount", &s(&a), &s(&ma)]);
+    let _ga = MountGuard { mnt: ma.clone(), store: a.clone() };
+    let second = files[1].file_name().unwrap();
+    assert!(fs::read(ma.join(second)).unwrap() == fs::read(&files[1]).unwrap(), "A lost what it had when killed");
+    on_b(&files[1], 30);
 }
