@@ -329,3 +329,28 @@ fn a_writing_node_killed_leaves_the_followers_alone_and_recovers_on_its_next_mou
     assert!(fs::read(ma.join(second)).unwrap() == fs::read(&files[1]).unwrap(), "A lost what it had when killed");
     on_b(&files[1], 30);
 }
+
+#[test]
+fn a_shared_directory_serves_as_the_bucket_and_a_second_writer_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shared = tmp.path().join("shared");
+    let url = format!("file://{}", shared.display());
+    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
+    ok(&["init", &s(&a), "--backend", &url]);
+    let files = crawl_files();
+    ok(&["import", &s(&a), &s(&files[0])]);
+    assert!(fs::read_dir(shared.join("packs")).unwrap().count() >= 2);
+    ok(&["init", &s(&b), "--backend", &url]);
+    let name = format!("/{}", files[0].file_name().unwrap().to_str().unwrap());
+    assert!(cat(&b, &name) == fs::read(&files[0]).unwrap());
+    // A writes (mounted); B may read but not write: the lock names A's node.
+    let ma = tmp.path().join("mnt-a");
+    fs::create_dir_all(&ma).unwrap();
+    ok(&["mount", &s(&a), &s(&ma)]);
+    let _ga = MountGuard { mnt: ma.clone(), store: a.clone() };
+    let node_a = serde_json::from_slice::<serde_json::Value>(&fs::read(a.join("warcfs.json")).unwrap()).unwrap()["node"].as_u64().unwrap();
+    let refused = run(&["import", &s(&b), &s(&files[1])]);
+    assert_eq!(refused.code, Some(3), "{}", refused.describe());
+    assert!(refused.stderr.contains(&format!("node-{node_a:04x}")), "{}", refused.describe());
+    assert!(cat(&b, &name) == fs::read(&files[0]).unwrap(), "B cannot read while A writes");
+}

@@ -83,9 +83,10 @@ pub enum Cmd {
         /// packs make more files; object stores and rsync prefer the default.
         #[arg(long, value_name = "BYTES", default_value_t = crate::store::PACK_TARGET, value_parser = clap::value_parser!(u64).range(crate::store::MIN_PACK_SIZE..))]
         pack_size: u64,
-        /// Keep the sealed packs in an S3-compatible object store: s3://BUCKET/PREFIX.
-        /// Endpoint, region and credentials come from AWS_ENDPOINT_URL, AWS_REGION,
-        /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. If the bucket already holds a store,
+        /// Keep the sealed packs in an S3-compatible object store, s3://BUCKET/PREFIX, or in a
+        /// directory several machines share, file:///DIR. Endpoint, region and credentials
+        /// come from AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID and
+        /// AWS_SECRET_ACCESS_KEY (or ~/.aws/credentials). If the bucket already holds a store,
         /// this directory joins it as one more node (its settings are the bucket's, and the
         /// index is rebuilt from the bucket); STORE then holds this node's index, staging
         /// and cache.

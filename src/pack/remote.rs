@@ -46,21 +46,33 @@ fn other(what: String) -> io::Error {
 
 /// An S3 bucket (and a prefix in it) holding one store.
 pub struct Remote {
-    s3: Arc<dyn ObjectStore>,
+    /// object_store's one trait over every back end: S3 (`s3://`) or a directory
+    /// (`file://`, a shared filesystem).
+    store: Arc<dyn ObjectStore>,
     prefix: String,
     url: String,
     rt: tokio::runtime::Runtime,
 }
 
 impl Remote {
-    /// Connects to `s3://BUCKET[/PREFIX]`: nothing is sent until the first call.
+    /// Connects to `s3://BUCKET[/PREFIX]` (nothing is sent until the first call), or opens
+    /// `file:///DIR`, a directory that stands for a bucket (a filesystem several nodes share).
     pub fn connect(url: &str) -> io::Result<Remote> {
+        let rt = || tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("warcfs-s3").enable_all().build();
+        if let Some(dir) = url.strip_prefix("file://") {
+            if !dir.starts_with('/') {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "a directory back end is file:///ABSOLUTE/PATH".to_string()));
+            }
+            fs::create_dir_all(dir)?;
+            let store = object_store::local::LocalFileSystem::new_with_prefix(dir).map_err(|e| other(e.to_string()))?;
+            return Ok(Remote { store: Arc::new(store), prefix: String::new(), url: url.to_string(), rt: rt()? });
+        }
         let rest = url
             .strip_prefix("s3://")
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: a back end is s3://BUCKET/PREFIX")))?;
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "a back end is s3://BUCKET/PREFIX or file:///DIR".to_string()))?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: no bucket named")));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no bucket named".to_string()));
         }
         let prefix = prefix.trim_matches('/').to_string();
         let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket).with_retry(object_store::RetryConfig {
@@ -74,7 +86,7 @@ impl Remote {
                 None => {
                     return Err(io::Error::new(
                         io::ErrorKind::PermissionDenied,
-                        format!("{url}: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL, AWS_REGION), or put them in ~/.aws/credentials"),
+                        format!("no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL, AWS_REGION), or put them in ~/.aws/credentials"),
                     ))
                 }
             }
@@ -87,9 +99,8 @@ impl Remote {
         if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
             b = b.with_region("us-east-1");
         }
-        let s3 = b.build().map_err(|e| other(format!("{url}: {e}")))?;
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("warcfs-s3").enable_all().build()?;
-        Ok(Remote { s3: Arc::new(s3), prefix, url: url.to_string(), rt })
+        let s3 = b.build().map_err(|e| other(e.to_string()))?;
+        Ok(Remote { store: Arc::new(s3), prefix, url: url.to_string(), rt: rt()? })
     }
 
     pub fn url(&self) -> &str {
@@ -106,12 +117,12 @@ impl Remote {
 
     fn err(&self, name: &str, e: object_store::Error) -> io::Error {
         let kind = if matches!(e, object_store::Error::NotFound { .. }) { io::ErrorKind::NotFound } else { io::ErrorKind::Other };
-        io::Error::new(kind, format!("{}/{name}: {e}", self.url.trim_end_matches('/')))
+        io::Error::new(kind, format!("{name}: {e}"))
     }
 
     pub fn put(&self, name: &str, bytes: Vec<u8>) -> io::Result<()> {
         let p = self.path(name);
-        self.rt.block_on(self.s3.put(&p, PutPayload::from(bytes))).map(|_| ()).map_err(|e| self.err(name, e))
+        self.rt.block_on(self.store.put(&p, PutPayload::from(bytes))).map(|_| ()).map_err(|e| self.err(name, e))
     }
 
     /// Uploads a file: whole if small, else as a multipart upload that is aborted on failure
@@ -124,7 +135,7 @@ impl Remote {
         }
         let p = self.path(name);
         self.rt.block_on(async {
-            let mut up = self.s3.put_multipart(&p).await.map_err(|e| self.err(name, e))?;
+            let mut up = self.store.put_multipart(&p).await.map_err(|e| self.err(name, e))?;
             let mut off = 0u64;
             let sent: io::Result<()> = async {
                 while off < size {
@@ -148,7 +159,7 @@ impl Remote {
     /// The whole object, or None if there is none.
     pub fn get(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
         let p = self.path(name);
-        let r = self.rt.block_on(async { self.s3.get(&p).await?.bytes().await });
+        let r = self.rt.block_on(async { self.store.get(&p).await?.bytes().await });
         match r {
             Ok(b) => Ok(Some(b.to_vec())),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -159,9 +170,9 @@ impl Remote {
     pub fn get_range(&self, name: &str, range: Range<u64>) -> io::Result<Vec<u8>> {
         let p = self.path(name);
         let want = range.end - range.start;
-        let b = self.rt.block_on(self.s3.get_range(&p, range)).map_err(|e| self.err(name, e))?;
+        let b = self.rt.block_on(self.store.get_range(&p, range)).map_err(|e| self.err(name, e))?;
         if b.len() as u64 != want {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("{}/{name}: {} bytes where {want} were asked for", self.url, b.len())));
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("{name}: {} bytes where {want} were asked for", b.len())));
         }
         Ok(b.to_vec())
     }
@@ -169,7 +180,7 @@ impl Remote {
     /// The size of an object, or None if there is none.
     pub fn size(&self, name: &str) -> io::Result<Option<u64>> {
         let p = self.path(name);
-        match self.rt.block_on(self.s3.head(&p)) {
+        match self.rt.block_on(self.store.head(&p)) {
             Ok(m) => Ok(Some(m.size)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.err(name, e)),
@@ -180,7 +191,7 @@ impl Remote {
     pub fn list(&self, dir: &str) -> io::Result<Vec<(String, u64, SystemTime)>> {
         let p = self.path(dir);
         let metas: Vec<object_store::ObjectMeta> =
-            self.rt.block_on(self.s3.list(Some(&p)).try_collect()).map_err(|e| self.err(dir, e))?;
+            self.rt.block_on(self.store.list(Some(&p)).try_collect()).map_err(|e| self.err(dir, e))?;
         let base = format!("{p}/");
         Ok(metas
             .into_iter()
@@ -194,7 +205,7 @@ impl Remote {
     /// Deletes an object; one that is not there is not an error.
     pub fn delete(&self, name: &str) -> io::Result<()> {
         let p = self.path(name);
-        match self.rt.block_on(self.s3.delete(&p)) {
+        match self.rt.block_on(self.store.delete(&p)) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.err(name, e)),
         }
@@ -290,7 +301,7 @@ impl RemotePacks {
         if let Some(s) = self.state.locked().sizes.get(&id) {
             return Ok(*s);
         }
-        let s = self.remote.size(&pack_object(id))?.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{}/{} is missing", self.remote.url(), pack_object(id))))?;
+        let s = self.remote.size(&pack_object(id))?.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{} is missing from {}", pack_object(id), self.remote.url())))?;
         self.state.locked().sizes.insert(id, s);
         Ok(s)
     }
@@ -426,7 +437,7 @@ impl RemotePacks {
             let (me, f) = (self.clone(), f.clone());
             let permits = self.prefetching.clone();
             let path = self.remote.path(&pack_object(id));
-            let s3 = self.remote.s3.clone();
+            let s3 = self.remote.store.clone();
             self.remote.rt.spawn(async move {
                 let _permit = permits.acquire_owned().await;
                 let got = match s3.get_range(&path, from..to).await {
@@ -539,7 +550,7 @@ pub fn take_lock(remote: &Remote, owner: &str, what: &str) -> io::Result<()> {
     let busy = |other: &str, age: Duration| {
         io::Error::new(
             io::ErrorKind::WouldBlock,
-            format!("{}: the store is in use by {other} (its lock was renewed {} s ago; a lock not renewed for {} s is taken over)", remote.url(), age.as_secs(), LOCK_STALE.as_secs()),
+            format!("{other}, whose lock in the bucket was renewed {} s ago (one not renewed for {} s is taken over)", age.as_secs(), LOCK_STALE.as_secs()),
         )
     };
     let others = |remote: &Remote| -> io::Result<Option<(String, Duration)>> {
