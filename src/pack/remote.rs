@@ -86,7 +86,7 @@ impl Remote {
                 None => {
                     return Err(io::Error::new(
                         io::ErrorKind::PermissionDenied,
-                        format!("no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL, AWS_REGION), or put them in ~/.aws/credentials"),
+                        "no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL, AWS_REGION), or put them in ~/.aws/credentials".to_string(),
                     ))
                 }
             }
