@@ -102,6 +102,9 @@ pub fn stats(store: PathBuf, json: bool) -> Result<i32> {
             println!("ingests (mount)  {} queued, {} failed and waiting to be tried again ({} failed attempts since the mount)", i.queued, i.retrying, i.failed_attempts);
         }
         println!("packs            {}", st.packs);
+        if st.uploads_waiting > 0 {
+            println!("uploads          {} sealed packs waiting for the object store", st.uploads_waiting);
+        }
         if let Some(r) = reads {
             let mean = |us: u64| us.checked_div(r.members_rebuilt).unwrap_or(0);
             println!(

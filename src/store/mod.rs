@@ -14,6 +14,7 @@
 
 mod ahead;
 mod cache;
+mod config;
 mod follow;
 mod fsck;
 mod fsops;
@@ -28,6 +29,7 @@ mod remote;
 mod repair;
 mod space;
 mod snapshot;
+mod source;
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -44,6 +46,7 @@ use crate::index::{ChunkEntry, Index, IndexError};
 use crate::pack::{self, OpenPack, PackError, PackReader};
 
 pub use ahead::ReadAhead;
+pub use config::{Compression, Config, Verify};
 pub use fsops::{FileUsage, Prepared};
 pub use ingest::{Presplit, Source};
 /// How much of a file ingest reads first (and an importer splits ahead, see `Presplit`).
@@ -162,67 +165,6 @@ pub(crate) fn bug_as_error<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Resu
 
 fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
     move |err| StoreError::Io { path: path.to_path_buf(), err }
-}
-
-/// How a digest hit is proven to be the same bytes before it is shared.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Verify {
-    /// Compare the bytes (ZFS dedup=verify).
-    Bytes,
-    /// Compare digest and length.
-    Size,
-    /// Trust SHA-256.
-    Off,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Compression {
-    Zstd,
-    None,
-}
-
-/// The store's settings, fixed at init.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Config {
-    pub format: String,
-    pub version: u32,
-    pub verify: Verify,
-    pub compression: Compression,
-    /// Sealed data packs grow to about this many bytes (`init --pack-size`).
-    #[serde(default = "default_pack_size")]
-    pub pack_size: u64,
-    /// Where sealed packs live if not here: `s3://BUCKET/PREFIX` (`init --backend`; format
-    /// version 4). None: in `packs/`, the default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backend: Option<String>,
-    /// This node's cache of pack ranges, in bytes (object-store back end only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_size: Option<u64>,
-    /// This node's number (object-store back end only): the top 16 bits of the ids of the
-    /// packs it writes, so that nodes sharing a bucket never name two packs alike.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<u16>,
-}
-
-fn default_pack_size() -> u64 {
-    PACK_TARGET
-}
-
-impl Default for Config {
-    fn default() -> Config {
-        Config {
-            format: FORMAT_NAME.into(),
-            version: FORMAT_VERSION,
-            verify: Verify::Bytes,
-            compression: Compression::Zstd,
-            pack_size: PACK_TARGET,
-            backend: None,
-            cache_size: None,
-            node: None,
-        }
-    }
 }
 
 /// Chunks appended to the open pack but not yet committed, and the open pack itself.

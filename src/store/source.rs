@@ -1,0 +1,142 @@
+//! What ingest reads: a file's bytes (`Source`), a window at a time (`Windows`,
+//! `each_window`), with each window's gzip members found and inflated (`SplitWindow`),
+//! possibly ahead of time on another thread (`Presplit`). Memory stays bounded by the window
+//! whatever the file's size.
+
+use std::borrow::Cow;
+
+use super::ingest::MAX_MEMBER_PLAIN;
+use super::{Result, StoreError};
+use crate::format::gzip::{self, Region};
+
+/// The bytes of a file to ingest. Ingest reads them a window at a time, so that its memory
+/// is bounded by the window, whatever the file's size.
+pub trait Source {
+    fn size(&self) -> std::io::Result<u64>;
+    /// Up to `len` bytes at `offset` (fewer only at the end): borrowed when the source is
+    /// in memory, read into a buffer of their own otherwise (which can go to another thread).
+    fn window(&self, offset: u64, len: usize) -> std::io::Result<Cow<'_, [u8]>>;
+}
+
+impl Source for [u8] {
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.len() as u64)
+    }
+
+    fn window(&self, offset: u64, len: usize) -> std::io::Result<Cow<'_, [u8]>> {
+        let from = (offset as usize).min(self.len());
+        Ok(Cow::Borrowed(&self[from..from.saturating_add(len).min(self.len())]))
+    }
+}
+
+/// A file read with `pread`, not mapped: a staged file can be truncated while it is being
+/// ingested, and a mapped page past the new end would be a SIGBUS that takes the daemon down.
+impl Source for std::fs::File {
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+
+    fn window(&self, offset: u64, len: usize) -> std::io::Result<Cow<'_, [u8]>> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; len];
+        let mut done = 0;
+        while done < len {
+            match self.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(k) => done += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(done);
+        Ok(Cow::Owned(buf))
+    }
+}
+
+/// How much of a file ingest holds at once. A window of the file is read, its gzip members
+/// inflated (stopping at a member's end once `plain` bytes of text are out), segmented and
+/// stored; the next window starts where the last whole member or record ended. A member or
+/// record that does not fit makes the window grow, up to `max_bytes`; past that it is taken
+/// as cut short (stored raw or as a truncated record: every byte is kept either way).
+#[derive(Clone, Copy, Debug)]
+pub struct Windows {
+    pub bytes: usize,
+    pub max_bytes: usize,
+    pub plain: usize,
+}
+
+pub const WINDOWS: Windows = Windows { bytes: 32 << 20, max_bytes: 256 << 20, plain: 32 << 20 };
+
+/// The first window of a gzip file, split (members found and inflated) ahead of its ingest:
+/// that needs no store, so an importer can do it for the next file on another core.
+pub struct Presplit {
+    pub(super) first: Option<SplitWindow>,
+}
+
+pub(super) struct SplitWindow {
+    /// The length of the window split.
+    pub(super) len: usize,
+    pub(super) regions: Vec<Region>,
+    pub(super) plain: Vec<u8>,
+    pub(super) consumed: usize,
+}
+
+impl Presplit {
+    /// Splits the first window of `data`, a whole file, if it is gzip.
+    pub fn new(data: &[u8]) -> Presplit {
+        Presplit::from_window(data, data.len() as u64)
+    }
+
+    /// Splits `window`, the first bytes of a file of `total` bytes read by the caller, if it
+    /// is gzip; ingest uses the split only if it reads the same window.
+    pub fn from_window(window: &[u8], total: u64) -> Presplit {
+        let n = window.len().min(WINDOWS.bytes);
+        Presplit { first: gzip::looks_gzip(window).then(|| split_window(&window[..n], n as u64 == total, WINDOWS)) }
+    }
+
+    pub fn none() -> Presplit {
+        Presplit { first: None }
+    }
+}
+
+/// Finds and inflates the gzip members of one window.
+pub(super) fn split_window(data: &[u8], last: bool, win: Windows) -> SplitWindow {
+    let mut plain = Vec::new();
+    let (regions, consumed) = gzip::split_window(data, last, win.plain.max(1), MAX_MEMBER_PLAIN as usize, &mut plain);
+    SplitWindow { len: data.len(), regions, plain, consumed }
+}
+
+pub(super) fn io_err(err: std::io::Error) -> StoreError {
+    StoreError::Io { path: "(file being ingested)".into(), err }
+}
+
+/// Walks `src` a window at a time: `take` gets each window's offset and bytes and whether it
+/// is to be taken as the last, and returns how much of it it used; the next window starts
+/// there. A window of which nothing could be used (its first member or record goes on past
+/// it) is read again, larger.
+pub(super) fn each_window<'s, S: Source + ?Sized>(src: &'s S, total: u64, win: Windows, mut take: impl FnMut(u64, Cow<'s, [u8]>, bool) -> Result<usize>) -> Result<()> {
+    let mut offset = 0u64;
+    let mut want = win.bytes;
+    while offset < total {
+        // Never past the size taken at the start, even if the file grew since: the recipe
+        // must describe exactly `total` bytes (a grown file is ingested again).
+        let len = want.min((total - offset).min(usize::MAX as u64) as usize);
+        let data = src.window(offset, len).map_err(io_err)?;
+        if data.is_empty() {
+            return Err(io_err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file got shorter during its ingest")));
+        }
+        // A window that cannot grow any more is taken as if the file ended with it.
+        let last = offset + data.len() as u64 >= total || want >= win.max_bytes;
+        let consumed = take(offset, data, last)?;
+        if consumed == 0 {
+            want = want.saturating_mul(2).min(win.max_bytes);
+            continue;
+        }
+        offset += consumed as u64;
+        // Highly compressed gzip windows stop at the plain budget long before the end of
+        // what was read: read about twice what the last one took, not a full window again.
+        want = win.bytes.min(consumed.saturating_mul(2).max(win.bytes / 8).max(1));
+    }
+    Ok(())
+}
+
