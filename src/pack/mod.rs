@@ -21,8 +21,10 @@ pub const BLOB_MAGIC: &[u8; 4] = b"WFB1";
 pub const FOOTER_MAGIC: &[u8; 4] = b"WFPF";
 pub const END_MAGIC: &[u8; 8] = b"WFPKEND1";
 pub const BLOB_HEADER_LEN: usize = 60;
-const FOOTER_ENTRY_LEN: usize = 54;
+pub const FOOTER_ENTRY_LEN: usize = 54;
 const FOOTER_TAIL_LEN: usize = 4 + 8 + 8;
+/// A footer's bytes besides its entries (magic, count; checksum, length, end magic).
+pub const FOOTER_FIXED_LEN: usize = 8 + FOOTER_TAIL_LEN;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PackError {

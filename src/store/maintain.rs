@@ -161,7 +161,9 @@ impl Store {
             if e.refs == 0 {
                 rep.chunks_dropped += 1;
             } else {
-                *live.entry(e.pack).or_default() += e.stored_len as u64 + BLOB_HEADER_LEN as u64;
+                // A live blob's footer entry is live too: a pack of small blobs, all live, is
+                // not rewritten for its footer (it was, with blobs under ~430 bytes).
+                *live.entry(e.pack).or_default() += e.stored_len as u64 + (BLOB_HEADER_LEN + pack::FOOTER_ENTRY_LEN) as u64;
             }
         }
         if rep.chunks_dropped > 0 {
@@ -186,7 +188,7 @@ impl Store {
             let live_bytes = live.get(&id).copied().unwrap_or(0);
             if live_bytes == 0 {
                 doomed.push(id);
-            } else if 1.0 - live_bytes as f64 / size as f64 > GC_DEAD_SHARE {
+            } else if 1.0 - (live_bytes + pack::FOOTER_FIXED_LEN as u64) as f64 / size as f64 > GC_DEAD_SHARE {
                 rewrite.insert(id);
             }
         }
