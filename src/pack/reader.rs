@@ -277,7 +277,26 @@ impl PackReader {
     /// Reads one blob, header included, into `buf` (exactly its size) and checks that it
     /// holds `key` intact.
     fn read_blob(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, buf: &mut [u8]) -> Result<BlobInfo> {
-        let f = self.file_for(pack, offset, buf.len() as u64)?;
+        let local = self.local(pack)?;
+        let from_cache = local.is_none() && self.remote.is_some();
+        let r = self.read_checked(local, pack, offset, key, stored_len, buf);
+        match (r, &self.remote) {
+            // A cached block may have been evicted (a hole punched) between its fetch and
+            // this read, or torn by a crash of another kind: the object store's bytes decide.
+            (Err(PackError::Corrupt { .. }), Some(remote)) if from_cache => {
+                remote.forget_range(pack, offset, buf.len() as u64);
+                self.read_checked(None, pack, offset, key, stored_len, buf)
+            }
+            (r, _) => r,
+        }
+    }
+
+    /// Reads one blob from `local` (or through `file_for`) and checks that it holds `key`.
+    fn read_checked(&self, local: Option<Arc<File>>, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, buf: &mut [u8]) -> Result<BlobInfo> {
+        let f = match local {
+            Some(f) => f,
+            None => self.file_for(pack, offset, buf.len() as u64)?,
+        };
         f.read_exact_at(buf, offset).map_err(|source| {
             if source.kind() == io::ErrorKind::UnexpectedEof {
                 PackError::Corrupt { pack, offset, what: "blob runs past the end of the pack".into() }

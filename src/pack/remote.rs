@@ -508,6 +508,18 @@ impl RemotePacks {
         Ok(())
     }
 
+    /// Forgets the cached blocks under `[offset, offset + len)` of pack `id`, so that the
+    /// next read fetches them again.
+    pub fn forget_range(&self, id: u64, offset: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let mut st = self.state.locked();
+        for b in offset / BLOCK..=(offset + len - 1) / BLOCK {
+            st.blocks.pop(&(id, b));
+        }
+    }
+
     /// Deletes pack `id` from the bucket and from the cache.
     pub fn delete(&self, id: u64) -> io::Result<()> {
         self.remote.delete(&pack_object(id))?;

@@ -90,3 +90,38 @@ fn flipped_byte_is_detected() {
     let r = PackReader::new(packs, tmp);
     assert!(matches!(r.read(2, a.offset, &key(3), 4), Err(PackError::Corrupt { .. })));
 }
+
+/// A pack in a bucket (here a `file://` one) is read through the node's cache; a cached
+/// block that goes bad (evicted under a reader, or damaged) is fetched again, never served.
+#[test]
+fn remote_packs_are_read_through_the_cache_and_a_bad_cached_block_is_fetched_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tmp, local, bucket) = (dir.path().join("t"), dir.path().join("p"), dir.path().join("bucket"));
+    fs::create_dir_all(&tmp).unwrap();
+    fs::create_dir_all(&local).unwrap();
+    fs::create_dir_all(bucket.join("packs")).unwrap();
+    let mut p = OpenPack::create(&tmp, 9).unwrap();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let a = p.append(key(1), ChunkKind::Raw, Codec::None, big.len() as u32, &big).unwrap();
+    let b = p.append(key(2), ChunkKind::Raw, Codec::None, 5, b"tail!").unwrap();
+    let sealed = p.seal(&local).unwrap();
+    fs::rename(&sealed, bucket.join("packs").join(pack_name(9))).unwrap();
+    let remote = remote::Remote::connect(&format!("file://{}", bucket.display())).unwrap();
+    let cache = dir.path().join("cache");
+    let r = PackReader::with_remote(local.clone(), tmp.clone(), std::sync::Arc::new(remote::RemotePacks::new(remote, cache.clone(), 0).unwrap()));
+    assert_eq!(r.sealed_packs().unwrap(), vec![(9, fs::metadata(bucket.join("packs").join(pack_name(9))).unwrap().len())]);
+    assert_eq!(r.footer(9).unwrap(), vec![a.clone(), b.clone()]);
+    assert_eq!(r.read(9, a.offset, &key(1), a.stored_len).unwrap(), big);
+    // Damage the cached copy of the first blob: the read fetches it again from the bucket.
+    let cached = cache.join(pack_name(9));
+    let f = OpenOptions::new().write(true).open(&cached).unwrap();
+    f.write_all_at(&[0u8; 4096], a.offset + 1_500_000).unwrap();
+    assert_eq!(r.read(9, a.offset, &key(1), a.stored_len).unwrap(), big);
+    assert_eq!(r.read(9, b.offset, &key(2), 5).unwrap(), b"tail!");
+    // Damage in the bucket itself is an error, not bytes.
+    let obj = bucket.join("packs").join(pack_name(9));
+    let f = OpenOptions::new().write(true).open(&obj).unwrap();
+    f.write_all_at(b"XXXX", b.offset + BLOB_HEADER_LEN as u64).unwrap();
+    r.remote().unwrap().forget_range(9, b.offset, 100);
+    assert!(matches!(r.read(9, b.offset, &key(2), 5), Err(PackError::Corrupt { .. })));
+}
