@@ -226,7 +226,10 @@ struct MountGuard {
 impl Drop for MountGuard {
     fn drop(&mut self) {
         let _ = run(&["umount", &s(&self.mnt)]);
-        let _ = Command::new("fusermount3").args(["-u", &s(&self.mnt)]).status();
+        // A mount `warcfs umount` could not end (its daemon killed, say): lazily, quietly.
+        if fs::read_to_string("/proc/mounts").unwrap_or_default().contains(&format!(" {} ", s(&self.mnt))) {
+            let _ = Command::new("fusermount3").args(["-u", "-z", &s(&self.mnt)]).stderr(std::process::Stdio::null()).status();
+        }
         let t0 = std::time::Instant::now();
         while fs::File::open(self.store.join("lock")).is_ok_and(|f| {
             use std::os::fd::AsRawFd;
