@@ -236,9 +236,7 @@ fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<Fi
     let result = (|| -> Result<Session<Guarded>> {
         // Read-only on a bucket-backed store: a follower of the node that writes there.
         let store = Arc::new(if opts.read_only { Store::open_follower(store_path)? } else { Store::open(store_path, true)? });
-        if store.config().backend.is_some() {
-            bucket_thread(store.clone())?;
-        }
+        let for_bucket = store.config().backend.is_some().then(|| store.clone());
         if let Some(bytes) = opts.min_free {
             store.space().set_floor(bytes);
         }
@@ -266,7 +264,12 @@ fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<Fi
         };
         cfg.n_threads = Some(2);
         cfg.clone_fd = true;
-        Session::new(Guarded(fs), mountpoint, &cfg).with_context(|| format!("{}: cannot mount", mountpoint.display()))
+        let session = Session::new(Guarded(fs), mountpoint, &cfg).with_context(|| format!("{}: cannot mount", mountpoint.display()))?;
+        // Only once mounted: a mount that fails must let the store go (and its bucket lock).
+        if let Some(store) = for_bucket {
+            bucket_thread(store)?;
+        }
+        Ok(session)
     })();
     let mut session = match result {
         Ok(s) => s,

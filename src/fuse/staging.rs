@@ -283,6 +283,11 @@ pub(super) fn ingest_loop(inner: Arc<Inner>, rx: Receiver<u64>) {
             inner.store.ingests().failed.fetch_add(1, Ordering::Relaxed);
         }
         inner.store.ingests().retrying.store(retries.len() as u64, Ordering::Relaxed);
+        // Between two files the writer is free: the moment to publish to the bucket (the
+        // timer thread cannot while an ingest holds it). Nothing on a local store.
+        if let Err(e) = inner.store.publish_if_due() {
+            quiet::io_error("publish", None, format!("publishing to the bucket: {e}"));
+        }
         if queued {
             inner.store.ingests().queued.fetch_sub(1, Ordering::Relaxed);
         }

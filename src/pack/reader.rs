@@ -62,7 +62,15 @@ impl PackReader {
                 ids.push(id);
             }
         }
-        ids.sort_unstable();
+        // Data packs before log packs: a log record must not reach the bucket before the
+        // chunks it names (a log pack has a lower id than the data packs sealed after it).
+        ids.sort_by_key(|&id| {
+            let only_log = std::fs::File::open(self.path_of(id))
+                .ok()
+                .and_then(|f| super::read_footer(&f, id).ok())
+                .is_some_and(|b| !b.is_empty() && b.iter().all(|b| b.kind == super::ChunkKind::Meta as u8));
+            (only_log, id)
+        });
         self.uploads = Some(Uploads::start(remote.clone(), self.packs_dir.clone(), self.files.clone(), ids, lock)?);
         Ok(())
     }
@@ -70,6 +78,11 @@ impl PackReader {
     /// Whether this reader uploads (its process owns a bucket-backed store).
     pub fn uploads(&self) -> bool {
         self.uploads.is_some()
+    }
+
+    /// Whether another node took the bucket's lock over from this process (see `upload`).
+    pub fn fenced(&self) -> bool {
+        self.uploads.as_ref().is_some_and(|u| u.fenced())
     }
 
     /// Hands a pack just sealed into `packs/` to the uploads (none for a local store).
@@ -100,14 +113,22 @@ impl PackReader {
     /// Every sealed pack: (id, size). Local ones (`packs/`) and, on an object store, the
     /// bucket's.
     pub fn sealed_packs(&self) -> io::Result<Vec<(u64, u64)>> {
+        // Local first: packs only move from here to the bucket, so one moved between the two
+        // listings is in the second (the other order could miss it).
         let mut out: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
-        if let Some(r) = &self.remote {
-            out.extend(r.list()?);
-        }
         for e in std::fs::read_dir(&self.packs_dir)? {
             let e = e?;
             if let Some(id) = e.file_name().to_str().and_then(parse_pack_name) {
-                out.insert(id, e.metadata()?.len());
+                match e.metadata() {
+                    Ok(m) => out.insert(id, m.len()),
+                    Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+                    Err(err) => return Err(err),
+                };
+            }
+        }
+        if let Some(r) = &self.remote {
+            for (id, size) in r.list()? {
+                out.entry(id).or_insert(size);
             }
         }
         Ok(out.into_iter().collect())
@@ -121,7 +142,15 @@ impl PackReader {
                 let r = self.remote.as_ref().ok_or(PackError::Missing(id))?;
                 let io_err = |source| PackError::Io { pack: id, source };
                 let size = r.size(id).map_err(io_err)?;
-                super::read_footer_with(size, id, |buf, off| r.file_for(id, off, buf.len() as u64)?.read_exact_at(buf, off))
+                let read = || super::read_footer_with(size, id, |buf, off| r.file_for(id, off, buf.len() as u64)?.read_exact_at(buf, off));
+                match read() {
+                    // A cached block evicted under the read: the bucket's bytes decide.
+                    Err(PackError::Corrupt { .. }) => {
+                        r.forget_range(id, 0, size);
+                        read()
+                    }
+                    other => other,
+                }
             }
         }
     }
@@ -278,14 +307,17 @@ impl PackReader {
     /// holds `key` intact.
     fn read_blob(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, buf: &mut [u8]) -> Result<BlobInfo> {
         let local = self.local(pack)?;
-        let from_cache = local.is_none() && self.remote.is_some();
         let r = self.read_checked(local, pack, offset, key, stored_len, buf);
         match (r, &self.remote) {
-            // A cached block may have been evicted (a hole punched) between its fetch and
-            // this read, or torn by a crash of another kind: the object store's bytes decide.
-            (Err(PackError::Corrupt { .. }), Some(remote)) if from_cache => {
+            // On a bucket-backed store a blob that does not check out is read once more,
+            // afresh: a cached block may have been evicted (a hole punched) under this read,
+            // or a handle of `packs/` kept while the pack moved into the cache. The object
+            // store's bytes decide.
+            (Err(PackError::Corrupt { .. }), Some(remote)) => {
+                self.forget(pack);
                 remote.forget_range(pack, offset, buf.len() as u64);
-                self.read_checked(None, pack, offset, key, stored_len, buf)
+                let local = self.local(pack)?;
+                self.read_checked(local, pack, offset, key, stored_len, buf)
             }
             (r, _) => r,
         }

@@ -64,7 +64,8 @@ impl Remote {
                 return Err(io::Error::new(io::ErrorKind::InvalidInput, "a directory back end is file:///ABSOLUTE/PATH".to_string()));
             }
             fs::create_dir_all(dir)?;
-            let store = object_store::local::LocalFileSystem::new_with_prefix(dir).map_err(|e| other(e.to_string()))?;
+            // Synced: once a pack is "uploaded" its local copy may go (found by review).
+            let store = object_store::local::LocalFileSystem::new_with_prefix(dir).map_err(|e| other(e.to_string()))?.with_fsync(true);
             return Ok(Remote { store: Arc::new(store), prefix: String::new(), url: url.to_string(), rt: rt()? });
         }
         let rest = url
@@ -91,6 +92,9 @@ impl Remote {
                 }
             }
         }
+        // A whole request (a part of up to PART bytes) may take this long: the default 30 s
+        // would never let a pack up over a slow link.
+        b = b.with_client_options(object_store::ClientOptions::new().with_timeout(Duration::from_secs(300)).with_connect_timeout(Duration::from_secs(10)));
         let endpoint = std::env::var("AWS_ENDPOINT_URL").or_else(|_| std::env::var("AWS_ENDPOINT")).unwrap_or_default();
         if endpoint.starts_with("http://") {
             // A test cluster on loopback speaks plain HTTP.
@@ -434,13 +438,32 @@ impl RemotePacks {
             }
             let run = mine[i]..mine[j] + 1;
             let (from, to) = (run.start * BLOCK, (run.end * BLOCK).min(size));
-            let (me, f) = (self.clone(), f.clone());
+            // The task holds the cache weakly (the last owner must not drop the runtime from
+            // inside one of its tasks), and a guard lands its blocks however it ends: a block
+            // left in flight would keep its readers waiting for good.
+            struct Landing {
+                cache: std::sync::Weak<RemotePacks>,
+                id: u64,
+                run: Range<u64>,
+                got: bool,
+            }
+            impl Drop for Landing {
+                fn drop(&mut self) {
+                    if let Some(c) = self.cache.upgrade() {
+                        c.landed(self.id, self.run.clone(), self.got);
+                    }
+                }
+            }
+            let landing = Landing { cache: Arc::downgrade(self), id, run, got: false };
+            let f = f.clone();
             let permits = self.prefetching.clone();
             let path = self.remote.path(&pack_object(id));
             let s3 = self.remote.store.clone();
             self.remote.rt.spawn(async move {
+                // The whole guard moves in (not only the field written below).
+                let mut landing = landing;
                 let _permit = permits.acquire_owned().await;
-                let got = match s3.get_range(&path, from..to).await {
+                landing.got = match s3.get_range(&path, from..to).await {
                     Ok(b) if b.len() as u64 == to - from => f.write_all_at(&b, from).is_ok(),
                     Ok(_) => false,
                     Err(e) => {
@@ -448,7 +471,6 @@ impl RemotePacks {
                         false
                     }
                 };
-                me.landed(id, run, got);
             });
             i = j + 1;
         }
@@ -555,41 +577,70 @@ impl RemotePacks {
 pub const LOCK_REFRESH: Duration = Duration::from_secs(60);
 pub const LOCK_STALE: Duration = Duration::from_secs(600);
 
-/// Takes the bucket's writer lock as `owner` (a name unique to this node and process):
-/// writes `locks/<owner>`, then lists the locks; if another that is not stale is there, ours
-/// is removed again and the call fails naming the other. Two processes racing both back off.
-pub fn take_lock(remote: &Remote, owner: &str, what: &str) -> io::Result<()> {
-    let busy = |other: &str, age: Duration| {
-        io::Error::new(
-            io::ErrorKind::WouldBlock,
-            format!("{other}, whose lock in the bucket was renewed {} s ago (one not renewed for {} s is taken over)", age.as_secs(), LOCK_STALE.as_secs()),
-        )
-    };
-    let others = |remote: &Remote| -> io::Result<Option<(String, Duration)>> {
-        let now = SystemTime::now();
-        for (name, _, modified) in remote.list("locks")? {
-            let age = now.duration_since(modified).unwrap_or_default();
-            if name != owner && age < LOCK_STALE {
-                return Ok(Some((name, age)));
-            }
+/// The first line of a lock object whose owner stopped with packs still to upload: such a
+/// lock is never taken over by age (those packs hold changes a new writer would not see).
+pub const PENDING: &str = "pending-uploads";
+
+/// Other nodes' live locks, as (name, age): ages measured against `now_on_server`, a time
+/// the object store gave (ours: a node's clock does not decide). A stale lock whose body
+/// says its owner left packs to upload stays live.
+fn live_locks(remote: &Remote, owner: &str, now_on_server: Option<SystemTime>) -> io::Result<Vec<(String, Duration)>> {
+    let list = remote.list("locks")?;
+    let now = now_on_server.or_else(|| list.iter().find(|l| l.0 == owner).map(|l| l.2)).unwrap_or_else(SystemTime::now);
+    let mut out = Vec::new();
+    for (name, _, modified) in list {
+        if name == owner {
+            continue;
         }
-        Ok(None)
-    };
-    if let Some((other, age)) = others(remote)? {
-        return Err(busy(&other, age));
+        let age = now.duration_since(modified).unwrap_or_default();
+        let pending = || remote.get(&format!("locks/{name}")).ok().flatten().is_some_and(|b| b.starts_with(PENDING.as_bytes()));
+        if age < LOCK_STALE || pending() {
+            out.push((name, age));
+        }
     }
-    remote.put(&format!("locks/{owner}"), what.as_bytes().to_vec())?;
-    if let Some((other, age)) = others(remote)? {
-        let _ = remote.delete(&format!("locks/{owner}"));
-        return Err(busy(&other, age));
+    Ok(out)
+}
+
+/// Takes the bucket's writer lock as `owner` (a name unique to this node): writes
+/// `locks/<owner>`, then lists the locks; if another that is live is there, ours is removed
+/// again and the call fails naming the other. Two processes racing both back off. Ages are
+/// the object store's times (our lock's against theirs), not this node's clock.
+pub fn take_lock(remote: &Remote, owner: &str, what: &str) -> io::Result<()> {
+    let name = format!("locks/{owner}");
+    remote.put(&name, what.as_bytes().to_vec())?;
+    let live = match live_locks(remote, owner, None) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = remote.delete(&name);
+            return Err(e);
+        }
+    };
+    if let Some((other, age)) = live.first() {
+        let _ = remote.delete(&name);
+        return Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!("{other}, whose lock in the bucket was renewed {} s ago (one not renewed for {} s is taken over, unless its node left packs to upload)", age.as_secs(), LOCK_STALE.as_secs()),
+        ));
     }
     Ok(())
 }
 
+/// Renews the lock; fails with `PermissionDenied` if another node holds a live lock now (ours
+/// lapsed while the object store was out of reach, and it took over): this process must
+/// stop writing to the bucket.
 pub fn refresh_lock(remote: &Remote, owner: &str) -> io::Result<()> {
     let name = format!("locks/{owner}");
     let body = remote.get(&name)?.unwrap_or_default();
-    remote.put(&name, body)
+    remote.put(&name, body)?;
+    if let Some((other, _)) = live_locks(remote, owner, None)?.into_iter().next() {
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{other} took over the bucket's lock: this node writes no more to it")));
+    }
+    Ok(())
+}
+
+/// Marks the lock as that of a node that stopped with packs to upload (see `PENDING`).
+pub fn mark_pending(remote: &Remote, owner: &str, packs: usize) -> io::Result<()> {
+    remote.put(&format!("locks/{owner}"), format!("{PENDING}: {packs} packs\n").into_bytes())
 }
 
 pub fn unlock(remote: &Remote, owner: &str) -> io::Result<()> {

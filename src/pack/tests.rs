@@ -125,3 +125,35 @@ fn remote_packs_are_read_through_the_cache_and_a_bad_cached_block_is_fetched_aga
     r.remote().unwrap().forget_range(9, b.offset, 100);
     assert!(matches!(r.read(9, b.offset, &key(2), 5), Err(PackError::Corrupt { .. })));
 }
+
+/// The bucket's lock: a live lock of another node refuses; one not renewed for LOCK_STALE
+/// is taken over, unless its node stopped with packs to upload; a writer whose lock was
+/// taken over hears it when it renews. Ages are the store's times (file mtimes here).
+#[test]
+fn the_bucket_lock_is_taken_over_only_when_stale_and_never_with_packs_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let r = remote::Remote::connect(&format!("file://{}", bucket.display())).unwrap();
+    let age = |name: &str, secs: u64| {
+        let f = File::options().write(true).open(bucket.join("locks").join(name)).unwrap();
+        f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(secs)).unwrap();
+    };
+    remote::take_lock(&r, "node-0001", "a").unwrap();
+    let busy = remote::take_lock(&r, "node-0002", "b").unwrap_err();
+    assert_eq!(busy.kind(), io::ErrorKind::WouldBlock);
+    assert!(busy.to_string().contains("node-0001"), "{busy}");
+    assert!(!bucket.join("locks/node-0002").exists(), "a refused lock is removed again");
+    // node-0001 stops renewing: taken over after LOCK_STALE, and it learns so.
+    age("node-0001", remote::LOCK_STALE.as_secs() + 5);
+    remote::take_lock(&r, "node-0002", "b").unwrap();
+    let fenced = remote::refresh_lock(&r, "node-0001").unwrap_err();
+    assert_eq!(fenced.kind(), io::ErrorKind::PermissionDenied, "{fenced}");
+    remote::unlock(&r, "node-0001").unwrap();
+    // node-0002 stops with packs to upload: its lock holds, however old.
+    remote::mark_pending(&r, "node-0002", 3).unwrap();
+    age("node-0002", remote::LOCK_STALE.as_secs() * 3);
+    let busy = remote::take_lock(&r, "node-0003", "c").unwrap_err();
+    assert!(busy.to_string().contains("node-0002"), "{busy}");
+    // Its own node takes it back at once (one process per node: the local flock).
+    remote::take_lock(&r, "node-0002", "b again").unwrap();
+}

@@ -47,6 +47,8 @@ struct State {
     /// Someone waits for the queue to empty: a failed upload is tried again at once rather
     /// than after its backoff (the object store may be back).
     hurry: bool,
+    /// Another node took the bucket's lock over (ours lapsed): nothing more goes up.
+    fenced: bool,
     last_error: Option<String>,
 }
 
@@ -70,6 +72,11 @@ impl Uploads {
         self.shared.changed.notify_all();
     }
 
+    /// Whether another node took the bucket's lock over: this process must not write.
+    pub fn fenced(&self) -> bool {
+        self.shared.state.locked().fenced
+    }
+
     /// Packs waiting (or being uploaded), and the last error met.
     pub fn state(&self) -> (u64, Option<String>) {
         let st = self.shared.state.locked();
@@ -88,7 +95,7 @@ impl Uploads {
                 return Vec::new();
             }
             let now = Instant::now();
-            if now >= end {
+            if now >= end || st.fenced {
                 st.hurry = false;
                 return st.busy.iter().chain(st.queue.iter()).copied().collect();
             }
@@ -122,14 +129,19 @@ fn work(s: &Shared) {
             let mut st = s.state.locked();
             loop {
                 if st.stop {
-                    // Packs left to upload keep the lock: no other process may write to the
-                    // bucket before they are there (the next process here uploads them).
-                    let done = st.queue.is_empty();
+                    // Packs left to upload keep the lock, marked so that no other node takes
+                    // it over by age before they are there (the next process here uploads
+                    // them). A fenced process has no lock to give back.
+                    let left = st.queue.len();
+                    let fenced = st.fenced;
                     drop(st);
-                    if done {
-                        if let Err(e) = super::remote::unlock(&s.remote.remote, &s.lock) {
-                            log::warn!("removing the lock object {}: {e}", s.lock);
-                        }
+                    let r = match (fenced, left) {
+                        (true, _) => Ok(()),
+                        (false, 0) => super::remote::unlock(&s.remote.remote, &s.lock),
+                        (false, n) => super::remote::mark_pending(&s.remote.remote, &s.lock, n),
+                    };
+                    if let Err(e) = r {
+                        log::warn!("the lock object {}: {e}", s.lock);
                     }
                     return;
                 }
@@ -147,6 +159,24 @@ fn work(s: &Shared) {
         if refreshed.elapsed() >= super::remote::LOCK_REFRESH {
             match super::remote::refresh_lock(&s.remote.remote, &s.lock) {
                 Ok(()) => refreshed = Instant::now(),
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    log::error!("{}: {e}; sealed packs stay in {} (start this node again once the other has stopped)", s.remote.remote.url(), s.packs_dir.display());
+                    let mut st = s.state.locked();
+                    st.fenced = true;
+                    st.last_error = Some(e.to_string());
+                    if id != u64::MAX {
+                        st.queue.push_front(id);
+                    }
+                    st.busy = None;
+                    drop(st);
+                    s.changed.notify_all();
+                    // Wait to be stopped: nothing may go up any more.
+                    let mut st = s.state.locked();
+                    while !st.stop {
+                        st = s.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+                    }
+                    continue;
+                }
                 Err(e) => log::warn!("refreshing the lock object {}: {e}", s.lock),
             }
         }

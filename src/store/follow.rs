@@ -38,6 +38,14 @@ pub(super) struct FollowState {
     gap_reported: bool,
 }
 
+impl FollowState {
+    /// A follower whose index reflects exactly the packs `ids` (the listing it was checked or
+    /// rebuilt against: a pack published since is read by the first `follow`).
+    pub(super) fn seeded(ids: impl Iterator<Item = u64>) -> FollowState {
+        FollowState { seen: ids.collect(), ..FollowState::default() }
+    }
+}
+
 impl Store {
     /// Whether this store follows a bucket that another node writes (`open_follower`).
     pub fn is_follower(&self) -> bool {
@@ -46,6 +54,9 @@ impl Store {
 
     /// The writer's side: seals the open data pack, then the log's, if they hold anything,
     /// so that the upload thread sends them to the bucket. Nothing to do on a local store.
+    /// Never waits for the writer lock (an ingest holds it for a whole file, and this holds
+    /// the namespace lock meanwhile): if it is taken, this round is skipped, and the mount's
+    /// ingest worker publishes between two files (`publish_if_due`).
     pub fn publish(&self) -> Result<()> {
         if !self.packs.uploads() {
             return Ok(());
@@ -53,11 +64,9 @@ impl Store {
         // Namespace lock first (the lock order): a log pack is sealed only with every record
         // in it applied.
         let ns = self.ns.locked();
-        {
-            let mut w = self.writer.locked();
-            if w.open.as_ref().is_some_and(|o| !o.is_empty()) {
-                self.seal_open(&mut w)?;
-            }
+        let Ok(mut w) = self.writer.try_lock() else { return Ok(()) };
+        if w.open.as_ref().is_some_and(|o| !o.is_empty()) {
+            self.seal_open(&mut w)?;
         }
         {
             let mut j = self.journal.locked();
@@ -65,8 +74,18 @@ impl Store {
                 self.seal_journal(&mut j)?;
             }
         }
+        drop(w);
         drop(ns);
+        *self.published.locked() = std::time::Instant::now();
         Ok(())
+    }
+
+    /// `publish`, if the last one is PUBLISH_INTERVAL old.
+    pub fn publish_if_due(&self) -> Result<()> {
+        if !self.packs.uploads() || self.published.locked().elapsed() < PUBLISH_INTERVAL {
+            return Ok(());
+        }
+        self.publish()
     }
 
     /// The follower's side: takes in what the writer published since the last call.
@@ -85,13 +104,9 @@ impl Store {
     fn follow_step(&self, st: &mut FollowState) -> Result<u64> {
         let root = self.root.clone();
         let listed = self.packs.sealed_packs().map_err(io_at(&root))?;
-        if st.seen.is_empty() {
-            // The first call: the index (just opened, or rebuilt) holds every pack there is.
-            st.seen = listed.iter().map(|p| p.0).collect();
-            return Ok(0);
-        }
         let mut new: Vec<u64> = listed.iter().map(|p| p.0).filter(|id| !st.seen.contains(id)).collect();
         new.sort_unstable();
+        let moved = !new.is_empty();
         for id in new {
             let mut b = Batch::new();
             for blob in self.packs.footer(id)? {
@@ -136,18 +151,26 @@ impl Store {
             i += 1;
         }
         st.waiting.drain(..i);
-        if applied > 0 {
-            // Cached chunk places and recipe pieces may name what changed.
+        if applied > 0 || moved {
+            // Cached chunk places and recipe pieces may name what changed (a pack gc wrote
+            // moves chunks without a log record).
             self.cache.clear();
         }
         Ok(applied)
     }
 }
 
-/// Refuses a change on a follower's store (its index follows the bucket's writer).
+/// Refuses a change on a follower's store (its index follows the bucket's writer), and on
+/// a writer that another node's lock has fenced off.
 pub(super) fn refuse_on_follower(store: &Store) -> Result<()> {
     if store.follower {
         return Err(StoreError::Follower(store.root.display().to_string()));
+    }
+    if store.packs.fenced() {
+        return Err(StoreError::Log(format!(
+            "{}: another node took the bucket's lock over while this one could not reach it; nothing more is written here (start this node again once the other has stopped)",
+            store.root.display()
+        )));
     }
     Ok(())
 }

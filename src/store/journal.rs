@@ -84,6 +84,18 @@ impl Store {
             // entries, whose packs gc deletes only after it.
             return Ok(self.index.write(b)?);
         }
+        // On a bucket-backed store, a full log pack is about to be sealed (and uploaded): the
+        // data pack its records' chunks may be in goes first. Only if the writer is free
+        // (gc and snapshot hold it, and an ingest holds it for a whole file: waiting here,
+        // under `ns`, would stall every namespace change); otherwise a follower may briefly
+        // see a file before its chunks (EIO until the data pack is up), never lose one.
+        if self.packs.uploads() && self.journal.locked().open.as_ref().is_some_and(|o| o.len() >= JOURNAL_PACK_TARGET) {
+            if let Ok(mut w) = self.writer.try_lock() {
+                if w.open.as_ref().is_some_and(|o| !o.is_empty()) {
+                    self.seal_open(&mut w)?;
+                }
+            }
+        }
         let (key, entry, seq) = self.append_record(b.log(), None)?;
         self.note_applied(&mut b, &key, &entry, seq);
         self.index.write(b).inspect_err(|_| self.journal.locked().poisoned = true)?;

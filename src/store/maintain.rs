@@ -196,9 +196,11 @@ impl Store {
         self.rewrite_packs(&mut ns, &rewrite)?;
         // Cached chunk places (and, after a dropped key is reused, chunk bytes) are stale now.
         self.cache.clear();
-        // On an object store, the packs that replace them must be in the bucket first: a
-        // rebuild from the bucket must find every live chunk somewhere.
+        // On an object store, the packs that replace them must be in the bucket first (a
+        // rebuild from the bucket must find every live chunk somewhere), and so must the
+        // checkpoint, which replaces every log record in the doomed log packs.
         if !doomed.is_empty() || !rewrite.is_empty() {
+            self.seal_journal(&mut self.journal.locked())?;
             self.wait_uploaded(GC_UPLOAD_WAIT)?;
         }
         for id in doomed.iter().chain(rewrite.iter()) {

@@ -207,6 +207,8 @@ pub struct Store {
     /// This node follows a bucket another node writes (`open_follower`): no change allowed.
     follower: bool,
     follow: Mutex<follow::FollowState>,
+    /// When this writer last published to the bucket (`follow::publish`).
+    published: Mutex<std::time::Instant>,
     _lock: File,
 }
 
@@ -333,23 +335,14 @@ impl Store {
             None => open_index(root, &index_dir, false, config.version)?,
         };
         let (max_id, recovered) = recover_packs(root)?;
+        // The packs a follower's index reflects (its first `follow` takes in the others).
+        let mut seen: Vec<(u64, u64)> = Vec::new();
         let (packs, max_id) = match remote_packs(root, &config)? {
             None => (PackReader::new(root.join("packs"), root.join("packs-tmp")), max_id),
             Some(r) if opts.follower => {
-                let mut index_ok = true;
-                if !created_here {
-                    let probe = PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r.clone());
-                    let now = remote::bucket_signature(&probe).map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?;
-                    index_ok = now == index.meta_u64_opt(remote::SIGNATURE)?;
-                }
-                if !index_ok {
-                    log::warn!("{}: the bucket changed since this node last saw it; rebuilding its index from the bucket", root.display());
-                    drop(index);
-                    fs::remove_dir_all(&index_dir).map_err(io_at(&index_dir))?;
-                    let mut rep = RepairReport::default();
-                    repair::build_index(root, &config, &mut rep)?;
-                    index = open_index(root, &index_dir, false, config.version)?;
-                }
+                let (idx, list) = remote::sync_index(root, &config, index, &r, created_here, None)?;
+                index = idx;
+                seen = list;
                 (PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r), max_id)
             }
             Some(r) => {
@@ -365,24 +358,11 @@ impl Store {
                 })?;
                 // Another node wrote since this one last did: its index is rebuilt from the
                 // bucket before anything is written (see `remote::SIGNATURE`).
-                if !created_here {
-                    let probe = PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r.clone());
-                    let now = remote::bucket_signature(&probe).map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?;
-                    if now != index.meta_u64_opt(remote::SIGNATURE)? {
-                        log::warn!("{}: the bucket changed since this node last wrote; rebuilding its index from the bucket", root.display());
-                        drop(index);
-                        fs::remove_dir_all(&index_dir).map_err(io_at(&index_dir))?;
-                        let mut rep = RepairReport::default();
-                        repair::build_index(root, &config, &mut rep)?;
-                        for p in &rep.problems {
-                            log::warn!("rebuilding the index from the bucket: {p}");
-                        }
-                        index = open_index(root, &index_dir, false, config.version)?;
-                    }
-                }
+                let (idx, list) = remote::sync_index(root, &config, index, &r, created_here, Some(&owner))?;
+                index = idx;
                 // This node's packs: ids below the next node's range.
                 let node_base = remote::node_base(&config);
-                let remote_max = r.list().map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?.iter().map(|p| p.0).filter(|id| id >> 48 == node_base >> 48).max().unwrap_or(0);
+                let remote_max = list.iter().map(|p| p.0).filter(|id| id >> 48 == node_base >> 48).max().unwrap_or(0);
                 let mut packs = PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r);
                 packs.start_uploads(owner).map_err(io_at(root))?;
                 (packs, max_id.max(remote_max).max(node_base))
@@ -404,7 +384,8 @@ impl Store {
             space: Space::new(root.to_path_buf(), space::DEFAULT_MIN_FREE),
             ingests: IngestCounters::default(),
             follower,
-            follow: Mutex::new(follow::FollowState::default()),
+            follow: Mutex::new(follow::FollowState::seeded(seen.iter().map(|p| p.0))),
+            published: Mutex::new(std::time::Instant::now()),
             _lock: lock,
         };
         store.roll_forward(&recovered)?;
@@ -452,6 +433,7 @@ impl Store {
             ingests: IngestCounters::default(),
             follower: false,
             follow: Mutex::new(follow::FollowState::default()),
+            published: Mutex::new(std::time::Instant::now()),
             _lock: lock,
         })
     }

@@ -23,18 +23,88 @@ use crate::pack::remote::{Remote, RemotePacks, DEFAULT_CACHE};
 /// take chunks the other node's files use).
 pub(super) const SIGNATURE: &str = "bucket_signature";
 
-/// The digest of the sealed packs `packs` sees (bucket and local); None on a local store.
-pub(super) fn bucket_signature(packs: &crate::pack::PackReader) -> std::io::Result<Option<u64>> {
-    if packs.remote().is_none() {
-        return Ok(None);
-    }
-    let mut bytes = Vec::new();
-    for (id, size) in packs.sealed_packs()? {
+/// Sealed packs: (id, size), in id order.
+pub(super) type PackList = Vec<(u64, u64)>;
+
+/// The digest of a list of sealed packs (id, size).
+pub(super) fn signature_of(packs: &[(u64, u64)]) -> u64 {
+    let mut bytes = Vec::with_capacity(packs.len() * 16);
+    for (id, size) in packs {
         bytes.extend_from_slice(&id.to_le_bytes());
         bytes.extend_from_slice(&size.to_le_bytes());
     }
     let d = crate::digest::sha256(&bytes);
-    Ok(Some(u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))))
+    u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+/// The sealed packs `packs` sees (local, then the bucket's) and their digest; None on a
+/// local store.
+pub(super) fn bucket_listing(packs: &crate::pack::PackReader) -> std::io::Result<Option<(u64, PackList)>> {
+    if packs.remote().is_none() {
+        return Ok(None);
+    }
+    let list = packs.sealed_packs()?;
+    Ok(Some((signature_of(&list), list)))
+}
+
+/// Brings a node's index in line with the bucket before it is used: if the bucket's packs
+/// are not those the index last reflected (`SIGNATURE`), another node wrote or gc'ed since,
+/// and the index is rebuilt from the bucket. The old index is kept aside until the new one
+/// is whole (and put back if the rebuild fails). A writer is refused if the rebuild found
+/// problems (a gap in the log, say): writing, and gc above all, from such an index could
+/// lose what it lacks. Returns the index and the packs it reflects.
+/// `owner`: the writer's lock, renewed while the rebuild runs; None for a follower.
+pub(super) fn sync_index(root: &Path, config: &Config, index: crate::index::Index, r: &Arc<RemotePacks>, fresh: bool, owner: Option<&str>) -> Result<(crate::index::Index, Vec<(u64, u64)>)> {
+    let writer = owner.is_some();
+    let url = r.remote.url().to_string();
+    let probe = crate::pack::PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r.clone());
+    let (sig, list) = bucket_listing(&probe).map_err(|err| StoreError::Remote { url: url.clone(), err })?.expect("a remote reader");
+    if fresh || index.meta_u64_opt(SIGNATURE)? == Some(sig) {
+        return Ok((index, list));
+    }
+    log::warn!("{}: the bucket changed since this node last saw it; rebuilding its index from the bucket", root.display());
+    drop(index);
+    let (index_dir, aside) = (root.join("index"), root.join("index.stale"));
+    if aside.exists() {
+        fs::remove_dir_all(&aside).map_err(io_at(&aside))?;
+    }
+    fs::rename(&index_dir, &aside).map_err(io_at(&index_dir))?;
+    let mut rep = RepairReport::default();
+    let mut renewed = std::time::Instant::now();
+    let mut tick = || {
+        if let Some(owner) = owner {
+            if renewed.elapsed() >= crate::pack::remote::LOCK_REFRESH {
+                if let Err(e) = crate::pack::remote::refresh_lock(&r.remote, owner) {
+                    log::warn!("renewing the bucket's lock during the rebuild: {e}");
+                }
+                renewed = std::time::Instant::now();
+            }
+        }
+    };
+    let list = match super::repair::build_index(root, config, &mut rep, Some(r.clone()), &mut tick) {
+        Ok(list) => list,
+        Err(e) => {
+            let _ = fs::remove_dir_all(&index_dir);
+            let _ = fs::rename(&aside, &index_dir);
+            return Err(e);
+        }
+    };
+    let _ = fs::remove_dir_all(&aside);
+    let index = super::open::open_index(root, &index_dir, false, config.version)?;
+    if !rep.problems.is_empty() {
+        for p in &rep.problems {
+            log::warn!("rebuilding the index from the bucket: {p}");
+        }
+        if writer {
+            return Err(StoreError::Log(format!(
+                "{}: rebuilding this node's index from the bucket found {} problems (the first: {}); nothing will be written until `warcfs fsck` is clean",
+                root.display(),
+                rep.problems.len(),
+                rep.problems[0]
+            )));
+        }
+    }
+    Ok((index, list))
 }
 
 /// How long closing a store waits for its sealed packs to go up.
@@ -120,13 +190,17 @@ pub fn init_remote(root: &Path, url: &str, mut config: Config) -> Result<Joined>
     config.version = REMOTE_FORMAT_VERSION;
     config.backend = Some(url.to_string());
     // A node number no pack in the bucket uses yet (nor 0, the local stores' range).
-    let used: std::collections::HashSet<u16> = remote.list("packs").map_err(remote_err(url))?.iter().filter_map(|(n, _, _)| crate::pack::parse_pack_name(n)).map(|id| (id >> 48) as u16).collect();
+    // A node number no node registered (`nodes/NNNN`) and no pack uses yet (nor 0, the
+    // local stores' range); registered at once, so that the next joiner skips it too.
+    let mut used: std::collections::HashSet<u16> = remote.list("packs").map_err(remote_err(url))?.iter().filter_map(|(n, _, _)| crate::pack::parse_pack_name(n)).map(|id| (id >> 48) as u16).collect();
+    used.extend(remote.list("nodes").map_err(remote_err(url))?.iter().filter_map(|(n, _, _)| u16::from_str_radix(n, 16).ok()));
     let mut node = 0u16;
     while node == 0 || used.contains(&node) {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u32(std::process::id());
         node = h.finish() as u16;
     }
+    remote.put(&format!("nodes/{node:04x}"), format!("{} {}\n", hostname(), root.display()).into_bytes()).map_err(remote_err(url))?;
     config.node = Some(node);
     match existing {
         None => {
@@ -201,7 +275,7 @@ impl Store {
     /// Notes the bucket's packs as this node knows them now (see `SIGNATURE`). Called when
     /// the node stops writing, its packs uploaded.
     pub(super) fn note_bucket(&self) -> Result<()> {
-        if let Some(sig) = bucket_signature(&self.packs).map_err(io_at(&self.root))? {
+        if let Some((sig, _)) = bucket_listing(&self.packs).map_err(io_at(&self.root))? {
             let mut b = crate::index::Batch::new();
             b.put_meta_u64_unlogged(&self.index, SIGNATURE, sig);
             self.index.write(b)?;

@@ -85,7 +85,7 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
         fs::rename(&index_dir, &kept).map_err(io_at(&kept))?;
         rep.kept_broken_index = Some(kept.display().to_string());
     }
-    build_index(root, &config, &mut rep)?;
+    build_index(root, &config, &mut rep, None, &mut || {})?;
     drop(lock);
     // Opening it once applies nothing more (the log is all applied) but proves it opens.
     // (Read-only if another node of a bucket-backed store holds the bucket's lock.)
@@ -97,7 +97,17 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
 /// renames it to `index/` (which must not exist). The caller holds the store's lock. Also
 /// used when a node of a bucket-backed store finds that the bucket changed since it last
 /// wrote (`Store::open`).
-pub(super) fn build_index(root: &Path, config: &super::Config, rep: &mut RepairReport) -> Result<()> {
+/// `remote`: the cache of a store being opened (a second one on `cache/packs` would empty it
+/// under the first).
+/// `tick` is called after every pack read (a writer keeps its bucket lock fresh there: a
+/// rebuild of many packs outlasts the lock's lifetime).
+pub(super) fn build_index(
+    root: &Path,
+    config: &super::Config,
+    rep: &mut RepairReport,
+    remote: Option<std::sync::Arc<crate::pack::remote::RemotePacks>>,
+    tick: &mut dyn FnMut(),
+) -> Result<Vec<(u64, u64)>> {
     let index_dir = root.join("index");
     let cfg_path = root.join(CONFIG_FILE);
     recover_packs(root)?;
@@ -107,7 +117,11 @@ pub(super) fn build_index(root: &Path, config: &super::Config, rep: &mut RepairR
         fs::remove_dir_all(&building).map_err(io_at(&building))?;
     }
     let idx = Index::create(&building, config.version)?;
-    let packs = match super::remote::remote_packs(root, config)? {
+    let remote = match remote {
+        Some(r) => Some(r),
+        None => super::remote::remote_packs(root, config)?,
+    };
+    let packs = match remote {
         Some(r) => PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r),
         None => PackReader::new(root.join("packs"), root.join("packs-tmp")),
     };
@@ -119,8 +133,10 @@ pub(super) fn build_index(root: &Path, config: &super::Config, rep: &mut RepairR
     let mut b = Batch::new();
     let mut in_batch = 0usize;
     let packs_dir = root.join("packs");
-    let ids: Vec<u64> = packs.sealed_packs().map_err(io_at(&packs_dir))?.into_iter().map(|p| p.0).collect();
+    let listed = packs.sealed_packs().map_err(io_at(&packs_dir))?;
+    let ids: Vec<u64> = listed.iter().map(|p| p.0).collect();
     for &id in &ids {
+        tick();
         rep.packs += 1;
         // A damaged footer does not hide the blobs: they describe themselves (up to the
         // first damaged one).
@@ -273,14 +289,16 @@ pub(super) fn build_index(root: &Path, config: &super::Config, rep: &mut RepairR
         }
     }
     idx.write(b)?;
-    if let Some(sig) = super::remote::bucket_signature(&packs).map_err(io_at(root))? {
+    // The signature of the packs read above, not of a new listing: a pack a writer added
+    // meanwhile must make the next open rebuild again, not pass as known.
+    if packs.remote().is_some() {
         let mut b = Batch::new();
-        b.put_meta_u64_unlogged(&idx, super::remote::SIGNATURE, sig);
+        b.put_meta_u64_unlogged(&idx, super::remote::SIGNATURE, super::remote::signature_of(&listed));
         idx.write(b)?;
     }
     idx.flush_tables()?;
     drop(idx);
     fs::rename(&building, &index_dir).map_err(io_at(&index_dir))?;
     pack::sync_dir(root).map_err(io_at(root))?;
-    Ok(())
+    Ok(listed)
 }
