@@ -433,6 +433,7 @@ pub fn write_file_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+pub mod lock;
 mod reader;
 pub mod remote;
 mod upload;

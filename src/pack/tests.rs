@@ -138,22 +138,22 @@ fn the_bucket_lock_is_taken_over_only_when_stale_and_never_with_packs_pending() 
         let f = File::options().write(true).open(bucket.join("locks").join(name)).unwrap();
         f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(secs)).unwrap();
     };
-    remote::take_lock(&r, "node-0001", "a").unwrap();
-    let busy = remote::take_lock(&r, "node-0002", "b").unwrap_err();
+    lock::take_lock(&r, "node-0001", "a").unwrap();
+    let busy = lock::take_lock(&r, "node-0002", "b").unwrap_err();
     assert_eq!(busy.kind(), io::ErrorKind::WouldBlock);
     assert!(busy.to_string().contains("node-0001"), "{busy}");
     assert!(!bucket.join("locks/node-0002").exists(), "a refused lock is removed again");
     // node-0001 stops renewing: taken over after LOCK_STALE, and it learns so.
-    age("node-0001", remote::LOCK_STALE.as_secs() + 5);
-    remote::take_lock(&r, "node-0002", "b").unwrap();
-    let fenced = remote::refresh_lock(&r, "node-0001").unwrap_err();
+    age("node-0001", lock::LOCK_STALE.as_secs() + 5);
+    lock::take_lock(&r, "node-0002", "b").unwrap();
+    let fenced = lock::refresh_lock(&r, "node-0001").unwrap_err();
     assert_eq!(fenced.kind(), io::ErrorKind::PermissionDenied, "{fenced}");
-    remote::unlock(&r, "node-0001").unwrap();
+    lock::unlock(&r, "node-0001").unwrap();
     // node-0002 stops with packs to upload: its lock holds, however old.
-    remote::mark_pending(&r, "node-0002", 3).unwrap();
-    age("node-0002", remote::LOCK_STALE.as_secs() * 3);
-    let busy = remote::take_lock(&r, "node-0003", "c").unwrap_err();
+    lock::mark_pending(&r, "node-0002", 3).unwrap();
+    age("node-0002", lock::LOCK_STALE.as_secs() * 3);
+    let busy = lock::take_lock(&r, "node-0003", "c").unwrap_err();
     assert!(busy.to_string().contains("node-0002"), "{busy}");
     // Its own node takes it back at once (one process per node: the local flock).
-    remote::take_lock(&r, "node-0002", "b again").unwrap();
+    lock::take_lock(&r, "node-0002", "b again").unwrap();
 }

@@ -137,8 +137,8 @@ fn work(s: &Shared) {
                     drop(st);
                     let r = match (fenced, left) {
                         (true, _) => Ok(()),
-                        (false, 0) => super::remote::unlock(&s.remote.remote, &s.lock),
-                        (false, n) => super::remote::mark_pending(&s.remote.remote, &s.lock, n),
+                        (false, 0) => super::lock::unlock(&s.remote.remote, &s.lock),
+                        (false, n) => super::lock::mark_pending(&s.remote.remote, &s.lock, n),
                     };
                     if let Err(e) = r {
                         log::warn!("the lock object {}: {e}", s.lock);
@@ -151,13 +151,13 @@ fn work(s: &Shared) {
                 }
                 let (g, _) = s.changed.wait_timeout(st, Duration::from_secs(5)).unwrap_or_else(|p| p.into_inner());
                 st = g;
-                if refreshed.elapsed() >= super::remote::LOCK_REFRESH {
+                if refreshed.elapsed() >= super::lock::LOCK_REFRESH {
                     break u64::MAX;
                 }
             }
         };
-        if refreshed.elapsed() >= super::remote::LOCK_REFRESH {
-            match super::remote::refresh_lock(&s.remote.remote, &s.lock) {
+        if refreshed.elapsed() >= super::lock::LOCK_REFRESH {
+            match super::lock::refresh_lock(&s.remote.remote, &s.lock) {
                 Ok(()) => refreshed = Instant::now(),
                 Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
                     log::error!("{}: {e}; sealed packs stay in {} (start this node again once the other has stopped)", s.remote.remote.url(), s.packs_dir.display());

@@ -159,18 +159,3 @@ impl Store {
         Ok(applied)
     }
 }
-
-/// Refuses a change on a follower's store (its index follows the bucket's writer), and on
-/// a writer that another node's lock has fenced off.
-pub(super) fn refuse_on_follower(store: &Store) -> Result<()> {
-    if store.follower {
-        return Err(StoreError::Follower(store.root.display().to_string()));
-    }
-    if store.packs.fenced() {
-        return Err(StoreError::Log(format!(
-            "{}: another node took the bucket's lock over while this one could not reach it; nothing more is written here (start this node again once the other has stopped)",
-            store.root.display()
-        )));
-    }
-    Ok(())
-}

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
-use super::source::{each_window, io_err, split_window, SplitWindow};
+use super::source::{each_window, io_err, split_window, SplitWindow, MAX_MEMBER_PLAIN};
 pub use super::source::{Presplit, Source, Windows, WINDOWS};
 use super::{Compression, Ns, Result, Store, StoreError, Verify, Writer};
 use crate::LockExt;
@@ -29,9 +29,6 @@ use crate::recipe::{FileStats, MemberParts, Piece, RecipeBuilder, RefDelta};
 /// enough that a reader of one record decodes little besides its header; large enough for
 /// zstd to find the repetition between neighbouring headers.
 const LITERAL_BLOCK: usize = 64 << 10;
-/// Members whose plain text is larger are kept raw: a read inside one would have to rebuild
-/// it from its start.
-pub(super) const MAX_MEMBER_PLAIN: u64 = 64 << 20;
 /// FastCDC sizes (min, average, max) for payloads and for unparsed bytes.
 const PAYLOAD_CDC: (u32, u32, u32) = (256 << 10, 1 << 20, 4 << 20);
 const RAW_CDC: (u32, u32, u32) = (16 << 10, 64 << 10, 256 << 10);

@@ -77,7 +77,7 @@ impl Store {
     /// caller holds the namespace lock (`ns`) and has made every chunk `b` references
     /// durable.
     pub(super) fn write_batch(&self, _ns: &mut Ns, mut b: Batch) -> Result<()> {
-        super::follow::refuse_on_follower(self)?;
+        refuse_on_follower(self)?;
         if b.log().iter().all(|op| op.cf() == CF_CHUNK) {
             // Chunk entries alone (gc moving or dropping chunks) follow from the packs and
             // the recipes: nothing to log. A crash before the index write leaves the old
@@ -288,4 +288,19 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// Refuses a change on a follower's store (its index follows the bucket's writer), and on
+/// a writer that another node's lock has fenced off.
+pub(super) fn refuse_on_follower(store: &Store) -> Result<()> {
+    if store.follower {
+        return Err(StoreError::Follower(store.root.display().to_string()));
+    }
+    if store.packs.fenced() {
+        return Err(StoreError::Log(format!(
+            "{}: another node took the bucket's lock over while this one could not reach it; nothing more is written here (start this node again once the other has stopped)",
+            store.root.display()
+        )));
+    }
+    Ok(())
 }

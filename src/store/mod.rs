@@ -13,6 +13,7 @@
 //! old state or the new one, plus pack bytes nothing references, which `gc` reclaims.
 
 mod ahead;
+mod bucket;
 mod cache;
 mod config;
 mod follow;
@@ -54,7 +55,7 @@ pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
 pub use fsck::{FsckReport, MAX_PROBLEMS};
 pub use follow::{FOLLOW_INTERVAL, PUBLISH_INTERVAL};
 pub use maintain::{GcReport, ScanLimits, Stats};
-use remote::{hostname, remote_packs, remote_packs_read_only};
+use bucket::{hostname, remote_packs, remote_packs_read_only};
 pub use remote::CLOSE_UPLOAD_WAIT;
 pub use remote::{init_remote, upload_pending, Joined};
 use open::{creation_leftover, open_index, recover_packs, remove_dead_runs, set_mode, take_lock};
@@ -346,9 +347,9 @@ impl Store {
                 (PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r), max_id)
             }
             Some(r) => {
-                let owner = remote::lock_owner(&config);
+                let owner = bucket::lock_owner(&config);
                 let what = format!("{} pid {} {}", hostname(), std::process::id(), root.display());
-                crate::pack::remote::take_lock(&r.remote, &owner, &what).map_err(|err| {
+                crate::pack::lock::take_lock(&r.remote, &owner, &what).map_err(|err| {
                     // Another node writes: readers (`cat`, `ls`, `stats`) open read-only.
                     if err.kind() == io::ErrorKind::WouldBlock {
                         StoreError::Busy { path: r.remote.url().into(), pid: err.to_string() }
@@ -357,11 +358,11 @@ impl Store {
                     }
                 })?;
                 // Another node wrote since this one last did: its index is rebuilt from the
-                // bucket before anything is written (see `remote::SIGNATURE`).
+                // bucket before anything is written (see `bucket::SIGNATURE`).
                 let (idx, list) = remote::sync_index(root, &config, index, &r, created_here, Some(&owner))?;
                 index = idx;
                 // This node's packs: ids below the next node's range.
-                let node_base = remote::node_base(&config);
+                let node_base = bucket::node_base(&config);
                 let remote_max = list.iter().map(|p| p.0).filter(|id| id >> 48 == node_base >> 48).max().unwrap_or(0);
                 let mut packs = PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r);
                 packs.start_uploads(owner).map_err(io_at(root))?;

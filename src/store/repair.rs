@@ -119,7 +119,7 @@ pub(super) fn build_index(
     let idx = Index::create(&building, config.version)?;
     let remote = match remote {
         Some(r) => Some(r),
-        None => super::remote::remote_packs(root, config)?,
+        None => super::bucket::remote_packs(root, config)?,
     };
     let packs = match remote {
         Some(r) => PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r),
@@ -293,7 +293,7 @@ pub(super) fn build_index(
     // meanwhile must make the next open rebuild again, not pass as known.
     if packs.remote().is_some() {
         let mut b = Batch::new();
-        b.put_meta_u64_unlogged(&idx, super::remote::SIGNATURE, super::remote::signature_of(&listed));
+        b.put_meta_u64_unlogged(&idx, super::bucket::SIGNATURE, super::bucket::signature_of(&listed));
         idx.write(b)?;
     }
     idx.flush_tables()?;

@@ -1,0 +1,85 @@
+//! The bucket's writer lock: one process writes to a bucket at a time. A lock is an object,
+//! `locks/<owner>`, whose age says whether its owner lives (restic's scheme; Garage does not
+//! honour conditional PUT, so nothing here may rely on it). Ages are the object store's own
+//! times. Layout and rules: docs/FORMAT.md, "Object store".
+
+use std::io;
+use std::time::{Duration, SystemTime};
+
+use super::remote::Remote;
+
+/// How often a writer rewrites its lock object, and after how long without that another
+/// process may take the lock over (restic's scheme: Garage does not honour conditional
+/// PUT, so a lock is an object whose age says whether its owner lives).
+pub const LOCK_REFRESH: Duration = Duration::from_secs(60);
+pub const LOCK_STALE: Duration = Duration::from_secs(600);
+
+/// The first line of a lock object whose owner stopped with packs still to upload: such a
+/// lock is never taken over by age (those packs hold changes a new writer would not see).
+pub const PENDING: &str = "pending-uploads";
+
+/// Other nodes' live locks, as (name, age): ages measured against `now_on_server`, a time
+/// the object store gave (ours: a node's clock does not decide). A stale lock whose body
+/// says its owner left packs to upload stays live.
+fn live_locks(remote: &Remote, owner: &str, now_on_server: Option<SystemTime>) -> io::Result<Vec<(String, Duration)>> {
+    let list = remote.list("locks")?;
+    let now = now_on_server.or_else(|| list.iter().find(|l| l.0 == owner).map(|l| l.2)).unwrap_or_else(SystemTime::now);
+    let mut out = Vec::new();
+    for (name, _, modified) in list {
+        if name == owner {
+            continue;
+        }
+        let age = now.duration_since(modified).unwrap_or_default();
+        let pending = || remote.get(&format!("locks/{name}")).ok().flatten().is_some_and(|b| b.starts_with(PENDING.as_bytes()));
+        if age < LOCK_STALE || pending() {
+            out.push((name, age));
+        }
+    }
+    Ok(out)
+}
+
+/// Takes the bucket's writer lock as `owner` (a name unique to this node): writes
+/// `locks/<owner>`, then lists the locks; if another that is live is there, ours is removed
+/// again and the call fails naming the other. Two processes racing both back off. Ages are
+/// the object store's times (our lock's against theirs), not this node's clock.
+pub fn take_lock(remote: &Remote, owner: &str, what: &str) -> io::Result<()> {
+    let name = format!("locks/{owner}");
+    remote.put(&name, what.as_bytes().to_vec())?;
+    let live = match live_locks(remote, owner, None) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = remote.delete(&name);
+            return Err(e);
+        }
+    };
+    if let Some((other, age)) = live.first() {
+        let _ = remote.delete(&name);
+        return Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!("{other}, whose lock in the bucket was renewed {} s ago (one not renewed for {} s is taken over, unless its node left packs to upload)", age.as_secs(), LOCK_STALE.as_secs()),
+        ));
+    }
+    Ok(())
+}
+
+/// Renews the lock; fails with `PermissionDenied` if another node holds a live lock now (ours
+/// lapsed while the object store was out of reach, and it took over): this process must
+/// stop writing to the bucket.
+pub fn refresh_lock(remote: &Remote, owner: &str) -> io::Result<()> {
+    let name = format!("locks/{owner}");
+    let body = remote.get(&name)?.unwrap_or_default();
+    remote.put(&name, body)?;
+    if let Some((other, _)) = live_locks(remote, owner, None)?.into_iter().next() {
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{other} took over the bucket's lock: this node writes no more to it")));
+    }
+    Ok(())
+}
+
+/// Marks the lock as that of a node that stopped with packs to upload (see `PENDING`).
+pub fn mark_pending(remote: &Remote, owner: &str, packs: usize) -> io::Result<()> {
+    remote.put(&format!("locks/{owner}"), format!("{PENDING}: {packs} packs\n").into_bytes())
+}
+
+pub fn unlock(remote: &Remote, owner: &str) -> io::Result<()> {
+    remote.delete(&format!("locks/{owner}"))
+}
