@@ -246,43 +246,23 @@ impl Drop for MountGuard {
 fn a_file_closed_on_the_writing_node_appears_on_a_following_node_within_seconds() {
     let tmp = tempfile::tempdir().unwrap();
     let c = Cluster::start(&tmp.path().join("garage"), 45500);
-    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
-    let url = "s3://warcfs/follow";
-    c.ok(&["init", &s(&a), "--backend", url]);
-    c.ok(&["init", &s(&b), "--backend", url]);
-    let (ma, mb) = (tmp.path().join("mnt-a"), tmp.path().join("mnt-b"));
-    fs::create_dir_all(&ma).unwrap();
-    fs::create_dir_all(&mb).unwrap();
-    let r = c.run(&["mount", &s(&a), &s(&ma)]);
-    assert!(r.ok(), "{}", r.describe());
-    let _ga = MountGuard { mnt: ma.clone(), store: a.clone() };
-    let r = c.run(&["mount", &s(&b), &s(&mb), "-o", "ro"]);
-    assert!(r.ok(), "{}", r.describe());
-    let _gb = MountGuard { mnt: mb.clone(), store: b.clone() };
-
+    let n = WriterAndFollower::start(&c, tmp.path(), "s3://warcfs/follow");
     let files = crawl_files();
     for f in &files[..2] {
-        let name = f.file_name().unwrap();
         let t0 = std::time::Instant::now();
-        fs::copy(f, ma.join(name)).unwrap();
+        fs::copy(f, n.ma.join(f.file_name().unwrap())).unwrap();
         // Closed on A: on B within 10 s (ingest, publish, upload, follow), byte for byte.
-        loop {
-            if mb.join(name).exists() && fs::read(mb.join(name)).unwrap() == fs::read(f).unwrap() {
-                eprintln!("{name:?} ({} bytes) on the following node {:?} after cp began", fs::metadata(f).unwrap().len(), t0.elapsed());
-                break;
-            }
-            assert!(t0.elapsed().as_secs() < 10 + 10 * (fs::metadata(f).unwrap().len() >> 26), "{name:?} not on the following node after {:?}", t0.elapsed());
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
+        n.on_follower(f, 10 + 10 * (fs::metadata(f).unwrap().len() >> 26));
+        eprintln!("{:?} ({} bytes) on the following node {:?} after cp began", f.file_name().unwrap(), fs::metadata(f).unwrap().len(), t0.elapsed());
     }
     // The follower writes nothing.
-    let err = fs::write(mb.join("new.warc"), b"WARC/1.0\r\n").unwrap_err();
+    let err = fs::write(n.mb.join("new.warc"), b"WARC/1.0\r\n").unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
     // A removal on A reaches B too.
     let gone = files[0].file_name().unwrap();
-    fs::remove_file(ma.join(gone)).unwrap();
+    fs::remove_file(n.ma.join(gone)).unwrap();
     let t0 = std::time::Instant::now();
-    while mb.join(gone).exists() {
+    while n.mb.join(gone).exists() {
         assert!(t0.elapsed().as_secs() < 15, "{gone:?} still on the following node");
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
@@ -292,45 +272,27 @@ fn a_file_closed_on_the_writing_node_appears_on_a_following_node_within_seconds(
 fn a_writing_node_killed_leaves_the_followers_alone_and_recovers_on_its_next_mount() {
     let tmp = tempfile::tempdir().unwrap();
     let c = Cluster::start(&tmp.path().join("garage"), 45600);
-    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
-    let url = "s3://warcfs/killed";
-    c.ok(&["init", &s(&a), "--backend", url]);
-    c.ok(&["init", &s(&b), "--backend", url]);
-    let (ma, mb) = (tmp.path().join("mnt-a"), tmp.path().join("mnt-b"));
-    fs::create_dir_all(&ma).unwrap();
-    fs::create_dir_all(&mb).unwrap();
-    c.ok(&["mount", &s(&a), &s(&ma)]);
-    let ga = MountGuard { mnt: ma.clone(), store: a.clone() };
-    c.ok(&["mount", &s(&b), &s(&mb), "-o", "ro"]);
-    let _gb = MountGuard { mnt: mb.clone(), store: b.clone() };
+    let mut n = WriterAndFollower::start(&c, tmp.path(), "s3://warcfs/killed");
     let files = crawl_files();
-    let on_b = |f: &Path, secs: u64| {
-        let t0 = std::time::Instant::now();
-        let name = f.file_name().unwrap();
-        while !(mb.join(name).exists() && fs::read(mb.join(name)).unwrap() == fs::read(f).unwrap()) {
-            assert!(t0.elapsed().as_secs() < secs, "{name:?} not on the following node");
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
-    };
-    fs::copy(&files[0], ma.join(files[0].file_name().unwrap())).unwrap();
-    on_b(&files[0], 20);
+    fs::copy(&files[0], n.ma.join(files[0].file_name().unwrap())).unwrap();
+    n.on_follower(&files[0], 20);
 
     // A file closed on A, then A's daemon is killed (-9) before it can publish it.
-    fs::copy(&files[1], ma.join(files[1].file_name().unwrap())).unwrap();
-    let pid: i32 = fs::read_to_string(a.join("lock")).unwrap().trim().parse().unwrap();
+    fs::copy(&files[1], n.ma.join(files[1].file_name().unwrap())).unwrap();
+    let pid: i32 = fs::read_to_string(n.a.join("lock")).unwrap().trim().parse().unwrap();
     // SAFETY: kill(2) of the daemon this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    drop(ga);
+    n.ga.take();
     // B goes on serving what it has.
     let first = files[0].file_name().unwrap();
-    assert!(fs::read(mb.join(first)).unwrap() == fs::read(&files[0]).unwrap());
+    assert!(fs::read(n.mb.join(first)).unwrap() == fs::read(&files[0]).unwrap());
 
     // A mounts again: its staged file is stored, published and reaches B.
-    c.ok(&["mount", &s(&a), &s(&ma)]);
-    let _ga = MountGuard { mnt: ma.clone(), store: a.clone() };
+    c.ok(&["mount", &s(&n.a), &s(&n.ma)]);
+    n.ga = Some(MountGuard { mnt: n.ma.clone(), store: n.a.clone() });
     let second = files[1].file_name().unwrap();
-    assert!(fs::read(ma.join(second)).unwrap() == fs::read(&files[1]).unwrap(), "A lost what it had when killed");
-    on_b(&files[1], 30);
+    assert!(fs::read(n.ma.join(second)).unwrap() == fs::read(&files[1]).unwrap(), "A lost what it had when killed");
+    n.on_follower(&files[1], 30);
 }
 
 #[test]
@@ -356,4 +318,48 @@ fn a_shared_directory_serves_as_the_bucket_and_a_second_writer_is_refused() {
     assert_eq!(refused.code, Some(3), "{}", refused.describe());
     assert!(refused.stderr.contains(&format!("node-{node_a:04x}")), "{}", refused.describe());
     assert!(cat(&b, &name) == fs::read(&files[0]).unwrap(), "B cannot read while A writes");
+}
+
+/// Node A (writing, mounted at `ma`) and node B (following, mounted read-only at `mb`) of
+/// one bucket; both unmounted when dropped (B first).
+struct WriterAndFollower {
+    a: PathBuf,
+    ma: PathBuf,
+    mb: PathBuf,
+    gb: Option<MountGuard>,
+    ga: Option<MountGuard>,
+}
+
+impl WriterAndFollower {
+    fn start(c: &Cluster, dir: &Path, url: &str) -> WriterAndFollower {
+        let (a, b) = (dir.join("node-a"), dir.join("node-b"));
+        c.ok(&["init", &s(&a), "--backend", url]);
+        c.ok(&["init", &s(&b), "--backend", url]);
+        let (ma, mb) = (dir.join("mnt-a"), dir.join("mnt-b"));
+        fs::create_dir_all(&ma).unwrap();
+        fs::create_dir_all(&mb).unwrap();
+        c.ok(&["mount", &s(&a), &s(&ma)]);
+        let ga = Some(MountGuard { mnt: ma.clone(), store: a.clone() });
+        c.ok(&["mount", &s(&b), &s(&mb), "-o", "ro"]);
+        let gb = Some(MountGuard { mnt: mb.clone(), store: b });
+        WriterAndFollower { a, ma, mb, gb, ga }
+    }
+
+    /// Waits until `f` reads back exactly on the follower; returns how long that took.
+    fn on_follower(&self, f: &Path, within_secs: u64) -> std::time::Duration {
+        let t0 = std::time::Instant::now();
+        let name = f.file_name().unwrap();
+        while !(self.mb.join(name).exists() && fs::read(self.mb.join(name)).unwrap() == fs::read(f).unwrap()) {
+            assert!(t0.elapsed().as_secs() < within_secs, "{name:?} not on the following node after {:?}", t0.elapsed());
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        t0.elapsed()
+    }
+}
+
+impl Drop for WriterAndFollower {
+    fn drop(&mut self) {
+        self.gb.take();
+        self.ga.take();
+    }
 }
