@@ -266,6 +266,15 @@ fn a_file_closed_on_the_writing_node_appears_on_a_following_node_within_seconds(
         assert!(t0.elapsed().as_secs() < 15, "{gone:?} still on the following node");
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
+    // Both stop; the follower becomes the writer. Its index (which followed, keeping no
+    // refcounts) is rebuilt first, so its gc keeps every file A wrote.
+    let b = n.b.clone();
+    drop(n);
+    c.ok(&["gc", &s(&b)]);
+    let kept = format!("/{}", files[1].file_name().unwrap().to_str().unwrap());
+    assert!(cat_with(&c, &b, &kept) == fs::read(&files[1]).unwrap(), "B's gc lost what A wrote");
+    let fsck = c.run(&["fsck", "--deep", &s(&b)]);
+    assert!(fsck.ok() && fsck.out().contains("clean"), "{}", fsck.describe());
 }
 
 #[test]
@@ -324,6 +333,7 @@ fn a_shared_directory_serves_as_the_bucket_and_a_second_writer_is_refused() {
 /// one bucket; both unmounted when dropped (B first).
 struct WriterAndFollower {
     a: PathBuf,
+    b: PathBuf,
     ma: PathBuf,
     mb: PathBuf,
     gb: Option<MountGuard>,
@@ -341,8 +351,8 @@ impl WriterAndFollower {
         c.ok(&["mount", &s(&a), &s(&ma)]);
         let ga = Some(MountGuard { mnt: ma.clone(), store: a.clone() });
         c.ok(&["mount", &s(&b), &s(&mb), "-o", "ro"]);
-        let gb = Some(MountGuard { mnt: mb.clone(), store: b });
-        WriterAndFollower { a, ma, mb, gb, ga }
+        let gb = Some(MountGuard { mnt: mb.clone(), store: b.clone() });
+        WriterAndFollower { a, b, ma, mb, gb, ga }
     }
 
     /// Waits until `f` reads back exactly on the follower; returns how long that took.

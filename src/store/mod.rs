@@ -342,6 +342,12 @@ impl Store {
             None => (PackReader::new(root.join("packs"), root.join("packs-tmp")), max_id),
             Some(r) if opts.follower => {
                 let (idx, list) = remote::sync_index(root, &config, index, &r, created_here, None)?;
+                // A follower's index keeps no refcounts (`follow` leaves chunk changes out): it
+                // must never pass as up to date when this node next opens to write, where gc
+                // would take its zero counts at their word. 0 is no signature of any listing.
+                let mut b = crate::index::Batch::new();
+                b.put_meta_u64_unlogged(&idx, bucket::SIGNATURE, 0);
+                idx.write(b)?;
                 index = idx;
                 seen = list;
                 (PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r), max_id)
