@@ -21,13 +21,31 @@ struct Cluster {
 }
 
 impl Cluster {
-    /// Starts a cluster in `dir` with its ports from `base` on.
+    /// Starts a cluster in `dir`, its ports from a base near `base` that is free: two test
+    /// runs at once (a CI clone beside a checkout) must not meet on the same ports.
     fn start(dir: &Path, base: u16) -> Cluster {
-        let out = checked(Command::new(CLUSTER).args(["start", &s(dir), &base.to_string()]), "garage-cluster start");
-        let _ = out;
-        let mut c = Cluster { dir: dir.to_path_buf(), env: HashMap::new() };
-        c.read_env();
-        c
+        let ports_free = |b: u16| (0..3u16).flat_map(|i| [0u16, 1, 3].map(|o| b + 10 * i + o)).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
+        let mut last = String::new();
+        for attempt in 0..40u32 {
+            // Spread over 30000-59999, a different start per process and per test.
+            let b = 30000 + ((base as u32 + std::process::id() * 37 + attempt * 977) % 300) as u16 * 100;
+            if !ports_free(b) {
+                continue;
+            }
+            let out = Command::new(CLUSTER).args(["start", &s(dir), &b.to_string()]).stdin(std::process::Stdio::null()).output().expect("spawn garage-cluster");
+            if out.status.success() {
+                let mut c = Cluster { dir: dir.to_path_buf(), env: HashMap::new() };
+                c.read_env();
+                return c;
+            }
+            last = String::from_utf8_lossy(&out.stderr).into_owned();
+            let _ = Command::new(CLUSTER).args(["stop", &s(dir)]).status();
+            let _ = fs::remove_dir_all(dir);
+            if !last.contains("already in use") {
+                break;
+            }
+        }
+        panic!("garage-cluster start failed: {last}");
     }
 
     fn read_env(&mut self) {
