@@ -23,6 +23,8 @@ pub const END_MAGIC: &[u8; 8] = b"WFPKEND1";
 pub const BLOB_HEADER_LEN: usize = 60;
 pub const FOOTER_ENTRY_LEN: usize = 54;
 const FOOTER_TAIL_LEN: usize = 4 + 8 + 8;
+/// The largest footer read: 4.9 million blobs (a 32 MiB pack of empty blobs holds 0.5 million).
+const MAX_FOOTER: u64 = 256 << 20;
 /// A footer's bytes besides its entries (magic, count; checksum, length, end magic).
 pub const FOOTER_FIXED_LEN: usize = 8 + FOOTER_TAIL_LEN;
 
@@ -335,7 +337,9 @@ pub fn read_footer_with(size: u64, pack: u64, read_at: impl Fn(&mut [u8], u64) -
         return Err(corrupt("no footer end magic"));
     }
     let flen = u64::from_le_bytes(tail[..8].try_into().unwrap());
-    if flen > size || flen < (8 + FOOTER_TAIL_LEN) as u64 {
+    // Bounded before it sizes the buffer: a footer lists at most a pack's blobs, and no pack
+    // holds more than MAX_FOOTER of entries (a pack object of any size may be damaged).
+    if flen > size || flen > MAX_FOOTER || flen < (8 + FOOTER_TAIL_LEN) as u64 {
         return Err(corrupt("bad footer length"));
     }
     let mut f = vec![0u8; flen as usize];

@@ -211,12 +211,20 @@ fn work(s: &Shared) {
         }
         s.changed.notify_all();
         if failed {
-            // Wait out the backoff, unless told to stop.
-            let end = Instant::now() + backoff;
+            // Wait out the backoff, unless told to stop; someone waiting for the uploads cuts
+            // it short, but never below the first backoff (an error that comes back at once,
+            // a refused key say, must not turn into a loop of requests and log lines).
+            let start = Instant::now();
+            let end = start + backoff;
             let mut st = s.state.locked();
-            while !st.stop && !st.hurry && Instant::now() < end {
-                let left = end.saturating_duration_since(Instant::now());
-                st = s.changed.wait_timeout(st, left).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+            let hurried = start + FIRST_BACKOFF;
+            loop {
+                let now = Instant::now();
+                if st.stop || now >= end || (st.hurry && now >= hurried) {
+                    break;
+                }
+                let until = if st.hurry { end.min(hurried) } else { end };
+                st = s.changed.wait_timeout(st, until.saturating_duration_since(now)).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
