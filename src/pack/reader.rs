@@ -27,6 +27,10 @@ pub struct PackReader {
     /// Where sealed packs go once uploaded, on a store with an object store back end.
     remote: Option<Arc<RemotePacks>>,
     uploads: Option<Uploads>,
+    /// On a bucket-backed store, packs found in neither `packs/` nor `packs-tmp/`: they are
+    /// in the bucket for good (a pack only ever moves there), so a read of one does not try
+    /// two local paths first every time (three failed opens a blob, on the read path).
+    remote_only: Mutex<std::collections::HashSet<u64>>,
 }
 
 /// Pack files kept open: 256, or a quarter of the process's descriptor limit if that is
@@ -40,7 +44,14 @@ fn open_pack_limit() -> std::num::NonZeroUsize {
 
 impl PackReader {
     pub fn new(packs_dir: PathBuf, tmp_dir: PathBuf) -> PackReader {
-        PackReader { packs_dir, tmp_dir, files: Arc::new(Mutex::new(lru::LruCache::new(open_pack_limit()))), remote: None, uploads: None }
+        PackReader {
+            packs_dir,
+            tmp_dir,
+            files: Arc::new(Mutex::new(lru::LruCache::new(open_pack_limit()))),
+            remote: None,
+            uploads: None,
+            remote_only: Mutex::new(Default::default()),
+        }
     }
 
     /// A reader that also finds packs in an object store.
@@ -172,6 +183,7 @@ impl PackReader {
     /// Deletes sealed pack `id` (gc): the local file, and the object in the bucket.
     pub fn delete(&self, id: u64) -> Result<()> {
         self.forget(id);
+        self.remote_only.locked().remove(&id);
         let io_err = |source| PackError::Io { pack: id, source };
         match std::fs::remove_file(self.path_of(id)) {
             Ok(()) => {}
@@ -191,20 +203,27 @@ impl PackReader {
     /// A local file holding pack `pack` (open in `packs-tmp/`, or sealed in `packs/`), or
     /// None if there is none.
     fn local(&self, pack: u64) -> Result<Option<Arc<File>>> {
+        if self.remote.is_some() && self.remote_only.locked().contains(&pack) {
+            return Ok(None);
+        }
         match self.file(pack) {
             Ok(f) => Ok(Some(f)),
-            Err(PackError::Missing(_)) => Ok(None),
+            Err(PackError::Missing(_)) => {
+                if self.remote.is_some() {
+                    self.remote_only.locked().insert(pack);
+                }
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
     }
 
-    /// A file holding the bytes `[offset, offset + len)` of pack `pack`: its local file, or
-    /// the node's cache of the object-store pack with those bytes fetched.
-    fn file_for(&self, pack: u64, offset: u64, len: u64) -> Result<Arc<File>> {
-        match (self.local(pack)?, &self.remote) {
-            (Some(f), _) => Ok(f),
-            (None, Some(r)) => r.file_for(pack, offset, len).map_err(|source| PackError::Io { pack, source }),
-            (None, None) => Err(PackError::Missing(pack)),
+    /// The node's cache of object-store pack `pack`, with `[offset, offset + len)` fetched
+    /// (for a pack `local` did not find).
+    fn remote_file(&self, pack: u64, offset: u64, len: u64) -> Result<Arc<File>> {
+        match &self.remote {
+            Some(r) => r.file_for(pack, offset, len).map_err(|source| PackError::Io { pack, source }),
+            None => Err(PackError::Missing(pack)),
         }
     }
 
@@ -323,11 +342,12 @@ impl PackReader {
         }
     }
 
-    /// Reads one blob from `local` (or through `file_for`) and checks that it holds `key`.
+    /// Reads one blob from `local` (or the node's cache of the bucket's pack) and checks
+    /// that it holds `key`.
     fn read_checked(&self, local: Option<Arc<File>>, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, buf: &mut [u8]) -> Result<BlobInfo> {
         let f = match local {
             Some(f) => f,
-            None => self.file_for(pack, offset, buf.len() as u64)?,
+            None => self.remote_file(pack, offset, buf.len() as u64)?,
         };
         f.read_exact_at(buf, offset).map_err(|source| {
             if source.kind() == io::ErrorKind::UnexpectedEof {

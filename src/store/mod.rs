@@ -57,7 +57,7 @@ pub use follow::{FOLLOW_INTERVAL, PUBLISH_INTERVAL};
 pub use maintain::{GcReport, ScanLimits, Stats};
 use bucket::{hostname, remote_packs, remote_packs_read_only};
 pub use remote::CLOSE_UPLOAD_WAIT;
-pub use remote::{init_remote, upload_pending, Joined};
+pub use remote::{init_remote, Joined};
 use open::{creation_leftover, open_index, recover_packs, remove_dead_runs, set_mode, take_lock};
 pub(crate) use open::read_config;
 pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
@@ -528,16 +528,9 @@ impl Drop for Store {
                 log::warn!("sealing the journal's open pack: {e}");
             }
         }
-        if self.packs.uploads() {
-            let left = self.packs.wait_uploaded(remote::CLOSE_UPLOAD_WAIT);
-            if left.is_empty() {
-                if let Err(e) = self.note_bucket() {
-                    log::warn!("{e}");
-                }
-            } else {
-                log::warn!("{} sealed packs are not uploaded yet; they stay in {} and go up with the next warcfs that opens this store", left.len(), self.root.join("packs").display());
-            }
-            self.packs.stop_uploads();
+        // On a bucket-backed store: the packs go up (bounded), then the lock is given back.
+        if let Err(e) = self.close_remote(remote::CLOSE_UPLOAD_WAIT) {
+            log::warn!("{e}");
         }
     }
 }

@@ -216,9 +216,3 @@ impl Store {
         self.packs.upload_state()
     }
 }
-
-/// Seals what is open and waits for the uploads (`Store::wait_uploaded`).
-pub fn upload_pending(store: &Store, timeout: Duration) -> Result<()> {
-    store.flush()?;
-    store.wait_uploaded(timeout)
-}
