@@ -275,6 +275,17 @@ struct CacheState {
     inflight: std::collections::HashSet<(u64, u64)>,
 }
 
+impl CacheState {
+    /// Forgets pack `id`'s open cache file and cached blocks (its bytes are replaced, or gone).
+    fn forget_pack(&mut self, id: u64) {
+        self.files.pop(&id);
+        let stale: Vec<(u64, u64)> = self.blocks.iter().map(|(k, _)| *k).filter(|k| k.0 == id).collect();
+        for k in stale {
+            self.blocks.pop(&k);
+        }
+    }
+}
+
 impl RemotePacks {
     /// A cache of `capacity` bytes in `dir`, which is emptied: which blocks a sparse file
     /// holds is known only to the process that filled it.
@@ -512,12 +523,7 @@ impl RemotePacks {
         let size = fs::metadata(path)?.len();
         let dest = self.dir.join(super::pack_name(id));
         {
-            let mut st = self.state.locked();
-            st.files.pop(&id);
-            let stale: Vec<(u64, u64)> = st.blocks.iter().map(|(k, _)| *k).filter(|k| k.0 == id).collect();
-            for k in stale {
-                st.blocks.pop(&k);
-            }
+            self.state.locked().forget_pack(id);
         }
         fs::rename(path, &dest)?;
         let f = Arc::new(OpenOptions::new().read(true).write(true).open(&dest)?);
@@ -547,12 +553,8 @@ impl RemotePacks {
         self.remote.delete(&pack_object(id))?;
         {
             let mut st = self.state.locked();
-            st.files.pop(&id);
+            st.forget_pack(id);
             st.sizes.remove(&id);
-            let stale: Vec<(u64, u64)> = st.blocks.iter().map(|(k, _)| *k).filter(|k| k.0 == id).collect();
-            for k in stale {
-                st.blocks.pop(&k);
-            }
         }
         let _ = fs::remove_file(self.dir.join(super::pack_name(id)));
         Ok(())
