@@ -227,6 +227,11 @@ impl Index {
         Ok(self.db.get_cf(self.cf("meta"), name.as_bytes())?.and_then(|v| v.as_slice().try_into().ok().map(u64::from_le_bytes)))
     }
 
+    /// A meta record's bytes, None if absent.
+    pub fn meta_bytes(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get_cf(self.cf("meta"), name.as_bytes())?)
+    }
+
     pub fn meta_u64(&self, name: &str) -> Result<u64> {
         Ok(self
             .db
@@ -435,6 +440,10 @@ impl Batch {
 
     pub fn put_meta_u64(&mut self, idx: &Index, name: &str, v: u64) {
         self.put(idx, CF_META, name.as_bytes(), &v.to_le_bytes());
+    }
+
+    pub fn put_meta_bytes(&mut self, idx: &Index, name: &str, v: &[u8]) {
+        self.put(idx, CF_META, name.as_bytes(), v);
     }
 
     /// A meta record that is not itself logged: the log's own bookkeeping (which record the

@@ -96,6 +96,9 @@ pub fn stats(store: PathBuf, json: bool) -> Result<i32> {
         println!("chunks           {} ({} unreferenced)", st.chunks, st.unreferenced_chunks);
         println!("gzip members     {} ({} kept raw)", st.gzip_members, st.gzip_members_raw);
         println!("deflate parses   {} bytes recorded, shared tails {} bytes in packs", st.parse_bytes, st.parse_tail_chunk_bytes);
+        if st.dictionaries > 0 {
+            println!("dictionaries     {} zstd dictionaries ({} bytes), {} chunks compressed with one", st.dictionaries, st.dictionary_bytes, st.dict_chunks);
+        }
         println!("collisions       {}", st.collisions);
         println!("staged           {} files, {} bytes (written through a mount, not yet ingested)", st.staged_files, st.staged_bytes);
         if let Some(i) = &ingests {

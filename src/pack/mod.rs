@@ -46,17 +46,32 @@ type Result<T> = std::result::Result<T, PackError>;
 pub enum Codec {
     None = 0,
     Zstd = 1,
+    /// zstd with a dictionary (format 5): the stored bytes are the dictionary's digest
+    /// (`DICT_REF_LEN` bytes; the dictionary is a chunk of kind `Dict`) and the frame.
+    ZstdDict = 2,
 }
+
+/// Bytes of a `Codec::ZstdDict` blob that name its dictionary: the dictionary chunk's digest.
+pub const DICT_REF_LEN: usize = 32;
 
 impl Codec {
     pub fn from_u8(v: u8) -> Option<Codec> {
         match v {
             0 => Some(Codec::None),
             1 => Some(Codec::Zstd),
+            2 => Some(Codec::ZstdDict),
             _ => None,
         }
     }
 }
+
+/// The dictionary a `Codec::ZstdDict` blob's stored bytes name.
+pub fn dict_of(stored: &[u8]) -> Option<Digest> {
+    stored.get(..DICT_REF_LEN).map(|d| d.try_into().expect("32 bytes"))
+}
+
+/// A zstd dictionary ready to decode with.
+pub type Dictionary = zstd::dict::DecoderDictionary<'static>;
 
 /// What a chunk holds; recorded so `stats` and an index rebuild know payloads from headers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +91,9 @@ pub enum ChunkKind {
     Recipe = 5,
     /// One record of the metadata log: the changes of one index batch (`store::journal`).
     Meta = 6,
+    /// A zstd dictionary that `Codec::ZstdDict` chunks name (format 5): referenced by no
+    /// recipe, live for good (refcount 1), like a log record.
+    Dict = 7,
 }
 
 impl ChunkKind {
@@ -87,6 +105,7 @@ impl ChunkKind {
             4 => ChunkKind::Parse,
             5 => ChunkKind::Recipe,
             6 => ChunkKind::Meta,
+            7 => ChunkKind::Dict,
             _ => ChunkKind::Raw,
         }
     }
@@ -158,22 +177,33 @@ fn decode_header(h: &[u8], offset: u64) -> Option<(BlobInfo, u32)> {
     Some((info, u32at(52)))
 }
 
-/// Decodes stored bytes into the chunk's bytes.
-pub fn decode_stored(codec: u8, stored: &[u8], raw_len: u32) -> io::Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(raw_len as usize);
-    match Codec::from_u8(codec) {
-        Some(Codec::None) => out.extend_from_slice(stored),
-        Some(Codec::Zstd) => out = with_dctx(|d| d.decompress(stored, raw_len as usize))?,
-        None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown codec {codec}"))),
+/// Decodes stored bytes into the chunk's bytes; `dict` is the dictionary a
+/// `Codec::ZstdDict` blob names (`dict_of`).
+pub fn decode_stored(codec: u8, stored: &[u8], raw_len: u32, dict: Option<&Dictionary>) -> io::Result<Vec<u8>> {
+    if raw_len > MAX_RAW {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("says it holds {raw_len} bytes, beyond any chunk")));
     }
+    let out = match Codec::from_u8(codec) {
+        Some(Codec::None) => stored.to_vec(),
+        Some(Codec::Zstd) => with_dctx(|d| d.decompress(stored, raw_len as usize))?,
+        _ => {
+            let mut out = vec![0u8; raw_len as usize];
+            decode_stored_into(codec, stored, &mut out, dict)?;
+            out
+        }
+    };
     if out.len() != raw_len as usize {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "decoded length mismatch"));
     }
     Ok(out)
 }
 
+/// No chunk holds more than this (the largest are 4 MiB payload pieces and recipe pieces):
+/// a blob that says otherwise is damaged, and must not size an allocation.
+pub const MAX_RAW: u32 = 256 << 20;
+
 /// Decodes stored bytes into `out`, which must be exactly their decoded length.
-pub fn decode_stored_into(codec: u8, stored: &[u8], out: &mut [u8]) -> io::Result<()> {
+pub fn decode_stored_into(codec: u8, stored: &[u8], out: &mut [u8], dict: Option<&Dictionary>) -> io::Result<()> {
     let n = match Codec::from_u8(codec) {
         Some(Codec::None) if stored.len() == out.len() => {
             out.copy_from_slice(stored);
@@ -181,6 +211,11 @@ pub fn decode_stored_into(codec: u8, stored: &[u8], out: &mut [u8]) -> io::Resul
         }
         Some(Codec::None) => stored.len(),
         Some(Codec::Zstd) => with_dctx(|d| d.decompress_to_buffer(stored, out))?,
+        Some(Codec::ZstdDict) => {
+            let dict = dict.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "its zstd dictionary is not at hand"))?;
+            let frame = stored.get(DICT_REF_LEN..).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "shorter than its dictionary's name"))?;
+            with_dict_dctx(|d| d.decompress_using_ddict(out, frame, dict.as_ddict()).map_err(|code| io::Error::other(zstd::zstd_safe::get_error_name(code))))?
+        }
         None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown codec {codec}"))),
     };
     if n != out.len() {
@@ -201,6 +236,19 @@ fn with_dctx<T>(f: impl FnOnce(&mut zstd::bulk::Decompressor<'static>) -> io::Re
             *slot = Some(zstd::bulk::Decompressor::new()?);
         }
         f(slot.as_mut().expect("just created"))
+    })
+}
+
+/// This thread's zstd context for dictionary frames (kept apart from `with_dctx`'s, whose
+/// frames must never meet a dictionary).
+fn with_dict_dctx<T>(f: impl FnOnce(&mut zstd::zstd_safe::DCtx<'static>) -> io::Result<T>) -> io::Result<T> {
+    thread_local! {
+        static DCTX: std::cell::RefCell<Option<zstd::zstd_safe::DCtx<'static>>> = const { std::cell::RefCell::new(None) };
+    }
+    DCTX.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let d = slot.get_or_insert_with(zstd::zstd_safe::DCtx::create);
+        f(d)
     })
 }
 
@@ -442,7 +490,7 @@ mod reader;
 pub mod remote;
 mod upload;
 
-pub use reader::{PackReader, MAX_STORED};
+pub use reader::{DictLocator, PackReader, MAX_STORED};
 
 #[cfg(test)]
 mod tests;

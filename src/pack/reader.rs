@@ -11,9 +11,17 @@ use std::sync::{Arc, Mutex};
 
 use super::remote::RemotePacks;
 use super::upload::Uploads;
-use super::{decode_header, decode_stored, decode_stored_into, pack_name, parse_pack_name, BlobInfo, PackError, Result, BLOB_HEADER_LEN};
+use super::{decode_header, decode_stored, decode_stored_into, dict_of, pack_name, parse_pack_name, BlobInfo, Codec, Dictionary, PackError, Result, BLOB_HEADER_LEN};
 use crate::LockExt;
-use crate::digest::ChunkKey;
+use crate::digest::{ChunkKey, Digest};
+
+/// Where the dictionary chunk of a digest lies, as (pack, offset, stored length): the
+/// store's index knows, the packs do not.
+pub type DictLocator = Box<dyn Fn(&ChunkKey) -> io::Result<Option<(u64, u64, u32)>> + Send + Sync>;
+
+/// Dictionaries kept ready to decode with (a store makes one per GiB of new data or so, and
+/// preparing one costs more than decoding a chunk with it).
+const DICTS_KEPT: usize = 16;
 
 /// Read access to sealed packs (and the open one, through the store), with open file handles
 /// kept so that reads are one `pread` each.
@@ -31,6 +39,9 @@ pub struct PackReader {
     /// in the bucket for good (a pack only ever moves there), so a read of one does not try
     /// two local paths first every time (three failed opens a blob, on the read path).
     remote_only: Mutex<std::collections::HashSet<u64>>,
+    /// Finds dictionary chunks (set by the store once its index is open).
+    dict_locator: std::sync::OnceLock<DictLocator>,
+    dicts: Mutex<lru::LruCache<Digest, Arc<Dictionary>>>,
 }
 
 /// Pack files kept open: 256, or a quarter of the process's descriptor limit if that is
@@ -51,7 +62,38 @@ impl PackReader {
             remote: None,
             uploads: None,
             remote_only: Mutex::new(Default::default()),
+            dict_locator: std::sync::OnceLock::new(),
+            dicts: Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(DICTS_KEPT).expect("nonzero"))),
         }
+    }
+
+    /// Tells the reader where dictionary chunks are (`Codec::ZstdDict` blobs name theirs by
+    /// digest). Without it, such blobs cannot be decoded.
+    pub fn set_dict_locator(&self, locate: DictLocator) {
+        let _ = self.dict_locator.set(locate);
+    }
+
+    /// Makes dictionary `digest` known before its chunk is in the index (the writer's, for
+    /// reading back chunks of the ingest that stored it).
+    pub fn add_dictionary(&self, digest: Digest, bytes: &[u8]) {
+        self.dicts.locked().put(digest, Arc::new(Dictionary::copy(bytes)));
+    }
+
+    /// The dictionary chunk `digest`, prepared for decoding.
+    fn dictionary(&self, digest: &Digest) -> Result<Arc<Dictionary>> {
+        if let Some(d) = self.dicts.locked().get(digest) {
+            return Ok(d.clone());
+        }
+        let key = ChunkKey { digest: *digest, seq: 0 };
+        let missing = |what: String| PackError::Corrupt { pack: 0, offset: 0, what };
+        let locate = self.dict_locator.get().ok_or_else(|| missing(format!("zstd dictionary {} asked for, but this reader has no index", key.short())))?;
+        let (pack, offset, stored_len) = locate(&key)
+            .map_err(|source| PackError::Io { pack: 0, source })?
+            .ok_or_else(|| missing(format!("zstd dictionary {} is not in the store", key.short())))?;
+        let bytes = self.read(pack, offset, &key, stored_len)?;
+        let d = Arc::new(Dictionary::copy(&bytes));
+        self.dicts.locked().put(*digest, d.clone());
+        Ok(d)
     }
 
     /// A reader that also finds packs in an object store.
@@ -279,18 +321,49 @@ impl PackReader {
     /// Reads one blob, checks that it is the expected chunk and that its bytes are intact,
     /// and returns the decoded chunk bytes.
     pub fn read(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<Vec<u8>> {
-        self.with_blob(pack, offset, key, stored_len, |info, stored| decode_stored(info.codec, stored, info.raw_len))
+        self.decoded(pack, offset, key, stored_len, |info, stored, dict| decode_stored(info.codec, stored, info.raw_len, dict))
     }
 
     /// Like `read`, decoding into `out`, which must be the chunk's exact length: a reader
     /// that wants a whole chunk once (a sequential one) gets it with no copy and no cache.
     pub fn read_into(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, out: &mut [u8]) -> Result<()> {
-        self.with_blob(pack, offset, key, stored_len, |info, stored| {
+        self.decoded(pack, offset, key, stored_len, |info, stored, dict| {
             if info.raw_len as usize != out.len() {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, format!("holds {} bytes, not {}", info.raw_len, out.len())));
             }
-            decode_stored_into(info.codec, stored, out)
+            decode_stored_into(info.codec, stored, out, dict)
         })
+    }
+
+    /// Reads and checks a blob and decodes it with `decode`, handing it the dictionary the
+    /// blob names, if any. A dictionary not prepared yet is read between two attempts: not
+    /// while this thread's blob buffer is lent out.
+    fn decoded<T>(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, mut decode: impl FnMut(&BlobInfo, &[u8], Option<&Dictionary>) -> io::Result<T>) -> Result<T> {
+        for _ in 0..2 {
+            let mut wanted = None;
+            let r = self.with_blob(pack, offset, key, stored_len, |info, stored| {
+                if info.codec != Codec::ZstdDict as u8 {
+                    return decode(info, stored, None).map(Some);
+                }
+                let d = dict_of(stored).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "shorter than its dictionary's name"))?;
+                let ready = self.dicts.locked().get(&d).cloned();
+                match ready {
+                    Some(dict) => decode(info, stored, Some(&dict)).map(Some),
+                    None => {
+                        wanted = Some(d);
+                        Ok(None)
+                    }
+                }
+            })?;
+            match (r, wanted) {
+                (Some(v), _) => return Ok(v),
+                (None, Some(d)) => {
+                    self.dictionary(&d).map_err(|e| PackError::Corrupt { pack, offset, what: format!("cannot decode chunk {}: {e}", key.short()) })?;
+                }
+                (None, None) => unreachable!("a blob is decoded or its dictionary wanted"),
+            }
+        }
+        Err(PackError::Corrupt { pack, offset, what: format!("cannot decode chunk {}: its dictionary did not stay ready", key.short()) })
     }
 
     /// Reads and checks a blob, then hands its stored bytes to `decode`.

@@ -116,7 +116,7 @@ impl Store {
                     st.waiting.push((rec.seq, rec.ops));
                 }
                 // Every blob is a chunk where it lies (a log record's refs are 1 for good).
-                let refs = self.index.chunk(&blob.key)?.map(|e| e.refs).unwrap_or((ChunkKind::from_u8(blob.kind) == ChunkKind::Meta) as u64);
+                let refs = self.index.chunk(&blob.key)?.map(|e| e.refs).unwrap_or(matches!(ChunkKind::from_u8(blob.kind), ChunkKind::Meta | ChunkKind::Dict) as u64);
                 let e = ChunkEntry { pack: id, offset: blob.offset, stored_len: blob.stored_len, raw_len: blob.raw_len, codec: blob.codec, kind: blob.kind, refs };
                 b.put_chunk_unlogged(&self.index, &blob.key, &e);
             }

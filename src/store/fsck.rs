@@ -129,7 +129,12 @@ impl Store {
             let (count, inos) = (g.as_ref().map_or(0, |g| g.count), g.as_ref().map_or(Vec::new(), |g| g.inos.clone()));
             let others = count.saturating_sub(inos.len() as u64);
             // A metadata log record is live (1) until a checkpoint supersedes it (0, for gc).
-            let want = if ChunkKind::from_u8(e.kind) == ChunkKind::Meta { e.refs.min(1) } else { count };
+            // A dictionary is live for good (1; more if two ingests committed it).
+            let want = match ChunkKind::from_u8(e.kind) {
+                ChunkKind::Meta => e.refs.min(1),
+                ChunkKind::Dict => e.refs.max(1),
+                _ => count,
+            };
             if e.refs != want {
                 problems.push(format!("chunk {}: refcount {} but {want} references", k.short(), e.refs), &inos, others);
             }

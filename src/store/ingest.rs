@@ -59,6 +59,9 @@ pub(super) struct Ingested {
     pub pending: Pending,
     /// Digest collisions met (and kept apart) by this ingest.
     pub collisions: u64,
+    /// A zstd dictionary this ingest trained and stored (`dict`): committed with it, in use
+    /// once committed.
+    pub dict: Option<ChunkKey>,
 }
 
 /// Chunks appended to packs but not yet in the index, by digest.
@@ -67,6 +70,8 @@ pub(super) type Pending = HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>>;
 struct Ctx {
     stats: FileStats,
     new_bytes: u64,
+    /// A dictionary this ingest trained and stored.
+    dict: Option<ChunkKey>,
 }
 
 fn cdc(data: &[u8], (min, avg, max): (u32, u32, u32)) -> impl Iterator<Item = (usize, usize)> + '_ {
@@ -84,19 +89,12 @@ fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64) -> Option<d
     let p0 = m.plain_start as usize;
     let plain = plain.get(p0..p0 + m.plain_len as usize)?;
     let parse = deflate::record(stream, plain).ok()?;
-    // Most members are zlib's (wget, warcprox, Heritrix): assume its block headers first,
-    // and derive each one to check only when that proof fails (GNU gzip's trees are zlib's
-    // too; zopfli's and 7-Zip's are not).
-    let cut = Some(cut_at as usize);
+    // The proof: the stored form, decoded and replayed, gives the member's exact bytes.
+    let stored = deflate::encode(&parse, plain, Some(cut_at as usize));
     let mut again = Vec::with_capacity(stream.len());
-    let proven = |stored: deflate::Stored, again: &mut Vec<u8>| {
-        again.clear();
-        let back = deflate::decode(&stored.prefix, stored.tail.as_deref(), plain).ok()?;
-        deflate::replay(&back, plain, again).ok()?;
-        (again == stream).then_some(stored)
-    };
-    proven(deflate::encode_assuming_zlib_headers(&parse, plain, cut), &mut again)
-        .or_else(|| proven(deflate::encode(&parse, plain, cut), &mut again))
+    let back = deflate::decode(&stored.prefix, stored.tail.as_deref(), plain).ok()?;
+    deflate::replay(&back, plain, &mut again).ok()?;
+    (again == stream).then_some(stored)
 }
 
 /// Where each member's parse may start to be shared, relative to its plain text: some way
@@ -142,6 +140,26 @@ fn slices_in(exts: &[(u64, Slice)], cursor: &mut usize, a: u64, b: u64) -> Vec<S
 }
 
 impl Store {
+    /// Goes on compressing with the dictionary the index names as in use (`dict`), on a
+    /// store whose format has them. One that cannot be read is logged and left: chunks are
+    /// then compressed without, and a new one is trained.
+    pub(super) fn resume_dictionary(&self) -> Result<()> {
+        let Some(raw) = self.index.meta_bytes(super::dict::META_KEY)? else { return Ok(()) };
+        let Some(key) = ChunkKey::from_bytes(&raw) else {
+            log::warn!("{}: the index names no readable zstd dictionary; a new one will be trained", self.root.display());
+            return Ok(());
+        };
+        let bytes = match self.index.chunk(&key)? {
+            Some(e) => self.packs.read(e.pack, e.offset, &key, e.stored_len),
+            None => Err(crate::pack::PackError::Corrupt { pack: 0, offset: 0, what: format!("dictionary {} is in no pack", key.short()) }),
+        };
+        match bytes {
+            Ok(bytes) => self.writer.locked().dicts.use_dictionary(key.digest, &bytes),
+            Err(e) => log::warn!("{}: the zstd dictionary in use cannot be read ({e}); a new one will be trained", self.root.display()),
+        }
+        Ok(())
+    }
+
     pub(super) fn ingest<S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &S) -> Result<Ingested> {
         self.ingest_windows(w, src, Presplit::none(), WINDOWS)
     }
@@ -156,10 +174,12 @@ impl Store {
     }
 
     fn ingest_windows_unguarded<S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
-        // Chunks of an ingest that failed are garbage, never shared.
+        // Chunks of an ingest that failed are garbage, never shared (nor is a dictionary it
+        // stored).
         w.pending.clear();
         w.collisions = 0;
-        let mut ctx = Ctx { stats: FileStats::default(), new_bytes: 0 };
+        w.dicts.forget_candidate();
+        let mut ctx = Ctx { stats: FileStats::default(), new_bytes: 0, dict: None };
         let mut rb = RecipeBuilder::new();
         let total = src.size().map_err(io_err)?;
         let win = Windows { bytes: win.bytes.max(1), max_bytes: win.max_bytes.max(win.bytes), plain: win.plain.max(1) };
@@ -207,9 +227,10 @@ impl Store {
             return Err(io_err(std::io::Error::other(format!("the recipe covers {size} of the file's {total} bytes"))));
         }
         let piece_keys = pieces.iter().map(|p| self.store_chunk(w, &mut ctx, &p.encode(), ChunkKind::Recipe)).collect::<Result<Vec<_>>>()?;
+        let dict = ctx.dict;
         let pending = std::mem::take(&mut w.pending);
         let collisions = std::mem::take(&mut w.collisions);
-        Ok(Ingested { pieces, piece_keys, starts, size, stats: ctx.stats, new_bytes: ctx.new_bytes, pending, collisions })
+        Ok(Ingested { pieces, piece_keys, starts, size, stats: ctx.stats, new_bytes: ctx.new_bytes, pending, collisions, dict })
     }
 
     /// Stores one window of a gzip file: `sw`'s regions tile `data`, and its members' plain
@@ -408,24 +429,40 @@ impl Store {
             log::warn!("digest collision on {}: stored as a separate chunk (seq {seq})", first.short());
         }
         let key = ChunkKey { digest, seq };
+        // Payloads, headers and unparsed bytes are what a dictionary trained on them helps.
+        let dictable = matches!(kind, ChunkKind::Raw | ChunkKind::Literal | ChunkKind::Payload | ChunkKind::PayloadHead);
         let compressed = match self.config.compression {
             Compression::Zstd => {
                 if w.zstd.is_none() {
                     w.zstd = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok();
                 }
+                if dictable {
+                    w.dicts.sample(data);
+                    // Enough new chunks seen to train a dictionary: stored now (before the
+                    // chunks that name it), committed with this file.
+                    if let Some(bytes) = w.dicts.train() {
+                        let key = self.store_chunk(w, ctx, &bytes, ChunkKind::Dict)?;
+                        w.dicts.stored(key.digest, &bytes);
+                        // Its chunks may be read back (a verify) before it is in the index.
+                        self.packs.add_dictionary(key.digest, &bytes);
+                        ctx.dict = Some(key);
+                    }
+                }
+                let with_dict = if dictable { w.dicts.compress(data).map(|z| (Codec::ZstdDict, z)) } else { None };
                 match w.zstd.as_mut() {
+                    _ if with_dict.is_some() => with_dict,
                     // Recipe pieces are small (bytes per file, not per payload), read often,
                     // and compress much better with more effort.
-                    _ if kind == ChunkKind::Recipe => zstd::bulk::compress(data, RECIPE_ZSTD_LEVEL).ok(),
-                    Some(z) => z.compress(data).ok(),
-                    None => zstd::bulk::compress(data, ZSTD_LEVEL).ok(),
+                    _ if kind == ChunkKind::Recipe => zstd::bulk::compress(data, RECIPE_ZSTD_LEVEL).ok().map(|z| (Codec::Zstd, z)),
+                    Some(z) => z.compress(data).ok().map(|z| (Codec::Zstd, z)),
+                    None => zstd::bulk::compress(data, ZSTD_LEVEL).ok().map(|z| (Codec::Zstd, z)),
                 }
-                .filter(|z| z.len() * 100 <= data.len() * (100 - MIN_SAVING_PERCENT))
+                .filter(|(_, z)| z.len() * 100 <= data.len() * (100 - MIN_SAVING_PERCENT))
             }
             Compression::None => None,
         };
         let (codec, stored) = match &compressed {
-            Some(z) => (Codec::Zstd, z.as_slice()),
+            Some((codec, z)) => (*codec, z.as_slice()),
             None => (Codec::None, data),
         };
         let tmp_dir = self.root.join("packs-tmp");
@@ -470,12 +507,19 @@ impl Store {
     /// Writes `b` with the refcount changes in one synced batch. The caller holds the
     /// namespace lock (`ns`), which makes the refcount read-modify-write atomic.
     pub(super) fn commit(&self, ns: &mut Ns, b: Batch, delta: RefDelta) -> Result<()> {
-        self.commit_with(ns, b, delta, &Pending::new(), 0)
+        self.commit_with(ns, b, delta, &Pending::new(), 0, None)
     }
 
     /// `commit` for a batch that references the chunks of an ingest (`pending`): the open
     /// pack is made durable first, so the index never points at bytes that are not on disk.
-    pub(super) fn commit_with(&self, ns: &mut Ns, mut b: Batch, delta: RefDelta, pending: &Pending, collisions: u64) -> Result<()> {
+    /// `dict`: a dictionary the ingest stored, committed with it (one reference for good)
+    /// and named in the index as the one in use; the writer compresses with it once this
+    /// batch is durable.
+    pub(super) fn commit_with(&self, ns: &mut Ns, mut b: Batch, mut delta: RefDelta, pending: &Pending, collisions: u64, dict: Option<ChunkKey>) -> Result<()> {
+        if let Some(k) = dict {
+            delta.add([k], 1);
+            b.put_meta_bytes(&self.index, super::dict::META_KEY, &k.to_bytes());
+        }
         if !pending.is_empty() {
             let mut w = self.writer.locked();
             if let Some(open) = w.open.as_mut() {
@@ -520,6 +564,9 @@ impl Store {
         crate::failpoint::crash_at("before_commit");
         self.write_batch(ns, b)?;
         crate::failpoint::crash_at("committed");
+        if let Some(k) = dict {
+            self.writer.locked().dicts.activate(&k.digest);
+        }
         Ok(())
     }
 }

@@ -45,6 +45,11 @@ pub struct Stats {
     pub recipe_chunk_bytes: u64,
     pub log_records: u64,
     pub log_bytes: u64,
+    /// zstd dictionaries (chunks of their own, not counted in `chunks`), and the chunks
+    /// compressed with one.
+    pub dictionaries: u64,
+    pub dictionary_bytes: u64,
+    pub dict_chunks: u64,
     pub collisions: u64,
     pub packs: u64,
     /// Files written through a mount whose bytes are staged, not yet ingested.
@@ -118,8 +123,14 @@ impl Store {
                     s.recipe_chunk_bytes += bytes;
                     return Ok(());
                 }
+                ChunkKind::Dict => {
+                    s.dictionaries += 1;
+                    s.dictionary_bytes += bytes;
+                    return Ok(());
+                }
                 _ => {}
             }
+            s.dict_chunks += (e.codec == crate::pack::Codec::ZstdDict as u8) as u64;
             s.chunks += 1;
             s.chunk_bytes += bytes;
             match ChunkKind::from_u8(e.kind) {

@@ -16,6 +16,7 @@ mod ahead;
 mod bucket;
 mod cache;
 mod config;
+mod dict;
 mod follow;
 mod fsck;
 mod fsops;
@@ -68,16 +69,33 @@ pub use snapshot::SnapshotReport;
 pub use space::{Space, DEFAULT_MIN_FREE};
 
 pub const FORMAT_NAME: &str = "warcfs-store";
+/// The version new stores are made at: 5, versions 3 and 4 (a back end or none) with chunks
+/// compressed with zstd dictionaries (`pack::Codec::ZstdDict`, `dict`).
+/// 4: version 3 with the sealed packs in an object store (`Config::backend`).
 /// 3: the packs hold everything (recipe pieces as blobs, every index batch as a metadata log
 /// record: `journal`), so the index can be rebuilt from them (`repair index`).
 /// 2: gzip members are rebuilt from their recorded deflate parse (`format::deflate`), with
 /// a CRC-32 of the original bytes; version 1 stored zlib levels. Older stores are refused.
-pub const FORMAT_VERSION: u32 = 3;
-/// 4: version 3 with the sealed packs in an object store (`Config::backend`). A local store
-/// stays version 3, so a warcfs that knows no back end still opens it; one that does not
-/// know version 4 refuses a bucket-backed store instead of taking its empty `packs/` for it.
+/// Stores of versions 3 and 4 are read and written as they are (without dictionaries), so
+/// the warcfs that made them still reads them; one that does not know version 5 refuses a
+/// new store instead of failing on its first dictionary chunk.
+pub const FORMAT_VERSION: u32 = 5;
+/// The versions read besides `FORMAT_VERSION`: 3 (local packs only) and 4 (an object store).
+pub const LOCAL_V3: u32 = 3;
 pub const REMOTE_FORMAT_VERSION: u32 = 4;
+/// From this version on, chunks may be compressed with a dictionary.
+pub const DICT_FORMAT_VERSION: u32 = 5;
 pub(crate) const CONFIG_FILE: &str = "warcfs.json";
+
+/// How the pack reader finds a dictionary chunk: through the index.
+fn dict_locator(index: &std::sync::Arc<Index>) -> pack::DictLocator {
+    let index = std::sync::Arc::downgrade(index);
+    Box::new(move |key| {
+        let index = index.upgrade().ok_or_else(|| io::Error::other("the store is closed"))?;
+        let e = index.chunk(key).map_err(io::Error::other)?;
+        Ok(e.map(|e| (e.pack, e.offset, e.stored_len)))
+    })
+}
 
 /// Sealed packs grow to about this size by default.
 pub const PACK_TARGET: u64 = 32 << 20;
@@ -97,7 +115,7 @@ pub enum StoreError {
     Io { path: PathBuf, err: io::Error },
     #[error("{0}: not a warcfs store (no {CONFIG_FILE}, and the directory is not empty)")]
     NotAStore(PathBuf),
-    #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} version {FORMAT_VERSION} (and {REMOTE_FORMAT_VERSION}, the same with packs in an object store) (to move files over, read them with the warcfs that wrote the store and import them into a new one)")]
+    #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} versions {LOCAL_V3}, {REMOTE_FORMAT_VERSION} (packs in an object store) and {FORMAT_VERSION} (to move files over, read them with the warcfs that wrote the store and import them into a new one)")]
     Format { path: PathBuf, found: String },
     #[error("{path}: store is in use by process {pid}")]
     Busy { path: PathBuf, pid: String },
@@ -176,6 +194,8 @@ struct Writer {
     collisions: u64,
     /// One zstd context for every chunk (a fresh one per chunk showed up in profiles).
     zstd: Option<zstd::bulk::Compressor<'static>>,
+    /// The dictionary chunks are compressed with, and the samples for the next.
+    dicts: dict::Dicts,
 }
 
 /// Namespace and refcount changes are read-modify-write of index records: they hold this
@@ -189,7 +209,8 @@ pub(crate) struct Ns {
 pub struct Store {
     root: PathBuf,
     config: Config,
-    index: Index,
+    /// Shared with the pack reader, which finds dictionary chunks through it.
+    index: std::sync::Arc<Index>,
     packs: PackReader,
     cache: ReadCache,
     writer: Mutex<Writer>,
@@ -376,13 +397,16 @@ impl Store {
             }
         };
         let follower = opts.follower && config.backend.is_some();
+        let dicts = dict::Dicts::new(!follower && config.version >= DICT_FORMAT_VERSION && config.compression == Compression::Zstd);
+        let index = std::sync::Arc::new(index);
+        packs.set_dict_locator(dict_locator(&index));
         let store = Store {
             root: root.to_path_buf(),
             config,
             index,
             packs,
             cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
-            writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, zstd: None }),
+            writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, zstd: None, dicts }),
             journal: Mutex::new(journal::Journal { open: None, next_seq: 0, poisoned: false }),
             next_pack: (max_id + 1).into(),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
@@ -397,6 +421,9 @@ impl Store {
         };
         store.roll_forward(&recovered)?;
         store.ensure_root()?;
+        if !follower {
+            store.resume_dictionary()?;
+        }
         Ok(store)
     }
 
@@ -424,13 +451,15 @@ impl Store {
             None => PackReader::new(root.join("packs"), root.join("packs-tmp")),
             Some(r) => PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r),
         };
+        let index = std::sync::Arc::new(index);
+        packs.set_dict_locator(dict_locator(&index));
         Ok(Store {
             root: root.to_path_buf(),
             config,
             index,
             packs,
             cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
-            writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, zstd: None }),
+            writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, zstd: None, dicts: dict::Dicts::new(false) }),
             journal: Mutex::new(journal::Journal { open: None, next_seq: 0, poisoned: false }),
             next_pack: 0.into(),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),

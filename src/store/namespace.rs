@@ -318,7 +318,7 @@ impl Store {
         if existing.is_none() {
             b.put_dirent(&self.index, dir, name, ino);
         }
-        self.commit_with(w, b, delta, &ing.pending, ing.collisions)?;
+        self.commit_with(w, b, delta, &ing.pending, ing.collisions, ing.dict)?;
         Ok(PutReport { ino, size: ing.size, new_bytes: ing.new_bytes, stats: ing.stats })
     }
 

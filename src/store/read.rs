@@ -453,11 +453,8 @@ impl Store {
             len: u64,
             members: bool,
         }
-        let mut tasks: Vec<Task> = Vec::new();
-        let mut keys: Vec<ChunkKey> = Vec::new();
-        for pno in 0..head.pieces() {
-            let piece = self.piece(head.id, pno)?;
-            keys.extend_from_slice(&piece.keys);
+        /// The tasks of one piece.
+        fn tasks_of(pno: u32, piece: &Piece, tasks: &mut Vec<Task>) {
             for (sno, seg) in piece.segments.iter().enumerate() {
                 match seg {
                     Segment::Member { comp_len, .. } => match tasks.last_mut() {
@@ -481,36 +478,66 @@ impl Store {
                 }
             }
         }
-        // Cold packs: let the kernel fetch every needed blob at once.
-        self.request_chunks(&keys)?;
         struct Progress {
+            /// Tasks found so far (a loader adds them piece by piece, so the workers start
+            /// on the first piece while the others load), and whether that is all of them.
+            tasks: Vec<Task>,
+            loaded: bool,
             done: Vec<Option<Result<Vec<u8>>>>,
             /// Tasks handed out, and bytes of output between the writer and them.
             next: usize,
             in_flight: u64,
             failed: bool,
         }
-        let state = Mutex::new(Progress { done: (0..tasks.len()).map(|_| None).collect(), next: 0, in_flight: 0, failed: false });
+        let state = Mutex::new(Progress { tasks: Vec::new(), loaded: false, done: Vec::new(), next: 0, in_flight: 0, failed: false });
         let changed = Condvar::new();
         let io_err = |err| StoreError::Io { path: "<output>".into(), err };
+        let fail = |e| {
+            state.locked().failed = true;
+            changed.notify_all();
+            e
+        };
+        let load = || -> Result<()> {
+            for pno in 0..head.pieces() {
+                let piece = self.piece(head.id, pno)?;
+                let mut tasks = Vec::new();
+                tasks_of(pno, &piece, &mut tasks);
+                {
+                    let mut st = state.locked();
+                    if st.failed {
+                        return Ok(());
+                    }
+                    st.done.extend((0..tasks.len()).map(|_| None));
+                    st.tasks.append(&mut tasks);
+                }
+                changed.notify_all();
+                // Cold packs: let the kernel fetch this piece's blobs at once. Advice only: a
+                // place it cannot find, a worker reports.
+                let _ = self.request_chunks(&piece.keys);
+            }
+            state.locked().loaded = true;
+            changed.notify_all();
+            Ok(())
+        };
         let work = || loop {
-            let i = {
+            let (i, t) = {
                 let mut st = state.locked();
                 loop {
-                    if st.failed || st.next >= tasks.len() {
+                    if st.failed || (st.loaded && st.next >= st.tasks.len()) {
                         return;
                     }
-                    if st.in_flight < AHEAD || st.in_flight == 0 {
+                    if st.next < st.tasks.len() && (st.in_flight < AHEAD || st.in_flight == 0) {
                         break;
                     }
                     st = crate::wait_on(&changed, st);
                 }
                 let i = st.next;
                 st.next += 1;
-                st.in_flight = st.in_flight.saturating_add(tasks[i].len);
-                i
+                let t = &st.tasks[i];
+                let t = Task { pno: t.pno, sno: t.sno, a: t.a, b: t.b, len: t.len, members: t.members };
+                st.in_flight = st.in_flight.saturating_add(t.len);
+                (i, t)
             };
-            let t = &tasks[i];
             // A panic here (a bug) must still fill the slot: the writer waits for it, and in
             // the mount that writer may hold the staged map (copy on write), which would
             // wedge every request instead of failing one.
@@ -533,32 +560,38 @@ impl Store {
         };
         let mut written = 0u64;
         let result = std::thread::scope(|s| -> Result<()> {
+            let loader = s.spawn(|| load().map_err(fail));
             for _ in 0..2 {
                 s.spawn(work);
             }
-            let fail = |e| {
-                state.locked().failed = true;
-                changed.notify_all();
-                e
-            };
-            for (i, task) in tasks.iter().enumerate() {
-                let bytes = {
+            let mut i = 0;
+            loop {
+                let (bytes, len) = {
                     let mut st = state.locked();
                     loop {
-                        if let Some(r) = st.done[i].take() {
-                            break r;
+                        if let Some(r) = st.done.get_mut(i).and_then(Option::take) {
+                            break (r, st.tasks[i].len);
+                        }
+                        if st.failed || (st.loaded && i >= st.tasks.len()) {
+                            break (Ok(Vec::new()), u64::MAX);
                         }
                         st = crate::wait_on(&changed, st);
                     }
                 };
+                if len == u64::MAX {
+                    break;
+                }
                 let bytes = bytes.map_err(fail)?;
                 out.write_all(&bytes).map_err(io_err).map_err(fail)?;
                 written += bytes.len() as u64;
                 let mut st = state.locked();
-                st.in_flight = st.in_flight.saturating_sub(task.len);
+                st.in_flight = st.in_flight.saturating_sub(len);
                 drop(st);
                 changed.notify_all();
+                i += 1;
             }
+            // The loader's own error, if it stopped everything (a piece that cannot be read).
+            loader.join().map_err(|_| StoreError::Bug("the piece loader panicked".into()))??;
             Ok(())
         });
         result.map(|_| written)

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::bucket::{bucket_listing, hostname, remote_err, SIGNATURE};
-use super::{io_at, repair::RepairReport, Config, Result, Store, StoreError, FORMAT_NAME, REMOTE_FORMAT_VERSION};
+use super::{io_at, repair::RepairReport, Config, Result, Store, StoreError, FORMAT_NAME, FORMAT_VERSION, REMOTE_FORMAT_VERSION};
 use crate::pack::remote::{Remote, RemotePacks};
 
 /// Brings a node's index in line with the bucket before it is used: if the bucket's packs
@@ -108,7 +108,7 @@ pub fn init_remote(root: &Path, url: &str, mut config: Config) -> Result<Joined>
     }
     let remote = Remote::connect(url).map_err(remote_err(url))?;
     let existing = remote.get(BUCKET_CONFIG).map_err(remote_err(url))?;
-    config.version = REMOTE_FORMAT_VERSION;
+    config.version = FORMAT_VERSION;
     config.backend = Some(url.to_string());
     // A node number no pack in the bucket uses yet (nor 0, the local stores' range).
     // A node number no node registered (`nodes/NNNN`) and no pack uses yet (nor 0, the
@@ -125,17 +125,19 @@ pub fn init_remote(root: &Path, url: &str, mut config: Config) -> Result<Joined>
     config.node = Some(node);
     match existing {
         None => {
-            let shared = Shared { format: FORMAT_NAME.into(), version: REMOTE_FORMAT_VERSION, verify: config.verify, compression: config.compression, pack_size: config.pack_size };
+            let shared = Shared { format: FORMAT_NAME.into(), version: FORMAT_VERSION, verify: config.verify, compression: config.compression, pack_size: config.pack_size };
             remote.put(BUCKET_CONFIG, serde_json::to_vec_pretty(&shared).expect("settings serialise")).map_err(remote_err(url))?;
             drop(remote);
             Ok(Joined::Created(Box::new(Store::init(root, config)?)))
         }
         Some(bytes) => {
             let shared: Shared = serde_json::from_slice(&bytes).map_err(|e| StoreError::Format { path: root.to_path_buf(), found: format!("{url}/{BUCKET_CONFIG} unreadable: {e}") })?;
-            if shared.format != FORMAT_NAME || shared.version != REMOTE_FORMAT_VERSION {
+            // A bucket store keeps the version it was made at: every node writes it alike.
+            if shared.format != FORMAT_NAME || ![REMOTE_FORMAT_VERSION, FORMAT_VERSION].contains(&shared.version) {
                 return Err(StoreError::Format { path: root.to_path_buf(), found: format!("{url} holds {} version {}", shared.format, shared.version) });
             }
             drop(remote);
+            config.version = shared.version;
             config.verify = shared.verify;
             config.compression = shared.compression;
             config.pack_size = shared.pack_size;

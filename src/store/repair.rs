@@ -167,7 +167,8 @@ pub(super) fn build_index(
                     }
                 }
             }
-            let refs = (kind == ChunkKind::Meta) as u64;
+            // Log records and dictionaries are live without a recipe naming them.
+            let refs = matches!(kind, ChunkKind::Meta | ChunkKind::Dict) as u64;
             let e = ChunkEntry { pack: id, offset: blob.offset, stored_len: blob.stored_len, raw_len: blob.raw_len, codec: blob.codec, kind: blob.kind, refs };
             b.put_chunk_unlogged(&idx, &blob.key, &e);
             rep.chunks += 1;

@@ -531,3 +531,75 @@ fn gc_leaves_packs_of_small_live_blobs_alone() {
     let gc = s.gc().unwrap();
     assert_eq!(gc.packs_rewritten, 0, "{gc:?}");
 }
+
+/// HTML-like pages of one site: shared markup, varying text.
+fn site_page(i: u32) -> Vec<u8> {
+    let mut p = format!("<!doctype html><html lang=en><head><meta charset=utf-8><title>Item {i}</title><link rel=stylesheet href=/static/site.css><script src=/static/app.js defer></script></head><body><header><nav><a href=/>Home</a> | <a href=/catalogue>Catalogue</a> | <a href=/about>About us</a></nav></header><main>").into_bytes();
+    for k in 0..40u32 {
+        let x = i.wrapping_mul(2654435761).wrapping_add(k * 40503) >> 7;
+        p.extend_from_slice(format!("<section class=entry id=e{k}><h2>Entry {x:x}</h2><p>Reference {} of {} in the catalogue, listed under {}.</p></section>\n", x % 9973, x % 101, ["maps", "letters", "prints", "records"][(x % 4) as usize]).as_bytes());
+    }
+    p.extend_from_slice(b"</main><footer>Copyright the archive. All rights reserved.</footer></body></html>");
+    p
+}
+
+/// A store of format 5 trains a zstd dictionary once it has seen enough new chunks, commits
+/// it with the file that trained it, compresses with it (smaller, exact), goes on with it
+/// after a reopen, and keeps it through gc and an index rebuild.
+#[test]
+fn a_dictionary_is_trained_committed_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let file = |f: u32| -> Vec<u8> { (0..300u32).flat_map(|r| warc_record(f * 1000 + r, &site_page(f * 1000 + r))).collect() };
+    let mut files = Vec::new();
+    for f in 0..8u32 {
+        files.push(file(f));
+        s.put_file(ROOT_INO, format!("f{f}.warc").as_bytes(), &files[f as usize], meta()).unwrap();
+    }
+    let st = s.stats().unwrap();
+    assert_eq!(st.dictionaries, 1, "{st:?}");
+    assert!(st.dict_chunks > 0, "{st:?}");
+    for (f, data) in files.iter().enumerate() {
+        assert_eq!(read_all(&s, &format!("/f{f}.warc")), *data);
+    }
+    assert!(s.fsck(true).unwrap().problems.is_empty());
+    drop(s);
+    // A new process goes on with the same dictionary instead of training another.
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    files.push(file(8));
+    s.put_file(ROOT_INO, b"f8.warc", &files[8], meta()).unwrap();
+    let st = s.stats().unwrap();
+    assert_eq!(st.dictionaries, 1, "{st:?}");
+    // gc keeps it while nothing references it but the chunks compressed with it.
+    s.remove("/f0.warc", false).unwrap();
+    s.gc().unwrap();
+    assert_eq!(s.stats().unwrap().dictionaries, 1);
+    assert!(s.fsck(true).unwrap().problems.is_empty());
+    drop(s);
+    // An index rebuilt from the packs alone finds it (refcount 1) and reads every file.
+    std::fs::remove_dir_all(dir.path().join("index")).unwrap();
+    let rep = repair_index(dir.path()).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    assert_eq!(s.stats().unwrap().dictionaries, 1);
+    assert!(s.fsck(true).unwrap().problems.is_empty());
+    for (f, data) in files.iter().enumerate().skip(1) {
+        assert_eq!(read_all(&s, &format!("/f{f}.warc")), *data);
+    }
+}
+
+/// A store of an older format (3) is written without dictionaries, so the warcfs that made
+/// it still reads it.
+#[test]
+fn a_version_3_store_gets_no_dictionary() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = OpenOptionsStore { create: true, config: Config { version: LOCAL_V3, ..Config::default() }, follower: false };
+    let s = Store::open_with(dir.path(), &opts, digest::sha256).unwrap();
+    for f in 0..8u32 {
+        let data: Vec<u8> = (0..300u32).flat_map(|r| warc_record(f * 1000 + r, &site_page(f * 1000 + r))).collect();
+        s.put_file(ROOT_INO, format!("f{f}.warc").as_bytes(), &data, meta()).unwrap();
+        assert_eq!(read_all(&s, &format!("/f{f}.warc")), data);
+    }
+    let st = s.stats().unwrap();
+    assert_eq!((st.dictionaries, st.dict_chunks), (0, 0), "{st:?}");
+}

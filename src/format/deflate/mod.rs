@@ -28,7 +28,7 @@ mod trees;
 
 use bits::{copy_bits, encoder, BitReader, BitWriter, Codes, Decoder};
 
-pub use stored::{decode, encode, encode_assuming_zlib_headers, Stored};
+pub use stored::{decode, encode, Stored};
 
 /// What went wrong recording or replaying a parse. None of these is a panic: the input is
 /// untrusted (a member of any file, or a stored parse that may be damaged).

@@ -3,8 +3,15 @@
 //! chunk and shared by every copy of the payload. Matches are kept as three columns: literal
 //! runs, where each match copies from (found again by walking the text's own 3-byte chains,
 //! so a number that is nearly always small stands in for a distance), and lengths (implied
-//! when maximal). zlib's dynamic headers are derived from the block's symbols, not stored,
-//! when that gives the recorded bits. Byte layout: docs/FORMAT.md, "Deflate parse".
+//! when maximal).
+//!
+//! Two choices trade a little space for rebuild speed, measured on the crawl corpus: dynamic
+//! headers are kept as the bits they were written as (deriving zlib's from the block's
+//! symbols, as parses before format 5 ask, took a quarter of a rebuild for 4.8 MB of store),
+//! and a source more than `STORED_REF_STEPS` links down its chain is stored as its distance
+//! (5 % of matches took half of all chain steps). Readers still take derived headers and
+//! ranks up to `RANK_STEPS` links, as older parses hold them. Byte layout: docs/FORMAT.md,
+//! "Deflate parse".
 
 use super::trees;
 use super::{dist_index, extension, len_index, Block, BlockKind, Match, Parse, ParseError, Result};
@@ -79,6 +86,9 @@ const WINDOW: usize = 32768;
 /// with its distance instead. Readers walk no further either, so a damaged parse cannot make
 /// a rebuild walk whole windows per match.
 const RANK_STEPS: usize = 128;
+/// Chain links a rank written now may take: a source further down is stored as its
+/// distance, which a reader takes without a walk.
+const STORED_REF_STEPS: usize = 16;
 
 thread_local! {
     /// The last chain's tables, kept for the next member this thread decodes: a rebuild
@@ -171,7 +181,7 @@ impl Chain {
     fn locate(&self, plain: &[u8], pos: usize, target: usize, len: Option<usize>) -> Option<Ref> {
         let mut counted = Counted::new(plain, pos, len);
         let (mut rank, mut k, mut found) = (0u64, 0u64, None);
-        self.walk(plain, pos, RANK_STEPS, |q| {
+        self.walk(plain, pos, STORED_REF_STEPS, |q| {
             let counts = counted.counts(plain, pos, q);
             if q == target {
                 found = Some(if counts { Ref::Counted(k) } else { Ref::Rank(rank) });
@@ -390,31 +400,18 @@ pub struct Stored {
 /// Encodes `p` (the parse of `plain`), splitting off the matches from about `cut_at` on
 /// into a tail. The cut moves forward past a match that covers `cut_at`.
 pub fn encode(p: &Parse, plain: &[u8], cut_at: Option<usize>) -> Stored {
-    encode_with(p, plain, cut_at, false)
+    encode_with(p, plain, cut_at)
 }
 
-/// [`encode`] that takes every dynamic block's header to be zlib's without deriving it to
-/// check: for a caller that replays the stored form and compares anyway (ingest's proof),
-/// this saves deriving every header twice. Where a header is not zlib's, the replay differs
-/// and the caller falls back to [`encode`].
-pub fn encode_assuming_zlib_headers(p: &Parse, plain: &[u8], cut_at: Option<usize>) -> Stored {
-    encode_with(p, plain, cut_at, true)
-}
-
-fn encode_with(p: &Parse, plain: &[u8], cut_at: Option<usize>, assume_zlib: bool) -> Stored {
+fn encode_with(p: &Parse, plain: &[u8], cut_at: Option<usize>) -> Stored {
     let mut prefix = Vec::with_capacity(64 + p.matches.len() * 4);
     put_varint(&mut prefix, p.blocks.len() as u64);
     let mut prev = 0u32;
-    let mut mi = 0usize;
     for b in &p.blocks {
-        let in_block = p.matches[mi..].partition_point(|m| m.pos < b.end);
-        let ms = &p.matches[mi..mi + in_block];
-        mi += in_block;
+        // Dynamic headers are kept as written (type 2), never left to be derived (type 3).
         let (ty, extra): (u8, Option<&BlockKind>) = match &b.kind {
             BlockKind::Stored { .. } => (0, Some(&b.kind)),
             BlockKind::Fixed => (1, None),
-            BlockKind::Dynamic { .. } if assume_zlib => (3, None),
-            BlockKind::Dynamic { header, bits } if block_freqs(plain, ms, prev as usize, b.end as usize).map(|(l, d)| trees::zlib_header(&l, &d)) == Some((header.clone(), *bits)) => (3, None),
             BlockKind::Dynamic { .. } => (2, Some(&b.kind)),
         };
         prefix.push(b.last as u8 | ty << 1);
