@@ -71,7 +71,12 @@ pub fn dict_of(stored: &[u8]) -> Option<Digest> {
 }
 
 /// A zstd dictionary ready to decode with.
-pub type Dictionary = zstd::dict::DecoderDictionary<'static>;
+pub type Dictionary = zstd::zstd_safe::DDict<'static>;
+
+/// Prepares dictionary bytes for decoding; None if zstd cannot (damaged bytes).
+pub fn prepare_dictionary(bytes: &[u8]) -> Option<Dictionary> {
+    zstd::zstd_safe::DDict::try_create(bytes)
+}
 
 /// What a chunk holds; recorded so `stats` and an index rebuild know payloads from headers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,11 +191,15 @@ pub fn decode_stored(codec: u8, stored: &[u8], raw_len: u32, dict: Option<&Dicti
     let out = match Codec::from_u8(codec) {
         Some(Codec::None) => stored.to_vec(),
         Some(Codec::Zstd) => with_dctx(|d| d.decompress(stored, raw_len as usize))?,
-        _ => {
-            let mut out = vec![0u8; raw_len as usize];
-            decode_stored_into(codec, stored, &mut out, dict)?;
+        Some(Codec::ZstdDict) => {
+            let dict = dict.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "its zstd dictionary is not at hand"))?;
+            let frame = stored.get(DICT_REF_LEN..).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "shorter than its dictionary's name"))?;
+            // Into spare capacity: no zeroing of what the frame overwrites anyway.
+            let mut out = Vec::with_capacity(raw_len as usize);
+            with_dict_dctx(|d| d.decompress_using_ddict(&mut out, frame, dict).map_err(|code| io::Error::other(zstd::zstd_safe::get_error_name(code))))?;
             out
         }
+        None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown codec {codec}"))),
     };
     if out.len() != raw_len as usize {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "decoded length mismatch"));
@@ -214,7 +223,7 @@ pub fn decode_stored_into(codec: u8, stored: &[u8], out: &mut [u8], dict: Option
         Some(Codec::ZstdDict) => {
             let dict = dict.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "its zstd dictionary is not at hand"))?;
             let frame = stored.get(DICT_REF_LEN..).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "shorter than its dictionary's name"))?;
-            with_dict_dctx(|d| d.decompress_using_ddict(out, frame, dict.as_ddict()).map_err(|code| io::Error::other(zstd::zstd_safe::get_error_name(code))))?
+            with_dict_dctx(|d| d.decompress_using_ddict(out, frame, dict).map_err(|code| io::Error::other(zstd::zstd_safe::get_error_name(code))))?
         }
         None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown codec {codec}"))),
     };

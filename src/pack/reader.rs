@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use super::remote::RemotePacks;
 use super::upload::Uploads;
-use super::{decode_header, decode_stored, decode_stored_into, dict_of, pack_name, parse_pack_name, BlobInfo, Codec, Dictionary, PackError, Result, BLOB_HEADER_LEN};
+use super::{decode_header, decode_stored, decode_stored_into, dict_of, pack_name, parse_pack_name, prepare_dictionary, BlobInfo, ChunkKind, Codec, Dictionary, PackError, Result, BLOB_HEADER_LEN};
 use crate::LockExt;
 use crate::digest::{ChunkKey, Digest};
 
@@ -19,8 +19,8 @@ use crate::digest::{ChunkKey, Digest};
 /// store's index knows, the packs do not.
 pub type DictLocator = Box<dyn Fn(&ChunkKey) -> io::Result<Option<(u64, u64, u32)>> + Send + Sync>;
 
-/// Dictionaries kept ready to decode with (a store makes one per GiB of new data or so, and
-/// preparing one costs more than decoding a chunk with it).
+/// Dictionaries kept ready to decode with (a store makes one per 4 GiB of new data or so,
+/// and preparing one costs more than decoding a chunk with it).
 const DICTS_KEPT: usize = 16;
 
 /// Read access to sealed packs (and the open one, through the store), with open file handles
@@ -42,6 +42,9 @@ pub struct PackReader {
     /// Finds dictionary chunks (set by the store once its index is open).
     dict_locator: std::sync::OnceLock<DictLocator>,
     dicts: Mutex<lru::LruCache<Digest, Arc<Dictionary>>>,
+    /// Dictionaries not in the index yet (the writer's, until its ingest commits or fails):
+    /// never evicted, as nothing could find them again.
+    pinned: Mutex<std::collections::HashMap<Digest, Arc<Dictionary>>>,
 }
 
 /// Pack files kept open: 256, or a quarter of the process's descriptor limit if that is
@@ -64,6 +67,7 @@ impl PackReader {
             remote_only: Mutex::new(Default::default()),
             dict_locator: std::sync::OnceLock::new(),
             dicts: Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(DICTS_KEPT).expect("nonzero"))),
+            pinned: Mutex::new(Default::default()),
         }
     }
 
@@ -74,24 +78,51 @@ impl PackReader {
     }
 
     /// Makes dictionary `digest` known before its chunk is in the index (the writer's, for
-    /// reading back chunks of the ingest that stored it).
-    pub fn add_dictionary(&self, digest: Digest, bytes: &[u8]) {
-        self.dicts.locked().put(digest, Arc::new(Dictionary::copy(bytes)));
+    /// reading back chunks of the ingest that stored it), until `unpin_dictionary`. False
+    /// if zstd cannot prepare the bytes.
+    pub fn pin_dictionary(&self, digest: Digest, bytes: &[u8]) -> bool {
+        match prepare_dictionary(bytes) {
+            Some(d) => {
+                self.pinned.locked().insert(digest, Arc::new(d));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The pinned dictionary's ingest committed (the index finds it now) or failed.
+    pub fn unpin_dictionary(&self, digest: &Digest) {
+        self.pinned.locked().remove(digest);
+    }
+
+    /// A dictionary prepared already, if any.
+    fn ready_dictionary(&self, digest: &Digest) -> Option<Arc<Dictionary>> {
+        if let Some(d) = self.pinned.locked().get(digest) {
+            return Some(d.clone());
+        }
+        self.dicts.locked().get(digest).cloned()
     }
 
     /// The dictionary chunk `digest`, prepared for decoding.
     fn dictionary(&self, digest: &Digest) -> Result<Arc<Dictionary>> {
-        if let Some(d) = self.dicts.locked().get(digest) {
-            return Ok(d.clone());
+        if let Some(d) = self.ready_dictionary(digest) {
+            return Ok(d);
         }
         let key = ChunkKey { digest: *digest, seq: 0 };
-        let missing = |what: String| PackError::Corrupt { pack: 0, offset: 0, what };
-        let locate = self.dict_locator.get().ok_or_else(|| missing(format!("zstd dictionary {} asked for, but this reader has no index", key.short())))?;
+        let io = |kind, what: String| PackError::Io { pack: 0, source: io::Error::new(kind, what) };
+        let locate = self.dict_locator.get().ok_or_else(|| io(io::ErrorKind::Other, format!("zstd dictionary {} asked for, but this reader has no index", key.short())))?;
         let (pack, offset, stored_len) = locate(&key)
             .map_err(|source| PackError::Io { pack: 0, source })?
-            .ok_or_else(|| missing(format!("zstd dictionary {} is not in the store", key.short())))?;
-        let bytes = self.read(pack, offset, &key, stored_len)?;
-        let d = Arc::new(Dictionary::copy(&bytes));
+            .ok_or_else(|| io(io::ErrorKind::NotFound, format!("zstd dictionary {} is not in the store", key.short())))?;
+        // Read as what it must be: a dictionary chunk, itself never compressed with one (a
+        // damaged blob naming itself must not recurse).
+        let bytes = self.with_blob(pack, offset, &key, stored_len, |info, stored| {
+            if info.kind != ChunkKind::Dict as u8 || info.codec == Codec::ZstdDict as u8 {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("chunk {} is not a zstd dictionary", key.short())));
+            }
+            decode_stored(info.codec, stored, info.raw_len, None)
+        })?;
+        let d = Arc::new(prepare_dictionary(&bytes).ok_or_else(|| PackError::Corrupt { pack, offset, what: format!("zstd dictionary {} cannot be prepared (damaged)", key.short()) })?);
         self.dicts.locked().put(*digest, d.clone());
         Ok(d)
     }
@@ -339,6 +370,7 @@ impl PackReader {
     /// blob names, if any. A dictionary not prepared yet is read between two attempts: not
     /// while this thread's blob buffer is lent out.
     fn decoded<T>(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, mut decode: impl FnMut(&BlobInfo, &[u8], Option<&Dictionary>) -> io::Result<T>) -> Result<T> {
+        let mut have: Option<Arc<Dictionary>> = None;
         for _ in 0..2 {
             let mut wanted = None;
             let r = self.with_blob(pack, offset, key, stored_len, |info, stored| {
@@ -346,8 +378,7 @@ impl PackReader {
                     return decode(info, stored, None).map(Some);
                 }
                 let d = dict_of(stored).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "shorter than its dictionary's name"))?;
-                let ready = self.dicts.locked().get(&d).cloned();
-                match ready {
+                match have.clone().or_else(|| self.ready_dictionary(&d)) {
                     Some(dict) => decode(info, stored, Some(&dict)).map(Some),
                     None => {
                         wanted = Some(d);
@@ -357,13 +388,13 @@ impl PackReader {
             })?;
             match (r, wanted) {
                 (Some(v), _) => return Ok(v),
-                (None, Some(d)) => {
-                    self.dictionary(&d).map_err(|e| PackError::Corrupt { pack, offset, what: format!("cannot decode chunk {}: {e}", key.short()) })?;
-                }
+                // The one it names, handed to the second attempt as it is (not looked up
+                // again: a busy cache may have let it go meanwhile).
+                (None, Some(d)) => have = Some(self.dictionary(&d)?),
                 (None, None) => unreachable!("a blob is decoded or its dictionary wanted"),
             }
         }
-        Err(PackError::Corrupt { pack, offset, what: format!("cannot decode chunk {}: its dictionary did not stay ready", key.short()) })
+        Err(PackError::Corrupt { pack, offset, what: format!("cannot decode chunk {}: it names another dictionary than it did", key.short()) })
     }
 
     /// Reads and checks a blob, then hands its stored bytes to `decode`.

@@ -13,8 +13,9 @@
 //! (they commit, or are garbage, together with it); other ingests only once that commit is
 //! durable (`activate`), so no committed chunk ever names a dictionary that is not committed
 //! too. The index's meta record `zstd_dict` names the dictionary in
-//! use, so a new process goes on with it; after `RENEW_AFTER` bytes compressed with one, the
-//! writer samples for the next (the content of an archive drifts over years). Dictionary
+//! use, so a new process goes on with it; after `RENEW_AFTER` bytes compressed with one (by
+//! one process: the count starts again when a store is opened), the writer samples for the
+//! next (the content of an archive drifts over years). Dictionary
 //! blobs name their dictionary by digest (`pack::Codec::ZstdDict`); the pack reader finds
 //! it through the index.
 
@@ -45,15 +46,17 @@ pub(super) struct Dicts {
 
 struct Active {
     digest: Digest,
-    cdict: zstd::dict::EncoderDictionary<'static>,
+    cdict: zstd::zstd_safe::CDict<'static>,
     cctx: zstd::zstd_safe::CCtx<'static>,
     /// Raw bytes compressed with it by this process.
     compressed: u64,
 }
 
 impl Active {
-    fn new(digest: Digest, bytes: &[u8]) -> Active {
-        Active { digest, cdict: zstd::dict::EncoderDictionary::copy(bytes, LEVEL), cctx: zstd::zstd_safe::CCtx::create(), compressed: 0 }
+    /// None if zstd cannot prepare the bytes (a damaged dictionary).
+    fn new(digest: Digest, bytes: &[u8]) -> Option<Active> {
+        let cdict = zstd::zstd_safe::CDict::try_create(bytes, LEVEL)?;
+        Some(Active { digest, cdict, cctx: zstd::zstd_safe::CCtx::try_create()?, compressed: 0 })
     }
 }
 
@@ -97,13 +100,13 @@ impl Dicts {
     /// Notes the dictionary just stored (`digest`) by the ingest in progress, which
     /// compresses with it from now on.
     pub fn stored(&mut self, digest: Digest, bytes: &[u8]) {
-        self.candidate = self.enabled.then(|| Active::new(digest, bytes));
+        self.candidate = if self.enabled { Active::new(digest, bytes) } else { None };
     }
 
     /// A new ingest begins: a dictionary stored by one that never committed is not used
-    /// (a later one is trained instead).
-    pub fn forget_candidate(&mut self) {
-        self.candidate = None;
+    /// (a later one is trained instead). Returns its digest.
+    pub fn forget_candidate(&mut self) -> Option<Digest> {
+        self.candidate.take().map(|a| a.digest)
     }
 
     /// The dictionary `digest` is committed: chunks are compressed with it from now on.
@@ -113,11 +116,14 @@ impl Dicts {
         }
     }
 
-    /// Compresses with dictionary `bytes` (committed, `digest`) from now on.
-    pub fn use_dictionary(&mut self, digest: Digest, bytes: &[u8]) {
-        if self.enabled {
-            self.active = Some(Active::new(digest, bytes));
+    /// Compresses with dictionary `bytes` (committed, `digest`) from now on; false if
+    /// zstd cannot prepare them.
+    pub fn use_dictionary(&mut self, digest: Digest, bytes: &[u8]) -> bool {
+        if !self.enabled {
+            return true;
         }
+        self.active = Active::new(digest, bytes);
+        self.active.is_some()
     }
 
     /// `data` compressed with the dictionary in use, as a `Codec::ZstdDict` blob stores it
@@ -128,7 +134,7 @@ impl Dicts {
             None => self.active.as_mut()?,
         };
         let mut frame = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
-        a.cctx.compress_using_cdict(&mut frame, data, a.cdict.as_cdict()).ok()?;
+        a.cctx.compress_using_cdict(&mut frame, data, &a.cdict).ok()?;
         a.compressed += data.len() as u64;
         let mut out = Vec::with_capacity(crate::pack::DICT_REF_LEN + frame.len());
         out.extend_from_slice(&a.digest);
@@ -172,7 +178,7 @@ mod tests {
         let mut d = Dicts::new(true);
         d.stored([9; 32], &bytes);
         d.activate(&[8; 32]);
-        d.forget_candidate();
+        assert_eq!(d.forget_candidate(), Some([9; 32]));
         assert!(d.compress(&page(1)).is_none(), "another digest activates nothing");
         d.stored([9; 32], &bytes);
         d.activate(&[9; 32]);
@@ -182,7 +188,7 @@ mod tests {
         assert_eq!(crate::pack::dict_of(&z), Some([9; 32]));
         let plain = zstd::bulk::compress(&p, LEVEL).unwrap();
         assert!(z.len() - 32 < plain.len(), "the dictionary helps: {} vs {}", z.len() - 32, plain.len());
-        let dict = crate::pack::Dictionary::copy(&bytes);
+        let dict = crate::pack::prepare_dictionary(&bytes).unwrap();
         let back = crate::pack::decode_stored(crate::pack::Codec::ZstdDict as u8, &z, p.len() as u32, Some(&dict)).unwrap();
         assert_eq!(back, p);
         assert!(crate::pack::decode_stored(crate::pack::Codec::ZstdDict as u8, &z, p.len() as u32, None).is_err());

@@ -154,7 +154,11 @@ impl Store {
             None => Err(crate::pack::PackError::Corrupt { pack: 0, offset: 0, what: format!("dictionary {} is in no pack", key.short()) }),
         };
         match bytes {
-            Ok(bytes) => self.writer.locked().dicts.use_dictionary(key.digest, &bytes),
+            Ok(bytes) => {
+                if !self.writer.locked().dicts.use_dictionary(key.digest, &bytes) {
+                    log::warn!("{}: the zstd dictionary in use ({}) cannot be prepared; a new one will be trained", self.root.display(), key.short());
+                }
+            }
             Err(e) => log::warn!("{}: the zstd dictionary in use cannot be read ({e}); a new one will be trained", self.root.display()),
         }
         Ok(())
@@ -178,7 +182,9 @@ impl Store {
         // stored).
         w.pending.clear();
         w.collisions = 0;
-        w.dicts.forget_candidate();
+        if let Some(d) = w.dicts.forget_candidate() {
+            self.packs.unpin_dictionary(&d);
+        }
         let mut ctx = Ctx { stats: FileStats::default(), new_bytes: 0, dict: None };
         let mut rb = RecipeBuilder::new();
         let total = src.size().map_err(io_err)?;
@@ -442,10 +448,16 @@ impl Store {
                     // chunks that name it), committed with this file.
                     if let Some(bytes) = w.dicts.train() {
                         let key = self.store_chunk(w, ctx, &bytes, ChunkKind::Dict)?;
-                        w.dicts.stored(key.digest, &bytes);
+                        // Blobs name a dictionary by digest, found at seq 0, as kind Dict: one
+                        // that landed otherwise (a collision) is not used.
+                        let is_dict = |e: &ChunkEntry| e.kind == ChunkKind::Dict as u8;
+                        let stored_as_dict = key.seq == 0
+                            && (w.pending.get(&key.digest).is_some_and(|v| v.iter().any(|(k, e)| *k == key && is_dict(e))) || self.index.chunk(&key)?.is_some_and(|e| is_dict(&e)));
                         // Its chunks may be read back (a verify) before it is in the index.
-                        self.packs.add_dictionary(key.digest, &bytes);
-                        ctx.dict = Some(key);
+                        if stored_as_dict && self.packs.pin_dictionary(key.digest, &bytes) {
+                            w.dicts.stored(key.digest, &bytes);
+                            ctx.dict = Some(key);
+                        }
                     }
                 }
                 let with_dict = if dictable { w.dicts.compress(data).map(|z| (Codec::ZstdDict, z)) } else { None };
@@ -566,6 +578,7 @@ impl Store {
         crate::failpoint::crash_at("committed");
         if let Some(k) = dict {
             self.writer.locked().dicts.activate(&k.digest);
+            self.packs.unpin_dictionary(&k.digest);
         }
         Ok(())
     }

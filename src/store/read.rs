@@ -560,7 +560,9 @@ impl Store {
         };
         let mut written = 0u64;
         let result = std::thread::scope(|s| -> Result<()> {
-            let loader = s.spawn(|| load().map_err(fail));
+            // A panic in it (a bug) must end the copy as an error too, not leave the
+            // writer and the workers waiting for pieces that never come.
+            let loader = s.spawn(|| super::bug_as_error("loading a file's recipe pieces", load).map_err(fail));
             for _ in 0..2 {
                 s.spawn(work);
             }

@@ -8,8 +8,9 @@
 //! Two choices trade a little space for rebuild speed, measured on the crawl corpus: dynamic
 //! headers are kept as the bits they were written as (deriving zlib's from the block's
 //! symbols, as parses before format 5 ask, took a quarter of a rebuild for 4.8 MB of store),
-//! and a source more than `STORED_REF_STEPS` links down its chain is stored as its distance
-//! (5 % of matches took half of all chain steps). Readers still take derived headers and
+//! and a source of a match of implied length (zlib's, GNU gzip's) more than
+//! `STORED_REF_STEPS` links down its chain is stored as its distance (5 % of matches took
+//! half of all chain steps). Readers still take derived headers and
 //! ranks up to `RANK_STEPS` links, as older parses hold them. Byte layout: docs/FORMAT.md,
 //! "Deflate parse".
 
@@ -36,7 +37,19 @@ impl Cursor<'_> {
         Ok(v)
     }
 
+    #[inline]
     fn varint(&mut self) -> Result<u64> {
+        // Most values (gaps, refs, lengths) fit one byte.
+        if let Some(&b) = self.b.get(self.i) {
+            if b < 0x80 {
+                self.i += 1;
+                return Ok(b as u64);
+            }
+        }
+        self.varint_long()
+    }
+
+    fn varint_long(&mut self) -> Result<u64> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.byte()?;
@@ -49,6 +62,7 @@ impl Cursor<'_> {
     }
 
     /// A varint that must fit `max`, so that it can size nothing larger.
+    #[inline]
     fn bounded(&mut self, max: u64) -> Result<u64> {
         let v = self.varint()?;
         if v > max {
@@ -86,8 +100,9 @@ const WINDOW: usize = 32768;
 /// with its distance instead. Readers walk no further either, so a damaged parse cannot make
 /// a rebuild walk whole windows per match.
 const RANK_STEPS: usize = 128;
-/// Chain links a rank written now may take: a source further down is stored as its
-/// distance, which a reader takes without a walk.
+/// Chain links a rank written now may take for a match of implied length (zlib's, GNU
+/// gzip's): a source further down is stored as its distance, which a reader takes without a
+/// walk.
 const STORED_REF_STEPS: usize = 16;
 
 thread_local! {
@@ -177,11 +192,11 @@ impl Chain {
 
     /// How the occurrence at `target` is found from `pos` (see `Counted`): as the k-th
     /// candidate that counts, or failing that by its rank among all candidates; None if
-    /// the walk does not reach it in RANK_STEPS.
-    fn locate(&self, plain: &[u8], pos: usize, target: usize, len: Option<usize>) -> Option<Ref> {
+    /// the walk does not reach it in `steps`.
+    fn locate(&self, plain: &[u8], pos: usize, target: usize, len: Option<usize>, steps: usize) -> Option<Ref> {
         let mut counted = Counted::new(plain, pos, len);
         let (mut rank, mut k, mut found) = (0u64, 0u64, None);
-        self.walk(plain, pos, STORED_REF_STEPS, |q| {
+        self.walk(plain, pos, steps, |q| {
             let counts = counted.counts(plain, pos, q);
             if q == target {
                 found = Some(if counts { Ref::Counted(k) } else { Ref::Rank(rank) });
@@ -277,7 +292,10 @@ fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], cha
         put_varint(&mut gaps, (m.pos - from) as u64);
         let longest = extension(plain, pos, dist, (plain.len() - pos).min(258));
         let maximal = longest == m.len as usize;
-        match chain.locate(plain, pos, pos - dist, (!maximal).then_some(m.len as usize)) {
+        // A stated length (an optimal parser's, such as zopfli's) keeps the long walk: its
+        // sources lie further down, and distances would cost a fifth more of its parse.
+        let steps = if maximal { STORED_REF_STEPS } else { RANK_STEPS };
+        match chain.locate(plain, pos, pos - dist, (!maximal).then_some(m.len as usize), steps) {
             Some(Ref::Counted(k)) => put_varint(&mut refs, k * 3),
             Some(Ref::Rank(r)) => put_varint(&mut refs, r * 3 + 1),
             None => put_varint(&mut refs, (dist as u64 - 1) * 3 + 2),
