@@ -235,6 +235,52 @@ fn a_store_whose_object_store_is_down_says_so_and_keeps_its_packs_until_it_is_ba
     }
 }
 
+/// A read that needs bytes only the bucket has, while the object store is down: EIO after the
+/// client's retries (never a hang, never wrong bytes), a log line naming the pack, the mount
+/// answering everything else meanwhile; once the store is back the same read is exact.
+#[test]
+fn a_read_the_cache_cannot_answer_while_the_object_store_is_down_is_eio_and_the_mount_stays_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::start(&tmp.path().join("garage"), 45600);
+    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
+    let url = "s3://warcfs/eio";
+    c.ok(&["init", &s(&a), "--backend", url]);
+    let f = crawl_files().into_iter().find(|f| f.extension().is_some_and(|e| e == "gz")).unwrap();
+    let name = f.file_name().unwrap().to_str().unwrap().to_string();
+    c.ok(&["import", &s(&a), &s(&f)]);
+    // Node B joins: its index comes from the bucket, its cache of pack ranges is empty.
+    c.ok(&["init", &s(&b), "--backend", url]);
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    c.ok(&["mount", &s(&b), &s(&mnt), "-o", "ro"]);
+    let _mount = MountGuard { mnt: mnt.clone(), store: b.clone() };
+    let log_before = fs::read_to_string(b.join("warcfs.log")).unwrap_or_default().len();
+    c.cluster(&["stop"]);
+    let t0 = std::time::Instant::now();
+    let err = fs::read(mnt.join(&name)).expect_err("bytes only the bucket holds, while it is down");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(t0.elapsed().as_secs() < 120, "the read failed only after {:?}", t0.elapsed());
+    // The mount is up and answers what it knows.
+    assert_eq!(fs::metadata(mnt.join(&name)).unwrap().len(), fs::metadata(&f).unwrap().len());
+    assert!(fs::read_dir(&mnt).unwrap().count() >= 1);
+    let log = fs::read_to_string(b.join("warcfs.log")).unwrap_or_default();
+    let new = log.get(log_before..).unwrap_or_default();
+    assert!(new.contains("ERROR") && new.contains("pack"), "no log line naming the pack of the failed read:\n{new}");
+    // Back: the same read is exact.
+    c.cluster(&["start"]);
+    let t1 = std::time::Instant::now();
+    loop {
+        match fs::read(mnt.join(&name)) {
+            Ok(bytes) => {
+                assert!(bytes == fs::read(&f).unwrap(), "{name} differs after the object store came back");
+                break;
+            }
+            Err(e) => assert!(t1.elapsed().as_secs() < 120, "{name} still unreadable {:?} after the object store came back: {e}", t1.elapsed()),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
 /// Unmounts (and waits for the daemon to let the store go) when dropped.
 struct MountGuard {
     mnt: PathBuf,

@@ -257,6 +257,9 @@ impl Inner {
     }
 }
 
+/// How much of the index a mount has the kernel read in at start.
+const INDEX_WARM_BYTES: u64 = 256 << 20;
+
 impl WarcFs {
     /// Wraps an open store; recovers staged files and orphans left by a crash.
     pub fn new(store: Arc<Store>) -> Result<WarcFs, StoreError> {
@@ -327,6 +330,10 @@ impl WarcFs {
         // about to reach and have the kernel read their pack ranges; plain chunks are decoded
         // by the FUSE threads straight into their replies.
         let ahead = ReadAhead::start(store.clone(), 2).map_err(|err| StoreError::Io { path: "read-ahead threads".into(), err })?;
+        // The index's tables, read in while the mount starts: a replay tool's first lookups
+        // then wait for one cold read each, not for RocksDB's blocks too. Bounded: a huge
+        // index is read in only as far as INDEX_WARM_BYTES (the kernel may drop it again).
+        store.warm_index(INDEX_WARM_BYTES);
         Ok(WarcFs { inner, tx: Some(tx), worker: Some(worker), ahead: Some(ahead) })
     }
 

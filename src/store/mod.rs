@@ -427,6 +427,11 @@ impl Store {
         Ok(store)
     }
 
+    /// Starts reading the index into the page cache (`Index::warm`), up to `budget` bytes.
+    pub fn warm_index(&self, budget: u64) {
+        self.index.warm(budget);
+    }
+
     /// What the mount's background ingests are doing (the mount keeps these counts).
     pub fn ingests(&self) -> &IngestCounters {
         &self.ingests
