@@ -18,6 +18,10 @@ const CLUSTER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/garage-clust
 struct Cluster {
     dir: PathBuf,
     env: HashMap<String, String>,
+    /// Its claim on its base port, held while it lives (`Cluster::start`): a test that stops
+    /// the cluster and starts it again needs the same ports, which another cluster (another
+    /// test, or another run of the suite at once) must not take in between.
+    _claim: fs::File,
 }
 
 impl Cluster {
@@ -25,16 +29,22 @@ impl Cluster {
     /// runs at once (a CI clone beside a checkout) must not meet on the same ports.
     fn start(dir: &Path, base: u16) -> Cluster {
         let ports_free = |b: u16| (0..3u16).flat_map(|i| [0u16, 1, 3].map(|o| b + 10 * i + o)).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
+        let claims = std::env::temp_dir().join("warcfs-garage-ports");
+        fs::create_dir_all(&claims).unwrap();
         let mut last = String::new();
         for attempt in 0..40u32 {
             // Spread over 30000-59999, a different start per process and per test.
             let b = 30000 + ((base as u32 + std::process::id() * 37 + attempt * 977) % 300) as u16 * 100;
-            if !ports_free(b) {
+            // Claimed by a live cluster (its ports may be free just now: stopped for a test).
+            let claim = fs::OpenOptions::new().create(true).truncate(false).write(true).open(claims.join(format!("{b}.lock"))).unwrap();
+            // SAFETY: flock on a descriptor we own; released when the file is closed, also
+            // if this process dies.
+            if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&claim), libc::LOCK_EX | libc::LOCK_NB) } != 0 || !ports_free(b) {
                 continue;
             }
             let out = Command::new(CLUSTER).args(["start", &s(dir), &b.to_string()]).stdin(std::process::Stdio::null()).output().expect("spawn garage-cluster");
             if out.status.success() {
-                let mut c = Cluster { dir: dir.to_path_buf(), env: HashMap::new() };
+                let mut c = Cluster { dir: dir.to_path_buf(), env: HashMap::new(), _claim: claim };
                 c.read_env();
                 return c;
             }
@@ -69,6 +79,16 @@ impl Cluster {
         let r = self.run(args);
         assert!(r.ok(), "{}", r.describe());
         r
+    }
+
+    /// Stops every node; its ports stay claimed (`_claim`).
+    fn stop(&self) {
+        self.cluster(&["stop"]);
+    }
+
+    /// Starts the stopped nodes again, on their ports.
+    fn restart(&self) {
+        self.cluster(&["start"]);
     }
 
     fn cluster(&self, args: &[&str]) {
@@ -209,7 +229,7 @@ fn a_store_whose_object_store_is_down_says_so_and_keeps_its_packs_until_it_is_ba
     let m = run_env(&["mount", &s(&a), &s(&mnt)], &c.vars());
     assert!(m.ok(), "{}", m.describe());
     let _mount = MountGuard { mnt: mnt.clone(), store: a.clone() };
-    c.cluster(&["stop"]);
+    c.stop();
     for f in &files {
         fs::copy(f, mnt.join(f.file_name().unwrap())).unwrap();
     }
@@ -225,7 +245,7 @@ fn a_store_whose_object_store_is_down_says_so_and_keeps_its_packs_until_it_is_ba
     }
     assert!(!sealed_packs(&a).is_empty() || fs::read_dir(a.join("packs-tmp")).unwrap().next().is_some());
     // The object store comes back; unmounting waits for the uploads.
-    c.cluster(&["start"]);
+    c.restart();
     drop(_mount);
     assert!(sealed_packs(&a).is_empty(), "packs left to upload: {:?}", sealed_packs(&a));
     c.ok(&["init", &s(&b), "--backend", url]);
@@ -255,7 +275,7 @@ fn a_read_the_cache_cannot_answer_while_the_object_store_is_down_is_eio_and_the_
     c.ok(&["mount", &s(&b), &s(&mnt), "-o", "ro"]);
     let _mount = MountGuard { mnt: mnt.clone(), store: b.clone() };
     let log_before = fs::read_to_string(b.join("warcfs.log")).unwrap_or_default().len();
-    c.cluster(&["stop"]);
+    c.stop();
     let t0 = std::time::Instant::now();
     let err = fs::read(mnt.join(&name)).expect_err("bytes only the bucket holds, while it is down");
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
@@ -267,7 +287,7 @@ fn a_read_the_cache_cannot_answer_while_the_object_store_is_down_is_eio_and_the_
     let new = log.get(log_before..).unwrap_or_default();
     assert!(new.contains("ERROR") && new.contains("pack"), "no log line naming the pack of the failed read:\n{new}");
     // Back: the same read is exact.
-    c.cluster(&["start"]);
+    c.restart();
     let t1 = std::time::Instant::now();
     loop {
         match fs::read(mnt.join(&name)) {
