@@ -383,8 +383,18 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
             if lit_end < pos {
                 return bad("matches out of order");
             }
-            for &byte in &plain[pos..lit_end] {
-                let (c, l) = lit_of(byte);
+            // Two literals a write: their codes are at most 15 bits each.
+            let mut run = plain.get(pos..lit_end).ok_or(ParseError::Damaged("matches out of order"))?;
+            while let [a, b, rest @ ..] = run {
+                let ((ca, la), (cb, lb)) = (lit_of(*a), lit_of(*b));
+                if la == 0 || lb == 0 {
+                    return bad("literal without a code");
+                }
+                w.put(ca as u32 | (cb as u32) << la, la as u32 + lb as u32);
+                run = rest;
+            }
+            if let [a] = run {
+                let (c, l) = lit_of(*a);
                 if l == 0 {
                     return bad("literal without a code");
                 }
@@ -403,10 +413,9 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
             if l == 0 || dl == 0 {
                 return bad("match without a code");
             }
-            w.put(c as u32, l as u32);
-            w.put((m.len - LBASE[li]) as u32, LEXT[li] as u32);
-            w.put(dc as u32, dl as u32);
-            w.put((m.dist - DBASE[di]) as u32, DEXT[di] as u32);
+            // Each code with its extra bits in one write (at most 20 and 28 bits).
+            w.put(c as u32 | ((m.len - LBASE[li]) as u32) << l, l as u32 + LEXT[li] as u32);
+            w.put(dc as u32 | ((m.dist - DBASE[di]) as u32) << dl, dl as u32 + DEXT[di] as u32);
             pos += len;
             mi += 1;
         }

@@ -151,13 +151,19 @@ impl Chain {
         let from = self.inserted;
         if from < end {
             let pm = self.pmask;
+            let shift = self.hash_shift;
+            // Slices whose lengths the masks below fit, so the loop carries no bounds checks
+            // (head's length is a power of two, and a hash is below it anyway).
+            let head = &mut self.head[..];
+            let hmask = head.len() - 1;
+            let prev = &mut self.prev[..=pm];
             let mut v = (plain[from] as u32) << 8 | plain[from + 1] as u32;
             for (i, &b) in plain[from + 2..end + 2].iter().enumerate() {
                 let i = from + i;
                 v = (v << 8 | b as u32) & 0xff_ffff;
-                let h = self.hash_of(v);
-                self.prev[i & pm] = self.head[h];
-                self.head[h] = i as u32;
+                let h = (v.wrapping_mul(2654435761) >> shift) as usize & hmask;
+                prev[i & pm] = head[h];
+                head[h] = i as u32;
             }
         }
         self.inserted = self.inserted.max(pos);
