@@ -130,12 +130,14 @@ impl Store {
                 super::Compression::Zstd => (Codec::Zstd, std::borrow::Cow::Owned(zstd::bulk::compress(&raw, 3).map_err(|err| StoreError::Io { path: self.root.join("packs-tmp"), err })?)),
                 super::Compression::None => (Codec::None, std::borrow::Cow::Borrowed(&raw[..])),
             };
-            if stored.len() > pack::MAX_STORED as usize || raw.len() > u32::MAX as usize {
-                // Readers refuse blobs past MAX_STORED: such a record could never be applied.
+            if stored.len() > pack::MAX_STORED as usize || raw.len() > pack::MAX_RAW as usize {
+                // Readers refuse blobs past MAX_STORED, or holding more than MAX_RAW: such a
+                // record could never be applied.
                 return Err(StoreError::Log(format!(
-                    "one change of {} bytes of index records (a file of about {} chunks) is more than a log record may hold ({} MiB); nothing was changed",
+                    "one change of {} bytes of index records (a file of about {} chunks) is more than a log record may hold ({} MiB, {} MiB compressed); nothing was changed",
                     raw.len(),
                     ops.len(),
+                    pack::MAX_RAW >> 20,
                     pack::MAX_STORED >> 20
                 )));
             }
