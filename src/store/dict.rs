@@ -41,6 +41,9 @@ pub(super) struct Dicts {
     /// Trained and stored by the ingest in progress, which compresses with it; in use for
     /// every ingest once that one commits.
     candidate: Option<Active>,
+    /// The candidate of an ingest that has ended, its commit perhaps still to come (another
+    /// ingest may start before it): used by no one, in use once that commit is durable.
+    awaiting: Option<Active>,
     active: Option<Active>,
 }
 
@@ -63,7 +66,7 @@ impl Active {
 impl Dicts {
     /// `enabled`: the store's format has dictionaries (5 on) and compresses chunks.
     pub fn new(enabled: bool) -> Dicts {
-        Dicts { enabled, samples: Vec::new(), sizes: Vec::new(), candidate: None, active: None }
+        Dicts { enabled, samples: Vec::new(), sizes: Vec::new(), candidate: None, awaiting: None, active: None }
     }
 
     fn wanted(&self) -> bool {
@@ -103,15 +106,18 @@ impl Dicts {
         self.candidate = if self.enabled { Active::new(digest, bytes) } else { None };
     }
 
-    /// A new ingest begins: a dictionary stored by one that never committed is not used
-    /// (a later one is trained instead). Returns its digest.
+    /// A new ingest begins: the dictionary the last one stored is used no more until that
+    /// ingest's commit makes it durable (`activate`); if it never commits, a later one is
+    /// trained instead. Returns the digest of the one it replaces as awaiting, if any: no
+    /// commit will make that one durable any more.
     pub fn forget_candidate(&mut self) -> Option<Digest> {
-        self.candidate.take().map(|a| a.digest)
+        let c = self.candidate.take()?;
+        self.awaiting.replace(c).map(|a| a.digest)
     }
 
     /// The dictionary `digest` is committed: chunks are compressed with it from now on.
     pub fn activate(&mut self, digest: &Digest) {
-        if let Some(a) = self.candidate.take_if(|a| a.digest == *digest) {
+        if let Some(a) = self.candidate.take_if(|a| a.digest == *digest).or_else(|| self.awaiting.take_if(|a| a.digest == *digest)) {
             self.active = Some(a);
         }
     }
@@ -166,9 +172,12 @@ mod tests {
         d.stored([7; 32], &bytes);
         assert!(!d.wanted());
         assert_eq!(d.compress(&page(1)).and_then(|z| crate::pack::dict_of(&z)), Some([7; 32]), "the ingest that stored it uses it");
-        d.forget_candidate();
+        assert_eq!(d.forget_candidate(), None, "nothing awaited before");
         assert!(d.wanted());
-        assert!(d.compress(&page(1)).is_none(), "a forgotten dictionary is not used");
+        assert!(d.compress(&page(1)).is_none(), "a dictionary whose ingest ended uncommitted is not used");
+        // Its commit comes after another ingest began: it is taken into use then.
+        d.activate(&[7; 32]);
+        assert!(d.compress(&page(1)).is_some());
     }
 
     #[test]
@@ -178,8 +187,10 @@ mod tests {
         let mut d = Dicts::new(true);
         d.stored([9; 32], &bytes);
         d.activate(&[8; 32]);
-        assert_eq!(d.forget_candidate(), Some([9; 32]));
+        assert_eq!(d.forget_candidate(), None);
         assert!(d.compress(&page(1)).is_none(), "another digest activates nothing");
+        d.stored([6; 32], &bytes);
+        assert_eq!(d.forget_candidate(), Some([9; 32]), "a newer one replaces the one awaiting");
         d.stored([9; 32], &bytes);
         d.activate(&[9; 32]);
         d.forget_candidate();

@@ -182,6 +182,7 @@ impl Store {
         // stored).
         w.pending.clear();
         w.collisions = 0;
+        // (The one it stored stays pinned: its commit may still read chunks named by it.)
         if let Some(d) = w.dicts.forget_candidate() {
             self.packs.unpin_dictionary(&d);
         }
