@@ -192,11 +192,9 @@ pub fn decode_stored(codec: u8, stored: &[u8], raw_len: u32, dict: Option<&Dicti
         Some(Codec::None) => stored.to_vec(),
         Some(Codec::Zstd) => with_dctx(|d| d.decompress(stored, raw_len as usize))?,
         Some(Codec::ZstdDict) => {
-            let dict = dict.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "its zstd dictionary is not at hand"))?;
-            let frame = stored.get(DICT_REF_LEN..).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "shorter than its dictionary's name"))?;
             // Into spare capacity: no zeroing of what the frame overwrites anyway.
             let mut out = Vec::with_capacity(raw_len as usize);
-            with_dict_dctx(|d| d.decompress_using_ddict(&mut out, frame, dict).map_err(|code| io::Error::other(zstd::zstd_safe::get_error_name(code))))?;
+            decode_with_dict(stored, &mut out, dict)?;
             out
         }
         None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown codec {codec}"))),
@@ -220,11 +218,7 @@ pub fn decode_stored_into(codec: u8, stored: &[u8], out: &mut [u8], dict: Option
         }
         Some(Codec::None) => stored.len(),
         Some(Codec::Zstd) => with_dctx(|d| d.decompress_to_buffer(stored, out))?,
-        Some(Codec::ZstdDict) => {
-            let dict = dict.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "its zstd dictionary is not at hand"))?;
-            let frame = stored.get(DICT_REF_LEN..).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "shorter than its dictionary's name"))?;
-            with_dict_dctx(|d| d.decompress_using_ddict(out, frame, dict).map_err(|code| io::Error::other(zstd::zstd_safe::get_error_name(code))))?
-        }
+        Some(Codec::ZstdDict) => decode_with_dict(stored, out, dict)?,
         None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown codec {codec}"))),
     };
     if n != out.len() {
@@ -246,6 +240,14 @@ fn with_dctx<T>(f: impl FnOnce(&mut zstd::bulk::Decompressor<'static>) -> io::Re
         }
         f(slot.as_mut().expect("just created"))
     })
+}
+
+/// Decodes a `Codec::ZstdDict` blob's frame into `out` with `dict`; returns the bytes
+/// written.
+fn decode_with_dict<C: zstd::zstd_safe::WriteBuf + ?Sized>(stored: &[u8], out: &mut C, dict: Option<&Dictionary>) -> io::Result<usize> {
+    let dict = dict.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "its zstd dictionary is not at hand"))?;
+    let frame = stored.get(DICT_REF_LEN..).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "shorter than its dictionary's name"))?;
+    with_dict_dctx(|d| d.decompress_using_ddict(out, frame, dict).map_err(|code| io::Error::other(zstd::zstd_safe::get_error_name(code))))
 }
 
 /// This thread's zstd context for dictionary frames (kept apart from `with_dctx`'s, whose

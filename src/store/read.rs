@@ -444,6 +444,7 @@ impl Store {
         // Units of work in file order: a run of whole members (about TASK of them, so that
         // the threads meet once a run rather than once a member: 15,000 members of a crawl
         // cost as many wake-ups otherwise), or a run of a data segment's extents.
+        #[derive(Clone, Copy)]
         struct Task {
             pno: u32,
             sno: usize,
@@ -533,8 +534,7 @@ impl Store {
                 }
                 let i = st.next;
                 st.next += 1;
-                let t = &st.tasks[i];
-                let t = Task { pno: t.pno, sno: t.sno, a: t.a, b: t.b, len: t.len, members: t.members };
+                let t = st.tasks[i];
                 st.in_flight = st.in_flight.saturating_add(t.len);
                 (i, t)
             };
@@ -568,21 +568,21 @@ impl Store {
             }
             let mut i = 0;
             loop {
-                let (bytes, len) = {
+                // The next task's output; None once every task is written (or the loader
+                // failed).
+                let next = {
                     let mut st = state.locked();
                     loop {
                         if let Some(r) = st.done.get_mut(i).and_then(Option::take) {
-                            break (r, st.tasks[i].len);
+                            break Some((r, st.tasks[i].len));
                         }
                         if st.failed || (st.loaded && i >= st.tasks.len()) {
-                            break (Ok(Vec::new()), u64::MAX);
+                            break None;
                         }
                         st = crate::wait_on(&changed, st);
                     }
                 };
-                if len == u64::MAX {
-                    break;
-                }
+                let Some((bytes, len)) = next else { break };
                 let bytes = bytes.map_err(fail)?;
                 out.write_all(&bytes).map_err(io_err).map_err(fail)?;
                 written += bytes.len() as u64;

@@ -10,7 +10,12 @@ use crate::store::ingest::Windows;
 use crate::store::namespace::FileMeta;
 
 fn open(dir: &Path, verify: Verify, digest: DigestFn) -> Store {
-    let opts = OpenOptionsStore { create: true, config: Config { verify, ..Config::default() }, follower: false };
+    open_config(dir, Config { verify, ..Config::default() }, digest)
+}
+
+/// Creates (or opens) the store in `dir` with `config`.
+fn open_config(dir: &Path, config: Config, digest: DigestFn) -> Store {
+    let opts = OpenOptionsStore { create: true, config, follower: false };
     Store::open_with(dir, &opts, digest).unwrap()
 }
 
@@ -466,8 +471,7 @@ fn gc_refuses_to_drop_a_chunk_a_recipe_still_uses() {
 #[test]
 fn gc_and_fsck_work_a_sort_run_and_a_batch_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = OpenOptionsStore { create: true, config: Config { pack_size: MIN_PACK_SIZE, ..Config::default() }, follower: false };
-    let mut s = Store::open_with(dir.path(), &opts, digest::sha256).unwrap();
+    let mut s = open_config(dir.path(), Config { pack_size: MIN_PACK_SIZE, ..Config::default() }, digest::sha256);
     s.limits = ScanLimits { run_bytes: 600, batch_ops: 5 };
     let shared: Vec<u8> = (0..9_000u32).map(|i| (i * 13 % 251) as u8).collect();
     let mut files = Vec::new();
@@ -519,8 +523,7 @@ fn gc_and_fsck_work_a_sort_run_and_a_batch_at_a_time() {
 #[test]
 fn gc_leaves_packs_of_small_live_blobs_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = OpenOptionsStore { create: true, config: Config { pack_size: MIN_PACK_SIZE, ..Config::default() }, follower: false };
-    let s = Store::open_with(dir.path(), &opts, digest::sha256).unwrap();
+    let s = open_config(dir.path(), Config { pack_size: MIN_PACK_SIZE, ..Config::default() }, digest::sha256);
     for f in 0..30u32 {
         let recs: Vec<u8> = (0..20u32).flat_map(|r| warc_record(f * 100 + r, format!("small payload {f} {r}").as_bytes())).collect();
         s.put_file(ROOT_INO, format!("f{f:02}.warc").as_bytes(), &recs, meta()).unwrap();
@@ -593,8 +596,7 @@ fn a_dictionary_is_trained_committed_and_kept() {
 #[test]
 fn a_version_3_store_gets_no_dictionary() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = OpenOptionsStore { create: true, config: Config { version: LOCAL_V3, ..Config::default() }, follower: false };
-    let s = Store::open_with(dir.path(), &opts, digest::sha256).unwrap();
+    let s = open_config(dir.path(), Config { version: LOCAL_V3, ..Config::default() }, digest::sha256);
     for f in 0..8u32 {
         let data: Vec<u8> = (0..300u32).flat_map(|r| warc_record(f * 1000 + r, &site_page(f * 1000 + r))).collect();
         s.put_file(ROOT_INO, format!("f{f}.warc").as_bytes(), &data, meta()).unwrap();
