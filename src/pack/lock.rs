@@ -18,12 +18,12 @@ pub const LOCK_STALE: Duration = Duration::from_secs(600);
 /// lock is never taken over by age (those packs hold changes a new writer would not see).
 pub const PENDING: &str = "pending-uploads";
 
-/// Other nodes' live locks, as (name, age): ages measured against `now_on_server`, a time
-/// the object store gave (ours: a node's clock does not decide). A stale lock whose body
-/// says its owner left packs to upload stays live.
-fn live_locks(remote: &Remote, owner: &str, now_on_server: Option<SystemTime>) -> io::Result<Vec<(String, Duration)>> {
+/// Other nodes' live locks, as (name, age): ages measured against our own lock's time as the
+/// object store gave it (a node's clock does not decide). A stale lock whose body says its
+/// owner left packs to upload stays live.
+fn live_locks(remote: &Remote, owner: &str) -> io::Result<Vec<(String, Duration)>> {
     let list = remote.list("locks")?;
-    let now = now_on_server.or_else(|| list.iter().find(|l| l.0 == owner).map(|l| l.2)).unwrap_or_else(SystemTime::now);
+    let now = list.iter().find(|l| l.0 == owner).map(|l| l.2).unwrap_or_else(SystemTime::now);
     let mut out = Vec::new();
     for (name, _, modified) in list {
         if name == owner {
@@ -45,7 +45,7 @@ fn live_locks(remote: &Remote, owner: &str, now_on_server: Option<SystemTime>) -
 pub fn take_lock(remote: &Remote, owner: &str, what: &str) -> io::Result<()> {
     let name = format!("locks/{owner}");
     remote.put(&name, what.as_bytes().to_vec())?;
-    let live = match live_locks(remote, owner, None) {
+    let live = match live_locks(remote, owner) {
         Ok(l) => l,
         Err(e) => {
             let _ = remote.delete(&name);
@@ -69,7 +69,7 @@ pub fn refresh_lock(remote: &Remote, owner: &str) -> io::Result<()> {
     let name = format!("locks/{owner}");
     let body = remote.get(&name)?.unwrap_or_default();
     remote.put(&name, body)?;
-    if let Some((other, _)) = live_locks(remote, owner, None)?.into_iter().next() {
+    if let Some((other, _)) = live_locks(remote, owner)?.into_iter().next() {
         return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{other} took over the bucket's lock: this node writes no more to it")));
     }
     Ok(())

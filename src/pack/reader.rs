@@ -148,7 +148,8 @@ impl PackReader {
         }
         // Data packs before log packs: a log record must not reach the bucket before the
         // chunks it names (a log pack has a lower id than the data packs sealed after it).
-        ids.sort_by_key(|&id| {
+        // (Keyed once per pack: the key reads the pack's footer.)
+        ids.sort_by_cached_key(|&id| {
             let only_log = std::fs::File::open(self.path_of(id))
                 .ok()
                 .and_then(|f| super::read_footer(&f, id).ok())
