@@ -387,7 +387,8 @@ impl Index {
             }
             for item in self.db.iterator_cf(self.cf(name), IteratorMode::Start) {
                 let (k, v) = item?;
-                if n as u8 == CF_META && k.starts_with(b"log_applied_") {
+                // Where this index is in the logs: its own, never a namespace record.
+                if n as u8 == CF_META && k.starts_with(b"log_") {
                     continue;
                 }
                 if !f(LogOp::Put(n as u8, k.to_vec(), v.to_vec()))? {

@@ -457,3 +457,141 @@ impl Drop for WriterAndFollower {
         self.ga.take();
     }
 }
+
+/// Two nodes writing one bucket at once (`init --writers several`): A as `alpha`, mounted at
+/// `ma`, and B as `beta`, at `mb`; both unmounted when dropped.
+struct TwoWriters {
+    a: PathBuf,
+    b: PathBuf,
+    ma: PathBuf,
+    mb: PathBuf,
+    ga: Option<MountGuard>,
+    gb: Option<MountGuard>,
+}
+
+impl TwoWriters {
+    fn init(c: &Cluster, dir: &Path, url: &str) -> TwoWriters {
+        let (a, b) = (dir.join("node-a"), dir.join("node-b"));
+        let made = c.ok(&["init", &s(&a), "--backend", url, "--writers", "several", "--node-name", "alpha"]);
+        assert!(made.out().contains("writing under /alpha/"), "{}", made.describe());
+        c.ok(&["init", &s(&b), "--backend", url, "--node-name", "beta"]);
+        let (ma, mb) = (dir.join("mnt-a"), dir.join("mnt-b"));
+        fs::create_dir_all(&ma).unwrap();
+        fs::create_dir_all(&mb).unwrap();
+        TwoWriters { a, b, ma, mb, ga: None, gb: None }
+    }
+
+    fn mount(&mut self, c: &Cluster) {
+        c.ok(&["mount", &s(&self.a), &s(&self.ma)]);
+        self.ga = Some(MountGuard { mnt: self.ma.clone(), store: self.a.clone() });
+        c.ok(&["mount", &s(&self.b), &s(&self.mb)]);
+        self.gb = Some(MountGuard { mnt: self.mb.clone(), store: self.b.clone() });
+    }
+
+    fn unmount(&mut self) {
+        self.gb.take();
+        self.ga.take();
+    }
+}
+
+impl Drop for TwoWriters {
+    fn drop(&mut self) {
+        self.unmount();
+    }
+}
+
+/// Waits until `path` reads back as `src` does; fails after `within_secs`.
+fn appears(path: &Path, src: &Path, within_secs: u64) -> std::time::Duration {
+    let t0 = std::time::Instant::now();
+    let want = fs::read(src).unwrap();
+    while !(path.exists() && fs::read(path).is_ok_and(|got| got == want)) {
+        assert!(t0.elapsed().as_secs() < within_secs, "{} not there (exactly) after {:?}", path.display(), t0.elapsed());
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    t0.elapsed()
+}
+
+#[test]
+fn several_nodes_write_at_once_each_under_its_own_directory_and_every_node_reads_everything() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::start(&tmp.path().join("garage"), 45800);
+    let mut n = TwoWriters::init(&c, tmp.path(), "s3://warcfs/several");
+    // A name is a node's own: a third node may not take "beta".
+    let third = c.run(&["init", &s(&tmp.path().join("node-c")), "--backend", "s3://warcfs/several", "--node-name", "beta"]);
+    assert!(!third.ok() && third.stderr.contains("\"beta\""), "{}", third.describe());
+    n.mount(&c);
+    for m in [&n.ma, &n.mb] {
+        let mut names: Vec<String> = fs::read_dir(m).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        assert_eq!(names, ["alpha", "beta"], "the root of {}", m.display());
+    }
+    let files = crawl_files();
+    let within = |f: &Path| 10 + 10 * (fs::metadata(f).unwrap().len() >> 26);
+
+    // Both nodes write at once; each file appears on the other node within seconds, exact.
+    std::thread::scope(|sc| {
+        sc.spawn(|| fs::copy(&files[0], n.ma.join("alpha").join(files[0].file_name().unwrap())).unwrap());
+        sc.spawn(|| fs::copy(&files[1], n.mb.join("beta").join(files[1].file_name().unwrap())).unwrap());
+    });
+    let on_b = appears(&n.mb.join("alpha").join(files[0].file_name().unwrap()), &files[0], within(&files[0]));
+    let on_a = appears(&n.ma.join("beta").join(files[1].file_name().unwrap()), &files[1], within(&files[1]));
+    eprintln!("written at once: on the other node after {on_b:?} and {on_a:?}");
+
+    // A node writes only under its own directory: elsewhere is EACCES, and says why.
+    for (what, err) in [
+        ("a file at the root", fs::write(n.mb.join("x.warc"), b"WARC/1.0\r\n").unwrap_err()),
+        ("a file in the other node's directory", fs::write(n.mb.join("alpha").join("x.warc"), b"WARC/1.0\r\n").unwrap_err()),
+        ("a file of the other node, removed", fs::remove_file(n.mb.join("alpha").join(files[0].file_name().unwrap())).unwrap_err()),
+        ("a file of the other node, opened to write", fs::OpenOptions::new().append(true).open(n.mb.join("alpha").join(files[0].file_name().unwrap())).unwrap_err()),
+        ("a directory in the other node's", fs::create_dir(n.mb.join("alpha").join("d")).unwrap_err()),
+    ] {
+        assert_eq!(err.raw_os_error(), Some(libc::EACCES), "{what}: {err}");
+    }
+    let log = fs::read_to_string(n.b.join("warcfs.log")).unwrap_or_default();
+    assert!(log.contains("writes only under /beta/"), "no log line says why: {log}");
+    assert!(fs::read(n.mb.join("alpha").join(files[0].file_name().unwrap())).unwrap() == fs::read(&files[0]).unwrap(), "the refused writes changed A's file");
+
+    // A payload A stored is not stored again by B, which has seen A's changes.
+    let stored = |store: &Path| num(&serde_json::from_slice::<serde_json::Value>(&c.ok(&["stats", &s(store), "--json"]).stdout).unwrap(), "stored_bytes");
+    let before = stored(&n.b);
+    fs::copy(&files[0], n.mb.join("beta").join("again.warc.gz")).unwrap();
+    appears(&n.ma.join("beta").join("again.warc.gz"), &files[0], within(&files[0]));
+    let grew = stored(&n.b) - before;
+    let size = fs::metadata(&files[0]).unwrap().len();
+    assert!(grew * 20 < size, "B stored {grew} new bytes for a {size}-byte file A had stored");
+
+    // gc runs while no other node writes: refused while B's lease lives, then done.
+    n.ga.take();
+    let refused = c.run(&["gc", &s(&n.a)]);
+    assert!(!refused.ok() && refused.stderr.contains("lease-"), "{}", refused.describe());
+    n.unmount();
+    c.ok(&["rm", &s(&n.a), &format!("/alpha/{}", files[0].file_name().unwrap().to_str().unwrap())]);
+    c.ok(&["gc", &s(&n.a)]);
+    for node in [&n.a, &n.b] {
+        let deep = c.run(&["fsck", "--deep", &s(node)]);
+        assert!(deep.ok() && deep.out().contains("clean"), "{}", deep.describe());
+        assert!(cat_with(&c, node, "/beta/again.warc.gz") == fs::read(&files[0]).unwrap(), "{} lost B's copy of what A removed", node.display());
+        let second = format!("/beta/{}", files[1].file_name().unwrap().to_str().unwrap());
+        assert!(cat_with(&c, node, &second) == fs::read(&files[1]).unwrap());
+        let gone = c.run(&["cat", &s(node), &format!("/alpha/{}", files[0].file_name().unwrap().to_str().unwrap())]);
+        assert!(!gone.ok(), "A's removal did not reach {}", node.display());
+    }
+
+    // B's index lost: rebuilt from both nodes' logs in the bucket, the same namespace.
+    let listing = |node: &Path| ls_with(&c, node, "/beta");
+    let want = listing(&n.b);
+    fs::remove_dir_all(n.b.join("index")).unwrap();
+    c.ok(&["repair", "index", &s(&n.b)]);
+    assert_eq!(listing(&n.b), want);
+    assert_eq!(listing(&n.a), want);
+    let deep = c.run(&["fsck", "--deep", &s(&n.b)]);
+    assert!(deep.ok() && deep.out().contains("clean"), "{}", deep.describe());
+    // And B writes on from it, in its own range.
+    n.mount(&c);
+    fs::copy(&files[2], n.mb.join("beta").join(files[2].file_name().unwrap())).unwrap();
+    appears(&n.ma.join("beta").join(files[2].file_name().unwrap()), &files[2], within(&files[2]));
+}
+
+fn ls_with(c: &Cluster, store: &Path, dir: &str) -> Vec<(String, u64)> {
+    parse_ls(&c.ok(&["ls", &s(store), dir]).out()).into_iter().map(|(name, e)| (name, e.size)).collect()
+}

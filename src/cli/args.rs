@@ -96,6 +96,17 @@ pub enum Cmd {
         /// at least 64 MiB).
         #[arg(long, value_name = "BYTES", requires = "backend", value_parser = clap::value_parser!(u64).range(crate::pack::remote::MIN_CACHE..))]
         cache_size: Option<u64>,
+        /// With --backend, for a new store: whether one node writes at a time (the others
+        /// mount it read-only and follow it), or several at once, each under its own
+        /// directory at the root (/NAME/, see --node-name), all reading everything. A node
+        /// joining a store takes the bucket's choice.
+        #[arg(long, value_enum, requires = "backend")]
+        writers: Option<crate::store::Writers>,
+        /// With --backend, on a store several nodes write: this node's name, the directory
+        /// at the store's root it writes under (default: the host's name; each node needs its
+        /// own).
+        #[arg(long, value_name = "NAME", requires = "backend")]
+        node_name: Option<String>,
     },
     /// Copy files and directories into the store, as `cp -r SRC... DIR` would.
     ///

@@ -47,11 +47,12 @@ pub fn run(cli: Cli) -> Result<i32> {
             println!("initialised {} (verify {verify:?}, compression {compression:?})", store.display());
             Ok(exit::OK)
         }
-        Cmd::Init { store, verify, compression, pack_size, backend: Some(url), cache_size } => {
+        Cmd::Init { store, verify, compression, pack_size, backend: Some(url), cache_size, writers, node_name } => {
             let config = Config { verify, compression, pack_size, cache_size, ..Config::default() };
-            match crate::store::init_remote(&store, &url, config)? {
+            match crate::store::init_remote(&store, &url, config, writers, node_name)? {
                 crate::store::Joined::Created(s) => {
-                    println!("initialised {} in {url} (verify {verify:?}, compression {compression:?}), node {:04x}", store.display(), s.config().node.unwrap_or(0));
+                    let writes = s.config().node_name.as_ref().map(|n| format!(", writing under /{n}/")).unwrap_or_default();
+                    println!("initialised {} in {url} (verify {verify:?}, compression {compression:?}), node {:04x}{writes}", store.display(), s.config().node.unwrap_or(0));
                     Ok(exit::OK)
                 }
                 crate::store::Joined::Joined(rep) => {

@@ -198,10 +198,12 @@ pub fn mount(args: MountArgs) -> Result<i32> {
 }
 
 /// On a bucket-backed store, the thread that keeps this node and the bucket in step: a
-/// follower takes in what the writer published, the writer publishes its open packs (see
-/// `store::follow`). It runs until the process ends.
+/// follower takes in what the writer published, the writer publishes its open packs, and a
+/// writer of a store several nodes write does both (see `store::follow`). It runs until the
+/// process ends.
 fn bucket_thread(store: Arc<Store>) -> Result<()> {
-    let (every, what) = if store.is_follower() { (crate::store::FOLLOW_INTERVAL, "following the bucket") } else { (crate::store::PUBLISH_INTERVAL, "publishing to the bucket") };
+    let shared = store.is_shared_writer();
+    let (every, what) = if store.is_follower() || shared { (crate::store::FOLLOW_INTERVAL, "following the bucket") } else { (crate::store::PUBLISH_INTERVAL, "publishing to the bucket") };
     std::thread::Builder::new()
         .name("warcfs-bucket".into())
         .spawn(move || {
@@ -209,7 +211,13 @@ fn bucket_thread(store: Arc<Store>) -> Result<()> {
             let mut logged: Option<std::time::Instant> = None;
             loop {
                 std::thread::sleep(every);
-                let r = if store.is_follower() { store.follow().map(|_| ()) } else { store.publish() };
+                let r = if store.is_follower() {
+                    store.follow().map(|_| ())
+                } else if shared {
+                    store.publish_if_due().and_then(|_| store.follow().map(|_| ()))
+                } else {
+                    store.publish()
+                };
                 match r {
                     Err(e) if logged.is_none_or(|t| t.elapsed().as_secs() >= 60) => {
                         log::error!("{what}: {e}");

@@ -163,6 +163,10 @@ fn errno(e: &StoreError) -> Errno {
         StoreError::NotEmpty(_) => Errno::ENOTEMPTY,
         StoreError::Exists(_) => Errno::EEXIST,
         StoreError::InvalidPath(_) => Errno::EINVAL,
+        StoreError::NotOwned { .. } => {
+            log::warn!("{e}");
+            Errno::EACCES
+        }
         StoreError::Io { err: source, .. } => {
             quiet::io_error("store", source.raw_os_error(), e);
             Errno::from_i32(source.raw_os_error().unwrap_or(libc::EIO))

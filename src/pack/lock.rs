@@ -18,15 +18,39 @@ pub const LOCK_STALE: Duration = Duration::from_secs(600);
 /// lock is never taken over by age (those packs hold changes a new writer would not see).
 pub const PENDING: &str = "pending-uploads";
 
-/// Other nodes' live locks, as (name, age): ages measured against our own lock's time as the
-/// object store gave it (a node's clock does not decide). A stale lock whose body says its
-/// owner left packs to upload stays live.
+/// The lock names of a store several nodes write (format version 6): each writing node
+/// holds a lease, `lease-NNNN`, which other leases do not exclude; gc holds `gc-NNNN`,
+/// which excludes every other node's lock (restic's shared and exclusive locks). A store
+/// written by one node at a time names its writer's lock `node-NNNN`, which excludes all.
+pub const LEASE: &str = "lease-";
+pub const GC: &str = "gc-";
+
+/// The node a lock name is for (`node-NNNN`, `lease-NNNN`, `gc-NNNN`), if it says.
+fn node_of(name: &str) -> Option<&str> {
+    name.rsplit_once('-').map(|(_, n)| n)
+}
+
+/// Whether a live lock `other` keeps the holder of `mine` from going on.
+fn excludes(mine: &str, other: &str) -> bool {
+    if node_of(mine).is_some() && node_of(mine) == node_of(other) && mine != other {
+        // A node's own lease and its own gc: the same process.
+        return false;
+    }
+    if mine.starts_with(LEASE) {
+        return other.starts_with(GC);
+    }
+    true
+}
+
+/// Other nodes' live locks that exclude `owner`, as (name, age): ages measured against our
+/// own lock's time as the object store gave it (a node's clock does not decide). A stale
+/// lock whose body says its owner left packs to upload stays live.
 fn live_locks(remote: &Remote, owner: &str) -> io::Result<Vec<(String, Duration)>> {
     let list = remote.list("locks")?;
     let now = list.iter().find(|l| l.0 == owner).map(|l| l.2).unwrap_or_else(SystemTime::now);
     let mut out = Vec::new();
     for (name, _, modified) in list {
-        if name == owner {
+        if name == owner || !excludes(owner, &name) {
             continue;
         }
         let age = now.duration_since(modified).unwrap_or_default();
@@ -69,7 +93,14 @@ pub fn refresh_lock(remote: &Remote, owner: &str) -> io::Result<()> {
     let name = format!("locks/{owner}");
     let body = remote.get(&name)?.unwrap_or_default();
     remote.put(&name, body)?;
-    if let Some((other, _)) = live_locks(remote, owner)?.into_iter().next() {
+    let mut live = live_locks(remote, owner)?;
+    if !live.is_empty() && owner.starts_with(LEASE) {
+        // A gc lock met while it is being taken: that gc sees this lease and backs off at
+        // once. Only one still there a moment later means this lease had lapsed.
+        std::thread::sleep(Duration::from_secs(3));
+        live = live_locks(remote, owner)?;
+    }
+    if let Some((other, _)) = live.into_iter().next() {
         return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{other} took over the bucket's lock: this node writes no more to it")));
     }
     Ok(())

@@ -157,3 +157,35 @@ fn the_bucket_lock_is_taken_over_only_when_stale_and_never_with_packs_pending() 
     // Its own node takes it back at once (one process per node: the local flock).
     lock::take_lock(&r, "node-0002", "b again").unwrap();
 }
+
+/// A store several nodes write: leases live side by side; gc's lock is refused while another
+/// node's lease lives (its own node's lease does not count) and, once held, keeps new leases
+/// out; a lease that meets it when renewing (a lapsed lease) is fenced.
+#[test]
+fn leases_share_the_bucket_and_gc_excludes_every_other_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let r = remote::Remote::connect(&format!("file://{}", bucket.display())).unwrap();
+    let age = |name: &str, secs: u64| {
+        let f = File::options().write(true).open(bucket.join("locks").join(name)).unwrap();
+        f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(secs)).unwrap();
+    };
+    lock::take_lock(&r, "lease-0001", "a").unwrap();
+    lock::take_lock(&r, "lease-0002", "b").unwrap();
+    lock::refresh_lock(&r, "lease-0001").unwrap();
+    let busy = lock::take_lock(&r, "gc-0001", "gc on a").unwrap_err();
+    assert!(busy.to_string().contains("lease-0002"), "{busy}");
+    assert!(!bucket.join("locks/gc-0001").exists());
+    // Node 2 stops: node 1's gc goes ahead beside node 1's own lease, and keeps node 2 out.
+    lock::unlock(&r, "lease-0002").unwrap();
+    lock::take_lock(&r, "gc-0001", "gc on a").unwrap();
+    let out = lock::take_lock(&r, "lease-0002", "b").unwrap_err();
+    assert!(out.to_string().contains("gc-0001"), "{out}");
+    // A lease that lapsed meanwhile (node 3, away past LOCK_STALE) is fenced when it renews.
+    std::fs::write(bucket.join("locks/lease-0003"), b"c").unwrap();
+    age("lease-0003", lock::LOCK_STALE.as_secs() + 5);
+    let fenced = lock::refresh_lock(&r, "lease-0003").unwrap_err();
+    assert_eq!(fenced.kind(), io::ErrorKind::PermissionDenied, "{fenced}");
+    lock::unlock(&r, "gc-0001").unwrap();
+    lock::take_lock(&r, "lease-0002", "b").unwrap();
+}

@@ -157,10 +157,22 @@ fn work(s: &Shared) {
             }
         };
         if refreshed.elapsed() >= super::lock::LOCK_REFRESH {
-            match super::lock::refresh_lock(&s.remote.remote, &s.lock) {
+            // A lease (a store several nodes write) that went unrenewed past its staleness
+            // lapsed: a gc may have run meanwhile and taken chunks this node's packs rely on,
+            // so nothing more goes up until the node starts again (its open rebuilds the
+            // index from the bucket and says if anything is missing).
+            let lapsed = s.lock.starts_with(super::lock::LEASE) && refreshed.elapsed() >= super::lock::LOCK_STALE;
+            let refreshed_now = super::lock::refresh_lock(&s.remote.remote, &s.lock).and_then(|()| {
+                if lapsed {
+                    Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, format!("this node's lease lapsed ({} s without renewing it)", refreshed.elapsed().as_secs())))
+                } else {
+                    Ok(())
+                }
+            });
+            match refreshed_now {
                 Ok(()) => refreshed = Instant::now(),
                 Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                    log::error!("{}: {e}; sealed packs stay in {} (start this node again once the other has stopped)", s.remote.remote.url(), s.packs_dir.display());
+                    log::error!("{}: {e}; sealed packs stay in {} (start this node again once the other has stopped, or on a shared store, now)", s.remote.remote.url(), s.packs_dir.display());
                     let mut st = s.state.locked();
                     st.fenced = true;
                     st.last_error = Some(e.to_string());

@@ -49,9 +49,15 @@ pub(super) fn hostname() -> String {
     fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "unknown".into())
 }
 
-/// The name of this node's lock object.
+/// The name of this node's lock object: a lease beside the other writers' on a store
+/// several nodes write, the one writer's lock otherwise (`pack::lock`).
 pub(super) fn lock_owner(config: &Config) -> String {
-    format!("node-{:04x}", config.node.unwrap_or(0))
+    let node = config.node.unwrap_or(0);
+    if config.version == super::SHARED_FORMAT_VERSION {
+        format!("{}{node:04x}", crate::pack::lock::LEASE)
+    } else {
+        format!("node-{node:04x}")
+    }
 }
 
 /// The first pack id of this node's range.

@@ -25,6 +25,16 @@ pub enum Compression {
     None,
 }
 
+/// How many nodes write a bucket-backed store (`init --backend URL --writers`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Writers {
+    /// One node at a time (its lock object in the bucket); others follow it read-only.
+    One,
+    /// Several at once, each under its own directory at the root (format version 6).
+    Several,
+}
+
 /// The store's settings, fixed at init.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Config {
@@ -46,6 +56,10 @@ pub struct Config {
     /// packs it writes, so that nodes sharing a bucket never name two packs alike.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<u16>,
+    /// This node's name in a store several nodes write (format version 6): the directory at
+    /// the store's root that it writes under (`init --node-name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
 }
 
 fn default_pack_size() -> u64 {
@@ -63,6 +77,7 @@ impl Default for Config {
             backend: None,
             cache_size: None,
             node: None,
+            node_name: None,
         }
     }
 }

@@ -19,7 +19,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::journal::{MetaRecord, APPLIED_SEQ};
-use super::{io_at, Result, Store, StoreError};
+use super::{io_at, shared, Result, Store, StoreError};
 use crate::LockExt;
 use crate::index::{Batch, ChunkEntry};
 use crate::pack::ChunkKind;
@@ -31,9 +31,9 @@ pub const FOLLOW_INTERVAL: Duration = Duration::from_secs(2);
 #[derive(Default)]
 pub(super) struct FollowState {
     /// Packs whose footers are in the index.
-    seen: HashSet<u64>,
+    pub(super) seen: HashSet<u64>,
     /// Log records read but not applied yet (an earlier one is missing so far).
-    waiting: Vec<(u64, Vec<crate::index::LogOp>)>,
+    pub(super) waiting: Vec<MetaRecord>,
     /// Set once a gap was reported, so that it is logged once.
     gap_reported: bool,
 }
@@ -88,10 +88,11 @@ impl Store {
         self.publish()
     }
 
-    /// The follower's side: takes in what the writer published since the last call.
+    /// The follower's side: takes in what the writer published since the last call (and on
+    /// a store several nodes write, each writer's side too: what the others published).
     /// Returns how many log records were applied.
     pub fn follow(&self) -> Result<u64> {
-        if !self.follower {
+        if !self.follower && !self.is_shared() {
             return Ok(0);
         }
         // Only the follow thread calls this; its state is taken out while it reads.
@@ -107,55 +108,124 @@ impl Store {
         let mut new: Vec<u64> = listed.iter().map(|p| p.0).filter(|id| !st.seen.contains(id)).collect();
         new.sort_unstable();
         let moved = !new.is_empty();
+        // A writer of a shared store: its own packs are in its index as it wrote them, and a
+        // chunk it has keeps its place and count (another node's copy of it is garbage).
+        let writer = !self.follower;
         for id in new {
+            if writer && shared::node_of(id) == self.node() {
+                st.seen.insert(id);
+                continue;
+            }
+            let blobs = self.packs.footer(id)?;
+            for blob in blobs.iter().filter(|b| ChunkKind::from_u8(b.kind) == ChunkKind::Meta) {
+                let raw = self.packs.read(id, blob.offset, &blob.key, blob.stored_len)?;
+                let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::Log(format!("pack {id:016x} offset {}: {e}", blob.offset)))?;
+                st.waiting.push(rec);
+            }
+            // A writer's commits put chunks too: looked up and put under their lock (after
+            // the reads above), so that a chunk a commit just put keeps its count.
+            let _ns = writer.then(|| self.ns.locked());
             let mut b = Batch::new();
-            for blob in self.packs.footer(id)? {
-                if ChunkKind::from_u8(blob.kind) == ChunkKind::Meta {
-                    let raw = self.packs.read(id, blob.offset, &blob.key, blob.stored_len)?;
-                    let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::Log(format!("pack {id:016x} offset {}: {e}", blob.offset)))?;
-                    st.waiting.push((rec.seq, rec.ops));
+            for blob in blobs {
+                let known = self.index.chunk(&blob.key)?;
+                if writer && known.is_some() {
+                    continue;
                 }
                 // Every blob is a chunk where it lies (a log record's refs are 1 for good).
-                let refs = self.index.chunk(&blob.key)?.map(|e| e.refs).unwrap_or(matches!(ChunkKind::from_u8(blob.kind), ChunkKind::Meta | ChunkKind::Dict) as u64);
+                let refs = known.map(|e| e.refs).unwrap_or(matches!(ChunkKind::from_u8(blob.kind), ChunkKind::Meta | ChunkKind::Dict) as u64);
                 let e = ChunkEntry { pack: id, offset: blob.offset, stored_len: blob.stored_len, raw_len: blob.raw_len, codec: blob.codec, kind: blob.kind, refs };
                 b.put_chunk_unlogged(&self.index, &blob.key, &e);
             }
             self.index.write(b)?;
             st.seen.insert(id);
         }
-        st.waiting.sort_by_key(|r| r.0);
-        let mut applied = 0u64;
-        let mut last = self.index.meta_u64_opt(APPLIED_SEQ)?;
-        let mut i = 0;
-        while i < st.waiting.len() {
-            let seq = st.waiting[i].0;
-            if last.is_some_and(|l| seq <= l) {
-                i += 1;
-                continue;
-            }
-            if seq != last.map_or(0, |l| l + 1) {
-                if !st.gap_reported {
-                    log::warn!(
-                        "{}: the bucket's metadata log goes on at record {seq}, after {last:?}: records in between are gone (gc'ed before this node saw them); files changed then may be out of date here until the store is mounted again",
-                        root.display()
-                    );
-                    st.gap_reported = true;
-                }
-                break;
-            }
-            let mut extra = Batch::new();
-            extra.put_meta_u64_unlogged(&self.index, APPLIED_SEQ, seq);
-            self.index.apply(&st.waiting[i].1, false, extra)?;
-            last = Some(seq);
-            applied += 1;
-            i += 1;
-        }
-        st.waiting.drain(..i);
+        let applied = if self.is_shared() { self.apply_waiting_shared(st)? } else { self.apply_waiting(st)? };
         if applied > 0 || moved {
             // Cached chunk places and recipe pieces may name what changed (a pack gc wrote
             // moves chunks without a log record).
             self.cache.clear();
         }
         Ok(applied)
+    }
+}
+
+impl Store {
+    /// Applies the waiting records of a store one node writes at a time: one sequence.
+    fn apply_waiting(&self, st: &mut FollowState) -> Result<u64> {
+        st.waiting.sort_by_key(|r| r.seq);
+        let mut applied = 0u64;
+        let mut last = self.index.meta_u64_opt(APPLIED_SEQ)?;
+        let mut i = 0;
+        while i < st.waiting.len() {
+            let seq = st.waiting[i].seq;
+            if last.is_some_and(|l| seq <= l) {
+                i += 1;
+                continue;
+            }
+            if seq != last.map_or(0, |l| l + 1) {
+                self.report_gap(st, None, seq, last);
+                break;
+            }
+            let mut extra = Batch::new();
+            extra.put_meta_u64_unlogged(&self.index, APPLIED_SEQ, seq);
+            self.index.apply(&st.waiting[i].ops, false, extra)?;
+            last = Some(seq);
+            applied += 1;
+            i += 1;
+        }
+        st.waiting.drain(..i);
+        Ok(applied)
+    }
+
+    /// Applies the waiting records of a shared store: each node's in its own order
+    /// (`shared::apply_foreign`); this node's own are in its index already.
+    fn apply_waiting_shared(&self, st: &mut FollowState) -> Result<u64> {
+        st.waiting.sort_by_key(|r| (r.node, r.seq));
+        let mut applied = 0u64;
+        let mut keep = Vec::new();
+        let mut blocked: Option<Option<u16>> = None;
+        let mut last: Option<(Option<u16>, Option<u64>)> = None;
+        for rec in std::mem::take(&mut st.waiting) {
+            let Some(node) = rec.node.filter(|&n| n != self.node() || self.follower) else { continue };
+            if blocked == Some(rec.node) {
+                keep.push(rec);
+                continue;
+            }
+            let prev = match last {
+                Some((n, l)) if n == rec.node => l,
+                _ => self.index.meta_u64_opt(&shared::applied_key(node))?,
+            };
+            if prev.is_some_and(|l| rec.seq <= l) {
+                continue;
+            }
+            if rec.seq != prev.map_or(0, |l| l + 1) {
+                self.report_gap(st, Some(node), rec.seq, prev);
+                blocked = Some(rec.node);
+                keep.push(rec);
+                continue;
+            }
+            let first = rec.checkpoint.filter(|c| c.last).map(|c| c.first_seq);
+            if !self.apply_foreign(node, rec.seq, &rec.ops, first)? {
+                // A chunk it names is not here yet: this node's later records wait with it.
+                blocked = Some(rec.node);
+                keep.push(rec);
+                continue;
+            }
+            last = Some((rec.node, Some(rec.seq)));
+            applied += 1;
+        }
+        st.waiting = keep;
+        Ok(applied)
+    }
+
+    fn report_gap(&self, st: &mut FollowState, node: Option<u16>, seq: u64, last: Option<u64>) {
+        if !st.gap_reported {
+            let whose = node.map(|n| format!("node {n:04x}'s")).unwrap_or_else(|| "the bucket's".into());
+            log::warn!(
+                "{}: {whose} metadata log goes on at record {seq}, after {last:?}: records in between are gone (gc'ed before this node saw them) or not uploaded yet; files changed then may be out of date here until the store is mounted again",
+                self.root.display()
+            );
+            st.gap_reported = true;
+        }
     }
 }

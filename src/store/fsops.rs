@@ -29,6 +29,7 @@ impl Store {
 
     /// Creates `name` in `parent`; `inode` gives kind, mode, owner and symlink target.
     pub fn create_node(&self, parent: u64, name: &[u8], mut inode: Inode) -> Result<(u64, Inode)> {
+        self.check_owns(parent, name)?;
         let mut w = self.ns.locked();
         let mut dir = self.get(parent)?;
         if dir.kind != InodeKind::Dir {
@@ -56,6 +57,8 @@ impl Store {
 
     /// Adds a hard link to `ino` as `name` in `parent`.
     pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Inode> {
+        self.check_owns(parent, name)?;
+        self.check_owns(ino, name)?;
         let mut w = self.ns.locked();
         let mut inode = self.get(ino)?;
         if inode.kind == InodeKind::Dir {
@@ -99,6 +102,7 @@ impl Store {
     /// Removes the entry `name` of `parent`: a file or symlink (`dir == false`) or an empty
     /// directory (`dir == true`). Returns the inode number removed.
     pub fn unlink_entry(&self, parent: u64, name: &[u8], dir: bool, keep_open: &dyn Fn(u64) -> bool) -> Result<u64> {
+        self.check_owns(parent, name)?;
         let mut w = self.ns.locked();
         let ino = self.index.lookup(parent, name)?.ok_or_else(|| StoreError::NotFound(name_str(name)))?;
         let inode = self.get(ino)?;
@@ -157,6 +161,8 @@ impl Store {
     /// Moves `name` in `parent` to `newname` in `newparent`, replacing a compatible target
     /// unless `noreplace`.
     pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], noreplace: bool, keep_open: &dyn Fn(u64) -> bool) -> Result<()> {
+        self.check_owns(parent, name)?;
+        self.check_owns(newparent, newname)?;
         let mut w = self.ns.locked();
         let ino = self.index.lookup(parent, name)?.ok_or_else(|| StoreError::NotFound(name_str(name)))?;
         let mut inode = self.get(ino)?;
@@ -303,6 +309,7 @@ impl Store {
     /// change (a background ingest committing new content included): `f` sees the current
     /// record and edits only what it means to change. An `Err` from `f` writes nothing.
     pub fn update_inode<E>(&self, ino: u64, f: impl FnOnce(&mut Inode) -> std::result::Result<(), E>) -> Result<std::result::Result<Inode, E>> {
+        self.check_owns(ino, format!("<inode {ino}>").as_bytes())?;
         let mut ns = self.ns.locked();
         let mut inode = self.get(ino)?;
         if let Err(e) = f(&mut inode) {

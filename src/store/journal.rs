@@ -23,7 +23,9 @@ use crate::pack::{self, ChunkKind, Codec, OpenPack};
 use crate::LockExt;
 
 /// Version of `MetaRecord`'s layout; a record of another version is refused, not guessed at.
+/// Version 2 (stores several nodes write) adds the writing node's number after the rest.
 pub const LOG_VERSION: u32 = 1;
+pub const LOG_VERSION_SHARED: u32 = 2;
 /// The index meta record (not itself logged) naming the last record the index applied.
 pub const APPLIED_SEQ: &str = "log_applied_seq";
 /// A journal pack is sealed past this size (records are small; this bounds what an open
@@ -51,6 +53,9 @@ pub struct MetaRecord {
     /// (meta, inode, dirent, recipe) as of `first_seq`, over records `first_seq` up to the
     /// one marked `last`. A complete checkpoint supersedes every record before it.
     pub checkpoint: Option<CheckpointPart>,
+    /// The node whose log the record is in (version 2, a shared store); None in version 1,
+    /// where one node writes at a time and records are numbered across them.
+    pub node: Option<u16>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,11 +69,31 @@ const CHECKPOINT_PART: usize = 4 << 20;
 
 impl MetaRecord {
     pub fn decode(raw: &[u8]) -> std::result::Result<MetaRecord, String> {
-        let r: MetaRecord = postcard::from_bytes(raw).map_err(|e| format!("undecodable metadata log record: {e}"))?;
-        if r.version != LOG_VERSION {
-            return Err(format!("metadata log record of version {} (this warcfs reads {LOG_VERSION})", r.version));
+        #[derive(Deserialize)]
+        struct V1 {
+            version: u32,
+            seq: u64,
+            ops: Vec<LogOp>,
+            checkpoint: Option<CheckpointPart>,
         }
-        Ok(r)
+        let bad = |e: postcard::Error| format!("undecodable metadata log record: {e}");
+        let (version, _) = postcard::take_from_bytes::<u32>(raw).map_err(bad)?;
+        match version {
+            LOG_VERSION => {
+                let r: V1 = postcard::from_bytes(raw).map_err(bad)?;
+                Ok(MetaRecord { version: r.version, seq: r.seq, ops: r.ops, checkpoint: r.checkpoint, node: None })
+            }
+            LOG_VERSION_SHARED => {
+                #[derive(Deserialize)]
+                struct V2 {
+                    v1: V1,
+                    node: u16,
+                }
+                let r: V2 = postcard::from_bytes(raw).map_err(bad)?;
+                Ok(MetaRecord { version: r.v1.version, seq: r.v1.seq, ops: r.v1.ops, checkpoint: r.v1.checkpoint, node: Some(r.node) })
+            }
+            v => Err(format!("metadata log record of version {v} (this warcfs reads {LOG_VERSION} and {LOG_VERSION_SHARED})")),
+        }
     }
 }
 
@@ -115,6 +140,12 @@ impl Store {
             ops: &'a [LogOp],
             checkpoint: Option<CheckpointPart>,
         }
+        /// Version 2: version 1's fields, then the node.
+        #[derive(Serialize)]
+        struct Out2<'a> {
+            v1: Out<'a>,
+            node: u16,
+        }
         {
             let mut j = self.journal.locked();
             if j.poisoned {
@@ -123,8 +154,13 @@ impl Store {
             if checkpoint.is_none() && j.open.as_ref().is_some_and(|o| o.len() >= JOURNAL_PACK_TARGET) {
                 self.seal_journal(&mut j)?;
             }
-            let rec = Out { version: LOG_VERSION, seq: j.next_seq, ops, checkpoint };
-            let raw = postcard::to_allocvec(&rec).expect("in-memory serialisation cannot fail");
+            let raw = if self.is_shared() {
+                let v1 = Out { version: LOG_VERSION_SHARED, seq: j.next_seq, ops, checkpoint };
+                postcard::to_allocvec(&Out2 { v1, node: self.node() })
+            } else {
+                postcard::to_allocvec(&Out { version: LOG_VERSION, seq: j.next_seq, ops, checkpoint })
+            }
+            .expect("in-memory serialisation cannot fail");
             // Compressed as the store's chunks are (`init --compression`).
             let (codec, stored) = match self.config.compression {
                 super::Compression::Zstd => (Codec::Zstd, std::borrow::Cow::Owned(zstd::bulk::compress(&raw, 3).map_err(|err| StoreError::Io { path: self.root.join("packs-tmp"), err })?)),
@@ -185,6 +221,9 @@ impl Store {
         let mut size = 0usize;
         let mut err = None;
         self.index.for_each_namespace_record(|op| {
+            if !self.checkpoints(&op) {
+                return Ok(true);
+            }
             size += op.bytes();
             ops.push(op);
             if size >= CHECKPOINT_PART {
@@ -214,7 +253,7 @@ impl Store {
         let mut n = 0usize;
         for item in self.index.chunk_iter() {
             let (k, mut e) = item?;
-            if ChunkKind::from_u8(e.kind) == ChunkKind::Meta && e.refs > 0 && !current.contains(&k) {
+            if ChunkKind::from_u8(e.kind) == ChunkKind::Meta && e.refs > 0 && !current.contains(&k) && self.superseded(&k, &e)? {
                 e.refs = 0;
                 b.put_chunk_unlogged(&self.index, &k, &e);
                 n += 1;
@@ -227,6 +266,22 @@ impl Store {
             self.index.write(b)?;
         }
         Ok(())
+    }
+
+    /// Whether a log record (not of the checkpoint just written) is superseded: on a store
+    /// one node writes, every one is; on a shared store, this node's own, and another node's
+    /// only once that node's own complete checkpoint covers it (this node's checkpoint holds
+    /// none of the other nodes' keys).
+    fn superseded(&self, key: &ChunkKey, e: &ChunkEntry) -> Result<bool> {
+        if !self.is_shared() {
+            return Ok(true);
+        }
+        let raw = self.packs.read(e.pack, e.offset, key, e.stored_len)?;
+        let rec = MetaRecord::decode(&raw).map_err(|m| StoreError::Log(format!("pack {:016x} offset {}: {m}", e.pack, e.offset)))?;
+        match rec.node {
+            Some(n) if n != self.node() => Ok(self.index.meta_u64_opt(&super::shared::checkpoint_key(n))?.is_some_and(|first| rec.seq < first)),
+            _ => Ok(true),
+        }
     }
 
     /// What the index notes beside a record's changes: the record's own chunk entry (so gc
@@ -305,4 +360,29 @@ pub(super) fn refuse_on_follower(store: &Store) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both layouts decode: version 1 (one sequence) and version 2 (a node's own log).
+    #[test]
+    fn records_of_both_versions_decode_and_others_are_refused() {
+        let ops = vec![LogOp::Put(2, vec![1, 2], vec![3]), LogOp::Delete(3, vec![4])];
+        #[derive(Serialize)]
+        struct V1<'a>(u32, u64, &'a [LogOp], Option<CheckpointPart>);
+        #[derive(Serialize)]
+        struct V2<'a>(V1<'a>, u16);
+        let one = postcard::to_allocvec(&V1(LOG_VERSION, 7, &ops, None)).unwrap();
+        let r = MetaRecord::decode(&one).unwrap();
+        assert_eq!((r.seq, r.node, r.ops.clone()), (7, None, ops.clone()));
+        let cp = Some(CheckpointPart { first_seq: 5, last: true });
+        let two = postcard::to_allocvec(&V2(V1(LOG_VERSION_SHARED, 9, &ops, cp), 0x7a1)).unwrap();
+        let r = MetaRecord::decode(&two).unwrap();
+        assert_eq!((r.seq, r.node, r.ops, r.checkpoint), (9, Some(0x7a1), ops.clone(), cp));
+        let three = postcard::to_allocvec(&V1(3, 1, &ops, None)).unwrap();
+        assert!(MetaRecord::decode(&three).unwrap_err().contains("version 3"));
+        assert!(MetaRecord::decode(&two[..two.len() - 1]).is_err(), "a cut record is refused");
+    }
 }

@@ -154,6 +154,8 @@ impl Store {
     /// Drops unreferenced chunks and reclaims their pack space. Memory does not grow with
     /// the number of chunks (see `ScanLimits`): a number per pack, one sort run, one batch.
     pub fn gc(&self) -> Result<GcReport> {
+        // A shared store: the bucket's gc lock, and every other node's changes taken in.
+        let _gc_lock = self.gc_prepare()?;
         let mut ns = self.ns.locked();
         let mut w = self.writer.locked();
         self.seal_open(&mut w)?;

@@ -29,6 +29,7 @@ mod read;
 mod records;
 mod remote;
 mod repair;
+mod shared;
 mod space;
 mod snapshot;
 mod source;
@@ -48,7 +49,7 @@ use crate::index::{ChunkEntry, Index, IndexError};
 use crate::pack::{self, OpenPack, PackError, PackReader};
 
 pub use ahead::ReadAhead;
-pub use config::{Compression, Config, Verify};
+pub use config::{Compression, Config, Verify, Writers};
 pub use fsops::{FileUsage, Prepared};
 pub use ingest::{Presplit, Source};
 /// How much of a file ingest reads first (and an importer splits ahead, see `Presplit`).
@@ -85,6 +86,10 @@ pub const LOCAL_V3: u32 = 3;
 pub const REMOTE_FORMAT_VERSION: u32 = 4;
 /// From this version on, chunks may be compressed with a dictionary.
 pub const DICT_FORMAT_VERSION: u32 = 5;
+/// A bucket-backed store that several nodes write at once (`init --backend URL --writers
+/// several`): version 5 with per-node namespaces and metadata logs (`shared`). A warcfs
+/// that knows only one writer per bucket refuses it.
+pub const SHARED_FORMAT_VERSION: u32 = 6;
 pub(crate) const CONFIG_FILE: &str = "warcfs.json";
 
 /// How the pack reader finds a dictionary chunk: through the index.
@@ -143,6 +148,8 @@ pub enum StoreError {
     Remote { url: String, err: io::Error },
     #[error("{0}: this node follows a bucket that another node writes (it is mounted read-only); write through the writing node, or mount this one read-write once that one has stopped")]
     Follower(String),
+    #[error("{what}: on a store several nodes write, this node ({node}) writes only under /{node}/; this is {owner} (write it there, or here under /{node}/)")]
+    NotOwned { what: String, node: String, owner: String },
     #[error("{0}: no such file or directory in the store")]
     NotFound(String),
     #[error("{0}: not a directory")]
@@ -388,6 +395,10 @@ impl Store {
                 // bucket before anything is written (see `bucket::SIGNATURE`).
                 let (idx, list) = remote::sync_index(root, &config, index, &r, created_here, Some(&owner))?;
                 index = idx;
+                if config.version == SHARED_FORMAT_VERSION {
+                    // The packs its index reflects: its first `follow` takes in the others.
+                    seen = list.clone();
+                }
                 // This node's packs: ids below the next node's range.
                 let node_base = bucket::node_base(&config);
                 let remote_max = list.iter().map(|p| p.0).filter(|id| id >> 48 == node_base >> 48).max().unwrap_or(0);
@@ -421,6 +432,7 @@ impl Store {
         };
         store.roll_forward(&recovered)?;
         store.ensure_root()?;
+        store.ensure_node_dir()?;
         if !follower {
             store.resume_dictionary()?;
         }

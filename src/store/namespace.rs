@@ -201,7 +201,8 @@ impl Store {
             _ => &mut w.next_recipe,
         };
         if *counter == 0 {
-            *counter = self.index.meta_u64(if what == "ino" { "next_ino" } else { "next_recipe" })?.max(ROOT_INO + 1);
+            // On a shared store, in this node's range (`shared`).
+            *counter = self.index.meta_u64(if what == "ino" { "next_ino" } else { "next_recipe" })?.max(self.id_base() + ROOT_INO + 1);
         }
         let v = *counter;
         *counter += 1;
@@ -223,6 +224,7 @@ impl Store {
                     ino = child;
                 }
                 None => {
+                    self.check_owns(ino, c.as_bytes())?;
                     let mut b = Batch::new();
                     let child = self.alloc(&mut w, &mut b, "ino")?;
                     let mut d = Inode::new(InodeKind::Dir, 0o755);
@@ -266,6 +268,8 @@ impl Store {
         meta: FileMeta,
         unchanged: impl FnOnce() -> bool,
     ) -> Result<PutReport> {
+        // Before the ingest, which may take minutes, not only at the commit.
+        self.check_owns(dir, name)?;
         let ingested = {
             let mut w = self.writer.locked();
             self.ingest_windows(&mut w, src, split, super::ingest::WINDOWS)?
@@ -288,6 +292,7 @@ impl Store {
     }
 
     pub(super) fn commit_file(&self, w: &mut Ns, dir: u64, name: &[u8], ing: Ingested, meta: FileMeta) -> Result<PutReport> {
+        self.check_owns(dir, name)?;
         let display = String::from_utf8_lossy(name).to_string();
         let mut b = Batch::new();
         let mut delta = RefDelta::default();
@@ -323,6 +328,7 @@ impl Store {
     }
 
     pub fn put_symlink(&self, dir: u64, name: &[u8], target: &[u8]) -> Result<u64> {
+        self.check_owns(dir, name)?;
         let mut w = self.ns.locked();
         let display = String::from_utf8_lossy(name).to_string();
         if self.index.lookup(dir, name)?.is_some() {
@@ -351,6 +357,7 @@ impl Store {
     }
 
     fn remove_entry(&self, w: &mut Ns, dir: u64, name: &[u8], recursive: bool, path: &str) -> Result<()> {
+        self.check_owns(dir, path.as_bytes())?;
         let ino = self.index.lookup(dir, name)?.ok_or_else(|| StoreError::NotFound(path.to_string()))?;
         let inode = self.inode_or_missing(ino, path)?;
         if inode.kind == InodeKind::Dir {

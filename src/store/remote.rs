@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::bucket::{bucket_listing, hostname, remote_err, SIGNATURE};
-use super::{io_at, repair::RepairReport, Config, Result, Store, StoreError, FORMAT_NAME, FORMAT_VERSION, REMOTE_FORMAT_VERSION};
+use super::{io_at, shared, repair::RepairReport, Config, Result, Store, StoreError, FORMAT_NAME, FORMAT_VERSION, REMOTE_FORMAT_VERSION, SHARED_FORMAT_VERSION};
 use crate::pack::remote::{Remote, RemotePacks};
+use crate::LockExt;
 
 /// Brings a node's index in line with the bucket before it is used: if the bucket's packs
 /// are not those the index last reflected (`SIGNATURE`), another node wrote or gc'ed since,
@@ -102,14 +103,44 @@ struct Shared {
 
 /// `warcfs init STORE --backend URL`: creates the store in the bucket, or joins the store
 /// already there as one more node (its settings are the bucket's, whatever `config` says).
-pub fn init_remote(root: &Path, url: &str, mut config: Config) -> Result<Joined> {
+/// `writers`: as asked (None: the bucket's, or one for a new store); `name`: this node's name
+/// on a store several nodes write (default: the host's name), which must be its own.
+pub fn init_remote(root: &Path, url: &str, mut config: Config, writers: Option<super::Writers>, name: Option<String>) -> Result<Joined> {
     if root.join(super::CONFIG_FILE).exists() {
         return Err(StoreError::Exists(root.display().to_string()));
     }
     let remote = Remote::connect(url).map_err(remote_err(url))?;
     let existing = remote.get(BUCKET_CONFIG).map_err(remote_err(url))?;
-    config.version = FORMAT_VERSION;
+    config.version = if writers == Some(super::Writers::Several) { SHARED_FORMAT_VERSION } else { FORMAT_VERSION };
     config.backend = Some(url.to_string());
+    let existing_version = match &existing {
+        Some(bytes) => serde_json::from_slice::<Shared>(bytes).ok().map(|s| s.version),
+        None => None,
+    };
+    let shared_store = existing_version.map_or(config.version == SHARED_FORMAT_VERSION, |v| v == SHARED_FORMAT_VERSION);
+    if let (Some(w), Some(v)) = (writers, existing_version) {
+        if (w == super::Writers::Several) != (v == SHARED_FORMAT_VERSION) {
+            return Err(StoreError::Format { path: root.to_path_buf(), found: format!("{url} holds a store for {} (this asked for {w:?}); leave --writers out to join it as it is", if v == SHARED_FORMAT_VERSION { "several writers" } else { "one writer at a time" }) });
+        }
+    }
+    if !shared_store && name.is_some() {
+        return Err(StoreError::Format { path: root.to_path_buf(), found: "--node-name names a node of a store several nodes write (--writers several)".into() });
+    }
+    let node_name = name.unwrap_or_else(hostname);
+    if shared_store {
+        let ok = !node_name.is_empty() && node_name.len() <= 255 && !node_name.contains(['/', '\0']) && node_name != "." && node_name != ".." && !node_name.starts_with(".warcfs");
+        if !ok {
+            return Err(StoreError::InvalidPath(format!("node name {node_name:?} (it names this node's directory at the store's root)")));
+        }
+        // Each node writes under /NAME/: two nodes of one name would share a directory.
+        for (n, _, _) in remote.list("nodes").map_err(remote_err(url))? {
+            let body = remote.get(&format!("nodes/{n}")).map_err(remote_err(url))?.unwrap_or_default();
+            if String::from_utf8_lossy(&body).lines().next().and_then(|l| l.strip_prefix("name=")) == Some(node_name.as_str()) {
+                return Err(StoreError::Exists(format!("node name {node_name:?} in {url} (node {n}); choose another with --node-name")));
+            }
+        }
+        config.node_name = Some(node_name.clone());
+    }
     // A node number no pack in the bucket uses yet (nor 0, the local stores' range).
     // A node number no node registered (`nodes/NNNN`) and no pack uses yet (nor 0, the
     // local stores' range); registered at once, so that the next joiner skips it too.
@@ -121,11 +152,12 @@ pub fn init_remote(root: &Path, url: &str, mut config: Config) -> Result<Joined>
         h.write_u32(std::process::id());
         node = h.finish() as u16;
     }
-    remote.put(&format!("nodes/{node:04x}"), format!("{} {}\n", hostname(), root.display()).into_bytes()).map_err(remote_err(url))?;
+    let registered = if shared_store { format!("name={node_name}\n{} {}\n", hostname(), root.display()) } else { format!("{} {}\n", hostname(), root.display()) };
+    remote.put(&format!("nodes/{node:04x}"), registered.into_bytes()).map_err(remote_err(url))?;
     config.node = Some(node);
     match existing {
         None => {
-            let shared = Shared { format: FORMAT_NAME.into(), version: FORMAT_VERSION, verify: config.verify, compression: config.compression, pack_size: config.pack_size };
+            let shared = Shared { format: FORMAT_NAME.into(), version: config.version, verify: config.verify, compression: config.compression, pack_size: config.pack_size };
             remote.put(BUCKET_CONFIG, serde_json::to_vec_pretty(&shared).expect("settings serialise")).map_err(remote_err(url))?;
             drop(remote);
             Ok(Joined::Created(Box::new(Store::init(root, config)?)))
@@ -133,7 +165,7 @@ pub fn init_remote(root: &Path, url: &str, mut config: Config) -> Result<Joined>
         Some(bytes) => {
             let shared: Shared = serde_json::from_slice(&bytes).map_err(|e| StoreError::Format { path: root.to_path_buf(), found: format!("{url}/{BUCKET_CONFIG} unreadable: {e}") })?;
             // A bucket store keeps the version it was made at: every node writes it alike.
-            if shared.format != FORMAT_NAME || ![REMOTE_FORMAT_VERSION, FORMAT_VERSION].contains(&shared.version) {
+            if shared.format != FORMAT_NAME || ![REMOTE_FORMAT_VERSION, FORMAT_VERSION, SHARED_FORMAT_VERSION].contains(&shared.version) {
                 return Err(StoreError::Format { path: root.to_path_buf(), found: format!("{url} holds {} version {}", shared.format, shared.version) });
             }
             drop(remote);
@@ -197,8 +229,21 @@ impl Store {
 
     /// Notes the bucket's packs as this node knows them now (see `SIGNATURE`). Called when
     /// the node stops writing, its packs uploaded.
+    /// On a store several nodes write, the others write meanwhile: the packs this index has
+    /// taken in are this node's and those `follow` applied, so it follows once more first,
+    /// and notes the listing only if that left nothing out (else 0, no listing's signature:
+    /// the next open rebuilds).
     pub(super) fn note_bucket(&self) -> Result<()> {
-        if let Some((sig, _)) = bucket_listing(&self.packs).map_err(io_at(&self.root))? {
+        if self.is_shared() {
+            self.follow()?;
+        }
+        if let Some((mut sig, list)) = bucket_listing(&self.packs).map_err(io_at(&self.root))? {
+            if self.is_shared() {
+                let st = self.follow.locked();
+                if !st.waiting.is_empty() || list.iter().any(|p| shared::node_of(p.0) != self.node() && !st.seen.contains(&p.0)) {
+                    sig = 0;
+                }
+            }
             let mut b = crate::index::Batch::new();
             b.put_meta_u64_unlogged(&self.index, SIGNATURE, sig);
             self.index.write(b)?;

@@ -128,8 +128,8 @@ pub(super) fn build_index(
 
     // 1. Chunks where they lie; the log's records, to apply in order.
     let mut seen: HashSet<ChunkKey> = HashSet::new();
-    // seq, checkpoint part, pack, offset, key, stored_len
-    let mut records: Vec<(u64, Option<CheckpointPart>, u64, u64, ChunkKey, u32)> = Vec::new();
+    // seq, checkpoint part, pack, offset, key, stored_len, node (a shared store's)
+    let mut records: Vec<Rec> = Vec::new();
     let mut b = Batch::new();
     let mut in_batch = 0usize;
     let packs_dir = root.join("packs");
@@ -159,7 +159,7 @@ pub(super) fn build_index(
                 // A record that cannot be read is reported (and its sequence number will be
                 // a gap), not a reason to give up on the rest.
                 match packs.read(id, blob.offset, &blob.key, blob.stored_len).map_err(|e| e.to_string()).and_then(|raw| MetaRecord::decode(&raw)) {
-                    Ok(rec) => records.push((rec.seq, rec.checkpoint, id, blob.offset, blob.key, blob.stored_len)),
+                    Ok(rec) => records.push((rec.seq, rec.checkpoint, id, blob.offset, blob.key, blob.stored_len, rec.node)),
                     Err(e) => {
                         rep.problems.push(format!("pack {id:016x} offset {}: metadata log record unreadable: {e}", blob.offset));
                         seen.remove(&blob.key);
@@ -199,49 +199,27 @@ pub(super) fn build_index(
             rep.chunks
         )));
     }
-    records.sort_by_key(|r| r.0);
-    let seqs: HashMap<u64, Option<CheckpointPart>> = records.iter().map(|r| (r.0, r.1)).collect();
-    let start = records
-        .iter()
-        .filter_map(|r| match r.1 {
-            Some(CheckpointPart { first_seq, last: true }) if (first_seq..=r.0).all(|s| seqs.get(&s).is_some_and(|c| c.is_some_and(|c| c.first_seq == first_seq))) => Some(first_seq),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
-    drop(seqs);
+    // Each node's log on its own (one log, numbered across nodes, on a store one node
+    // writes at a time): this node's own changes all, the others' without their counters.
+    let own = config.node.filter(|_| config.version == super::SHARED_FORMAT_VERSION);
+    records.sort_by_key(|r| (r.6, r.0));
     let mut b = Batch::new();
-    for r in records.iter().filter(|r| r.0 < start) {
-        // Superseded by the checkpoint: garbage for gc, as it was before the index was lost.
-        let e = ChunkEntry { pack: r.2, offset: r.3, stored_len: r.5, raw_len: 0, codec: 0, kind: ChunkKind::Meta as u8, refs: 0 };
-        let mut e2 = idx.chunk(&r.4)?.unwrap_or(e);
-        e2.refs = 0;
-        b.put_chunk_unlogged(&idx, &r.4, &e2);
+    let mut from = 0;
+    while from < records.len() {
+        let node = records[from].6;
+        let to = from + records[from..].iter().take_while(|r| r.6 == node).count();
+        let mine = node.is_none() || node == own;
+        let (last, start) = apply_log(&idx, &packs, &records[from..to], mine, rep)?;
+        let whose = |n: u16| if mine { APPLIED_SEQ.to_string() } else { super::shared::applied_key(n) };
+        if let Some(last) = last {
+            b.put_meta_u64_unlogged(&idx, &whose(node.unwrap_or(0)), last);
+        }
+        if let (Some(n), false, Some(start)) = (node, mine, start) {
+            b.put_meta_u64_unlogged(&idx, &super::shared::checkpoint_key(n), start);
+        }
+        from = to;
     }
     idx.write_unsynced(b)?;
-    records.retain(|r| r.0 >= start);
-    if let Some(first) = records.first().filter(|r| r.0 != start) {
-        rep.problems.push(format!("metadata log records {start} to {} are missing: changes made then are lost", first.0 - 1));
-    }
-    for w in records.windows(2) {
-        if w[1].0 == w[0].0 {
-            rep.problems.push(format!("two different metadata log records are numbered {}: both are applied, in pack order", w[0].0));
-        } else if w[1].0 != w[0].0 + 1 {
-            rep.problems.push(format!("metadata log records {} to {} are missing: changes made then are lost", w[0].0 + 1, w[1].0.saturating_sub(1)));
-        }
-    }
-    for &(seq, _, id, offset, key, stored_len) in &records {
-        let raw = packs.read(id, offset, &key, stored_len)?;
-        let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::Log(format!("pack {id:016x} offset {offset}: {e}")))?;
-        debug_assert_eq!(rec.seq, seq);
-        idx.apply_unsynced(&rec.ops, false)?;
-        rep.log_records += 1;
-    }
-    if let Some(&(seq, ..)) = records.last() {
-        let mut b = Batch::new();
-        b.put_meta_u64_unlogged(&idx, APPLIED_SEQ, seq);
-        idx.write_unsynced(b)?;
-    }
 
     // 3. Refcounts from the recipes, by `recipe::references`' rule, a piece at a time (the
     // pieces of a large file are not held together).
@@ -302,4 +280,59 @@ pub(super) fn build_index(
     fs::rename(&building, &index_dir).map_err(io_at(&index_dir))?;
     pack::sync_dir(root).map_err(io_at(root))?;
     Ok(listed)
+}
+
+/// A metadata log record found in a pack: seq, checkpoint part, pack, offset, key,
+/// stored_len, node.
+type Rec = (u64, Option<CheckpointPart>, u64, u64, ChunkKey, u32, Option<u16>);
+
+/// Applies one log (`records`, in sequence order) from its latest complete checkpoint on
+/// (all of it if there is none), without its chunk changes, and without its counters unless
+/// it is this node's (`mine`). Records are read again one at a time rather than kept: the
+/// log can be large. Returns the last record applied and where the checkpoint began.
+fn apply_log(idx: &Index, packs: &PackReader, records: &[Rec], mine: bool, rep: &mut RepairReport) -> Result<(Option<u64>, Option<u64>)> {
+    let whose = records.first().and_then(|r| r.6).map(|n| format!("node {n:04x}'s ")).unwrap_or_default();
+    let seqs: HashMap<u64, Option<CheckpointPart>> = records.iter().map(|r| (r.0, r.1)).collect();
+    let checkpoint = records
+        .iter()
+        .filter_map(|r| match r.1 {
+            Some(CheckpointPart { first_seq, last: true }) if (first_seq..=r.0).all(|s| seqs.get(&s).is_some_and(|c| c.is_some_and(|c| c.first_seq == first_seq))) => Some(first_seq),
+            _ => None,
+        })
+        .max();
+    let start = checkpoint.unwrap_or(0);
+    drop(seqs);
+    let mut b = Batch::new();
+    for r in records.iter().filter(|r| r.0 < start) {
+        // Superseded by the checkpoint: garbage for gc, as it was before the index was lost.
+        let e = ChunkEntry { pack: r.2, offset: r.3, stored_len: r.5, raw_len: 0, codec: 0, kind: ChunkKind::Meta as u8, refs: 0 };
+        let mut e2 = idx.chunk(&r.4)?.unwrap_or(e);
+        e2.refs = 0;
+        b.put_chunk_unlogged(idx, &r.4, &e2);
+    }
+    idx.write_unsynced(b)?;
+    let records: Vec<&Rec> = records.iter().filter(|r| r.0 >= start).collect();
+    if let Some(first) = records.first().filter(|r| r.0 != start) {
+        rep.problems.push(format!("{whose}metadata log records {start} to {} are missing: changes made then are lost", first.0 - 1));
+    }
+    for w in records.windows(2) {
+        if w[1].0 == w[0].0 {
+            rep.problems.push(format!("two different {whose}metadata log records are numbered {}: both are applied, in pack order", w[0].0));
+        } else if w[1].0 != w[0].0 + 1 {
+            rep.problems.push(format!("{whose}metadata log records {} to {} are missing: changes made then are lost", w[0].0 + 1, w[1].0.saturating_sub(1)));
+        }
+    }
+    for &&(seq, _, id, offset, key, stored_len, _) in &records {
+        let raw = packs.read(id, offset, &key, stored_len)?;
+        let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::Log(format!("pack {id:016x} offset {offset}: {e}")))?;
+        debug_assert_eq!(rec.seq, seq);
+        if mine {
+            idx.apply_unsynced(&rec.ops, false)?;
+        } else {
+            let kept: Vec<crate::index::LogOp> = rec.ops.into_iter().filter(|op| op.cf() != crate::index::CF_META).collect();
+            idx.apply_unsynced(&kept, false)?;
+        }
+        rep.log_records += 1;
+    }
+    Ok((records.last().map(|r| r.0), checkpoint))
 }

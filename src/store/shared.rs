@@ -1,0 +1,300 @@
+//! A store several nodes write at once (format version 6, `init --backend URL --writers
+//! several`): what each node owns, and how a node takes in the others' changes.
+//!
+//! Each node writes only under its own directory at the root, `/NAME/` (`init --node-name`):
+//! its inode and recipe ids are in its own range (`node << 48`), and every index key it
+//! writes is its own: its inodes, the entries of its directories (and its directory's entry
+//! at the root), its recipes, its counters. So no two nodes ever write one key, and a node
+//! reaches the same namespace as every other by applying each node's metadata log in that
+//! node's order, whatever the order between nodes. Two nodes cannot write the same path:
+//! each has its own directory, and every node reads all of them. The root directory itself
+//! is made once, by the node that created the store, and changed by no one after.
+//!
+//! Reference counts are each node's own: applying another node's record that adds a recipe
+//! adds a reference to every chunk it uses (`recipe::references`), one that removes a recipe
+//! takes them away; the record's own chunk changes (the writer's counts) are left out, as are
+//! its counters. The chunks themselves come from the packs' footers (`follow`).
+
+use super::namespace::{Inode, InodeKind, ROOT_INO};
+use super::{Result, Store, StoreError, SHARED_FORMAT_VERSION};
+use crate::digest::ChunkKey;
+use crate::LockExt;
+use crate::index::{Batch, LogOp, CF_CHUNK, CF_META};
+use crate::recipe::{self, Piece, RefDelta};
+
+/// Column family numbers of inodes, directory entries and recipe pieces (`index::CFS`).
+const CF_INODE: u8 = 2;
+const CF_DIRENT: u8 = 3;
+const CF_RECIPE: u8 = 4;
+
+/// The node a range-allocated id belongs to.
+pub(super) fn node_of(id: u64) -> u16 {
+    (id >> 48) as u16
+}
+
+/// The index meta key holding where node `node`'s latest complete checkpoint this index
+/// applied begins: its records before that are garbage.
+pub(super) fn checkpoint_key(node: u16) -> String {
+    format!("log_checkpoint.{node:04x}")
+}
+
+/// The index meta key holding the last record of node `node`'s log this index applied.
+pub(super) fn applied_key(node: u16) -> String {
+    format!("{}.{node:04x}", super::journal::APPLIED_SEQ)
+}
+
+impl Store {
+    /// Whether several nodes write this store (`shared`).
+    pub(super) fn is_shared(&self) -> bool {
+        self.config.version == SHARED_FORMAT_VERSION
+    }
+
+    /// Whether this node writes a store several nodes write (it also follows the others).
+    pub fn is_shared_writer(&self) -> bool {
+        self.is_shared() && !self.follower
+    }
+
+    /// This node's number (0 on a local store).
+    pub(super) fn node(&self) -> u16 {
+        self.config.node.unwrap_or(0)
+    }
+
+    /// The first id of this node's range of inode and recipe ids: 0 (one counter) unless
+    /// several nodes write the store.
+    pub(super) fn id_base(&self) -> u64 {
+        if self.is_shared() {
+            (self.node() as u64) << 48
+        } else {
+            0
+        }
+    }
+
+    /// Fails (`StoreError::NotOwned`, naming `what`) unless this node may change inode `ino` (or add and remove entries in it, for a
+    /// directory): always on a store one node writes; on a shared store, only its own.
+    pub fn check_owns(&self, ino: u64, what: &[u8]) -> Result<()> {
+        if !self.is_shared() || node_of(ino) == self.node() && ino != ROOT_INO {
+            return Ok(());
+        }
+        let name = self.config.node_name.clone().unwrap_or_default();
+        Err(StoreError::NotOwned {
+            what: String::from_utf8_lossy(what).into_owned(),
+            node: name,
+            owner: if ino == ROOT_INO { "the store's root, which no node changes".into() } else { format!("node {:04x}", node_of(ino)) },
+        })
+    }
+
+    /// This node's directory at the root of a shared store, made on the node's first open.
+    pub(super) fn ensure_node_dir(&self) -> Result<()> {
+        if !self.is_shared() || self.follower {
+            return Ok(());
+        }
+        let name = self.config.node_name.clone().unwrap_or_default();
+        let ino = self.id_base() | 1;
+        match self.index.lookup(ROOT_INO, name.as_bytes())? {
+            Some(found) if found == ino => Ok(()),
+            Some(found) => Err(StoreError::Log(format!("/{name} at the store's root is node {:04x}'s, not this node's ({:04x}): each node needs a name of its own", node_of(found), self.node()))),
+            None => {
+                let mut b = Batch::new();
+                let mut d = Inode::new(InodeKind::Dir, 0o755);
+                d.parent = ROOT_INO;
+                b.put_inode(&self.index, ino, &d);
+                b.put_dirent(&self.index, ROOT_INO, name.as_bytes(), ino);
+                // Counters start in this node's range (`alloc` keeps them there).
+                b.put_meta_u64(&self.index, "next_ino", ino + 1);
+                b.put_meta_u64(&self.index, "next_recipe", ino + 1);
+                self.write_batch(&mut self.ns.locked(), b)
+            }
+        }
+    }
+
+    /// Whether a namespace record belongs in this node's checkpoint: on a shared store, only
+    /// the keys this node writes (and the root's inode, which no one changes), so that a
+    /// checkpoint never carries another node's keys back over that node's later changes.
+    pub(super) fn checkpoints(&self, op: &LogOp) -> bool {
+        if !self.is_shared() {
+            return true;
+        }
+        let LogOp::Put(cf, key, value) = op else { return true };
+        let id = |b: &[u8]| b.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
+        let mine = |ino: Option<u64>| ino.is_some_and(|i| node_of(i) == self.node());
+        match *cf {
+            CF_INODE => id(key) == Some(ROOT_INO) || mine(id(key)),
+            CF_DIRENT if id(key) == Some(ROOT_INO) => mine(id(value)),
+            CF_DIRENT | CF_RECIPE => mine(id(key)),
+            _ => true,
+        }
+    }
+
+    /// The references recipe `rid` holds as this index has it, if it has it.
+    fn held_references(&self, rid: u64) -> Result<Option<Vec<ChunkKey>>> {
+        let mut keys = Vec::new();
+        while let Some(k) = self.index.recipe_piece(rid, keys.len() as u32)? {
+            keys.push(k);
+        }
+        if keys.is_empty() {
+            return Ok(None);
+        }
+        let pieces = keys.iter().enumerate().map(|(i, _)| self.load_piece(rid, i as u32)).collect::<Result<Vec<Piece>>>()?;
+        Ok(Some(recipe::references(&pieces, &keys)))
+    }
+
+    /// Applies record `seq` of node `node`'s log (`ops`) to this node's index: its inode,
+    /// entry and recipe changes as they are, and the reference changes its recipes make
+    /// here. Ok(false), with nothing applied, if a chunk it needs is not in this index yet
+    /// (the pack holding it is not uploaded or not seen yet): the caller tries again later.
+    /// `checkpoint`: where the checkpoint this record completes begins, if it does.
+    pub(super) fn apply_foreign(&self, node: u16, seq: u64, ops: &[LogOp], checkpoint: Option<u64>) -> Result<bool> {
+        let mut delta = RefDelta::default();
+        let rid_of = |k: &[u8]| k.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
+        // Recipes it removes: what they held goes (read before they are gone).
+        for op in ops {
+            if let LogOp::DeleteRange(CF_RECIPE, a, _) | LogOp::Delete(CF_RECIPE, a) = op {
+                if let Some(refs) = rid_of(a).map(|rid| self.held_references(rid)).transpose()?.flatten() {
+                    delta.add(refs, -1);
+                }
+            }
+        }
+        // Recipes it adds (not already here: a checkpoint repeats what its node has).
+        let mut added: std::collections::BTreeMap<u64, Vec<(u32, ChunkKey)>> = Default::default();
+        for op in ops {
+            if let LogOp::Put(CF_RECIPE, k, v) = op {
+                let (Some(rid), Some(piece), Some(key)) = (rid_of(k), k.get(8..12).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes), ChunkKey::from_bytes(v)) else {
+                    return Err(StoreError::Log(format!("node {node:04x} record {seq}: undecodable recipe entry")));
+                };
+                added.entry(rid).or_default().push((piece, key));
+            }
+        }
+        for (rid, mut pieces) in added {
+            if self.index.recipe_piece(rid, 0)?.is_some() {
+                continue;
+            }
+            pieces.sort_by_key(|p| p.0);
+            let keys: Vec<ChunkKey> = pieces.iter().map(|p| p.1).collect();
+            let mut decoded = Vec::with_capacity(keys.len());
+            for k in &keys {
+                let Some(e) = self.index.chunk(k)? else { return Ok(false) };
+                let bytes = self.chunk_bytes(k, &e)?;
+                decoded.push(Piece::decode(&bytes).map_err(|e| StoreError::Recipe { rid, piece: decoded.len() as u32, what: format!("undecodable: {e}") })?);
+            }
+            delta.add(recipe::references(&decoded, &keys), 1);
+        }
+        // Counts are read and written under the namespace lock, as commits change them.
+        let _ns = self.ns.locked();
+        let mut extra = Batch::new();
+        for (key, d) in delta.0 {
+            let Some(mut e) = self.index.chunk(&key)? else {
+                if d > 0 {
+                    return Ok(false);
+                }
+                continue;
+            };
+            e.refs = (e.refs as i64 + d).max(0) as u64;
+            extra.put_chunk_unlogged(&self.index, &key, &e);
+        }
+        extra.put_meta_u64_unlogged(&self.index, &applied_key(node), seq);
+        if let Some(first) = checkpoint {
+            extra.put_meta_u64_unlogged(&self.index, &checkpoint_key(node), first);
+        }
+        let kept: Vec<LogOp> = ops.iter().filter(|op| !matches!(op.cf(), CF_CHUNK | CF_META)).cloned().collect();
+        self.index.apply(&kept, false, extra)?;
+        Ok(true)
+    }
+}
+
+/// The bucket's gc lock, held while a gc of a shared store runs; given back when dropped.
+pub(super) struct GcLock<'a> {
+    remote: &'a crate::pack::remote::Remote,
+    owner: String,
+}
+
+impl Drop for GcLock<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = crate::pack::lock::unlock(self.remote, &self.owner) {
+            log::warn!("giving back the bucket's gc lock {}: {e}", self.owner);
+        }
+    }
+}
+
+impl Store {
+    /// Before a gc of a shared store: takes the bucket's gc lock, which no other node's live
+    /// lease allows (restic's exclusive lock: no other node has an upload in flight that
+    /// relies on a chunk this gc could take), then takes in everything the other nodes
+    /// published, so that every reference any node holds counts. None on other stores.
+    pub(super) fn gc_prepare(&self) -> Result<Option<GcLock<'_>>> {
+        if !self.is_shared() {
+            return Ok(None);
+        }
+        let r = self.packs.remote().ok_or_else(|| StoreError::Bug("a shared store without its bucket".into()))?;
+        let owner = format!("{}{:04x}", crate::pack::lock::GC, self.node());
+        let what = format!("gc on {} pid {} {}", super::bucket::hostname(), std::process::id(), self.root.display());
+        crate::pack::lock::take_lock(&r.remote, &owner, &what).map_err(|err| {
+            StoreError::GcRefused(format!(
+                "another node holds a lock in the bucket: {err}. On a store several nodes write, gc runs while no other node writes: unmount the others (their leases go with them), then run gc again"
+            ))
+        })?;
+        let lock = GcLock { remote: &r.remote, owner };
+        self.follow()?;
+        let waiting = self.follow.locked().waiting.len();
+        if waiting > 0 {
+            return Err(StoreError::GcRefused(format!(
+                "{waiting} metadata log records of other nodes wait for packs not in the bucket yet (a node stopped with packs to upload?); gc would not see every reference"
+            )));
+        }
+        Ok(Some(lock))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Config, FileMeta, Timestamp};
+
+    fn shared_store(dir: &std::path::Path, node: u16, name: &str) -> Store {
+        let config = Config {
+            version: SHARED_FORMAT_VERSION,
+            backend: Some(format!("file://{}", dir.join("bucket").display())),
+            node: Some(node),
+            node_name: Some(name.into()),
+            ..Config::default()
+        };
+        Store::init(&dir.join(name), config).unwrap()
+    }
+
+    /// A node writes under its own directory only, with ids in its range, and its
+    /// checkpoint carries only its own keys.
+    #[test]
+    fn a_node_of_a_shared_store_writes_and_checkpoints_only_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = shared_store(dir.path(), 3, "three");
+        let own = st.resolve("/three").unwrap();
+        assert_eq!(own, 3 << 48 | 1);
+        let meta = FileMeta { mode: 0o644, mtime: Timestamp::now() };
+        let put = st.put_file(own, b"a.warc", b"WARC/1.0\r\n\r\n", meta).unwrap();
+        assert_eq!(node_of(put.ino), 3);
+        let refused = st.put_file(ROOT_INO, b"b.warc", b"x", meta).unwrap_err();
+        assert!(matches!(refused, StoreError::NotOwned { .. }), "{refused}");
+        assert!(refused.to_string().contains("writes only under /three/"), "{refused}");
+        assert!(st.mkdir_p("/elsewhere").is_err());
+        st.mkdir_p("/three/sub").unwrap();
+        // Another node's keys: its inode, its directory's entries, its recipes.
+        let theirs = 5u64 << 48 | 9;
+        let put = |cf: u8, k: Vec<u8>, v: Vec<u8>| LogOp::Put(cf, k, v);
+        assert!(!st.checkpoints(&put(CF_INODE, theirs.to_be_bytes().to_vec(), vec![])));
+        assert!(!st.checkpoints(&put(CF_DIRENT, crate::index::dirent_key(theirs, b"x"), vec![0; 8])));
+        assert!(!st.checkpoints(&put(CF_DIRENT, crate::index::dirent_key(ROOT_INO, b"five"), (5u64 << 48 | 1).to_be_bytes().to_vec())));
+        assert!(!st.checkpoints(&put(CF_RECIPE, crate::index::recipe_key(theirs, 0).to_vec(), vec![])));
+        // Its own, and the root's inode, which no one changes.
+        assert!(st.checkpoints(&put(CF_INODE, own.to_be_bytes().to_vec(), vec![])));
+        assert!(st.checkpoints(&put(CF_INODE, ROOT_INO.to_be_bytes().to_vec(), vec![])));
+        assert!(st.checkpoints(&put(CF_DIRENT, crate::index::dirent_key(ROOT_INO, b"three"), own.to_be_bytes().to_vec())));
+        assert!(st.checkpoints(&put(CF_DIRENT, crate::index::dirent_key(own, b"a.warc"), vec![0; 8])));
+        let mut n = 0;
+        st.index
+            .for_each_namespace_record(|op| {
+                n += st.checkpoints(&op) as usize;
+                Ok(true)
+            })
+            .unwrap();
+        assert!(n >= 6, "{n} of its own records");
+    }
+}
