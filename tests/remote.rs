@@ -595,3 +595,45 @@ fn several_nodes_write_at_once_each_under_its_own_directory_and_every_node_reads
 fn ls_with(c: &Cluster, store: &Path, dir: &str) -> Vec<(String, u64)> {
     parse_ls(&c.ok(&["ls", &s(store), dir]).out()).into_iter().map(|(name, e)| (name, e.size)).collect()
 }
+
+#[test]
+fn a_writing_node_of_a_shared_store_killed_leaves_the_other_writing_and_recovers_on_its_next_mount() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::start(&tmp.path().join("garage"), 45900);
+    let mut n = TwoWriters::init(&c, tmp.path(), "s3://warcfs/killed-shared");
+    n.mount(&c);
+    let files = crawl_files();
+    let within = |f: &Path| 20 + 10 * (fs::metadata(f).unwrap().len() >> 26);
+    // A file closed on A, then A's daemon is killed (-9), most likely before it published.
+    let first = files[0].file_name().unwrap();
+    fs::copy(&files[0], n.ma.join("alpha").join(first)).unwrap();
+    let pid: i32 = fs::read_to_string(n.a.join("lock")).unwrap().trim().parse().unwrap();
+    // SAFETY: kill(2) of the daemon this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    n.ga.take();
+    // B writes on and reads its own.
+    let second = files[1].file_name().unwrap();
+    fs::copy(&files[1], n.mb.join("beta").join(second)).unwrap();
+    assert!(fs::read(n.mb.join("beta").join(second)).unwrap() == fs::read(&files[1]).unwrap());
+    // A mounts again: its staged file is stored, reaches B, and A sees B's.
+    c.ok(&["mount", &s(&n.a), &s(&n.ma)]);
+    n.ga = Some(MountGuard { mnt: n.ma.clone(), store: n.a.clone() });
+    assert!(fs::read(n.ma.join("alpha").join(first)).unwrap() == fs::read(&files[0]).unwrap(), "A lost what it had when killed");
+    appears(&n.mb.join("alpha").join(first), &files[0], within(&files[0]));
+    appears(&n.ma.join("beta").join(second), &files[1], within(&files[1]));
+
+    // Unmounted, both import at once; each into its own directory by default.
+    n.unmount();
+    let third = files[2].file_name().unwrap().to_str().unwrap();
+    std::thread::scope(|sc| {
+        sc.spawn(|| c.ok(&["import", &s(&n.a), &s(&files[2])]));
+        sc.spawn(|| c.ok(&["import", &s(&n.b), &s(&files[2])]));
+    });
+    for node in [&n.a, &n.b] {
+        for dir in ["alpha", "beta"] {
+            assert!(cat_with(&c, node, &format!("/{dir}/{third}")) == fs::read(&files[2]).unwrap(), "/{dir}/{third} on {}", node.display());
+        }
+        let fsck = c.run(&["fsck", &s(node)]);
+        assert!(fsck.ok() && fsck.out().contains("clean"), "{}", fsck.describe());
+    }
+}

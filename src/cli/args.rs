@@ -122,9 +122,10 @@ pub enum Cmd {
         /// DIR/basename(SRC). Symbolic links are copied as links.
         #[arg(required = true, value_hint = ValueHint::AnyPath)]
         src: Vec<PathBuf>,
-        /// Directory in the store to copy into (made if missing).
-        #[arg(long, value_name = "DIR", default_value = "/")]
-        to: String,
+        /// Directory in the store to copy into (made if missing). Default: the root, or on a
+        /// store several nodes write, this node's own directory (/NAME).
+        #[arg(long, value_name = "DIR")]
+        to: Option<String>,
     },
     /// Write a stored file's exact bytes to stdout.
     Cat {

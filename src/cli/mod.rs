@@ -56,8 +56,10 @@ pub fn run(cli: Cli) -> Result<i32> {
                     Ok(exit::OK)
                 }
                 crate::store::Joined::Joined(rep) => {
+                    let dir = crate::store::default_dir(&store);
+                    let writes = if dir == "/" { String::new() } else { format!(", writing under {dir}/") };
                     println!(
-                        "{} joined the store in {url}: index rebuilt from {} packs ({} chunks, {} recipes)",
+                        "{} joined the store in {url}: index rebuilt from {} packs ({} chunks, {} recipes){writes}",
                         store.display(),
                         rep.packs,
                         rep.chunks,
@@ -70,7 +72,10 @@ pub fn run(cli: Cli) -> Result<i32> {
                 }
             }
         }
-        Cmd::Import { store, src, to } => import::import(&store, &src, &to, quiet),
+        Cmd::Import { store, src, to } => {
+            let to = to.unwrap_or_else(|| crate::store::default_dir(&store));
+            import::import(&store, &src, &to, quiet)
+        }
         Cmd::Cat { store, path } => read::cat(store, path),
         Cmd::Ls { store, path } => read::ls(store, path),
         Cmd::Rm { store, paths, recursive } => {

@@ -66,6 +66,7 @@ pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport,
 pub use cache::{ReadCache, ReadCounters};
 pub use records::{RecordHead, StagedFiles};
 pub use repair::{repair_index, RepairReport};
+pub use shared::default_dir;
 pub use snapshot::SnapshotReport;
 pub use space::{Space, DEFAULT_MIN_FREE};
 

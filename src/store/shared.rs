@@ -43,6 +43,16 @@ pub(super) fn applied_key(node: u16) -> String {
     format!("{}.{node:04x}", super::journal::APPLIED_SEQ)
 }
 
+/// Where a command writes when not told: the root, or on a store several nodes write, the
+/// node's own directory. (The root for a store that does not exist yet, or whose settings
+/// cannot be read: opening it says why.)
+pub fn default_dir(root: &std::path::Path) -> String {
+    match super::read_config(&root.join(super::CONFIG_FILE)) {
+        Ok(c) if c.version == SHARED_FORMAT_VERSION => format!("/{}", c.node_name.unwrap_or_default()),
+        _ => "/".into(),
+    }
+}
+
 impl Store {
     /// Whether several nodes write this store (`shared`).
     pub(super) fn is_shared(&self) -> bool {
