@@ -637,3 +637,51 @@ fn a_writing_node_of_a_shared_store_killed_leaves_the_other_writing_and_recovers
         assert!(fsck.ok() && fsck.out().contains("clean"), "{}", fsck.describe());
     }
 }
+
+#[test]
+fn gc_on_an_object_store_trashes_packs_and_deletes_their_objects_only_after_a_grace_period() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shared = tmp.path().join("shared");
+    let url = format!("file://{}", shared.display());
+    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
+    ok(&["init", &s(&a), "--backend", &url, "--pack-size", "1048576"]);
+    let files = crawl_files();
+    ok(&["import", &s(&a), &s(&files[0]), &s(&files[2])]);
+    ok(&["rm", &s(&a), &format!("/{}", files[0].file_name().unwrap().to_str().unwrap())]);
+    let objects = |dir: &str| fs::read_dir(shared.join(dir)).map(|d| d.count()).unwrap_or(0);
+    let listed = |store: &Path| num(&stats(store), "packs");
+    let (objects_before, listed_before) = (objects("packs"), listed(&a));
+    let gc = |env: &[(&str, &str)]| serde_json::from_slice::<serde_json::Value>(&{
+        let r = run_env(&["gc", &s(&a), "--json"], env);
+        assert!(r.ok(), "{}", r.describe());
+        r.stdout
+    })
+    .unwrap();
+    let first = gc(&[]);
+    let gone = num(&first, "packs_deleted") + num(&first, "packs_rewritten");
+    assert!(gone > 0, "{first}");
+    // Out of every listing at once, their objects still there, each marked in trash/.
+    assert_eq!(objects("trash") as u64, gone);
+    assert!(objects("packs") >= objects_before, "gc deleted objects at once");
+    assert!(listed(&a) < listed_before);
+    // A node made now builds its index without the trashed packs, and reads everything.
+    ok(&["init", &s(&b), "--backend", &url]);
+    let kept = format!("/{}", files[2].file_name().unwrap().to_str().unwrap());
+    assert_cat_eq(&b, &kept, &files[2]);
+    // Within the grace period a gc leaves them (and trashes what it no longer uses itself:
+    // the log packs its new checkpoint supersedes); after it, deletes them and their marks.
+    let gone_now = |rep: &serde_json::Value| num(rep, "packs_deleted") + num(rep, "packs_rewritten");
+    let second = gc(&[]);
+    assert_eq!(num(&second, "packs_purged"), 0, "{second}");
+    let marked = gone + gone_now(&second);
+    assert_eq!(objects("trash") as u64, marked);
+    let purged = gc(&[("WARCFS_FAILPOINTS", "trash_no_grace=1")]);
+    assert_eq!(num(&purged, "packs_purged"), marked, "{purged}");
+    assert_eq!(objects("trash") as u64, gone_now(&purged));
+    assert_eq!(objects("packs") as u64, listed(&a) + gone_now(&purged), "an object left behind");
+    for node in [&a, &b] {
+        assert_cat_eq(node, &kept, &files[2]);
+        let deep = run(&["fsck", "--deep", &s(node)]);
+        assert!(deep.ok() && deep.out().contains("clean"), "{}", deep.describe());
+    }
+}

@@ -198,7 +198,10 @@ pub enum Cmd {
         #[arg(value_hint = ValueHint::DirPath)]
         store: PathBuf,
         /// Print one JSON object instead (reclaimed_bytes, bytes_before, bytes_after,
-        /// chunks_dropped, packs_deleted, packs_rewritten).
+        /// chunks_dropped, packs_deleted, packs_rewritten, packs_purged). On an object store
+        /// a pack gc no longer uses goes to the bucket's trash, out of every listing, and a
+        /// gc at least 20 minutes later deletes its object (packs_purged): a node still
+        /// reading it meanwhile is not cut off.
         #[arg(long)]
         json: bool,
     },

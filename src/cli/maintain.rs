@@ -60,12 +60,20 @@ pub fn gc(store: PathBuf, json: bool, quiet: bool) -> Result<i32> {
             "chunks_dropped": rep.chunks_dropped,
             "packs_deleted": rep.packs_deleted,
             "packs_rewritten": rep.packs_rewritten,
+            "packs_purged": rep.packs_purged,
         });
         println!("{v}");
         return Ok(exit::OK);
     }
+    // On an object store, packs leave every listing at once and their objects go with a
+    // later gc (`pack::remote::TRASH_GRACE`).
+    let trash = if s.config().backend.is_some() {
+        format!("; {} trashed packs of an earlier gc deleted from the bucket", rep.packs_purged)
+    } else {
+        String::new()
+    };
     println!(
-        "reclaimed {reclaimed} bytes ({}): {} chunks dropped, {} packs deleted, {} rewritten",
+        "reclaimed {reclaimed} bytes ({}): {} chunks dropped, {} packs deleted, {} rewritten{trash}",
         human(reclaimed),
         rep.chunks_dropped,
         rep.packs_deleted,

@@ -254,7 +254,8 @@ impl PackReader {
         super::scan(&f).map(|(b, _)| b).map_err(io_err)
     }
 
-    /// Deletes sealed pack `id` (gc): the local file, and the object in the bucket.
+    /// Deletes sealed pack `id` (gc): the local file, and on an object store, puts its object
+    /// in the bucket's trash (`RemotePacks::trash`).
     pub fn delete(&self, id: u64) -> Result<()> {
         self.forget(id);
         self.remote_only.locked().remove(&id);
@@ -265,9 +266,18 @@ impl PackReader {
             Err(e) => return Err(io_err(e)),
         }
         if let Some(r) = &self.remote {
-            r.delete(id).map_err(io_err)?;
+            // Two-phase: out of every listing now, deleted by a later gc (`purge_trash`).
+            r.trash(id).map_err(io_err)?;
         }
         Ok(())
+    }
+
+    /// Deletes the bucket's packs trashed at least `grace` ago (0 on a local store).
+    pub fn purge_trash(&self, grace: std::time::Duration) -> io::Result<u64> {
+        match &self.remote {
+            Some(r) => r.purge_trash(grace),
+            None => Ok(0),
+        }
     }
 
     pub fn path_of(&self, pack: u64) -> PathBuf {

@@ -242,6 +242,11 @@ fn profile_credentials() -> Option<(String, String)> {
 }
 
 /// The object name of pack `id`.
+/// How long a pack gc put in the trash stays readable before a later gc deletes it: twice
+/// the time after which a lease is stale, so a node that could still be reading it (a
+/// follower that has not followed gc's new packs) has long moved on.
+pub const TRASH_GRACE: Duration = Duration::from_secs(2 * super::lock::LOCK_STALE.as_secs());
+
 pub fn pack_object(id: u64) -> String {
     format!("packs/{}", super::pack_name(id))
 }
@@ -560,11 +565,53 @@ impl RemotePacks {
         Ok(())
     }
 
-    /// The sealed packs in the bucket: (id, size).
+    /// Puts pack `id` in the bucket's trash (`trash/<id>.pack`, a marker): from now on it is
+    /// in no listing, so no index is built from it, but its object stays readable for
+    /// `TRASH_GRACE` (a follower still reading it, or one that has not followed gc's new
+    /// packs yet) until a later gc purges it (`purge_trash`).
+    pub fn trash(&self, id: u64) -> io::Result<()> {
+        self.remote.put(&format!("trash/{}", super::pack_name(id)), Vec::new())?;
+        {
+            let mut st = self.state.locked();
+            st.forget_pack(id);
+            st.sizes.remove(&id);
+        }
+        let _ = fs::remove_file(self.dir.join(super::pack_name(id)));
+        Ok(())
+    }
+
+    /// Deletes the packs trashed at least `grace` ago, then their markers; returns how
+    /// many. Ages are the object store's times: the markers' against the newest lock object
+    /// (the caller's own, renewed within a minute), never this node's clock.
+    pub fn purge_trash(&self, grace: Duration) -> io::Result<u64> {
+        let marks = self.remote.list("trash")?;
+        if marks.is_empty() {
+            return Ok(0);
+        }
+        let now = self.remote.list("locks")?.iter().map(|l| l.2).max().unwrap_or_else(SystemTime::now);
+        let mut n = 0;
+        for (name, _, marked) in marks {
+            let Some(id) = super::parse_pack_name(&name) else { continue };
+            if now.duration_since(marked).unwrap_or_default() < grace {
+                continue;
+            }
+            // The object first: a marker without its pack is harmless, a pack without its
+            // marker would come back into the listings.
+            self.remote.delete(&pack_object(id))?;
+            self.remote.delete(&format!("trash/{name}"))?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// The sealed packs in the bucket, but those in its trash: (id, size).
     pub fn list(&self) -> io::Result<Vec<(u64, u64)>> {
         let mut out = Vec::new();
+        // Trash first: a pack trashed between the two listings is then left out (the other
+        // order could list it as live).
+        let trashed: std::collections::HashSet<u64> = self.remote.list("trash")?.iter().filter_map(|t| super::parse_pack_name(&t.0)).collect();
         for (name, size, _) in self.remote.list("packs")? {
-            if let Some(id) = super::parse_pack_name(&name) {
+            if let Some(id) = super::parse_pack_name(&name).filter(|id| !trashed.contains(id)) {
                 self.know_size(id, size);
                 out.push((id, size));
             }

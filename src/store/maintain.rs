@@ -62,8 +62,11 @@ pub struct Stats {
 #[derive(Clone, Debug, Default)]
 pub struct GcReport {
     pub chunks_dropped: u64,
+    /// Packs no longer used: deleted, or on an object store put in its trash.
     pub packs_deleted: u64,
     pub packs_rewritten: u64,
+    /// Objects of packs an earlier gc trashed, deleted now (object store only).
+    pub packs_purged: u64,
     pub bytes_before: u64,
     pub bytes_after: u64,
 }
@@ -156,6 +159,10 @@ impl Store {
     pub fn gc(&self) -> Result<GcReport> {
         // A shared store: the bucket's gc lock, and every other node's changes taken in.
         let _gc_lock = self.gc_prepare()?;
+        // Packs an earlier gc put in the bucket's trash, once no node can still be reading
+        // them. (A test shortens the wait with the `trash_no_grace` fail point.)
+        let grace = if crate::failpoint::armed("trash_no_grace") { std::time::Duration::ZERO } else { crate::pack::remote::TRASH_GRACE };
+        let purged = self.packs.purge_trash(grace).map_err(io_at(&self.root))?;
         let mut ns = self.ns.locked();
         let mut w = self.writer.locked();
         self.seal_open(&mut w)?;
@@ -221,6 +228,7 @@ impl Store {
             crate::failpoint::crash_at("gc_pack_removed");
         }
         rep.packs_deleted = doomed.len() as u64;
+        rep.packs_purged = purged;
         rep.packs_rewritten = rewrite.len() as u64;
         // The checkpoint's pack counts too: what gc reports is what the store shrank by.
         self.seal_journal(&mut self.journal.locked())?;
