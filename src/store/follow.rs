@@ -108,6 +108,7 @@ impl Store {
         let mut new: Vec<u64> = listed.iter().map(|p| p.0).filter(|id| !st.seen.contains(id)).collect();
         new.sort_unstable();
         let moved = !new.is_empty();
+        let live: HashSet<u64> = listed.iter().map(|p| p.0).collect();
         // A writer of a shared store: its own packs are in its index as it wrote them, and a
         // chunk it has keeps its place and count (another node's copy of it is garbage).
         let writer = !self.follower;
@@ -128,7 +129,11 @@ impl Store {
             let mut b = Batch::new();
             for blob in blobs {
                 let known = self.index.chunk(&blob.key)?;
-                if writer && known.is_some() {
+                // A chunk keeps its place while its pack is listed: a writer's index says
+                // where the writer put it (another node's copy of it is garbage for gc), and
+                // a follower keeps the copy it found first, as the writer does. It moves
+                // only once gc has trashed that pack (and written the copy read here).
+                if known.as_ref().is_some_and(|k| writer || live.contains(&k.pack)) {
                     continue;
                 }
                 // Every blob is a chunk where it lies (a log record's refs are 1 for good).

@@ -130,6 +130,7 @@ impl Store {
 
     /// Deletes an orphan (unlinked while open) once its last handle closes.
     pub fn drop_orphan(&self, ino: u64) -> Result<()> {
+        self.check_owns(ino, format!("<inode {ino}>").as_bytes())?;
         let mut w = self.ns.locked();
         let Some(inode) = self.index.inode::<Inode>(ino)? else { return Ok(()) };
         if inode.nlink > 0 {
@@ -148,6 +149,10 @@ impl Store {
     pub fn orphans_and_staged(&self) -> Result<(Vec<u64>, Vec<u64>)> {
         let (mut orphans, mut staged) = (Vec::new(), Vec::new());
         self.index.for_each_inode(|ino, inode: Inode| {
+            // Another node's (a shared store): that node's to drop or to ingest.
+            if !self.owns(ino) {
+                return Ok(());
+            }
             if ino != ROOT_INO && inode.nlink == 0 {
                 orphans.push(ino);
             } else if inode.staged {

@@ -221,15 +221,20 @@ impl Store {
         }
         let r = self.wait_uploaded(timeout);
         if r.is_ok() {
-            self.note_bucket()?;
+            // Not noting it only costs the next open a rebuild: the uploads stop anyway.
+            if let Err(e) = self.note_bucket() {
+                log::warn!("{}: noting the bucket's packs at close: {e} (the next open rebuilds the index from the bucket)", self.root.display());
+                let mut b = crate::index::Batch::new();
+                b.put_meta_u64_unlogged(&self.index, SIGNATURE, 0);
+                let _ = self.index.write(b);
+            }
         }
         self.packs.stop_uploads();
         r
     }
 
     /// Notes the bucket's packs as this node knows them now (see `SIGNATURE`). Called when
-    /// the node stops writing, its packs uploaded.
-    /// On a store several nodes write, the others write meanwhile: the packs this index has
+    /// the node stops writing, its packs uploaded. On a store several nodes write, the others write meanwhile: the packs this index has
     /// taken in are this node's and those `follow` applied, so it follows once more first,
     /// and notes the listing only if that left nothing out (else 0, no listing's signature:
     /// the next open rebuilds).

@@ -79,10 +79,15 @@ impl Store {
         }
     }
 
+    /// Whether this node may change inode `ino` (see `check_owns`).
+    pub(super) fn owns(&self, ino: u64) -> bool {
+        !self.is_shared() || node_of(ino) == self.node() && ino != ROOT_INO
+    }
+
     /// Fails (`StoreError::NotOwned`, naming `what`) unless this node may change inode `ino` (or add and remove entries in it, for a
     /// directory): always on a store one node writes; on a shared store, only its own.
     pub fn check_owns(&self, ino: u64, what: &[u8]) -> Result<()> {
-        if !self.is_shared() || node_of(ino) == self.node() && ino != ROOT_INO {
+        if self.owns(ino) {
             return Ok(());
         }
         let name = self.config.node_name.clone().unwrap_or_default();
@@ -306,5 +311,35 @@ mod tests {
             })
             .unwrap();
         assert!(n >= 6, "{n} of its own records");
+    }
+
+    /// Node B takes in A's records: A's file (and the references its recipe holds) appears
+    /// on B; A's file left open after its removal (an orphan) stays A's to drop, and B's
+    /// mount start neither drops nor counts it.
+    #[test]
+    fn a_node_takes_in_another_nodes_records_and_leaves_its_orphans_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = shared_store(dir.path(), 3, "three");
+        let b = shared_store(dir.path(), 5, "five");
+        let meta = FileMeta { mode: 0o644, mtime: Timestamp::now() };
+        let data: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        let own = a.resolve("/three").unwrap();
+        let kept = a.put_file(own, b"kept.warc", &data, meta).unwrap();
+        let open = a.put_file(own, b"open.warc", &data[..5000], meta).unwrap();
+        a.unlink_entry(own, b"open.warc", false, &|_| true).unwrap();
+        a.publish().unwrap();
+        a.wait_uploaded(std::time::Duration::from_secs(30)).unwrap();
+        assert!(b.follow().unwrap() > 0);
+        let mut buf = vec![0u8; data.len()];
+        let head = b.head(kept.ino).unwrap().unwrap();
+        assert_eq!(b.read_at(&head, 0, &mut buf).unwrap(), data.len());
+        assert!(buf == data, "A's file reads differently on B");
+        // B's counts hold A's references: fsck on B finds them right.
+        let rep = b.fsck(false).unwrap();
+        assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+        let (orphans, staged) = b.orphans_and_staged().unwrap();
+        assert!(!orphans.contains(&open.ino) && staged.is_empty(), "{orphans:?} {staged:?}");
+        assert!(matches!(b.drop_orphan(open.ino).unwrap_err(), StoreError::NotOwned { .. }));
+        assert_eq!(a.orphans_and_staged().unwrap().0, vec![open.ino]);
     }
 }
