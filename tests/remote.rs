@@ -636,6 +636,15 @@ fn a_writing_node_of_a_shared_store_killed_leaves_the_other_writing_and_recovers
         let fsck = c.run(&["fsck", &s(node)]);
         assert!(fsck.ok() && fsck.out().contains("clean"), "{}", fsck.describe());
     }
+    // A node that opens after another wrote (and no gc ran) takes in the new packs as a mount
+    // follows, without rebuilding its index from the bucket.
+    c.ok(&["import", &s(&n.a), &s(&files[1]), "--to", "/alpha/later"]);
+    let second = second.to_str().unwrap();
+    let seen = c.ok(&["ls", &s(&n.b), "/alpha/later"]);
+    assert!(seen.out().contains(second) && !seen.stderr.contains("rebuilding"), "{}", seen.describe());
+    assert!(cat_with(&c, &n.b, &format!("/alpha/later/{second}")) == fs::read(&files[1]).unwrap());
+    let fsck = c.run(&["fsck", &s(&n.b)]);
+    assert!(fsck.ok() && fsck.out().contains("clean"), "{}", fsck.describe());
 }
 
 #[test]

@@ -432,6 +432,11 @@ impl Store {
             _lock: lock,
         };
         store.roll_forward(&recovered)?;
+        // A shared store's writer takes in what the other nodes published since it last
+        // closed (if its open did not rebuild the index from the bucket).
+        if store.is_shared_writer() {
+            store.follow()?;
+        }
         store.ensure_root()?;
         store.ensure_node_dir()?;
         if !follower {

@@ -33,6 +33,18 @@ pub(super) fn sync_index(root: &Path, config: &Config, index: crate::index::Inde
     if fresh || index.meta_u64_opt(SIGNATURE)? == Some(sig) {
         return Ok((index, list));
     }
+    // A writer of a store several nodes write, whose index took in exactly the packs it
+    // noted at close (`TAKEN_IN`), all still in the bucket (no gc since): the other nodes'
+    // new packs are taken in as the mount does (`follow`, by the caller), not by a rebuild.
+    if writer && config.version == super::SHARED_FORMAT_VERSION {
+        if let Some(before) = read_taken_in(root).filter(|b| index.meta_u64_opt(SIGNATURE).ok().flatten() == Some(super::bucket::signature_of(b))) {
+            let now: std::collections::HashSet<u64> = list.iter().map(|p| p.0).collect();
+            if before.iter().all(|p| now.contains(&p.0)) {
+                log::info!("{}: the bucket has {} packs this node has not taken in; following them", root.display(), list.len() - before.len());
+                return Ok((index, before));
+            }
+        }
+    }
     log::warn!("{}: the bucket changed since this node last saw it; rebuilding its index from the bucket", root.display());
     drop(index);
     let (index_dir, aside) = (root.join("index"), root.join("index.stale"));
@@ -76,6 +88,18 @@ pub(super) fn sync_index(root: &Path, config: &Config, index: crate::index::Inde
         }
     }
     Ok((index, list))
+}
+
+/// The packs a shared store's writer had taken in when it last closed (the listing its
+/// `bucket_signature` was computed from): 16 bytes a pack, id and size, little-endian.
+const TAKEN_IN: &str = "bucket-packs";
+
+fn read_taken_in(root: &Path) -> Option<Vec<(u64, u64)>> {
+    let bytes = fs::read(root.join(TAKEN_IN)).ok()?;
+    if bytes.len() % 16 != 0 {
+        return None;
+    }
+    Some(bytes.chunks_exact(16).map(|c| (u64::from_le_bytes(c[..8].try_into().expect("8")), u64::from_le_bytes(c[8..].try_into().expect("8")))).collect())
 }
 
 /// How long closing a store waits for its sealed packs to go up.
@@ -248,6 +272,12 @@ impl Store {
                 if !st.waiting.is_empty() || list.iter().any(|p| shared::node_of(p.0) != self.node() && !st.seen.contains(&p.0)) {
                     sig = 0;
                 }
+            }
+            if self.is_shared() && sig != 0 {
+                // What the signature stands for, so that the next open can catch up.
+                let bytes: Vec<u8> = list.iter().flat_map(|p| [p.0.to_le_bytes(), p.1.to_le_bytes()]).flatten().collect();
+                let path = self.root.join(TAKEN_IN);
+                crate::pack::write_file_atomic(&path, &bytes).map_err(io_at(&path))?;
             }
             let mut b = crate::index::Batch::new();
             b.put_meta_u64_unlogged(&self.index, SIGNATURE, sig);
