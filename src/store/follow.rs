@@ -36,6 +36,8 @@ pub(super) struct FollowState {
     pub(super) waiting: Vec<MetaRecord>,
     /// Set once a gap was reported, so that it is logged once.
     gap_reported: bool,
+    /// Set on the placeholder left while a `follow` has the state out.
+    pub(super) busy: bool,
 }
 
 impl FollowState {
@@ -95,8 +97,19 @@ impl Store {
         if !self.follower && !self.is_shared() {
             return Ok(0);
         }
-        // Only the follow thread calls this; its state is taken out while it reads.
-        let mut st = std::mem::take(&mut *self.follow.locked());
+        // Its state is taken out while it reads (no lock held across the bucket's I/O); a
+        // call meanwhile (the mount's last note at unmount, while its follow thread is at
+        // work) finds the placeholder busy and leaves the work to the one under way: a
+        // record must not be applied twice.
+        let mut st = {
+            let mut g = self.follow.locked();
+            if g.busy {
+                return Ok(0);
+            }
+            let st = std::mem::take(&mut *g);
+            g.busy = true;
+            st
+        };
         let r = self.follow_step(&mut st);
         *self.follow.locked() = st;
         r

@@ -269,7 +269,7 @@ impl Store {
         if let Some((mut sig, list)) = bucket_listing(&self.packs).map_err(io_at(&self.root))? {
             if self.is_shared() {
                 let st = self.follow.locked();
-                if !st.waiting.is_empty() || list.iter().any(|p| shared::node_of(p.0) != self.node() && !st.seen.contains(&p.0)) {
+                if st.busy || !st.waiting.is_empty() || list.iter().any(|p| shared::node_of(p.0) != self.node() && !st.seen.contains(&p.0)) {
                     sig = 0;
                 }
             }

@@ -203,7 +203,12 @@ impl Store {
                 }
                 continue;
             };
-            e.refs = (e.refs as i64 + d).max(0) as u64;
+            let refs = e.refs as i64 + d;
+            if refs < 0 {
+                // This index lacked references the other node's recipe held: fsck names it.
+                log::error!("node {node:04x} record {seq}: refcount of chunk {} would drop below zero ({refs}); set to 0", key.short());
+            }
+            e.refs = refs.max(0) as u64;
             extra.put_chunk_unlogged(&self.index, &key, &e);
         }
         extra.put_meta_u64_unlogged(&self.index, &applied_key(node), seq);
@@ -249,7 +254,13 @@ impl Store {
         })?;
         let lock = GcLock { remote: &r.remote, owner };
         self.follow()?;
-        let waiting = self.follow.locked().waiting.len();
+        let (busy, waiting) = {
+            let st = self.follow.locked();
+            (st.busy, st.waiting.len())
+        };
+        if busy {
+            return Err(StoreError::GcRefused("this node is taking in the other nodes' changes at the moment; run gc again".into()));
+        }
         if waiting > 0 {
             return Err(StoreError::GcRefused(format!(
                 "{waiting} metadata log records of other nodes wait for packs not in the bucket yet (a node stopped with packs to upload?); gc would not see every reference"
