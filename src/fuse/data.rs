@@ -271,7 +271,8 @@ impl WarcFs {
                 self.queue(ino);
             }
         }
-        if last_open && inner.store.inode(ino).ok().flatten().is_some_and(|i| i.nlink == 0) {
+        // (Another node's orphan, on a shared store, is that node's to drop.)
+        if last_open && inner.store.owns(ino) && inner.store.inode(ino).ok().flatten().is_some_and(|i| i.nlink == 0) {
             inner.discard_staged(ino);
             if let Err(e) = inner.store.drop_orphan(ino) {
                 log::error!("dropping orphan inode {ino}: {e}");

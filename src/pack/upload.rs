@@ -123,7 +123,13 @@ impl Drop for Uploads {
 
 fn work(s: &Shared) {
     let mut backoff = FIRST_BACKOFF;
+    // When the last renewal that succeeded began (the object store's time of the lock is
+    // at least that late).
     let mut refreshed = Instant::now();
+    // The lock's body while packs wait here (see `PENDING`): what it said before, to put
+    // back once they are up.
+    let mut pending_mark: Option<Vec<u8>> = None;
+    let lease = s.lock.starts_with(super::lock::LEASE);
     loop {
         let id = {
             let mut st = s.state.locked();
@@ -161,7 +167,8 @@ fn work(s: &Shared) {
             // lapsed: a gc may have run meanwhile and taken chunks this node's packs rely on,
             // so nothing more goes up until the node starts again (its open rebuilds the
             // index from the bucket and says if anything is missing).
-            let lapsed = s.lock.starts_with(super::lock::LEASE) && refreshed.elapsed() >= super::lock::LOCK_STALE;
+            let lapsed = lease && refreshed.elapsed() >= super::lock::LOCK_STALE;
+            let attempt = Instant::now();
             let refreshed_now = super::lock::refresh_lock(&s.remote.remote, &s.lock).and_then(|()| {
                 if lapsed {
                     Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, format!("this node's lease lapsed ({} s without renewing it)", refreshed.elapsed().as_secs())))
@@ -170,7 +177,7 @@ fn work(s: &Shared) {
                 }
             });
             match refreshed_now {
-                Ok(()) => refreshed = Instant::now(),
+                Ok(()) => refreshed = attempt,
                 Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
                     log::error!("{}: {e}; sealed packs stay in {} (start this node again once the other has stopped, or on a shared store, now)", s.remote.remote.url(), s.packs_dir.display());
                     let mut st = s.state.locked();
@@ -196,7 +203,21 @@ fn work(s: &Shared) {
             continue;
         }
         let path = s.packs_dir.join(pack_name(id));
-        let result = if path.exists() {
+        let result = if lease && refreshed.elapsed() >= super::lock::LOCK_STALE / 2 {
+            // A lease not renewed for half its life may lapse before this upload ends: a gc
+            // could then take chunks this pack's records rely on. Not now.
+            Err(std::io::Error::other(format!("the lease {} has not been renewed for {} s", s.lock, refreshed.elapsed().as_secs())))
+        } else if path.exists() {
+            // While packs wait here, the lock says so: a node killed now keeps it (no gc, no
+            // other writer by age) until it starts again and uploads them.
+            if pending_mark.is_none() {
+                let before = s.remote.remote.get(&format!("locks/{}", s.lock)).ok().flatten().filter(|b| !b.starts_with(super::lock::PENDING.as_bytes()));
+                let left = s.state.locked().queue.len() + 1;
+                match super::lock::mark_pending(&s.remote.remote, &s.lock, left) {
+                    Ok(()) => pending_mark = Some(before.unwrap_or_default()),
+                    Err(e) => log::warn!("marking the lock object {} as holding packs to upload: {e}", s.lock),
+                }
+            }
             s.remote.remote.put_file(&pack_object(id), &path).and_then(|()| {
                 s.files.locked().pop(&id);
                 s.remote.adopt(id, &path)
@@ -206,6 +227,13 @@ fn work(s: &Shared) {
             Ok(())
         };
         let failed = result.is_err();
+        if !failed && s.state.locked().queue.is_empty() {
+            if let Some(body) = pending_mark.take() {
+                if let Err(e) = s.remote.remote.put(&format!("locks/{}", s.lock), body) {
+                    log::warn!("the lock object {}: {e}", s.lock);
+                }
+            }
+        }
         {
             let mut st = s.state.locked();
             st.busy = None;

@@ -38,6 +38,11 @@ pub(super) struct FollowState {
     gap_reported: bool,
     /// Set on the placeholder left while a `follow` has the state out.
     pub(super) busy: bool,
+    /// A follower's other copies of chunks it keeps elsewhere (met in later packs): where a
+    /// chunk goes when gc trashes the pack it is kept in without copying it (gc kept the
+    /// other copy). Only duplicates are here: a few, unless two writers stored one payload
+    /// at once.
+    alternates: std::collections::HashMap<crate::digest::ChunkKey, ChunkEntry>,
 }
 
 impl FollowState {
@@ -130,7 +135,15 @@ impl Store {
                 st.seen.insert(id);
                 continue;
             }
-            let blobs = self.packs.footer(id)?;
+            // A damaged footer does not hide the blobs: they describe themselves (as a
+            // rebuild reads them), and one bad pack must not stop this node following.
+            let blobs = match self.packs.footer(id) {
+                Err(e @ crate::pack::PackError::Corrupt { .. }) => {
+                    log::warn!("{}: {e}; reading its blobs one by one instead", root.display());
+                    self.packs.scan(id)?
+                }
+                r => r?,
+            };
             for blob in blobs.iter().filter(|b| ChunkKind::from_u8(b.kind) == ChunkKind::Meta) {
                 let raw = self.packs.read(id, blob.offset, &blob.key, blob.stored_len)?;
                 let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::Log(format!("pack {id:016x} offset {}: {e}", blob.offset)))?;
@@ -147,6 +160,10 @@ impl Store {
                 // a follower keeps the copy it found first, as the writer does. It moves
                 // only once gc has trashed that pack (and written the copy read here).
                 if known.as_ref().is_some_and(|k| writer || live.contains(&k.pack)) {
+                    if !writer && known.as_ref().is_some_and(|k| k.pack != id) {
+                        let alt = ChunkEntry { pack: id, offset: blob.offset, stored_len: blob.stored_len, raw_len: blob.raw_len, codec: blob.codec, kind: blob.kind, refs: 0 };
+                        st.alternates.insert(blob.key, alt);
+                    }
                     continue;
                 }
                 // Every blob is a chunk where it lies (a log record's refs are 1 for good).
@@ -157,8 +174,9 @@ impl Store {
             self.index.write(b)?;
             st.seen.insert(id);
         }
+        let departed = self.relocate_departed(st, &live)?;
         let applied = if self.is_shared() { self.apply_waiting_shared(st)? } else { self.apply_waiting(st)? };
-        if applied > 0 || moved {
+        if applied > 0 || moved || departed {
             // Cached chunk places and recipe pieces may name what changed (a pack gc wrote
             // moves chunks without a log record).
             self.cache.clear();
@@ -245,5 +263,30 @@ impl Store {
             );
             st.gap_reported = true;
         }
+    }
+}
+
+impl Store {
+    /// A follower's packs that left the listing (gc trashed them): a chunk still kept in one
+    /// moves to another copy it met, if any (gc's new packs moved the others already).
+    /// Returns whether any pack left.
+    fn relocate_departed(&self, st: &mut FollowState, live: &HashSet<u64>) -> Result<bool> {
+        let departed: HashSet<u64> = st.seen.iter().copied().filter(|id| !live.contains(id)).collect();
+        if departed.is_empty() {
+            return Ok(false);
+        }
+        st.seen.retain(|id| live.contains(id));
+        let mut b = Batch::new();
+        for (key, alt) in &st.alternates {
+            if !live.contains(&alt.pack) {
+                continue;
+            }
+            if let Some(e) = self.index.chunk(key)?.filter(|e| departed.contains(&e.pack)) {
+                b.put_chunk_unlogged(&self.index, key, &ChunkEntry { refs: e.refs, ..alt.clone() });
+            }
+        }
+        self.index.write(b)?;
+        st.alternates.retain(|_, alt| live.contains(&alt.pack));
+        Ok(true)
     }
 }

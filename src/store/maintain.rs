@@ -158,7 +158,7 @@ impl Store {
     /// the number of chunks (see `ScanLimits`): a number per pack, one sort run, one batch.
     pub fn gc(&self) -> Result<GcReport> {
         // A shared store: the bucket's gc lock, and every other node's changes taken in.
-        let _gc_lock = self.gc_prepare()?;
+        let gc_lock = self.gc_prepare()?;
         // Packs an earlier gc put in the bucket's trash, once no node can still be reading
         // them. (A test shortens the wait with the `trash_no_grace` fail point.)
         let grace = if crate::failpoint::armed("trash_no_grace") { std::time::Duration::ZERO } else { crate::pack::remote::TRASH_GRACE };
@@ -186,21 +186,6 @@ impl Store {
                 *live.entry(e.pack).or_default() += e.stored_len as u64 + (BLOB_HEADER_LEN + pack::FOOTER_ENTRY_LEN) as u64;
             }
         }
-        if rep.chunks_dropped > 0 {
-            self.refuse_dropping_referenced()?;
-            let mut b = Batch::new();
-            for item in self.index.chunk_iter() {
-                let (k, e) = item?;
-                if e.refs == 0 {
-                    b.delete_chunk(&self.index, &k);
-                    if b.log().len() >= self.limits.batch_ops {
-                        self.gc_write(&mut ns, std::mem::take(&mut b))?;
-                    }
-                }
-            }
-            self.gc_write(&mut ns, b)?;
-        }
-
         let mut doomed: Vec<u64> = Vec::new();
         let mut rewrite: HashSet<u64> = HashSet::new();
         for (id, size) in sealed {
@@ -213,6 +198,27 @@ impl Store {
             }
         }
         drop(live);
+        if rep.chunks_dropped > 0 {
+            self.refuse_dropping_referenced()?;
+            // On a shared store, a chunk nothing uses keeps its entry while its pack stays:
+            // every node's index holds the blobs of the packs it has taken in (a node that
+            // rebuilds finds it there), and one node may dedup against it before this one
+            // sees that record; its entry goes with its pack.
+            let gone: HashSet<u64> = if self.is_shared() { doomed.iter().chain(rewrite.iter()).copied().collect() } else { HashSet::new() };
+            rep.chunks_dropped = 0;
+            let mut b = Batch::new();
+            for item in self.index.chunk_iter() {
+                let (k, e) = item?;
+                if e.refs == 0 && (!self.is_shared() || gone.contains(&e.pack)) {
+                    b.delete_chunk(&self.index, &k);
+                    rep.chunks_dropped += 1;
+                    if b.log().len() >= self.limits.batch_ops {
+                        self.gc_write(&mut ns, std::mem::take(&mut b))?;
+                    }
+                }
+            }
+            self.gc_write(&mut ns, b)?;
+        }
         self.rewrite_packs(&mut ns, &rewrite)?;
         // Cached chunk places (and, after a dropped key is reused, chunk bytes) are stale now.
         self.cache.clear();
@@ -222,6 +228,9 @@ impl Store {
         if !doomed.is_empty() || !rewrite.is_empty() {
             self.seal_journal(&mut self.journal.locked())?;
             self.wait_uploaded(GC_UPLOAD_WAIT)?;
+        }
+        if let Some(lock) = &gc_lock {
+            lock.still_exclusive()?;
         }
         for id in doomed.iter().chain(rewrite.iter()) {
             self.packs.delete(*id)?;

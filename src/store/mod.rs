@@ -370,7 +370,7 @@ impl Store {
         let (packs, max_id) = match remote_packs(root, &config)? {
             None => (PackReader::new(root.join("packs"), root.join("packs-tmp")), max_id),
             Some(r) if opts.follower => {
-                let (idx, list) = remote::sync_index(root, &config, index, &r, created_here, None)?;
+                let remote::Synced { index: idx, listed: list, .. } = remote::sync_index(root, &config, index, &r, created_here, None)?;
                 // A follower's index keeps no refcounts (`follow` leaves chunk changes out): it
                 // must never pass as up to date when this node next opens to write, where gc
                 // would take its zero counts at their word. 0 is no signature of any listing.
@@ -394,11 +394,16 @@ impl Store {
                 })?;
                 // Another node wrote since this one last did: its index is rebuilt from the
                 // bucket before anything is written (see `bucket::SIGNATURE`).
-                let (idx, list) = remote::sync_index(root, &config, index, &r, created_here, Some(&owner))?;
+                let remote::Synced { index: idx, listed: list, taken_in } = remote::sync_index(root, &config, index, &r, created_here, Some(&owner))?;
                 index = idx;
                 if config.version == SHARED_FORMAT_VERSION {
                     // The packs its index reflects: its first `follow` takes in the others.
-                    seen = list.clone();
+                    seen = taken_in.into_iter().map(|id| (id, 0)).collect();
+                    // Until this node closes cleanly (`note_bucket`), its index reflects no
+                    // listing: a node killed now rebuilds at its next open.
+                    let mut b = crate::index::Batch::new();
+                    b.put_meta_u64_unlogged(&index, bucket::SIGNATURE, 0);
+                    index.write(b)?;
                 }
                 // This node's packs: ids below the next node's range.
                 let node_base = bucket::node_base(&config);
@@ -435,7 +440,19 @@ impl Store {
         // A shared store's writer takes in what the other nodes published since it last
         // closed (if its open did not rebuild the index from the bucket).
         if store.is_shared_writer() {
-            store.follow()?;
+            // Not fatal: the store is whole as it is; what is not taken in yet is by the next
+            // follow (a mount's, or gc's, which needs it all), and this close notes no listing.
+            if let Err(e) = store.follow() {
+                log::warn!("{}: taking in the other nodes' changes: {e}", root.display());
+            }
+        }
+        if store.is_shared() && !created_here && !follower && store.inode(namespace::ROOT_INO)?.is_none() {
+            // On a shared store only the node that made it makes the root (one key, one
+            // writer): its first records are not in the bucket yet.
+            return Err(StoreError::Log(format!(
+                "{}: the store's root is not in the bucket yet (the node that created the store has not uploaded it); try again in a moment",
+                root.display()
+            )));
         }
         store.ensure_root()?;
         store.ensure_node_dir()?;

@@ -25,23 +25,35 @@ use crate::LockExt;
 /// problems (a gap in the log, say): writing, and gc above all, from such an index could
 /// lose what it lacks. Returns the index and the packs it reflects.
 /// `owner`: the writer's lock, renewed while the rebuild runs; None for a follower.
-pub(super) fn sync_index(root: &Path, config: &Config, index: crate::index::Index, r: &Arc<RemotePacks>, fresh: bool, owner: Option<&str>) -> Result<(crate::index::Index, Vec<(u64, u64)>)> {
+/// What `sync_index` gives: the index, the bucket's packs now, and the packs the index has
+/// taken in (the same unless it is to catch up by following).
+pub(super) struct Synced {
+    pub index: crate::index::Index,
+    pub listed: Vec<(u64, u64)>,
+    pub taken_in: Vec<u64>,
+}
+
+pub(super) fn sync_index(root: &Path, config: &Config, index: crate::index::Index, r: &Arc<RemotePacks>, fresh: bool, owner: Option<&str>) -> Result<Synced> {
     let writer = owner.is_some();
     let url = r.remote.url().to_string();
     let probe = crate::pack::PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r.clone());
     let (sig, list) = bucket_listing(&probe).map_err(|err| StoreError::Remote { url: url.clone(), err })?.expect("a remote reader");
     if fresh || index.meta_u64_opt(SIGNATURE)? == Some(sig) {
-        return Ok((index, list));
+        let taken_in = list.iter().map(|p| p.0).collect();
+        return Ok(Synced { index, listed: list, taken_in });
     }
     // A writer of a store several nodes write, whose index took in exactly the packs it
-    // noted at close (`TAKEN_IN`), all still in the bucket (no gc since): the other nodes'
-    // new packs are taken in as the mount does (`follow`, by the caller), not by a rebuild.
+    // noted at close (`TAKEN_IN`), with no gc since (the bucket's gc generation is the one
+    // noted, and every pack noted is still there): the other nodes' new packs are taken in
+    // as the mount does (`follow`, by the caller), not by a rebuild.
     if writer && config.version == super::SHARED_FORMAT_VERSION {
-        if let Some(before) = read_taken_in(root).filter(|b| index.meta_u64_opt(SIGNATURE).ok().flatten() == Some(super::bucket::signature_of(b))) {
+        if let Some((generation, before)) = read_taken_in(root).filter(|b| index.meta_u64_opt(SIGNATURE).ok().flatten() == Some(super::bucket::signature_of(&b.1))) {
             let now: std::collections::HashSet<u64> = list.iter().map(|p| p.0).collect();
-            if before.iter().all(|p| now.contains(&p.0)) {
+            let same_gc = gc_generation(&r.remote).map_err(|err| StoreError::Remote { url: url.clone(), err })? == generation;
+            if same_gc && before.iter().all(|p| now.contains(&p.0)) {
                 log::info!("{}: the bucket has {} packs this node has not taken in; following them", root.display(), list.len() - before.len());
-                return Ok((index, before));
+                let taken_in = before.iter().map(|p| p.0).collect();
+                return Ok(Synced { index, listed: list, taken_in });
             }
         }
     }
@@ -74,6 +86,7 @@ pub(super) fn sync_index(root: &Path, config: &Config, index: crate::index::Inde
     };
     let _ = fs::remove_dir_all(&aside);
     let index = super::open::open_index(root, &index_dir, false, config.version)?;
+    let list_ids: Vec<u64> = list.iter().map(|p| p.0).collect();
     if !rep.problems.is_empty() {
         for p in &rep.problems {
             log::warn!("rebuilding the index from the bucket: {p}");
@@ -87,19 +100,36 @@ pub(super) fn sync_index(root: &Path, config: &Config, index: crate::index::Inde
             )));
         }
     }
-    Ok((index, list))
+    Ok(Synced { index, listed: list, taken_in: list_ids })
 }
 
 /// The packs a shared store's writer had taken in when it last closed (the listing its
-/// `bucket_signature` was computed from): 16 bytes a pack, id and size, little-endian.
+/// `bucket_signature` was computed from), after the bucket's gc generation then: 8 bytes,
+/// then 16 bytes a pack, id and size, all little-endian.
 const TAKEN_IN: &str = "bucket-packs";
+/// The bucket's object counting the gc runs of a shared store (8 bytes, little-endian;
+/// absent: none yet). Only gc writes it, under its exclusive lock.
+const GC_GENERATION: &str = "gc/generation";
 
-fn read_taken_in(root: &Path) -> Option<Vec<(u64, u64)>> {
+fn read_taken_in(root: &Path) -> Option<(u64, Vec<(u64, u64)>)> {
     let bytes = fs::read(root.join(TAKEN_IN)).ok()?;
-    if bytes.len() % 16 != 0 {
+    if bytes.len() < 8 || (bytes.len() - 8) % 16 != 0 {
         return None;
     }
-    Some(bytes.chunks_exact(16).map(|c| (u64::from_le_bytes(c[..8].try_into().expect("8")), u64::from_le_bytes(c[8..].try_into().expect("8")))).collect())
+    let le = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    Some((le(&bytes[..8]), bytes[8..].chunks_exact(16).map(|c| (le(&c[..8]), le(&c[8..]))).collect()))
+}
+
+/// How many times gc ran on the shared store in this bucket.
+pub(super) fn gc_generation(remote: &Remote) -> std::io::Result<u64> {
+    Ok(remote.get(GC_GENERATION)?.and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes)).unwrap_or(0))
+}
+
+/// Counts one more gc run (its caller holds the gc lock): a node's next open then rebuilds
+/// its index instead of catching up.
+pub(super) fn bump_gc_generation(remote: &Remote) -> std::io::Result<()> {
+    let next = gc_generation(remote)? + 1;
+    remote.put(GC_GENERATION, next.to_le_bytes().to_vec())
 }
 
 /// How long closing a store waits for its sealed packs to go up.
@@ -178,6 +208,19 @@ pub fn init_remote(root: &Path, url: &str, mut config: Config, writers: Option<s
     }
     let registered = if shared_store { format!("name={node_name}\n{} {}\n", hostname(), root.display()) } else { format!("{} {}\n", hostname(), root.display()) };
     remote.put(&format!("nodes/{node:04x}"), registered.into_bytes()).map_err(remote_err(url))?;
+    if shared_store {
+        // Two nodes registering one name at once: both see the other now, and back off.
+        for (n, _, _) in remote.list("nodes").map_err(remote_err(url))? {
+            if n == format!("{node:04x}") {
+                continue;
+            }
+            let body = remote.get(&format!("nodes/{n}")).map_err(remote_err(url))?.unwrap_or_default();
+            if String::from_utf8_lossy(&body).lines().next().and_then(|l| l.strip_prefix("name=")) == Some(node_name.as_str()) {
+                let _ = remote.delete(&format!("nodes/{node:04x}"));
+                return Err(StoreError::Exists(format!("node name {node_name:?} in {url} (node {n}, registered at the same time); choose another with --node-name")));
+            }
+        }
+    }
     config.node = Some(node);
     match existing {
         None => {
@@ -275,7 +318,10 @@ impl Store {
             }
             if self.is_shared() && sig != 0 {
                 // What the signature stands for, so that the next open can catch up.
-                let bytes: Vec<u8> = list.iter().flat_map(|p| [p.0.to_le_bytes(), p.1.to_le_bytes()]).flatten().collect();
+                let r = self.packs.remote().ok_or_else(|| StoreError::Bug("a shared store without its bucket".into()))?;
+                let generation = gc_generation(&r.remote).map_err(io_at(&self.root))?;
+                let mut bytes = generation.to_le_bytes().to_vec();
+                bytes.extend(list.iter().flat_map(|p| [p.0.to_le_bytes(), p.1.to_le_bytes()]).flatten());
                 let path = self.root.join(TAKEN_IN);
                 crate::pack::write_file_atomic(&path, &bytes).map_err(io_at(&path))?;
             }

@@ -80,7 +80,7 @@ impl Store {
     }
 
     /// Whether this node may change inode `ino` (see `check_owns`).
-    pub(super) fn owns(&self, ino: u64) -> bool {
+    pub fn owns(&self, ino: u64) -> bool {
         !self.is_shared() || node_of(ino) == self.node() && ino != ROOT_INO
     }
 
@@ -221,15 +221,50 @@ impl Store {
     }
 }
 
-/// The bucket's gc lock, held while a gc of a shared store runs; given back when dropped.
-pub(super) struct GcLock<'a> {
-    remote: &'a crate::pack::remote::Remote,
+/// The bucket's gc lock, held while a gc of a shared store runs: renewed by a thread of its
+/// own (a gc can outlast the lock's staleness), given back when dropped.
+pub(super) struct GcLock {
+    remote: std::sync::Arc<crate::pack::remote::RemotePacks>,
     owner: String,
+    stop: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    renewer: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Drop for GcLock<'_> {
+impl GcLock {
+    fn start(remote: std::sync::Arc<crate::pack::remote::RemotePacks>, owner: String) -> std::io::Result<GcLock> {
+        let stop = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let (r, o, st) = (remote.clone(), owner.clone(), stop.clone());
+        let renewer = std::thread::Builder::new().name("warcfs-gc-lock".into()).spawn(move || loop {
+            let (lock, cv) = &*st;
+            let stopped = lock.locked();
+            let (stopped, _) = cv.wait_timeout_while(stopped, crate::pack::lock::LOCK_REFRESH, |s| !*s).unwrap_or_else(|p| p.into_inner());
+            if *stopped {
+                return;
+            }
+            drop(stopped);
+            if let Err(e) = crate::pack::lock::refresh_lock(&r.remote, &o) {
+                log::warn!("renewing the bucket's gc lock {o}: {e}");
+            }
+        })?;
+        Ok(GcLock { remote, owner, stop, renewer: Some(renewer) })
+    }
+
+    /// Before gc deletes anything: fails if another node holds a live lock now (this one
+    /// lapsed, and a node took its lease meanwhile).
+    pub(super) fn still_exclusive(&self) -> Result<()> {
+        crate::pack::lock::refresh_lock(&self.remote.remote, &self.owner)
+            .map_err(|e| StoreError::GcRefused(format!("the bucket's gc lock: {e}; nothing was deleted (run gc again)")))
+    }
+}
+
+impl Drop for GcLock {
     fn drop(&mut self) {
-        if let Err(e) = crate::pack::lock::unlock(self.remote, &self.owner) {
+        *self.stop.0.locked() = true;
+        self.stop.1.notify_all();
+        if let Some(t) = self.renewer.take() {
+            let _ = t.join();
+        }
+        if let Err(e) = crate::pack::lock::unlock(&self.remote.remote, &self.owner) {
             log::warn!("giving back the bucket's gc lock {}: {e}", self.owner);
         }
     }
@@ -240,7 +275,7 @@ impl Store {
     /// lease allows (restic's exclusive lock: no other node has an upload in flight that
     /// relies on a chunk this gc could take), then takes in everything the other nodes
     /// published, so that every reference any node holds counts. None on other stores.
-    pub(super) fn gc_prepare(&self) -> Result<Option<GcLock<'_>>> {
+    pub(super) fn gc_prepare(&self) -> Result<Option<GcLock>> {
         if !self.is_shared() {
             return Ok(None);
         }
@@ -252,7 +287,10 @@ impl Store {
                 "another node holds a lock in the bucket: {err}. On a store several nodes write, gc runs while no other node writes: unmount the others (their leases go with them), then run gc again"
             ))
         })?;
-        let lock = GcLock { remote: &r.remote, owner };
+        let lock = GcLock::start(r.clone(), owner).map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?;
+        // Every node's next open rebuilds its index rather than catching up (this gc may
+        // take packs it had taken in).
+        super::remote::bump_gc_generation(&r.remote).map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?;
         self.follow()?;
         let (busy, waiting) = {
             let st = self.follow.locked();
