@@ -694,3 +694,37 @@ fn gc_on_an_object_store_trashes_packs_and_deletes_their_objects_only_after_a_gr
         assert!(deep.ok() && deep.out().contains("clean"), "{}", deep.describe());
     }
 }
+
+#[test]
+fn a_writer_killed_with_packs_waiting_to_go_up_keeps_gc_off_until_it_uploads_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shared = tmp.path().join("shared");
+    let url = format!("file://{}", shared.display());
+    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
+    ok(&["init", &s(&a), "--backend", &url, "--writers", "several", "--node-name", "alpha"]);
+    ok(&["init", &s(&b), "--backend", &url, "--node-name", "beta"]);
+    let files = crawl_files();
+    // A is killed (-9) as it starts uploading its first pack: its packs wait in A's packs/.
+    let killed = run_env(&["import", &s(&a), &s(&files[0])], &[("WARCFS_CRASH_AT", "pack_uploading:1")]);
+    assert!(killed.code.is_none(), "{}", killed.describe());
+    assert!(!sealed_packs(&a).is_empty(), "no pack waits on A");
+    let node_a = serde_json::from_slice::<serde_json::Value>(&fs::read(a.join("warcfs.json")).unwrap()).unwrap()["node"].as_u64().unwrap();
+    let lease = shared.join("locks").join(format!("lease-{node_a:04x}"));
+    let body = fs::read_to_string(&lease).unwrap();
+    assert!(body.starts_with("pending-uploads"), "A's lease says {body:?}");
+    // However old, it keeps B's gc off: B's gc could take chunks those packs rely on.
+    fs::File::options().write(true).open(&lease).unwrap().set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600)).unwrap();
+    let refused = run(&["gc", &s(&b)]);
+    assert!(!refused.ok() && refused.stderr.contains(&format!("lease-{node_a:04x}")), "{}", refused.describe());
+    // A starts again: its packs go up, its lease goes, and B's gc runs; nothing lost.
+    ok(&["import", &s(&a), &s(&files[0])]);
+    assert!(sealed_packs(&a).is_empty(), "packs still wait on A: {:?}", sealed_packs(&a));
+    assert!(!lease.exists(), "A's lease outlived it");
+    ok(&["gc", &s(&b)]);
+    let name = format!("/alpha/{}", files[0].file_name().unwrap().to_str().unwrap());
+    for node in [&a, &b] {
+        assert_cat_eq(node, &name, &files[0]);
+        let deep = run(&["fsck", "--deep", &s(node)]);
+        assert!(deep.ok() && deep.out().contains("clean"), "{}", deep.describe());
+    }
+}

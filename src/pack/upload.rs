@@ -218,6 +218,7 @@ fn work(s: &Shared) {
                     Err(e) => log::warn!("marking the lock object {} as holding packs to upload: {e}", s.lock),
                 }
             }
+            crate::failpoint::crash_at("pack_uploading");
             s.remote.remote.put_file(&pack_object(id), &path).and_then(|()| {
                 s.files.locked().pop(&id);
                 s.remote.adopt(id, &path)

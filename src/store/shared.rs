@@ -391,4 +391,48 @@ mod tests {
         assert!(matches!(b.drop_orphan(open.ino).unwrap_err(), StoreError::NotOwned { .. }));
         assert_eq!(a.orphans_and_staged().unwrap().0, vec![open.ino]);
     }
+
+    /// gc keeps the entry of an unused chunk whose pack stays: node B, whose rebuilt index
+    /// holds it (it is in a listed pack), may dedup against it, and A must be able to take
+    /// in B's record that names it.
+    #[test]
+    fn an_unused_chunk_in_a_pack_gc_keeps_stays_usable_by_every_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = shared_store(dir.path(), 3, "three");
+        let b = shared_store(dir.path(), 5, "five");
+        drop(b);
+        let meta = FileMeta { mode: 0o644, mtime: Timestamp::now() };
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut noise = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect()
+        };
+        let (small, big) = (noise(20_000), noise(1_000_000));
+        let own = a.resolve("/three").unwrap();
+        a.put_file(own, b"small", &small, meta).unwrap();
+        a.put_file(own, b"big", &big, meta).unwrap();
+        a.remove("/three/small", false).unwrap();
+        a.gc().unwrap();
+        a.publish().unwrap();
+        a.wait_uploaded(std::time::Duration::from_secs(30)).unwrap();
+        // B opens after the gc (its index rebuilt from the bucket) and stores the same bytes.
+        let b = Store::open(&dir.path().join("five"), false).unwrap();
+        let theirs = b.resolve("/five").unwrap();
+        let put = b.put_file(theirs, b"again", &small, meta).unwrap();
+        assert!(put.new_bytes < 1000, "B stored {} new bytes of bytes the bucket holds", put.new_bytes);
+        b.publish().unwrap();
+        b.wait_uploaded(std::time::Duration::from_secs(30)).unwrap();
+        assert!(a.follow().unwrap() > 0, "A could not take in B's record");
+        let head = a.head(put.ino).unwrap().expect("B's file on A");
+        let mut buf = vec![0u8; small.len()];
+        assert_eq!(a.read_at(&head, 0, &mut buf).unwrap(), small.len());
+        assert!(buf == small);
+        assert!(a.fsck(false).unwrap().problems.is_empty());
+    }
 }
