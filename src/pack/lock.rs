@@ -14,6 +14,12 @@ use super::remote::Remote;
 pub const LOCK_REFRESH: Duration = Duration::from_secs(60);
 pub const LOCK_STALE: Duration = Duration::from_secs(600);
 
+/// How long a pack gc put in the bucket's trash stays readable before a later gc deletes it
+/// (`RemotePacks::purge_trash`): twice the time after which a lock is stale, so a node that
+/// could still be reading it (a follower that has not followed gc's new packs) has long
+/// moved on.
+pub const TRASH_GRACE: Duration = Duration::from_secs(2 * LOCK_STALE.as_secs());
+
 /// The first line of a lock object whose owner stopped with packs still to upload: such a
 /// lock is never taken over by age (those packs hold changes a new writer would not see).
 pub const PENDING: &str = "pending-uploads";

@@ -242,11 +242,6 @@ fn profile_credentials() -> Option<(String, String)> {
 }
 
 /// The object name of pack `id`.
-/// How long a pack gc put in the trash stays readable before a later gc deletes it: twice
-/// the time after which a lease is stale, so a node that could still be reading it (a
-/// follower that has not followed gc's new packs) has long moved on.
-pub const TRASH_GRACE: Duration = Duration::from_secs(2 * super::lock::LOCK_STALE.as_secs());
-
 pub fn pack_object(id: u64) -> String {
     format!("packs/{}", super::pack_name(id))
 }
@@ -567,7 +562,7 @@ impl RemotePacks {
 
     /// Puts pack `id` in the bucket's trash (`trash/<id>.pack`, a marker): from now on it is
     /// in no listing, so no index is built from it, but its object stays readable for
-    /// `TRASH_GRACE` (a follower still reading it, or one that has not followed gc's new
+    /// `lock::TRASH_GRACE` (a follower still reading it, or one that has not followed gc's new
     /// packs yet) until a later gc purges it (`purge_trash`).
     pub fn trash(&self, id: u64) -> io::Result<()> {
         self.remote.put(&format!("trash/{}", super::pack_name(id)), Vec::new())?;

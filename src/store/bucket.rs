@@ -96,3 +96,24 @@ pub(super) fn remote_packs_read_only(root: &Path, config: &Config) -> Result<Opt
     Ok(Some(Arc::new(RemotePacks::new(remote, dir.clone(), crate::pack::remote::MIN_CACHE).map_err(io_at(&dir))?)))
 }
 
+
+/// The node a range-allocated id (pack, and on a shared store inode and recipe) belongs to.
+pub(super) fn node_of(id: u64) -> u16 {
+    (id >> 48) as u16
+}
+
+/// The bucket's object counting the gc runs of a shared store (8 bytes, little-endian;
+/// absent: none yet). Only gc writes it, under its exclusive lock.
+const GC_GENERATION: &str = "gc/generation";
+
+/// How many times gc ran on the shared store in this bucket.
+pub(super) fn gc_generation(remote: &Remote) -> std::io::Result<u64> {
+    Ok(remote.get(GC_GENERATION)?.and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes)).unwrap_or(0))
+}
+
+/// Counts one more gc run (its caller holds the gc lock): a node's next open then rebuilds
+/// its index instead of catching up.
+pub(super) fn bump_gc_generation(remote: &Remote) -> std::io::Result<()> {
+    let next = gc_generation(remote)? + 1;
+    remote.put(GC_GENERATION, next.to_le_bytes().to_vec())
+}

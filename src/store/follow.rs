@@ -19,7 +19,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::journal::{MetaRecord, APPLIED_SEQ};
-use super::{io_at, shared, Result, Store, StoreError};
+use super::{io_at, Result, Store, StoreError};
 use crate::LockExt;
 use crate::index::{Batch, ChunkEntry};
 use crate::pack::ChunkKind;
@@ -131,7 +131,7 @@ impl Store {
         // chunk it has keeps its place and count (another node's copy of it is garbage).
         let writer = !self.follower;
         for id in new {
-            if writer && shared::node_of(id) == self.node() {
+            if writer && super::bucket::node_of(id) == self.node() {
                 st.seen.insert(id);
                 continue;
             }
@@ -214,7 +214,7 @@ impl Store {
     }
 
     /// Applies the waiting records of a shared store: each node's in its own order
-    /// (`shared::apply_foreign`); this node's own are in its index already.
+    /// (`Store::apply_foreign`); this node's own are in its index already.
     fn apply_waiting_shared(&self, st: &mut FollowState) -> Result<u64> {
         st.waiting.sort_by_key(|r| (r.node, r.seq));
         let mut applied = 0u64;
@@ -229,7 +229,7 @@ impl Store {
             }
             let prev = match last {
                 Some((n, l)) if n == rec.node => l,
-                _ => self.index.meta_u64_opt(&shared::applied_key(node))?,
+                _ => self.index.meta_u64_opt(&super::journal::applied_key(node))?,
             };
             if prev.is_some_and(|l| rec.seq <= l) {
                 continue;

@@ -28,6 +28,18 @@ pub const LOG_VERSION: u32 = 1;
 pub const LOG_VERSION_SHARED: u32 = 2;
 /// The index meta record (not itself logged) naming the last record the index applied.
 pub const APPLIED_SEQ: &str = "log_applied_seq";
+/// The index meta key holding the last record of node `node`'s log this index applied (a
+/// store several nodes write: each node's log on its own; its own stay in `APPLIED_SEQ`).
+pub(super) fn applied_key(node: u16) -> String {
+    format!("{APPLIED_SEQ}.{node:04x}")
+}
+
+/// The index meta key holding where node `node`'s latest complete checkpoint this index
+/// applied begins: its records before that are garbage.
+pub(super) fn checkpoint_key(node: u16) -> String {
+    format!("log_checkpoint.{node:04x}")
+}
+
 /// A journal pack is sealed past this size (records are small; this bounds what an open
 /// scans for unapplied records).
 const JOURNAL_PACK_TARGET: u64 = 4 << 20;
@@ -279,7 +291,7 @@ impl Store {
         let raw = self.packs.read(e.pack, e.offset, key, e.stored_len)?;
         let rec = MetaRecord::decode(&raw).map_err(|m| StoreError::Log(format!("pack {:016x} offset {}: {m}", e.pack, e.offset)))?;
         match rec.node {
-            Some(n) if n != self.node() => Ok(self.index.meta_u64_opt(&super::shared::checkpoint_key(n))?.is_some_and(|first| rec.seq < first)),
+            Some(n) if n != self.node() => Ok(self.index.meta_u64_opt(&checkpoint_key(n))?.is_some_and(|first| rec.seq < first)),
             _ => Ok(true),
         }
     }

@@ -161,7 +161,7 @@ impl Store {
         let gc_lock = self.gc_prepare()?;
         // Packs an earlier gc put in the bucket's trash, once no node can still be reading
         // them. (A test shortens the wait with the `trash_no_grace` fail point.)
-        let grace = if crate::failpoint::armed("trash_no_grace") { std::time::Duration::ZERO } else { crate::pack::remote::TRASH_GRACE };
+        let grace = if crate::failpoint::armed("trash_no_grace") { std::time::Duration::ZERO } else { crate::pack::lock::TRASH_GRACE };
         let purged = self.packs.purge_trash(grace).map_err(io_at(&self.root))?;
         let mut ns = self.ns.locked();
         let mut w = self.writer.locked();

@@ -13,8 +13,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::bucket::{bucket_listing, hostname, remote_err, SIGNATURE};
-use super::{io_at, shared, repair::RepairReport, Config, Result, Store, StoreError, FORMAT_NAME, FORMAT_VERSION, REMOTE_FORMAT_VERSION, SHARED_FORMAT_VERSION};
+use super::bucket::{bucket_listing, gc_generation, hostname, remote_err, SIGNATURE};
+use super::{io_at, repair::RepairReport, Config, Result, Store, StoreError, FORMAT_NAME, FORMAT_VERSION, REMOTE_FORMAT_VERSION, SHARED_FORMAT_VERSION};
 use crate::pack::remote::{Remote, RemotePacks};
 use crate::LockExt;
 
@@ -107,9 +107,6 @@ pub(super) fn sync_index(root: &Path, config: &Config, index: crate::index::Inde
 /// `bucket_signature` was computed from), after the bucket's gc generation then: 8 bytes,
 /// then 16 bytes a pack, id and size, all little-endian.
 const TAKEN_IN: &str = "bucket-packs";
-/// The bucket's object counting the gc runs of a shared store (8 bytes, little-endian;
-/// absent: none yet). Only gc writes it, under its exclusive lock.
-const GC_GENERATION: &str = "gc/generation";
 
 fn read_taken_in(root: &Path) -> Option<(u64, Vec<(u64, u64)>)> {
     let bytes = fs::read(root.join(TAKEN_IN)).ok()?;
@@ -120,17 +117,7 @@ fn read_taken_in(root: &Path) -> Option<(u64, Vec<(u64, u64)>)> {
     Some((le(&bytes[..8]), bytes[8..].chunks_exact(16).map(|c| (le(&c[..8]), le(&c[8..]))).collect()))
 }
 
-/// How many times gc ran on the shared store in this bucket.
-pub(super) fn gc_generation(remote: &Remote) -> std::io::Result<u64> {
-    Ok(remote.get(GC_GENERATION)?.and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes)).unwrap_or(0))
-}
 
-/// Counts one more gc run (its caller holds the gc lock): a node's next open then rebuilds
-/// its index instead of catching up.
-pub(super) fn bump_gc_generation(remote: &Remote) -> std::io::Result<()> {
-    let next = gc_generation(remote)? + 1;
-    remote.put(GC_GENERATION, next.to_le_bytes().to_vec())
-}
 
 /// How long closing a store waits for its sealed packs to go up.
 pub const CLOSE_UPLOAD_WAIT: Duration = Duration::from_secs(60);
@@ -312,7 +299,7 @@ impl Store {
         if let Some((mut sig, list)) = bucket_listing(&self.packs).map_err(io_at(&self.root))? {
             if self.is_shared() {
                 let st = self.follow.locked();
-                if st.busy || !st.waiting.is_empty() || list.iter().any(|p| shared::node_of(p.0) != self.node() && !st.seen.contains(&p.0)) {
+                if st.busy || !st.waiting.is_empty() || list.iter().any(|p| super::bucket::node_of(p.0) != self.node() && !st.seen.contains(&p.0)) {
                     sig = 0;
                 }
             }

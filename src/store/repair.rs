@@ -210,12 +210,12 @@ pub(super) fn build_index(
         let to = from + records[from..].iter().take_while(|r| r.6 == node).count();
         let mine = node.is_none() || node == own;
         let (last, start) = apply_log(&idx, &packs, &records[from..to], mine, rep)?;
-        let whose = |n: u16| if mine { APPLIED_SEQ.to_string() } else { super::shared::applied_key(n) };
+        let whose = |n: u16| if mine { APPLIED_SEQ.to_string() } else { super::journal::applied_key(n) };
         if let Some(last) = last {
             b.put_meta_u64_unlogged(&idx, &whose(node.unwrap_or(0)), last);
         }
         if let (Some(n), false, Some(start)) = (node, mine, start) {
-            b.put_meta_u64_unlogged(&idx, &super::shared::checkpoint_key(n), start);
+            b.put_meta_u64_unlogged(&idx, &super::journal::checkpoint_key(n), start);
         }
         from = to;
     }

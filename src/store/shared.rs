@@ -16,6 +16,8 @@
 //! its counters. The chunks themselves come from the packs' footers (`follow`).
 
 use super::namespace::{Inode, InodeKind, ROOT_INO};
+use super::bucket::node_of;
+use super::journal::{applied_key, checkpoint_key};
 use super::{Result, Store, StoreError, SHARED_FORMAT_VERSION};
 use crate::digest::ChunkKey;
 use crate::LockExt;
@@ -27,21 +29,7 @@ const CF_INODE: u8 = 2;
 const CF_DIRENT: u8 = 3;
 const CF_RECIPE: u8 = 4;
 
-/// The node a range-allocated id belongs to.
-pub(super) fn node_of(id: u64) -> u16 {
-    (id >> 48) as u16
-}
 
-/// The index meta key holding where node `node`'s latest complete checkpoint this index
-/// applied begins: its records before that are garbage.
-pub(super) fn checkpoint_key(node: u16) -> String {
-    format!("log_checkpoint.{node:04x}")
-}
-
-/// The index meta key holding the last record of node `node`'s log this index applied.
-pub(super) fn applied_key(node: u16) -> String {
-    format!("{}.{node:04x}", super::journal::APPLIED_SEQ)
-}
 
 /// Where a command writes when not told: the root, or on a store several nodes write, the
 /// node's own directory. (The root for a store that does not exist yet, or whose settings
@@ -290,7 +278,7 @@ impl Store {
         let lock = GcLock::start(r.clone(), owner).map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?;
         // Every node's next open rebuilds its index rather than catching up (this gc may
         // take packs it had taken in).
-        super::remote::bump_gc_generation(&r.remote).map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?;
+        super::bucket::bump_gc_generation(&r.remote).map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?;
         self.follow()?;
         let (busy, waiting) = {
             let st = self.follow.locked();
