@@ -214,7 +214,11 @@ fn bucket_thread(store: Arc<Store>) -> Result<()> {
                 let r = if store.is_follower() {
                     store.follow().map(|_| ())
                 } else if shared {
-                    store.publish_if_due().and_then(|_| store.follow().map(|_| ()))
+                    store
+                        .publish_if_due()
+                        .and_then(|_| store.follow())
+                        .and_then(|_| store.checkpoint_if_due(crate::store::CHECKPOINT_RECORDS))
+                        .map(|_| ())
                 } else {
                     store.publish()
                 };

@@ -40,6 +40,10 @@ pub(super) fn checkpoint_key(node: u16) -> String {
     format!("log_checkpoint.{node:04x}")
 }
 
+/// How many records a shared store's writer writes between two checkpoints of its own
+/// (`checkpoint_if_due`).
+pub const CHECKPOINT_RECORDS: u64 = 10_000;
+
 /// A journal pack is sealed past this size (records are small; this bounds what an open
 /// scans for unapplied records).
 const JOURNAL_PACK_TARGET: u64 = 4 << 20;
@@ -226,7 +230,10 @@ impl Store {
     /// Writes a checkpoint of the namespace (under the namespace lock, so it is the state
     /// as of its first record) and marks every earlier record garbage for gc: what bounds
     /// the log by the size of the namespace rather than by its history.
-    pub(super) fn checkpoint(&self, _ns: &mut Ns) -> Result<()> {
+    /// `collect`: also set the refcount of every record it supersedes to 0 (gc, which then
+    /// collects them). A shared store's writer also checkpoints now and then without it
+    /// (`checkpoint_if_due`): the gc that follows, on whichever node, collects them then.
+    pub(super) fn checkpoint(&self, _ns: &mut Ns, collect: bool) -> Result<()> {
         let first_seq = self.journal.locked().next_seq;
         let mut parts: Vec<(ChunkKey, ChunkEntry, u64)> = Vec::new();
         let mut ops: Vec<LogOp> = Vec::new();
@@ -256,7 +263,13 @@ impl Store {
         for (k, e, seq) in &parts {
             self.note_applied(&mut b, k, e, *seq);
         }
+        if self.is_shared() {
+            b.put_meta_u64_unlogged(&self.index, &checkpoint_key(self.node()), first_seq);
+        }
         self.index.write(b).inspect_err(|_| self.journal.locked().poisoned = true)?;
+        if !collect {
+            return Ok(());
+        }
         // Every earlier record is garbage now: refcount 0, a batch at a time (memory does not
         // grow with the log). A crash part way leaves some at 1, which the next checkpoint
         // sets to 0; repair reads from the newest whole checkpoint whatever they say.
@@ -278,6 +291,24 @@ impl Store {
             self.index.write(b)?;
         }
         Ok(())
+    }
+
+    /// On a shared store's writer: a checkpoint of this node's keys once `every` records have
+    /// been written since the last. Other nodes take it in as they follow, and the gc of any
+    /// node then collects the records it supersedes: so this node's log stays the size of its
+    /// namespace even if gc runs only elsewhere. Returns whether it wrote one.
+    pub fn checkpoint_if_due(&self, every: u64) -> Result<bool> {
+        if !self.is_shared() || self.follower {
+            return Ok(false);
+        }
+        let mut ns = self.ns.locked();
+        let next = self.journal.locked().next_seq;
+        let last = self.index.meta_u64_opt(&checkpoint_key(self.node()))?.unwrap_or(0);
+        if next.saturating_sub(last) < every {
+            return Ok(false);
+        }
+        self.checkpoint(&mut ns, false)?;
+        Ok(true)
     }
 
     /// Whether a log record (not of the checkpoint just written) is superseded: on a store

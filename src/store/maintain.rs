@@ -172,7 +172,7 @@ impl Store {
         let mut rep = GcReport { bytes_before: sealed.iter().map(|p| p.1).sum(), ..GcReport::default() };
         // A checkpoint of the namespace first: every earlier log record becomes garbage
         // that this pass collects, so the log stays the size of the namespace.
-        self.checkpoint(&mut ns)?;
+        self.checkpoint(&mut ns, true)?;
 
         // Live bytes per pack, and how many chunks nothing references.
         let mut live: HashMap<u64, u64> = HashMap::new();

@@ -56,6 +56,7 @@ pub use ingest::{Presplit, Source};
 pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
 pub use fsck::{FsckReport, MAX_PROBLEMS};
 pub use follow::{FOLLOW_INTERVAL, PUBLISH_INTERVAL};
+pub use journal::CHECKPOINT_RECORDS;
 pub use maintain::{GcReport, ScanLimits, Stats};
 use bucket::{hostname, remote_packs, remote_packs_read_only};
 pub use remote::CLOSE_UPLOAD_WAIT;

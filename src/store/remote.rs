@@ -273,6 +273,18 @@ impl Store {
         if !self.packs.uploads() {
             return Ok(());
         }
+        // A shared store's writer that wrote many records since its last checkpoint writes
+        // one before it goes (see `checkpoint_if_due`).
+        match self.checkpoint_if_due(super::journal::CHECKPOINT_RECORDS) {
+            // Its records go up with the rest.
+            Ok(true) => {
+                if let Err(e) = self.seal_journal(&mut self.journal.locked()) {
+                    log::warn!("{}: sealing the checkpoint written at close: {e} (it goes up with the next open)", self.root.display());
+                }
+            }
+            Ok(false) => {}
+            Err(e) => log::warn!("{}: a checkpoint of this node's log at close: {e}", self.root.display()),
+        }
         let r = self.wait_uploaded(timeout);
         if r.is_ok() {
             // Not noting it only costs the next open a rebuild: the uploads stop anyway.
