@@ -157,10 +157,18 @@ impl Chain {
             let head = &mut self.head[..];
             let hmask = head.len() - 1;
             let prev = &mut self.prev[..=pm];
-            let mut v = (plain[from] as u32) << 8 | plain[from + 1] as u32;
-            for (i, &b) in plain[from + 2..end + 2].iter().enumerate() {
+            // Each position's three bytes read at once (no value carried from one position to
+            // the next): four bytes while they are there, the last position alone.
+            let quads = end.min(plain.len().saturating_sub(3));
+            for (i, w) in plain[from..quads.max(from) + 3].windows(4).enumerate() {
                 let i = from + i;
-                v = (v << 8 | b as u32) & 0xff_ffff;
+                let v = u32::from_be_bytes([w[0], w[1], w[2], w[3]]) >> 8;
+                let h = (v.wrapping_mul(2654435761) >> shift) as usize & hmask;
+                prev[i & pm] = head[h];
+                head[h] = i as u32;
+            }
+            for i in quads.max(from)..end {
+                let v = (plain[i] as u32) << 16 | (plain[i + 1] as u32) << 8 | plain[i + 2] as u32;
                 let h = (v.wrapping_mul(2654435761) >> shift) as usize & hmask;
                 prev[i & pm] = head[h];
                 head[h] = i as u32;
