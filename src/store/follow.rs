@@ -43,7 +43,13 @@ pub(super) struct FollowState {
     /// other copy). Only duplicates are here: a few, unless two writers stored one payload
     /// at once.
     alternates: std::collections::HashMap<crate::digest::ChunkKey, ChunkEntry>,
+    /// How many rounds each waiting record of another node has waited for a chunk.
+    stalled: std::collections::HashMap<(u16, u64), u32>,
 }
+
+/// After this many rounds waiting for a chunk, a record's chunks are looked for in every
+/// listed pack (`find_chunks`).
+const STALLED_ROUNDS: u32 = 3;
 
 impl FollowState {
     /// A follower whose index reflects exactly the packs `ids` (the listing it was checked or
@@ -241,12 +247,32 @@ impl Store {
                 continue;
             }
             let first = rec.checkpoint.filter(|c| c.last).map(|c| c.first_seq);
-            if !self.apply_foreign(node, rec.seq, &rec.ops, first)? {
+            let missing = self.apply_foreign(node, rec.seq, &rec.ops, first)?;
+            if !missing.is_empty() {
                 // A chunk it names is not here yet: this node's later records wait with it.
+                // Normally its pack is on its way up; one that waits for rounds may be in a
+                // pack this index holds no entry of (another copy, kept by the node that
+                // wrote the record, of a chunk whose copy here a gc took): look for it.
+                let rounds = st.stalled.entry((node, rec.seq)).or_insert(0);
+                *rounds += 1;
+                if *rounds == STALLED_ROUNDS {
+                    let found = self.find_chunks(&missing)?;
+                    if found < missing.len() {
+                        log::error!(
+                            "{}: node {node:04x}'s record {} names {} chunks no pack in the bucket holds (the first: {}); its changes wait",
+                            self.root.display(),
+                            rec.seq,
+                            missing.len() - found,
+                            missing[0].short()
+                        );
+                    }
+                    *rounds = 0;
+                }
                 blocked = Some(rec.node);
                 keep.push(rec);
                 continue;
             }
+            st.stalled.remove(&(node, rec.seq));
             last = Some((rec.node, Some(rec.seq)));
             applied += 1;
         }
@@ -286,7 +312,54 @@ impl Store {
             }
         }
         self.index.write(b)?;
-        st.alternates.retain(|_, alt| live.contains(&alt.pack));
+        // Keep only copies still listed that are not where the chunk is kept now (gc moves
+        // every chunk of a rewritten pack: those would otherwise pile up with every gc).
+        let mut keep = std::collections::HashMap::new();
+        for (key, alt) in std::mem::take(&mut st.alternates) {
+            if live.contains(&alt.pack) && self.index.chunk(&key)?.is_some_and(|e| e.pack != alt.pack) {
+                keep.insert(key, alt);
+            }
+        }
+        st.alternates = keep;
         Ok(true)
+    }
+}
+
+impl Store {
+    /// Looks for `keys` in the footers of every listed pack and puts each found into the
+    /// index where it lies (unused here until a record counts it). Returns how many were
+    /// found. Reads every footer: only for records that have waited for rounds.
+    fn find_chunks(&self, keys: &[crate::digest::ChunkKey]) -> Result<usize> {
+        let mut want: HashSet<crate::digest::ChunkKey> = keys.iter().copied().collect();
+        let mut found = 0;
+        let listed = self.packs.sealed_packs().map_err(io_at(&self.root))?;
+        for (id, _) in listed {
+            if want.is_empty() {
+                break;
+            }
+            let blobs = match self.packs.footer(id) {
+                Ok(b) => b,
+                Err(e) => {
+                    log::warn!("{}: {e}", self.root.display());
+                    continue;
+                }
+            };
+            let hits: Vec<_> = blobs.into_iter().filter(|b| want.contains(&b.key)).collect();
+            if hits.is_empty() {
+                continue;
+            }
+            let _ns = self.ns.locked();
+            let mut b = Batch::new();
+            for blob in hits {
+                want.remove(&blob.key);
+                if self.index.chunk(&blob.key)?.is_none() {
+                    let e = ChunkEntry { pack: id, offset: blob.offset, stored_len: blob.stored_len, raw_len: blob.raw_len, codec: blob.codec, kind: blob.kind, refs: 0 };
+                    b.put_chunk_unlogged(&self.index, &blob.key, &e);
+                }
+                found += 1;
+            }
+            self.index.write(b)?;
+        }
+        Ok(found)
     }
 }

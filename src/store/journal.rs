@@ -40,6 +40,11 @@ pub(super) fn checkpoint_key(node: u16) -> String {
     format!("log_checkpoint.{node:04x}")
 }
 
+/// The index meta key holding how many changes this node's last checkpoint held.
+fn checkpoint_size_key(node: u16) -> String {
+    format!("log_checkpoint_size.{node:04x}")
+}
+
 /// How many records a shared store's writer writes between two checkpoints of its own
 /// (`checkpoint_if_due`).
 pub const CHECKPOINT_RECORDS: u64 = 10_000;
@@ -239,10 +244,12 @@ impl Store {
         let mut ops: Vec<LogOp> = Vec::new();
         let mut size = 0usize;
         let mut err = None;
+        let mut written = 0u64;
         self.index.for_each_namespace_record(|op| {
             if !self.checkpoints(&op) {
                 return Ok(true);
             }
+            written += 1;
             size += op.bytes();
             ops.push(op);
             if size >= CHECKPOINT_PART {
@@ -265,6 +272,7 @@ impl Store {
         }
         if self.is_shared() {
             b.put_meta_u64_unlogged(&self.index, &checkpoint_key(self.node()), first_seq);
+            b.put_meta_u64_unlogged(&self.index, &checkpoint_size_key(self.node()), written);
         }
         self.index.write(b).inspect_err(|_| self.journal.locked().poisoned = true)?;
         if !collect {
@@ -293,8 +301,9 @@ impl Store {
         Ok(())
     }
 
-    /// On a shared store's writer: a checkpoint of this node's keys once `every` records have
-    /// been written since the last. Other nodes take it in as they follow, and the gc of any
+    /// On a shared store's writer: a checkpoint of this node's keys once `every` records,
+    /// and at least as many as the last checkpoint held changes, have been written since the
+    /// last (so checkpoints cost at most about as much as the log they supersede). Other nodes take it in as they follow, and the gc of any
     /// node then collects the records it supersedes: so this node's log stays the size of its
     /// namespace even if gc runs only elsewhere. Returns whether it wrote one.
     pub fn checkpoint_if_due(&self, every: u64) -> Result<bool> {
@@ -304,7 +313,8 @@ impl Store {
         let mut ns = self.ns.locked();
         let next = self.journal.locked().next_seq;
         let last = self.index.meta_u64_opt(&checkpoint_key(self.node()))?.unwrap_or(0);
-        if next.saturating_sub(last) < every {
+        let last_size = self.index.meta_u64_opt(&checkpoint_size_key(self.node()))?.unwrap_or(0);
+        if next.saturating_sub(last) < every.max(last_size) {
             return Ok(false);
         }
         self.checkpoint(&mut ns, false)?;

@@ -159,6 +159,9 @@ impl Store {
     pub fn gc(&self) -> Result<GcReport> {
         // A shared store: the bucket's gc lock, and every other node's changes taken in.
         let gc_lock = self.gc_prepare()?;
+        if let Some(lock) = &gc_lock {
+            lock.still_exclusive()?;
+        }
         // Packs an earlier gc put in the bucket's trash, once no node can still be reading
         // them. (A test shortens the wait with the `trash_no_grace` fail point.)
         let grace = if crate::failpoint::armed("trash_no_grace") { std::time::Duration::ZERO } else { crate::pack::lock::TRASH_GRACE };
@@ -200,6 +203,24 @@ impl Store {
         drop(live);
         if rep.chunks_dropped > 0 {
             self.refuse_dropping_referenced()?;
+        }
+        self.rewrite_packs(&mut ns, &rewrite)?;
+        // Cached chunk places (and, after a dropped key is reused, chunk bytes) are stale now.
+        self.cache.clear();
+        // On an object store, the packs that replace them must be in the bucket first (a
+        // rebuild from the bucket must find every live chunk somewhere), and so must the
+        // checkpoint, which replaces every log record in the doomed log packs.
+        if !doomed.is_empty() || !rewrite.is_empty() {
+            self.seal_journal(&mut self.journal.locked())?;
+            self.wait_uploaded(GC_UPLOAD_WAIT)?;
+        }
+        if let Some(lock) = &gc_lock {
+            lock.still_exclusive()?;
+        }
+        // Entries of chunks nothing uses go last, with their packs: a gc stopped before here
+        // leaves the index whole (on a shared store, every node's index holds what its
+        // listed packs hold).
+        if rep.chunks_dropped > 0 {
             // On a shared store, a chunk nothing uses keeps its entry while its pack stays:
             // every node's index holds the blobs of the packs it has taken in (a node that
             // rebuilds finds it there), and one node may dedup against it before this one
@@ -218,19 +239,6 @@ impl Store {
                 }
             }
             self.gc_write(&mut ns, b)?;
-        }
-        self.rewrite_packs(&mut ns, &rewrite)?;
-        // Cached chunk places (and, after a dropped key is reused, chunk bytes) are stale now.
-        self.cache.clear();
-        // On an object store, the packs that replace them must be in the bucket first (a
-        // rebuild from the bucket must find every live chunk somewhere), and so must the
-        // checkpoint, which replaces every log record in the doomed log packs.
-        if !doomed.is_empty() || !rewrite.is_empty() {
-            self.seal_journal(&mut self.journal.locked())?;
-            self.wait_uploaded(GC_UPLOAD_WAIT)?;
-        }
-        if let Some(lock) = &gc_lock {
-            lock.still_exclusive()?;
         }
         for id in doomed.iter().chain(rewrite.iter()) {
             self.packs.delete(*id)?;

@@ -384,7 +384,14 @@ impl Store {
             }
             Some(r) => {
                 let owner = bucket::lock_owner(&config);
-                let what = format!("{} pid {} {}", hostname(), std::process::id(), root.display());
+                let mut what = format!("{} pid {} {}", hostname(), std::process::id(), root.display());
+                if config.version == SHARED_FORMAT_VERSION {
+                    // A lease says "pending" for as long as its node writes: records not yet
+                    // published may rely on chunks a gc elsewhere would take, so a node killed
+                    // at any moment keeps gc off until it starts again (or its lease is deleted
+                    // by hand). A clean stop with nothing left to upload deletes it.
+                    what = format!("{}: writing ({what})", crate::pack::lock::PENDING);
+                }
                 crate::pack::lock::take_lock(&r.remote, &owner, &what).map_err(|err| {
                     // Another node writes: readers (`cat`, `ls`, `stats`) open read-only.
                     if err.kind() == io::ErrorKind::WouldBlock {

@@ -49,7 +49,8 @@ pub(super) fn sync_index(root: &Path, config: &Config, index: crate::index::Inde
     if writer && config.version == super::SHARED_FORMAT_VERSION {
         if let Some((generation, before)) = read_taken_in(root).filter(|b| index.meta_u64_opt(SIGNATURE).ok().flatten() == Some(super::bucket::signature_of(&b.1))) {
             let now: std::collections::HashSet<u64> = list.iter().map(|p| p.0).collect();
-            let same_gc = gc_generation(&r.remote).map_err(|err| StoreError::Remote { url: url.clone(), err })? == generation;
+            // (Unknown: rebuild, the careful way.)
+            let same_gc = gc_generation(&r.remote).is_ok_and(|g| g == generation);
             if same_gc && before.iter().all(|p| now.contains(&p.0)) {
                 log::info!("{}: the bucket has {} packs this node has not taken in; following them", root.display(), list.len() - before.len());
                 let taken_in = before.iter().map(|p| p.0).collect();
@@ -308,6 +309,12 @@ impl Store {
         if self.is_shared() {
             self.follow()?;
         }
+        // The gc generation before the listing: a gc between the two then shows as a newer
+        // generation at the next open, never as an older listing under the newer number.
+        let generation = match self.packs.remote() {
+            Some(r) if self.is_shared() => Some(gc_generation(&r.remote).map_err(io_at(&self.root))?),
+            _ => None,
+        };
         if let Some((mut sig, list)) = bucket_listing(&self.packs).map_err(io_at(&self.root))? {
             if self.is_shared() {
                 let st = self.follow.locked();
@@ -315,10 +322,8 @@ impl Store {
                     sig = 0;
                 }
             }
-            if self.is_shared() && sig != 0 {
+            if let (Some(generation), true) = (generation, sig != 0) {
                 // What the signature stands for, so that the next open can catch up.
-                let r = self.packs.remote().ok_or_else(|| StoreError::Bug("a shared store without its bucket".into()))?;
-                let generation = gc_generation(&r.remote).map_err(io_at(&self.root))?;
                 let mut bytes = generation.to_le_bytes().to_vec();
                 bytes.extend(list.iter().flat_map(|p| [p.0.to_le_bytes(), p.1.to_le_bytes()]).flatten());
                 let path = self.root.join(TAKEN_IN);

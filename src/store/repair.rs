@@ -214,7 +214,8 @@ pub(super) fn build_index(
         if let Some(last) = last {
             b.put_meta_u64_unlogged(&idx, &whose(node.unwrap_or(0)), last);
         }
-        if let (Some(n), false, Some(start)) = (node, mine, start) {
+        // (This node's own too: its next checkpoint is due from there, not from record 0.)
+        if let (Some(n), Some(start)) = (node, start) {
             b.put_meta_u64_unlogged(&idx, &super::journal::checkpoint_key(n), start);
         }
         from = to;

@@ -143,10 +143,10 @@ impl Store {
 
     /// Applies record `seq` of node `node`'s log (`ops`) to this node's index: its inode,
     /// entry and recipe changes as they are, and the reference changes its recipes make
-    /// here. Ok(false), with nothing applied, if a chunk it needs is not in this index yet
-    /// (the pack holding it is not uploaded or not seen yet): the caller tries again later.
+    /// here. Returns the chunks it needs that are not in this index yet (their pack not
+    /// uploaded or not seen yet), with nothing applied; the caller tries again later.
     /// `checkpoint`: where the checkpoint this record completes begins, if it does.
-    pub(super) fn apply_foreign(&self, node: u16, seq: u64, ops: &[LogOp], checkpoint: Option<u64>) -> Result<bool> {
+    pub(super) fn apply_foreign(&self, node: u16, seq: u64, ops: &[LogOp], checkpoint: Option<u64>) -> Result<Vec<ChunkKey>> {
         let mut delta = RefDelta::default();
         let rid_of = |k: &[u8]| k.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
         // Recipes it removes: what they held goes (read before they are gone).
@@ -175,7 +175,7 @@ impl Store {
             let keys: Vec<ChunkKey> = pieces.iter().map(|p| p.1).collect();
             let mut decoded = Vec::with_capacity(keys.len());
             for k in &keys {
-                let Some(e) = self.index.chunk(k)? else { return Ok(false) };
+                let Some(e) = self.index.chunk(k)? else { return Ok(vec![*k]) };
                 let bytes = self.chunk_bytes(k, &e)?;
                 decoded.push(Piece::decode(&bytes).map_err(|e| StoreError::Recipe { rid, piece: decoded.len() as u32, what: format!("undecodable: {e}") })?);
             }
@@ -184,10 +184,11 @@ impl Store {
         // Counts are read and written under the namespace lock, as commits change them.
         let _ns = self.ns.locked();
         let mut extra = Batch::new();
+        let mut missing = Vec::new();
         for (key, d) in delta.0 {
             let Some(mut e) = self.index.chunk(&key)? else {
                 if d > 0 {
-                    return Ok(false);
+                    missing.push(key);
                 }
                 continue;
             };
@@ -203,9 +204,12 @@ impl Store {
         if let Some(first) = checkpoint {
             extra.put_meta_u64_unlogged(&self.index, &checkpoint_key(node), first);
         }
+        if !missing.is_empty() {
+            return Ok(missing);
+        }
         let kept: Vec<LogOp> = ops.iter().filter(|op| !matches!(op.cf(), CF_CHUNK | CF_META)).cloned().collect();
         self.index.apply(&kept, false, extra)?;
-        Ok(true)
+        Ok(missing)
     }
 }
 
@@ -240,7 +244,14 @@ impl GcLock {
     /// Before gc deletes anything: fails if another node holds a live lock now (this one
     /// lapsed, and a node took its lease meanwhile).
     pub(super) fn still_exclusive(&self) -> Result<()> {
-        crate::pack::lock::refresh_lock(&self.remote.remote, &self.owner)
+        let check = || crate::pack::lock::refresh_lock(&self.remote.remote, &self.owner);
+        // A node that writes its lease just now (to open the store) sees this lock and backs
+        // off at once: look again a moment later before giving up the work done.
+        check()
+            .or_else(|_| {
+                std::thread::sleep(std::time::Duration::from_secs(3));
+                check()
+            })
             .map_err(|e| StoreError::GcRefused(format!("the bucket's gc lock: {e}; nothing was deleted (run gc again)")))
     }
 }
@@ -275,7 +286,10 @@ impl Store {
                 "another node holds a lock in the bucket: {err}. On a store several nodes write, gc runs while no other node writes: unmount the others (their leases go with them), then run gc again"
             ))
         })?;
-        let lock = GcLock::start(r.clone(), owner).map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?;
+        let lock = GcLock::start(r.clone(), owner.clone()).map_err(|err| {
+            let _ = crate::pack::lock::unlock(&r.remote, &owner);
+            StoreError::Remote { url: r.remote.url().to_string(), err }
+        })?;
         // Every node's next open rebuilds its index rather than catching up (this gc may
         // take packs it had taken in).
         super::bucket::bump_gc_generation(&r.remote).map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?;
