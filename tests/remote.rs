@@ -727,4 +727,17 @@ fn a_writer_killed_with_packs_waiting_to_go_up_keeps_gc_off_until_it_uploads_the
         let deep = run(&["fsck", "--deep", &s(node)]);
         assert!(deep.ok() && deep.out().contains("clean"), "{}", deep.describe());
     }
+    // A mounted writer's lease says so for as long as it writes, its packs uploaded or not.
+    let ma = tmp.path().join("mnt-a");
+    fs::create_dir_all(&ma).unwrap();
+    ok(&["mount", &s(&a), &s(&ma)]);
+    let _ga = MountGuard { mnt: ma.clone(), store: a.clone() };
+    fs::copy(&files[1], ma.join("alpha").join("later.warc.gz")).unwrap();
+    let t0 = std::time::Instant::now();
+    while !(run(&["cat", &s(&b), "/alpha/later.warc.gz"]).ok() && sealed_packs(&a).is_empty()) {
+        assert!(t0.elapsed().as_secs() < 60, "A's file not published and uploaded after {:?}", t0.elapsed());
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let body = fs::read_to_string(&lease).unwrap();
+    assert!(body.starts_with("pending-uploads"), "A's lease, its packs all up, says {body:?}");
 }

@@ -209,8 +209,9 @@ fn work(s: &Shared) {
             Err(std::io::Error::other(format!("the lease {} has not been renewed for {} s", s.lock, refreshed.elapsed().as_secs())))
         } else if path.exists() {
             // While packs wait here, the lock says so: a node killed now keeps it (no gc, no
-            // other writer by age) until it starts again and uploads them.
-            if pending_mark.is_none() {
+            // other writer by age) until it starts again and uploads them. (A lease says so
+            // from the start, for as long as its node writes: nothing to mark or put back.)
+            if pending_mark.is_none() && !lease {
                 let before = s.remote.remote.get(&format!("locks/{}", s.lock)).ok().flatten().filter(|b| !b.starts_with(super::lock::PENDING.as_bytes()));
                 let left = s.state.locked().queue.len() + 1;
                 match super::lock::mark_pending(&s.remote.remote, &s.lock, left) {
