@@ -30,7 +30,7 @@ impl WarcFs {
             }
             if write || trunc {
                 // Another node's file on a shared store: refused here, not at its ingest.
-                inner.store.check_owns(ino, format!("<inode {ino}>").as_bytes()).map_err(|e| super::errno(&e))?;
+                inner.store.check_owns_inode(ino).map_err(|e| super::errno(&e))?;
                 let mut map = inner.ensure_staged(ino, trunc)?;
                 if write {
                     map.get_mut(&ino).ok_or(Errno::EIO)?.writers += 1;

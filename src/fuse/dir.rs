@@ -14,7 +14,7 @@ impl WarcFs {
         let r = (|| {
             if let Some(size) = size {
                 // Another node's file on a shared store: refused before its bytes are copied.
-                inner.store.check_owns(ino, format!("<inode {ino}>").as_bytes()).map_err(|e| super::errno(&e))?;
+                inner.store.check_owns_inode(ino).map_err(|e| super::errno(&e))?;
                 let mut map = inner.ensure_staged(ino, size == 0)?;
                 let s = map.get_mut(&ino).ok_or(Errno::EIO)?;
                 s.file.set_len(size).map_err(|e| io_errno(&e))?;

@@ -38,7 +38,7 @@ fn node_of(name: &str) -> Option<&str> {
 
 /// Whether a live lock `other` keeps the holder of `mine` from going on.
 fn excludes(mine: &str, other: &str) -> bool {
-    if node_of(mine).is_some() && node_of(mine) == node_of(other) && mine != other {
+    if node_of(mine).is_some() && node_of(mine) == node_of(other) {
         // A node's own lease and its own gc: the same process.
         return false;
     }

@@ -126,11 +126,13 @@ fn remote_packs_are_read_through_the_cache_and_a_bad_cached_block_is_fetched_aga
     assert!(matches!(r.read(9, b.offset, &key(2), 5), Err(PackError::Corrupt { .. })));
 }
 
-/// A bucket in a directory, for the lock tests.
-fn lock_bucket() -> (tempfile::TempDir, remote::Remote) {
+/// A bucket in a directory, for the lock tests: the directory (kept while it lives), the
+/// bucket's path, and the bucket.
+fn lock_bucket() -> (tempfile::TempDir, std::path::PathBuf, remote::Remote) {
     let dir = tempfile::tempdir().unwrap();
-    let r = remote::Remote::connect(&format!("file://{}", dir.path().join("bucket").display())).unwrap();
-    (dir, r)
+    let bucket = dir.path().join("bucket");
+    let r = remote::Remote::connect(&format!("file://{}", bucket.display())).unwrap();
+    (dir, bucket, r)
 }
 
 /// Makes lock `name` look `secs` old (ages are the store's times: file mtimes here).
@@ -144,8 +146,7 @@ fn age_lock(bucket: &std::path::Path, name: &str, secs: u64) {
 /// taken over hears it when it renews. Ages are the store's times (file mtimes here).
 #[test]
 fn the_bucket_lock_is_taken_over_only_when_stale_and_never_with_packs_pending() {
-    let (dir, r) = lock_bucket();
-    let bucket = dir.path().join("bucket");
+    let (_dir, bucket, r) = lock_bucket();
     let age = |name: &str, secs: u64| age_lock(&bucket, name, secs);
     lock::take_lock(&r, "node-0001", "a").unwrap();
     let busy = lock::take_lock(&r, "node-0002", "b").unwrap_err();
@@ -172,8 +173,7 @@ fn the_bucket_lock_is_taken_over_only_when_stale_and_never_with_packs_pending() 
 /// out; a lease that meets it when renewing (a lapsed lease) is fenced.
 #[test]
 fn leases_share_the_bucket_and_gc_excludes_every_other_node() {
-    let (dir, r) = lock_bucket();
-    let bucket = dir.path().join("bucket");
+    let (_dir, bucket, r) = lock_bucket();
     let age = |name: &str, secs: u64| age_lock(&bucket, name, secs);
     lock::take_lock(&r, "lease-0001", "a").unwrap();
     lock::take_lock(&r, "lease-0002", "b").unwrap();

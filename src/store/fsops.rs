@@ -130,7 +130,7 @@ impl Store {
 
     /// Deletes an orphan (unlinked while open) once its last handle closes.
     pub fn drop_orphan(&self, ino: u64) -> Result<()> {
-        self.check_owns(ino, format!("<inode {ino}>").as_bytes())?;
+        self.check_owns_inode(ino)?;
         let mut w = self.ns.locked();
         let Some(inode) = self.index.inode::<Inode>(ino)? else { return Ok(()) };
         if inode.nlink > 0 {
@@ -314,7 +314,7 @@ impl Store {
     /// change (a background ingest committing new content included): `f` sees the current
     /// record and edits only what it means to change. An `Err` from `f` writes nothing.
     pub fn update_inode<E>(&self, ino: u64, f: impl FnOnce(&mut Inode) -> std::result::Result<(), E>) -> Result<std::result::Result<Inode, E>> {
-        self.check_owns(ino, format!("<inode {ino}>").as_bytes())?;
+        self.check_owns_inode(ino)?;
         let mut ns = self.ns.locked();
         let mut inode = self.get(ino)?;
         if let Err(e) = f(&mut inode) {

@@ -368,6 +368,8 @@ impl Store {
         let (max_id, recovered) = recover_packs(root)?;
         // The packs a follower's index reflects (its first `follow` takes in the others).
         let mut seen: Vec<(u64, u64)> = Vec::new();
+        // A shared writer's index is to take in packs published since it last closed.
+        let mut catch_up = false;
         let (packs, max_id) = match remote_packs(root, &config)? {
             None => (PackReader::new(root.join("packs"), root.join("packs-tmp")), max_id),
             Some(r) if opts.follower => {
@@ -406,6 +408,7 @@ impl Store {
                 index = idx;
                 if config.version == SHARED_FORMAT_VERSION {
                     // The packs its index reflects: its first `follow` takes in the others.
+                    catch_up = taken_in.len() != list.len();
                     seen = taken_in.into_iter().map(|id| (id, 0)).collect();
                     // Until this node closes cleanly (`note_bucket`), its index reflects no
                     // listing: a node killed now rebuilds at its next open.
@@ -447,7 +450,7 @@ impl Store {
         store.roll_forward(&recovered)?;
         // A shared store's writer takes in what the other nodes published since it last
         // closed (if its open did not rebuild the index from the bucket).
-        if store.is_shared_writer() {
+        if catch_up {
             // Not fatal: the store is whole as it is; what is not taken in yet is by the next
             // follow (a mount's, or gc's, which needs it all), and this close notes no listing.
             if let Err(e) = store.follow() {

@@ -420,9 +420,15 @@ impl Store {
 
     pub(super) fn load_piece(&self, rid: u64, piece: u32) -> Result<Piece> {
         let key = self.piece_key(rid, piece)?;
-        let entry = self.index.chunk(&key)?.ok_or_else(|| StoreError::Recipe { rid, piece, what: format!("its chunk {} is missing", key.short()) })?;
-        let bytes = self.chunk_bytes(&key, &entry)?;
-        Piece::decode(&bytes).map_err(|e| StoreError::Recipe { rid, piece, what: format!("undecodable: {e}") })
+        self.piece_in(rid, piece, &key)?.ok_or_else(|| StoreError::Recipe { rid, piece, what: format!("its chunk {} is missing", key.short()) })
+    }
+
+    /// Piece `piece` of recipe `rid`, held by chunk `key`; None if the index has no such
+    /// chunk.
+    pub(super) fn piece_in(&self, rid: u64, piece: u32, key: &ChunkKey) -> Result<Option<Piece>> {
+        let Some(entry) = self.index.chunk(key)? else { return Ok(None) };
+        let bytes = self.chunk_bytes(key, &entry)?;
+        Piece::decode(&bytes).map(Some).map_err(|e| StoreError::Recipe { rid, piece, what: format!("undecodable: {e}") })
     }
 
     /// Adds recipe `rid` to `b`: its pieces, stored as the chunks `keys`, and a reference

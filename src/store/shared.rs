@@ -22,7 +22,7 @@ use super::{Result, Store, StoreError, SHARED_FORMAT_VERSION};
 use crate::digest::ChunkKey;
 use crate::LockExt;
 use crate::index::{Batch, LogOp, CF_CHUNK, CF_META};
-use crate::recipe::{self, Piece, RefDelta};
+use crate::recipe::{self, RefDelta};
 
 /// Column family numbers of inodes, directory entries and recipe pieces (`index::CFS`).
 const CF_INODE: u8 = 2;
@@ -86,6 +86,15 @@ impl Store {
         })
     }
 
+    /// `check_owns` for an inode known by its number only (FUSE opens and attribute
+    /// changes): nothing is formatted unless it fails.
+    pub fn check_owns_inode(&self, ino: u64) -> Result<()> {
+        if self.owns(ino) {
+            return Ok(());
+        }
+        self.check_owns(ino, format!("<inode {ino}>").as_bytes())
+    }
+
     /// This node's directory at the root of a shared store, made on the node's first open.
     pub(super) fn ensure_node_dir(&self) -> Result<()> {
         if !self.is_shared() || self.follower {
@@ -137,7 +146,11 @@ impl Store {
         if keys.is_empty() {
             return Ok(None);
         }
-        let pieces = keys.iter().enumerate().map(|(i, _)| self.load_piece(rid, i as u32)).collect::<Result<Vec<Piece>>>()?;
+        let mut pieces = Vec::with_capacity(keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            let piece = i as u32;
+            pieces.push(self.piece_in(rid, piece, k)?.ok_or_else(|| StoreError::Recipe { rid, piece, what: format!("its chunk {} is missing", k.short()) })?);
+        }
         Ok(Some(recipe::references(&pieces, &keys)))
     }
 
@@ -174,10 +187,9 @@ impl Store {
             pieces.sort_by_key(|p| p.0);
             let keys: Vec<ChunkKey> = pieces.iter().map(|p| p.1).collect();
             let mut decoded = Vec::with_capacity(keys.len());
-            for k in &keys {
-                let Some(e) = self.index.chunk(k)? else { return Ok(vec![*k]) };
-                let bytes = self.chunk_bytes(k, &e)?;
-                decoded.push(Piece::decode(&bytes).map_err(|e| StoreError::Recipe { rid, piece: decoded.len() as u32, what: format!("undecodable: {e}") })?);
+            for (i, k) in keys.iter().enumerate() {
+                let Some(piece) = self.piece_in(rid, i as u32, k)? else { return Ok(vec![*k]) };
+                decoded.push(piece);
             }
             delta.add(recipe::references(&decoded, &keys), 1);
         }
@@ -326,6 +338,11 @@ mod tests {
         Store::init(&dir.join(name), config).unwrap()
     }
 
+    /// Nodes 3 ("three") and 5 ("five") of one bucket in `dir`, and a file's attributes.
+    fn two_nodes(dir: &std::path::Path) -> (Store, Store, FileMeta) {
+        (shared_store(dir, 3, "three"), shared_store(dir, 5, "five"), FileMeta { mode: 0o644, mtime: Timestamp::now() })
+    }
+
     /// A node writes under its own directory only, with ids in its range, and its
     /// checkpoint carries only its own keys.
     #[test]
@@ -370,9 +387,7 @@ mod tests {
     #[test]
     fn a_node_takes_in_another_nodes_records_and_leaves_its_orphans_alone() {
         let dir = tempfile::tempdir().unwrap();
-        let a = shared_store(dir.path(), 3, "three");
-        let b = shared_store(dir.path(), 5, "five");
-        let meta = FileMeta { mode: 0o644, mtime: Timestamp::now() };
+        let (a, b, meta) = two_nodes(dir.path());
         let data: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
         let own = a.resolve("/three").unwrap();
         let kept = a.put_file(own, b"kept.warc", &data, meta).unwrap();
@@ -400,10 +415,8 @@ mod tests {
     #[test]
     fn an_unused_chunk_in_a_pack_gc_keeps_stays_usable_by_every_node() {
         let dir = tempfile::tempdir().unwrap();
-        let a = shared_store(dir.path(), 3, "three");
-        let b = shared_store(dir.path(), 5, "five");
+        let (a, b, meta) = two_nodes(dir.path());
         drop(b);
-        let meta = FileMeta { mode: 0o644, mtime: Timestamp::now() };
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let mut noise = |n: usize| -> Vec<u8> {
             (0..n)
@@ -444,9 +457,7 @@ mod tests {
     #[test]
     fn a_nodes_own_checkpoints_let_another_nodes_gc_collect_its_old_records() {
         let dir = tempfile::tempdir().unwrap();
-        let a = shared_store(dir.path(), 3, "three");
-        let b = shared_store(dir.path(), 5, "five");
-        let meta = FileMeta { mode: 0o644, mtime: Timestamp::now() };
+        let (a, b, meta) = two_nodes(dir.path());
         let theirs = b.resolve("/five").unwrap();
         for i in 0..20u32 {
             b.put_file(theirs, format!("f{i}").as_bytes(), format!("record {i}").as_bytes(), meta).unwrap();
