@@ -111,6 +111,19 @@ impl Drop for Cluster {
     }
 }
 
+/// A bucket in a shared directory under `tmp` (`file://`), its URL, and the STORE
+/// directories of two nodes of it.
+fn file_bucket(tmp: &Path) -> (PathBuf, String, PathBuf, PathBuf) {
+    let shared = tmp.join("shared");
+    let url = format!("file://{}", shared.display());
+    (shared, url, tmp.join("node-a"), tmp.join("node-b"))
+}
+
+/// An fsck that passed and says the store is clean.
+fn assert_clean(r: &Run) {
+    assert!(r.ok() && r.out().contains("clean"), "{}", r.describe());
+}
+
 fn cat_with(c: &Cluster, store: &Path, path: &str) -> Vec<u8> {
     c.ok(&["cat", &s(store), path]).stdout
 }
@@ -140,7 +153,7 @@ fn a_second_node_joins_the_bucket_and_reads_every_file_exactly() {
         assert!(cat_with(&c, &b, &name) == fs::read(f).unwrap(), "{name} differs when read on node B");
     }
     let fsck = c.run(&["fsck", &s(&b)]);
-    assert!(fsck.ok() && fsck.out().contains("clean"), "{}", fsck.describe());
+    assert_clean(&fsck);
 
     // A payload A stored is not stored again by B: B imports the same crawl under another name.
     let again = c.ok(&["import", &s(&b), &s(&files[0]), "--to", "/again"]);
@@ -160,7 +173,7 @@ fn a_second_node_joins_the_bucket_and_reads_every_file_exactly() {
     assert!(!names.contains(&first), "B still lists /{first}, which A removed: {names:?}");
     assert!(cat_with(&c, &b, &format!("/again/{first}")) == fs::read(&files[0]).unwrap());
     let fsck = c.run(&["fsck", &s(&b)]);
-    assert!(fsck.ok() && fsck.out().contains("clean"), "{}", fsck.describe());
+    assert_clean(&fsck);
 }
 
 #[test]
@@ -183,7 +196,7 @@ fn gc_deletes_the_objects_nothing_uses_and_a_rebuilt_node_still_reads_the_rest()
     let kept = format!("/{}", files[2].file_name().unwrap().to_str().unwrap());
     assert!(cat_with(&c, &b, &kept) == fs::read(&files[2]).unwrap());
     let fsck = c.run(&["fsck", &s(&b)]);
-    assert!(fsck.ok() && fsck.out().contains("clean"), "{}", fsck.describe());
+    assert_clean(&fsck);
     // B's index lost: `repair index` rebuilds it from the bucket, and fsck --deep reads every
     // chunk back from there.
     fs::remove_dir_all(b.join("index")).unwrap();
@@ -191,7 +204,7 @@ fn gc_deletes_the_objects_nothing_uses_and_a_rebuilt_node_still_reads_the_rest()
     assert!(!miss.ok() && miss.stderr.contains("repair index"), "{}", miss.describe());
     c.ok(&["repair", "index", &s(&b)]);
     let deep = c.run(&["fsck", "--deep", &s(&b)]);
-    assert!(deep.ok() && deep.out().contains("clean"), "{}", deep.describe());
+    assert_clean(&deep);
     assert!(cat_with(&c, &b, &kept) == fs::read(&files[2]).unwrap());
 }
 
@@ -358,7 +371,7 @@ fn a_file_closed_on_the_writing_node_appears_on_a_following_node_within_seconds(
     let kept = format!("/{}", files[1].file_name().unwrap().to_str().unwrap());
     assert!(cat_with(&c, &b, &kept) == fs::read(&files[1]).unwrap(), "B's gc lost what A wrote");
     let fsck = c.run(&["fsck", "--deep", &s(&b)]);
-    assert!(fsck.ok() && fsck.out().contains("clean"), "{}", fsck.describe());
+    assert_clean(&fsck);
 }
 
 #[test]
@@ -391,9 +404,7 @@ fn a_writing_node_killed_leaves_the_followers_alone_and_recovers_on_its_next_mou
 #[test]
 fn a_shared_directory_serves_as_the_bucket_and_a_second_writer_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    let shared = tmp.path().join("shared");
-    let url = format!("file://{}", shared.display());
-    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
+    let (shared, url, a, b) = file_bucket(tmp.path());
     ok(&["init", &s(&a), "--backend", &url]);
     let files = crawl_files();
     ok(&["import", &s(&a), &s(&files[0])]);
@@ -569,7 +580,7 @@ fn several_nodes_write_at_once_each_under_its_own_directory_and_every_node_reads
     c.ok(&["gc", &s(&n.a)]);
     for node in [&n.a, &n.b] {
         let deep = c.run(&["fsck", "--deep", &s(node)]);
-        assert!(deep.ok() && deep.out().contains("clean"), "{}", deep.describe());
+        assert_clean(&deep);
         assert!(cat_with(&c, node, "/beta/again.warc.gz") == fs::read(&files[0]).unwrap(), "{} lost B's copy of what A removed", node.display());
         let second = format!("/beta/{}", files[1].file_name().unwrap().to_str().unwrap());
         assert!(cat_with(&c, node, &second) == fs::read(&files[1]).unwrap());
@@ -585,7 +596,7 @@ fn several_nodes_write_at_once_each_under_its_own_directory_and_every_node_reads
     assert_eq!(listing(&n.b), want);
     assert_eq!(listing(&n.a), want);
     let deep = c.run(&["fsck", "--deep", &s(&n.b)]);
-    assert!(deep.ok() && deep.out().contains("clean"), "{}", deep.describe());
+    assert_clean(&deep);
     // And B writes on from it, in its own range.
     n.mount(&c);
     fs::copy(&files[2], n.mb.join("beta").join(files[2].file_name().unwrap())).unwrap();
@@ -634,7 +645,7 @@ fn a_writing_node_of_a_shared_store_killed_leaves_the_other_writing_and_recovers
             assert!(cat_with(&c, node, &format!("/{dir}/{third}")) == fs::read(&files[2]).unwrap(), "/{dir}/{third} on {}", node.display());
         }
         let fsck = c.run(&["fsck", &s(node)]);
-        assert!(fsck.ok() && fsck.out().contains("clean"), "{}", fsck.describe());
+        assert_clean(&fsck);
     }
     // A node that opens after another wrote (and no gc ran) takes in the new packs as a mount
     // follows, without rebuilding its index from the bucket.
@@ -644,15 +655,13 @@ fn a_writing_node_of_a_shared_store_killed_leaves_the_other_writing_and_recovers
     assert!(seen.out().contains(second) && !seen.stderr.contains("rebuilding"), "{}", seen.describe());
     assert!(cat_with(&c, &n.b, &format!("/alpha/later/{second}")) == fs::read(&files[1]).unwrap());
     let fsck = c.run(&["fsck", &s(&n.b)]);
-    assert!(fsck.ok() && fsck.out().contains("clean"), "{}", fsck.describe());
+    assert_clean(&fsck);
 }
 
 #[test]
 fn gc_on_an_object_store_trashes_packs_and_deletes_their_objects_only_after_a_grace_period() {
     let tmp = tempfile::tempdir().unwrap();
-    let shared = tmp.path().join("shared");
-    let url = format!("file://{}", shared.display());
-    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
+    let (shared, url, a, b) = file_bucket(tmp.path());
     ok(&["init", &s(&a), "--backend", &url, "--pack-size", "1048576"]);
     let files = crawl_files();
     ok(&["import", &s(&a), &s(&files[0]), &s(&files[2])]);
@@ -691,16 +700,14 @@ fn gc_on_an_object_store_trashes_packs_and_deletes_their_objects_only_after_a_gr
     for node in [&a, &b] {
         assert_cat_eq(node, &kept, &files[2]);
         let deep = run(&["fsck", "--deep", &s(node)]);
-        assert!(deep.ok() && deep.out().contains("clean"), "{}", deep.describe());
+        assert_clean(&deep);
     }
 }
 
 #[test]
 fn a_writer_killed_with_packs_waiting_to_go_up_keeps_gc_off_until_it_uploads_them() {
     let tmp = tempfile::tempdir().unwrap();
-    let shared = tmp.path().join("shared");
-    let url = format!("file://{}", shared.display());
-    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
+    let (shared, url, a, b) = file_bucket(tmp.path());
     ok(&["init", &s(&a), "--backend", &url, "--writers", "several", "--node-name", "alpha"]);
     ok(&["init", &s(&b), "--backend", &url, "--node-name", "beta"]);
     let files = crawl_files();
@@ -725,7 +732,7 @@ fn a_writer_killed_with_packs_waiting_to_go_up_keeps_gc_off_until_it_uploads_the
     for node in [&a, &b] {
         assert_cat_eq(node, &name, &files[0]);
         let deep = run(&["fsck", "--deep", &s(node)]);
-        assert!(deep.ok() && deep.out().contains("clean"), "{}", deep.describe());
+        assert_clean(&deep);
     }
     // A mounted writer's lease says so for as long as it writes, its packs uploaded or not.
     let ma = tmp.path().join("mnt-a");
