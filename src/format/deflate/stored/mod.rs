@@ -37,7 +37,7 @@ impl Cursor<'_> {
         Ok(v)
     }
 
-    #[inline]
+    #[inline(always)]
     fn varint(&mut self) -> Result<u64> {
         // Most values (gaps, refs, lengths) fit one byte.
         if let Some(&b) = self.b.get(self.i) {
@@ -62,7 +62,7 @@ impl Cursor<'_> {
     }
 
     /// A varint that must fit `max`, so that it can size nothing larger.
-    #[inline]
+    #[inline(always)]
     fn bounded(&mut self, max: u64) -> Result<u64> {
         let v = self.varint()?;
         if v > max {
@@ -223,8 +223,9 @@ impl Chain {
         found
     }
 
-    /// The candidate of `pos` that is the k-th that counts as `counted` says.
-    fn at_counted(&self, plain: &[u8], pos: usize, k: u64, mut counted: Counted) -> Option<usize> {
+    /// The candidate of `pos` that is the k-th that counts as `counted` says, with the
+    /// length of its match when counting records found it (so it is not measured twice).
+    fn at_counted(&self, plain: &[u8], pos: usize, k: u64, mut counted: Counted) -> Option<(usize, Option<usize>)> {
         let (mut left, mut found) = (k, None);
         self.walk(plain, pos, RANK_STEPS, |q| {
             if counted.counts(plain, pos, q) {
@@ -236,7 +237,11 @@ impl Chain {
             }
             true
         });
-        found
+        let len = match counted {
+            Counted::Records { best, .. } => Some(best),
+            _ => None,
+        };
+        found.map(|q| (q, len))
     }
 
 }
@@ -356,15 +361,21 @@ fn get_matches(b: &[u8], from: u64, plain: &[u8], chain: &mut Chain, out: &mut V
             return Err(ParseError::Damaged("match length"));
         }
         let stated = (lc != 0).then_some(lc + 2);
-        let dist = match r % 3 {
-            0 => pos - chain.at_counted(plain, pos, r / 3, Counted::new(plain, pos, stated)).ok_or(ParseError::Damaged("record beyond the chain"))?,
-            1 => pos - chain.at_counted(plain, pos, r / 3, Counted::All).ok_or(ParseError::Damaged("rank beyond the chain"))?,
-            _ => (r / 3) as usize + 1,
+        let (dist, measured) = match r % 3 {
+            0 => chain.at_counted(plain, pos, r / 3, Counted::new(plain, pos, stated)).ok_or(ParseError::Damaged("record beyond the chain"))?,
+            1 => chain.at_counted(plain, pos, r / 3, Counted::All).ok_or(ParseError::Damaged("rank beyond the chain"))?,
+            _ => (pos.wrapping_sub((r / 3) as usize + 1), None),
         };
-        if dist > pos || dist > WINDOW {
+        let dist = pos.wrapping_sub(dist);
+        if dist > pos || dist > WINDOW || dist == 0 {
             return Err(ParseError::Damaged("match out of range"));
         }
-        let len = if lc == 0 { extension(plain, pos, dist, (plain.len() - pos).min(258)) } else { lc + 2 };
+        // A record's match length is the extension its walk measured.
+        let len = match (lc, measured) {
+            (0, Some(len)) => len,
+            (0, None) => extension(plain, pos, dist, (plain.len() - pos).min(258)),
+            _ => lc + 2,
+        };
         if !(3..=258).contains(&len) || pos + len > plain.len() {
             return Err(ParseError::Damaged("match length"));
         }
