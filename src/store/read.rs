@@ -128,14 +128,11 @@ impl Store {
         Ok(p)
     }
 
-    /// Appends the plain text described by `extents` to `out`.
-    fn gather(&self, piece: &Piece, extents: &[Extent], out: &mut Vec<u8>) -> Result<()> {
-        self.gather_with(piece, extents, None, out)
-    }
-
-    /// `gather`, with one more chunk (a member's parse tail) to read at the same time.
-    fn gather_with(&self, piece: &Piece, extents: &[Extent], also: Option<ChunkKey>, out: &mut Vec<u8>) -> Result<()> {
-        if extents.len() + also.is_some() as usize > 1 {
+    /// Appends the plain text described by `extents` to `out`; `also` is one more chunk (a
+    /// member's parse tail) to have read at the same time, unless the caller had the kernel
+    /// read every one of them already (`advised`).
+    fn gather_with(&self, piece: &Piece, extents: &[Extent], also: Option<ChunkKey>, advised: bool, out: &mut Vec<u8>) -> Result<()> {
+        if !advised && extents.len() + also.is_some() as usize > 1 {
             // Start every pack read at once rather than one after the other.
             let keys: Vec<ChunkKey> = extents.iter().map(|e| piece.keys[e.chunk as usize]).chain(also).collect();
             self.request_chunks(&keys)?;
@@ -181,14 +178,14 @@ impl Store {
     /// the original bytes kept in the recipe. A mismatch is an error, never wrong bytes.
     fn rebuild_member(&self, head: &RecipeHead, pno: u32, sno: usize, piece: &Piece) -> Result<Vec<u8>> {
         let mut out = Vec::new();
-        self.rebuild_member_into(head, pno, sno, piece, &mut out)?;
+        self.rebuild_member_into(head, pno, sno, piece, false, &mut out)?;
         Ok(out)
     }
 
     /// `rebuild_member`, appending to `out` (a reader copying out a run of members writes
     /// them where they go, not into a buffer of their own first). On an error `out` is left
-    /// as it was.
-    fn rebuild_member_into(&self, head: &RecipeHead, pno: u32, sno: usize, piece: &Piece, out: &mut Vec<u8>) -> Result<()> {
+    /// as it was. `advised` as for `gather_with`.
+    fn rebuild_member_into(&self, head: &RecipeHead, pno: u32, sno: usize, piece: &Piece, advised: bool, out: &mut Vec<u8>) -> Result<()> {
         let Segment::Member { header, plain, parse, parse_tail, trailer, comp_len, crc } = &piece.segments[sno] else {
             unreachable!("rebuild_member is called on member segments only");
         };
@@ -196,7 +193,7 @@ impl Store {
         let plain_len: usize = plain.iter().map(|e| e.len as usize).sum();
         let mut text = Vec::with_capacity(plain_len);
         let started = std::time::Instant::now();
-        self.gather_with(piece, plain, parse_tail.map(|t| piece.keys[t as usize]), &mut text)?;
+        self.gather_with(piece, plain, parse_tail.map(|t| piece.keys[t as usize]), advised, &mut text)?;
         let tail = match parse_tail {
             Some(t) => {
                 let key = piece.keys[*t as usize];
@@ -489,8 +486,11 @@ impl Store {
             next: usize,
             in_flight: u64,
             failed: bool,
+            /// Buffers the writer is done with, for the next tasks: a fresh one of megabytes
+            /// is fresh pages, each a fault to fill.
+            spare: Vec<Vec<u8>>,
         }
-        let state = Mutex::new(Progress { tasks: Vec::new(), loaded: false, done: Vec::new(), next: 0, in_flight: 0, failed: false });
+        let state = Mutex::new(Progress { tasks: Vec::new(), loaded: false, done: Vec::new(), next: 0, in_flight: 0, failed: false, spare: Vec::new() });
         let changed = Condvar::new();
         let io_err = |err| StoreError::Io { path: "<output>".into(), err };
         let fail = |e| {
@@ -521,7 +521,7 @@ impl Store {
             Ok(())
         };
         let work = || loop {
-            let (i, t) = {
+            let (i, t, buf) = {
                 let mut st = state.locked();
                 loop {
                     if st.failed || (st.loaded && st.next >= st.tasks.len()) {
@@ -536,7 +536,7 @@ impl Store {
                 st.next += 1;
                 let t = st.tasks[i];
                 st.in_flight = st.in_flight.saturating_add(t.len);
-                (i, t)
+                (i, t, st.spare.pop())
             };
             // A panic here (a bug) must still fill the slot: the writer waits for it, and in
             // the mount that writer may hold the staged map (copy on write), which would
@@ -545,13 +545,14 @@ impl Store {
                 crate::failpoint::panic_at("copy_to");
                 let piece = self.piece(head.id, t.pno)?;
                 // A hint only: lengths come from the recipe, which may be damaged.
-                let mut v = Vec::with_capacity(t.len.min(2 * TASK) as usize);
+                let mut v = buf.unwrap_or_default();
+                v.reserve(t.len.min(2 * TASK) as usize);
                 if t.members {
                     for sno in t.sno..t.b {
-                        self.rebuild_member_into(head, t.pno, sno, &piece, &mut v)?;
+                        self.rebuild_member_into(head, t.pno, sno, &piece, true, &mut v)?;
                     }
                 } else if let Segment::Data { extents } = &piece.segments[t.sno] {
-                    self.gather(&piece, &extents[t.a..t.b], &mut v)?;
+                    self.gather_with(&piece, &extents[t.a..t.b], None, true, &mut v)?;
                 }
                 Ok(v)
             });
@@ -586,8 +587,13 @@ impl Store {
                 let bytes = bytes.map_err(fail)?;
                 out.write_all(&bytes).map_err(io_err).map_err(fail)?;
                 written += bytes.len() as u64;
+                let mut bytes = bytes;
+                bytes.clear();
                 let mut st = state.locked();
                 st.in_flight = st.in_flight.saturating_sub(len);
+                if st.spare.len() < 4 {
+                    st.spare.push(bytes);
+                }
                 drop(st);
                 changed.notify_all();
                 i += 1;
