@@ -78,8 +78,9 @@ fn cdc(data: &[u8], (min, avg, max): (u32, u32, u32)) -> impl Iterator<Item = (u
     fastcdc::v2020::FastCDC::new(data, min, avg, max).map(|c| (c.offset, c.length))
 }
 
-/// A member's parse, recorded while inflating it again and proven to replay to its exact
-/// bytes in the form it is stored in; None if it does not (the member is then kept raw).
+/// A member's parse, recorded while inflating it (by the splitter, or here when the splitter
+/// left it to zlib) and proven to replay to its exact bytes in the form it is stored in; None
+/// if it does not (the member is then kept raw).
 fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64) -> Option<deflate::Stored> {
     if !m.plain_kept || m.plain_len > MAX_MEMBER_PLAIN {
         return None;
@@ -88,9 +89,17 @@ fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64) -> Option<d
     let stream = data.get(d0..d0 + m.deflate_len as usize)?;
     let p0 = m.plain_start as usize;
     let plain = plain.get(p0..p0 + m.plain_len as usize)?;
-    let parse = deflate::record(stream, plain).ok()?;
+    // The splitter's inflater recorded most members' parses already.
+    let recorded;
+    let parse = match &m.parse {
+        Some(p) => p,
+        None => {
+            recorded = deflate::record(stream, plain).ok()?;
+            &recorded
+        }
+    };
     // The proof: the stored form, decoded and replayed, gives the member's exact bytes.
-    let stored = deflate::encode(&parse, plain, Some(cut_at as usize));
+    let stored = deflate::encode(parse, plain, Some(cut_at as usize));
     let mut again = Vec::with_capacity(stream.len());
     let back = deflate::decode(&stored.prefix, stored.tail.as_deref(), plain).ok()?;
     deflate::replay(&back, plain, &mut again).ok()?;

@@ -194,15 +194,143 @@ fn read_dynamic_header(r: &mut BitReader) -> Result<(Vec<u8>, Vec<u8>)> {
     Ok((lengths, dist))
 }
 
+/// Where the text a stream decodes to goes: compared with the text it must give (`record`)
+/// or written out (`inflate`). One decoding loop serves both, so that what ingest records
+/// while it inflates is what `record` would find.
+trait Text {
+    /// Bytes of text so far.
+    fn len(&self) -> usize;
+    fn literal(&mut self, b: u8) -> Result<()>;
+    fn stored(&mut self, bytes: &[u8]) -> Result<()>;
+    /// `len` bytes from `dist` back; the caller checked that `dist` is within the text.
+    fn copy(&mut self, dist: usize, len: usize) -> Result<()>;
+}
+
+struct Check<'a> {
+    plain: &'a [u8],
+    pos: usize,
+}
+
+impl Text for Check<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.pos
+    }
+
+    #[inline]
+    fn literal(&mut self, b: u8) -> Result<()> {
+        if self.plain.get(self.pos) != Some(&b) {
+            return Err(ParseError::TextDiffers);
+        }
+        self.pos += 1;
+        Ok(())
+    }
+
+    fn stored(&mut self, bytes: &[u8]) -> Result<()> {
+        if self.plain.get(self.pos..self.pos + bytes.len()) != Some(bytes) {
+            return Err(ParseError::TextDiffers);
+        }
+        self.pos += bytes.len();
+        Ok(())
+    }
+
+    #[inline]
+    fn copy(&mut self, dist: usize, len: usize) -> Result<()> {
+        let (p, pos) = (self.plain, self.pos);
+        if pos + len > p.len() || p[pos..pos + len] != p[pos - dist..pos - dist + len] {
+            return Err(ParseError::TextDiffers);
+        }
+        self.pos += len;
+        Ok(())
+    }
+}
+
+/// Appends the text to `out` (from `base` on), refusing to grow it past `limit` bytes.
+struct Write<'a> {
+    out: &'a mut Vec<u8>,
+    base: usize,
+    limit: usize,
+}
+
+impl Write<'_> {
+    #[inline]
+    fn room(&mut self, n: usize) -> Result<()> {
+        if self.len() + n > self.limit {
+            return Err(ParseError::Unsupported("member text over the limit"));
+        }
+        Ok(())
+    }
+}
+
+impl Text for Write<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.out.len() - self.base
+    }
+
+    #[inline]
+    fn literal(&mut self, b: u8) -> Result<()> {
+        self.room(1)?;
+        self.out.push(b);
+        Ok(())
+    }
+
+    fn stored(&mut self, bytes: &[u8]) -> Result<()> {
+        self.room(bytes.len())?;
+        self.out.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    #[inline]
+    fn copy(&mut self, dist: usize, len: usize) -> Result<()> {
+        self.room(len)?;
+        let from = self.out.len() - dist;
+        if dist >= len {
+            self.out.extend_from_within(from..from + len);
+        } else {
+            // Overlapping: each pass copies what is there, which doubles the run.
+            let mut left = len;
+            while left > 0 {
+                let n = left.min(self.out.len() - from);
+                self.out.extend_from_within(from..from + n);
+                left -= n;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Decodes the raw deflate stream `deflate`, which must give exactly `plain` and end exactly
 /// at its last byte, and returns its parse.
 pub fn record(deflate: &[u8], plain: &[u8]) -> Result<Parse> {
     if plain.len() >= MAX_PLAIN {
         return Err(ParseError::Unsupported("member text too large"));
     }
+    let mut text = Check { plain, pos: 0 };
+    let (p, used) = decode_stream(deflate, &mut text)?;
+    if used != deflate.len() {
+        return Err(ParseError::Invalid("bytes after the final block"));
+    }
+    if text.pos != plain.len() {
+        return Err(ParseError::TextDiffers);
+    }
+    Ok(p)
+}
+
+/// Inflates the raw deflate stream at the start of `deflate` (which may go on past its end),
+/// appending its text to `out`, and returns its parse and the stream's length in bytes. A
+/// text of more than `limit` bytes is refused (`Unsupported`); on any error, what was
+/// appended to `out` is left there for the caller to drop.
+pub fn inflate(deflate: &[u8], out: &mut Vec<u8>, limit: usize) -> Result<(Parse, usize)> {
+    let base = out.len();
+    decode_stream(deflate, &mut Write { out, base, limit: limit.min(MAX_PLAIN - 1) })
+}
+
+/// The decoding loop of `record` and `inflate`: returns the parse and the bytes the stream
+/// took (its final block's end, padding included).
+fn decode_stream<T: Text>(deflate: &[u8], text: &mut T) -> Result<(Parse, usize)> {
     let mut r = BitReader::new(deflate);
     let mut p = Parse::default();
-    let mut pos = 0usize;
     loop {
         let last = r.bits(1) == 1;
         let btype = r.bits(2);
@@ -220,10 +348,7 @@ pub fn record(deflate: &[u8], plain: &[u8]) -> Result<Parse> {
                 let start = (r.bit_pos() / 8) as usize;
                 let end = start + len as usize;
                 let src = deflate.get(start..end).ok_or(ParseError::Truncated)?;
-                if plain.get(pos..pos + len as usize) != Some(src) {
-                    return Err(ParseError::TextDiffers);
-                }
-                pos += len as usize;
+                text.stored(src)?;
                 r = BitReader { data: deflate, pos: end, buf: 0, n: 0, over: 0 };
                 BlockKind::Stored { pad }
             }
@@ -244,10 +369,7 @@ pub fn record(deflate: &[u8], plain: &[u8]) -> Result<Parse> {
                 loop {
                     let sym = lit.decode(&mut r)?;
                     if sym < 256 {
-                        if plain.get(pos) != Some(&(sym as u8)) {
-                            return Err(ParseError::TextDiffers);
-                        }
-                        pos += 1;
+                        text.literal(sym as u8)?;
                     } else if sym == 256 {
                         break;
                     } else {
@@ -265,15 +387,13 @@ pub fn record(deflate: &[u8], plain: &[u8]) -> Result<Parse> {
                             return Err(ParseError::Invalid("bad distance symbol"));
                         }
                         let d = DBASE[ds] as usize + r.bits(DEXT[ds] as u32) as usize;
-                        let l = len as usize;
+                        let pos = text.len();
                         if d > pos {
                             return Err(ParseError::Invalid("distance too far back"));
                         }
-                        if pos + l > plain.len() || plain[pos..pos + l] != plain[pos - d..pos - d + l] {
-                            return Err(ParseError::TextDiffers);
-                        }
+                        // (Positions fit u32: `record` and `inflate` keep texts under MAX_PLAIN.)
+                        text.copy(d, len as usize)?;
                         p.matches.push(Match { pos: pos as u32, len, dist: d as u16 });
-                        pos += l;
                     }
                     if r.over > 0 {
                         r.check()?;
@@ -284,20 +404,14 @@ pub fn record(deflate: &[u8], plain: &[u8]) -> Result<Parse> {
             }
             _ => return Err(ParseError::Invalid("reserved block type")),
         };
-        p.blocks.push(Block { kind, last, end: pos as u32 });
+        p.blocks.push(Block { kind, last, end: text.len() as u32 });
         if last {
             break;
         }
     }
     p.end_pad = r.align();
     r.check()?;
-    if r.bit_pos() != deflate.len() as u64 * 8 {
-        return Err(ParseError::Invalid("bytes after the final block"));
-    }
-    if pos != plain.len() {
-        return Err(ParseError::TextDiffers);
-    }
-    Ok(p)
+    Ok((p, (r.bit_pos() / 8) as usize))
 }
 
 // ---------------------------------------------------------------------------------------

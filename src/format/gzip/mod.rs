@@ -1,11 +1,17 @@
 //! gzip members: splitting a `.gz` file into members and raw regions.
 //!
-//! This module finds where members start and end and inflates them (any correct inflater
-//! gives the same text); it never decides what is stored. Whether a member can be replaced by
-//! "plain text + recorded parse" is decided by `format::deflate`, which proves it byte for
-//! byte; everything else stays raw.
+//! This module finds where members start and end and inflates them; it never decides what
+//! is stored. Whether a member can be replaced by "plain text + recorded parse" is decided by
+//! `format::deflate`, which proves it byte for byte; everything else stays raw.
+//!
+//! Members are inflated by `format::deflate`'s own inflater, which records each one's parse
+//! on the way (so ingest need not inflate it a second time to record it); a stream it does
+//! not take (invalid, cut short by the window, over the text limit, or valid in a way it
+//! cannot replay) is inflated again by zlib, which decides what it is.
 
 use flate2::{Decompress, FlushDecompress, Status};
+
+use super::deflate;
 
 const FTEXT: u8 = 0x01;
 const FHCRC: u8 = 0x02;
@@ -13,12 +19,6 @@ const FEXTRA: u8 = 0x04;
 const FNAME: u8 = 0x08;
 const FCOMMENT: u8 = 0x10;
 const FRESERVED: u8 = !(FTEXT | FHCRC | FEXTRA | FNAME | FCOMMENT);
-
-/// The byte-aligned tail of an empty stored block, as written by `Z_SYNC_FLUSH`.
-const SYNC_MARKER: [u8; 4] = [0x00, 0x00, 0xFF, 0xFF];
-/// Streams with more candidates than this are not what Python flush writers produce; the
-/// extra candidates are ignored, which at worst makes the flush recipe fail (member stays raw).
-const MAX_FLUSH_POINTS: usize = 64;
 
 /// True if `data` starts like a deflate-compressed gzip member.
 pub fn looks_gzip(data: &[u8]) -> bool {
@@ -50,9 +50,9 @@ pub struct Member {
     pub xfl: u8,
     /// Verbatim CRC32 + ISIZE as found in the file (not checked here).
     pub trailer: [u8; 8],
-    /// Plain offsets (relative to the member's plain start) just after each byte-aligned
-    /// sync-flush marker (`00 00 FF FF`) found in the deflate stream.
-    pub flush_points: Vec<u64>,
+    /// The deflate parse recorded while inflating, when this module's own inflater took the
+    /// stream (see the module's comment); proven by nobody yet.
+    pub parse: Option<deflate::Parse>,
 }
 
 /// Splits `data` into members and raw regions that cover it exactly, in order, and appends
@@ -208,12 +208,17 @@ fn parse_member(
     let (header_len, xfl) = parse_header(data, start, memo).ok_or(false)?;
     let stream = &data[start + header_len..];
     let plain_start = plain.len();
-    let mut flush_points = Vec::new();
-    let (deflate_len, plain_len) = match inflate_member(inflater, stream, plain, &mut flush_points, keep) {
-        Ok(r) => r,
-        Err(cut) => {
+    let (deflate_len, plain_len, parse) = match deflate::inflate(stream, plain, keep) {
+        Ok((parse, len)) if stream.len() >= len + 8 => (len, (plain.len() - plain_start) as u64, Some(parse)),
+        _ => {
             plain.truncate(plain_start);
-            return Err(cut);
+            match inflate_member(inflater, stream, plain, keep) {
+                Ok((len, plain_len)) => (len, plain_len, None),
+                Err(cut) => {
+                    plain.truncate(plain_start);
+                    return Err(cut);
+                }
+            }
         }
     };
     let Some(trailer) = stream.get(deflate_len..deflate_len + 8) else {
@@ -236,72 +241,26 @@ fn parse_member(
         plain_kept,
         xfl,
         trailer: tr,
-        flush_points,
+        parse,
     })
 }
 
-/// Finds the next sync marker starting in `hay[from..limit]` and ending by `limit`.
-fn find_marker(hay: &[u8], from: usize, limit: usize) -> Option<usize> {
-    // Horspool on the last byte: random compressed data rarely holds 00 or FF, so this
-    // mostly advances 4 bytes per probe.
-    let mut i = from;
-    while i + 4 <= limit {
-        let last = hay[i + 3];
-        if last == 0xFF {
-            if hay[i..i + 4] == SYNC_MARKER {
-                return Some(i);
-            }
-            i += 1;
-        } else if last == 0x00 {
-            i += 2;
-        } else {
-            i += 4;
-        }
-    }
-    None
-}
-
-/// Inflates the raw deflate stream at the start of `input`, appending its plain text to
-/// `plain` and recording sync-flush points. Returns the stream's compressed length, or None
-/// if it does not reach its end (corrupt or truncated).
-fn inflate_member(
-    d: &mut Decompress,
-    input: &[u8],
-    plain: &mut Vec<u8>,
-    flush_points: &mut Vec<u64>,
-    keep: usize,
-) -> Result<(usize, u64), bool> {
+/// Inflates the raw deflate stream at the start of `input` with zlib, appending its plain
+/// text to `plain`. Returns the stream's compressed length and its text's length, or Err(true)
+/// if it does not reach its end within `input` (truncated, or cut by the window), Err(false)
+/// if it is corrupt.
+fn inflate_member(d: &mut Decompress, input: &[u8], plain: &mut Vec<u8>, keep: usize) -> Result<(usize, u64), bool> {
     d.reset(false);
     let base = plain.len();
     // Plain bytes of this member let go of because it outgrew `keep`: only its length counts.
     let mut dropped = 0u64;
-    // Input is fed in growing pieces so the marker search never runs far past the end of a
-    // small member (the stream's end is only known once inflate reports it); pieces end
-    // right after each marker so total_out can be read there.
+    // Input is fed in growing pieces, so that a small member does not hand zlib the whole
+    // window (the stream's end is only known once inflate reports it).
     let mut piece = 16 * 1024usize;
     let mut fed = 0usize; // end of the input handed to inflate so far
-    let mut search = 0usize; // next offset where a marker could start
     loop {
-        let window_end = input.len().min(fed.saturating_add(piece));
+        let target = input.len().min(fed.saturating_add(piece));
         piece = piece.saturating_mul(2).min(4 << 20);
-        let (target, at_marker) = match (flush_points.len() < MAX_FLUSH_POINTS)
-            .then(|| find_marker(input, search, window_end))
-            .flatten()
-        {
-            Some(i) => {
-                search = i + 4;
-                (i + 4, true)
-            }
-            None => {
-                search = search.max(window_end.saturating_sub(3));
-                (window_end, false)
-            }
-        };
-        let flush = if at_marker {
-            FlushDecompress::Sync
-        } else {
-            FlushDecompress::None
-        };
         loop {
             if plain.capacity() - plain.len() < 32 * 1024 {
                 // Growth proportional to what this member produced so far keeps small
@@ -310,9 +269,7 @@ fn inflate_member(
             }
             let in_pos = d.total_in() as usize;
             let out_before = plain.len();
-            let status = d
-                .decompress_vec(&input[in_pos..target], plain, flush)
-                .map_err(|_| false)?;
+            let status = d.decompress_vec(&input[in_pos..target], plain, FlushDecompress::None).map_err(|_| false)?;
             let consumed = d.total_in() as usize;
             let produced = plain.len() - out_before;
             let output_full = plain.len() == plain.capacity();
@@ -330,9 +287,6 @@ fn inflate_member(
                 // No progress with input and output space available: stuck.
                 return Err(false);
             }
-        }
-        if at_marker {
-            flush_points.push(dropped + (plain.len() - base) as u64);
         }
         fed = target;
         if fed >= input.len() {
