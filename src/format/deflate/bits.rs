@@ -92,8 +92,9 @@ impl<'a> BitReader<'a> {
 /// A canonical Huffman code for decoding: a direct table for codes of up to FAST_BITS bits,
 /// and the canonical walk (as in zlib's puff.c) for longer ones.
 pub(super) struct Decoder {
-    /// (symbol << 4) | length, 0 for "longer than FAST_BITS or unused".
-    pub(super) fast: Vec<u16>,
+    /// (symbol << 4) | length, 0 for "longer than FAST_BITS or unused". Fixed-size, so that
+    /// a masked index needs no bounds check.
+    pub(super) fast: Box<[u16; 1 << FAST_BITS]>,
     pub(super) count: [u16; MAX_BITS + 1],
     /// Symbols ordered by code.
     pub(super) symbols: Vec<u16>,
@@ -125,7 +126,7 @@ impl Decoder {
                 offs[l as usize] += 1;
             }
         }
-        let mut fast = vec![0u16; 1 << FAST_BITS];
+        let mut fast = Box::new([0u16; 1 << FAST_BITS]);
         for (sym, code, len) in canonical_codes(lengths) {
             if len as u32 <= FAST_BITS {
                 let step = 1usize << len;
@@ -139,7 +140,7 @@ impl Decoder {
         Ok(Decoder { fast, count, symbols })
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn decode(&self, r: &mut BitReader) -> Result<u16> {
         let bits = r.peek(MAX_BITS as u32);
         let e = self.fast[(bits & ((1 << FAST_BITS) - 1)) as usize];
@@ -147,6 +148,13 @@ impl Decoder {
             r.consume((e & 15) as u32);
             return Ok(e >> 4);
         }
+        self.decode_long(r, bits)
+    }
+
+    /// A code longer than FAST_BITS (rare: the inlined path above stays small).
+    #[cold]
+    #[inline(never)]
+    fn decode_long(&self, r: &mut BitReader, bits: u32) -> Result<u16> {
         // Canonical decode, one bit at a time (codes are stored MSB first in the stream).
         let (mut code, mut first, mut index) = (0i32, 0i32, 0i32);
         for len in 1..=MAX_BITS {

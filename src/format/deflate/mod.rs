@@ -245,57 +245,83 @@ impl Text for Check<'_> {
     }
 }
 
-/// Appends the text to `out` (from `base` on), refusing to grow it past `limit` bytes.
-struct Write<'a> {
-    out: &'a mut Vec<u8>,
-    base: usize,
+/// Writes the text into a scratch buffer, refusing to grow it past `limit` bytes. The
+/// buffer is kept from member to member (per thread) and never shrinks, so that a literal is
+/// a store and a short match a few fixed-size copies, not a call each, without zero-filling
+/// room ahead of every member; `inflate` appends the text to its output at the end.
+struct Write {
+    buf: Vec<u8>,
+    at: usize,
     limit: usize,
 }
 
-impl Write<'_> {
+/// Room `Write` keeps past a match: its copies go in steps of this many bytes.
+const STEP: usize = 16;
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl Write {
+    /// Makes room for `n` more bytes of text and a step's slack.
     #[inline]
     fn room(&mut self, n: usize) -> Result<()> {
-        if self.len() + n > self.limit {
+        if self.at + n > self.limit {
             return Err(ParseError::Unsupported("member text over the limit"));
+        }
+        if self.at + n + STEP > self.buf.len() {
+            self.grow(n);
         }
         Ok(())
     }
+
+    #[cold]
+    fn grow(&mut self, n: usize) {
+        let want = (self.at + n + STEP).max(self.buf.len() * 2).max(64 << 10);
+        self.buf.resize(want, 0);
+    }
 }
 
-impl Text for Write<'_> {
+impl Text for Write {
     #[inline]
     fn len(&self) -> usize {
-        self.out.len() - self.base
+        self.at
     }
 
     #[inline]
     fn literal(&mut self, b: u8) -> Result<()> {
         self.room(1)?;
-        self.out.push(b);
+        self.buf[self.at] = b;
+        self.at += 1;
         Ok(())
     }
 
     fn stored(&mut self, bytes: &[u8]) -> Result<()> {
         self.room(bytes.len())?;
-        self.out.extend_from_slice(bytes);
+        self.buf[self.at..self.at + bytes.len()].copy_from_slice(bytes);
+        self.at += bytes.len();
         Ok(())
     }
 
     #[inline]
     fn copy(&mut self, dist: usize, len: usize) -> Result<()> {
         self.room(len)?;
-        let from = self.out.len() - dist;
-        if dist >= len {
-            self.out.extend_from_within(from..from + len);
+        let (from, at) = (self.at - dist, self.at);
+        if dist >= STEP {
+            // Whole steps, the last one past the match's end into the slack (overwritten by
+            // what comes next): source and destination steps never overlap.
+            let mut i = 0;
+            while i < len {
+                self.buf.copy_within(from + i..from + i + STEP, at + i);
+                i += STEP;
+            }
         } else {
-            // Overlapping: each pass copies what is there, which doubles the run.
-            let mut left = len;
-            while left > 0 {
-                let n = left.min(self.out.len() - from);
-                self.out.extend_from_within(from..from + n);
-                left -= n;
+            // Overlapping: byte by byte, each byte read after it is written.
+            for i in 0..len {
+                self.buf[at + i] = self.buf[from + i];
             }
         }
+        self.at += len;
         Ok(())
     }
 }
@@ -319,11 +345,19 @@ pub fn record(deflate: &[u8], plain: &[u8]) -> Result<Parse> {
 
 /// Inflates the raw deflate stream at the start of `deflate` (which may go on past its end),
 /// appending its text to `out`, and returns its parse and the stream's length in bytes. A
-/// text of more than `limit` bytes is refused (`Unsupported`); on any error, what was
-/// appended to `out` is left there for the caller to drop.
+/// text of more than `limit` bytes is refused (`Unsupported`); on any error `out` is left as
+/// it was.
 pub fn inflate(deflate: &[u8], out: &mut Vec<u8>, limit: usize) -> Result<(Parse, usize)> {
-    let base = out.len();
-    decode_stream(deflate, &mut Write { out, base, limit: limit.min(MAX_PLAIN - 1) })
+    let mut text = Write { buf: SCRATCH.with(|s| s.take()), at: 0, limit: limit.min(MAX_PLAIN - 1) };
+    let mut r = decode_stream(deflate, &mut text);
+    if let Ok((p, _)) = &mut r {
+        out.extend_from_slice(&text.buf[..text.at]);
+        // The parse waits in memory for its member's turn to be stored, with a window's
+        // worth of others: not with up to twice its room.
+        p.matches.shrink_to_fit();
+    }
+    SCRATCH.with(|s| s.set(text.buf));
+    r
 }
 
 /// The decoding loop of `record` and `inflate`: returns the parse and the bytes the stream
