@@ -118,6 +118,32 @@ fn bad_streams_are_errors() {
     assert!(replay(&p, &other, &mut out).is_err() || out != d);
 }
 
+#[test]
+fn inflate_gives_the_text_and_the_parse_record_finds() {
+    // Runs of one byte and of short patterns: overlapping matches of every small distance.
+    let mut t = text(40_000, 3);
+    for d in 1..40 {
+        let pat: Vec<u8> = (0..d).map(|i| b'a' + (i % 26) as u8).collect();
+        t.extend(pat.iter().cycle().take(300 + d));
+    }
+    for level in 0..=9 {
+        let d = zlib(&t, level);
+        let mut input = d.clone();
+        input.extend_from_slice(b"trailer and the next member");
+        let mut out = b"before".to_vec();
+        let (p, used) = inflate(&input, &mut out, usize::MAX).unwrap();
+        assert_eq!(used, d.len(), "level {level}");
+        assert!(out[6..] == t[..], "level {level}");
+        assert_eq!(p, record(&d, &t).unwrap(), "level {level}");
+        // Refused, with the output left as it was: over the limit, cut short, corrupt.
+        let mut out = b"before".to_vec();
+        assert!(matches!(inflate(&d, &mut out, t.len() - 1), Err(ParseError::Unsupported(_))));
+        assert!(inflate(&d[..d.len() / 2], &mut out, usize::MAX).is_err());
+        assert!(inflate(&[0xff, 0xff], &mut out, usize::MAX).is_err());
+        assert_eq!(out, b"before");
+    }
+}
+
 /// Every member of every sample file: recorded, split at a payload-like offset, replayed.
 #[test]
 fn every_real_member_replays_exactly() {
@@ -202,6 +228,11 @@ proptest! {
     #[test]
     fn fuzz_arbitrary_input_never_panics(data in proptest::collection::vec(any::<u8>(), 0..2048), plain in proptest::collection::vec(any::<u8>(), 0..64)) {
         let _ = record(&data, &plain);
+        // Inflating: whatever it takes, recording that much against its text finds the same.
+        let mut out = Vec::new();
+        if let Ok((p, used)) = inflate(&data, &mut out, 1 << 20) {
+            prop_assert_eq!(record(&data[..used], &out), Ok(p));
+        }
     }
 }
 
