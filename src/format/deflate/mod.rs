@@ -245,9 +245,9 @@ impl Text for Check<'_> {
     }
 }
 
-/// Writes the text into a scratch buffer, refusing to grow it past `limit` bytes. The
-/// buffer is kept from member to member (per thread) and never shrinks, so that a literal is
-/// a store and a short match a few fixed-size copies, not a call each, without zero-filling
+/// Writes the text into a scratch buffer, refusing to grow it past `limit` bytes. The buffer
+/// is kept from member to member (per thread, up to SCRATCH_KEPT), so that a literal is a
+/// store and a short match a few fixed-size copies, not a call each, without zero-filling
 /// room ahead of every member; `inflate` appends the text to its output at the end.
 struct Write {
     buf: Vec<u8>,
@@ -356,9 +356,15 @@ pub fn inflate(deflate: &[u8], out: &mut Vec<u8>, limit: usize) -> Result<(Parse
         // worth of others: not with up to twice its room.
         p.matches.shrink_to_fit();
     }
-    SCRATCH.with(|s| s.set(text.buf));
+    // Kept for the thread's next member unless an outsized one grew it.
+    if text.buf.len() <= SCRATCH_KEPT {
+        SCRATCH.with(|s| s.set(text.buf));
+    }
     r
 }
+
+/// The largest scratch buffer a thread keeps between members.
+const SCRATCH_KEPT: usize = 16 << 20;
 
 /// The decoding loop of `record` and `inflate`: returns the parse and the bytes the stream
 /// took (its final block's end, padding included).
