@@ -591,7 +591,8 @@ impl Store {
                 bytes.clear();
                 let mut st = state.locked();
                 st.in_flight = st.in_flight.saturating_sub(len);
-                if st.spare.len() < 4 {
+                // A few, and none grown past a task's usual size by one huge member.
+                if st.spare.len() < 4 && bytes.capacity() <= 2 * TASK as usize {
                     st.spare.push(bytes);
                 }
                 drop(st);

@@ -154,6 +154,32 @@ fn dist_index(dist: u16) -> usize {
 // ---------------------------------------------------------------------------------------
 // Reading bits.
 
+/// Whether zlib would build a decoding table from `lengths` (inftrees.c): no code at all, or
+/// a complete one, or (except for the code-length code) a single code of one bit. A valid
+/// stream for zlib is what a replay tool can read: a member zlib refuses stays raw here too,
+/// rather than having records indexed that other tools cannot decode.
+fn zlib_takes(lengths: &[u8], code_lengths_code: bool) -> Result<()> {
+    let mut count = [0i32; MAX_BITS + 1];
+    for &l in lengths {
+        count[l as usize] += 1;
+    }
+    let max = (1..=MAX_BITS).rev().find(|&l| count[l] != 0).unwrap_or(0);
+    if max == 0 {
+        return Ok(());
+    }
+    let mut left = 1i32;
+    for &c in &count[1..] {
+        left = left * 2 - c;
+        if left < 0 {
+            return Err(ParseError::Invalid("over-subscribed Huffman code"));
+        }
+    }
+    if left > 0 && (code_lengths_code || max != 1) {
+        return Err(ParseError::Invalid("incomplete Huffman code"));
+    }
+    Ok(())
+}
+
 /// Reads a dynamic block's header: returns the literal/length and distance code lengths.
 fn read_dynamic_header(r: &mut BitReader) -> Result<(Vec<u8>, Vec<u8>)> {
     let hlit = r.bits(5) as usize + 257;
@@ -166,6 +192,7 @@ fn read_dynamic_header(r: &mut BitReader) -> Result<(Vec<u8>, Vec<u8>)> {
     for &i in &CL_ORDER[..hclen] {
         cl[i] = r.bits(3) as u8;
     }
+    zlib_takes(&cl, true)?;
     let cl_dec = Decoder::new(&cl)?;
     let mut lengths = vec![0u8; hlit + hdist];
     let mut i = 0;
@@ -191,6 +218,8 @@ fn read_dynamic_header(r: &mut BitReader) -> Result<(Vec<u8>, Vec<u8>)> {
         return Err(ParseError::Invalid("no end-of-block code"));
     }
     let dist = lengths.split_off(hlit);
+    zlib_takes(&lengths, false)?;
+    zlib_takes(&dist, false)?;
     Ok((lengths, dist))
 }
 
@@ -200,6 +229,8 @@ fn read_dynamic_header(r: &mut BitReader) -> Result<(Vec<u8>, Vec<u8>)> {
 trait Text {
     /// Bytes of text so far.
     fn len(&self) -> usize;
+    /// Blocks a stream may have before it is refused, given the text so far.
+    fn max_blocks(&self) -> usize;
     fn literal(&mut self, b: u8) -> Result<()>;
     fn stored(&mut self, bytes: &[u8]) -> Result<()>;
     /// `len` bytes from `dist` back; the caller checked that `dist` is within the text.
@@ -215,6 +246,10 @@ impl Text for Check<'_> {
     #[inline]
     fn len(&self) -> usize {
         self.pos
+    }
+
+    fn max_blocks(&self) -> usize {
+        usize::MAX
     }
 
     #[inline]
@@ -277,7 +312,8 @@ impl Write {
 
     #[cold]
     fn grow(&mut self, n: usize) {
-        let want = (self.at + n + STEP).max(self.buf.len() * 2).max(64 << 10);
+        // Never past the limit's room: a text that reaches it is refused anyway.
+        let want = (self.at + n + STEP).max(self.buf.len() * 2).max(64 << 10).min(self.limit + STEP);
         self.buf.resize(want, 0);
     }
 }
@@ -286,6 +322,13 @@ impl Text for Write {
     #[inline]
     fn len(&self) -> usize {
         self.at
+    }
+
+    /// A parse inflated here waits in memory with its window's others, and a block costs
+    /// more there than the 10 bits an empty one takes in a stream: one per 64 bytes of text
+    /// (real writers have far fewer; a stream with more is recorded by `record` instead).
+    fn max_blocks(&self) -> usize {
+        self.at / 64 + 64
     }
 
     #[inline]
@@ -445,6 +488,9 @@ fn decode_stream<T: Text>(deflate: &[u8], text: &mut T) -> Result<(Parse, usize)
             _ => return Err(ParseError::Invalid("reserved block type")),
         };
         p.blocks.push(Block { kind, last, end: text.len() as u32 });
+        if p.blocks.len() > text.max_blocks() {
+            return Err(ParseError::Unsupported("more blocks than the text warrants"));
+        }
         if last {
             break;
         }

@@ -144,6 +144,19 @@ fn inflate_gives_the_text_and_the_parse_record_finds() {
     }
 }
 
+#[test]
+fn codes_zlib_refuses_are_refused() {
+    // No code, a complete one, one code of one bit (not for the code-length code).
+    assert!(zlib_takes(&[0; 19], true).is_ok());
+    assert!(zlib_takes(&[1, 1], true).is_ok());
+    assert!(zlib_takes(&[0, 1, 0], false).is_ok());
+    assert!(zlib_takes(&[0, 1, 0], true).is_err());
+    // Incomplete with longer codes, or over-subscribed.
+    assert!(zlib_takes(&[2, 2, 2], false).is_err());
+    assert!(zlib_takes(&[1, 1, 1], false).is_err());
+    assert!(zlib_takes(&[1, 2, 3, 3], false).is_ok());
+}
+
 /// Every member of every sample file: recorded, split at a payload-like offset, replayed.
 #[test]
 fn every_real_member_replays_exactly() {
@@ -232,6 +245,12 @@ proptest! {
         let mut out = Vec::new();
         if let Ok((p, used)) = inflate(&data, &mut out, 1 << 20) {
             prop_assert_eq!(record(&data[..used], &out), Ok(p));
+            // And zlib reads the same stream to the same text: nothing zlib refuses is taken.
+            let mut z = flate2::Decompress::new(false);
+            let mut text = Vec::with_capacity(out.len() + 64);
+            let status = z.decompress_vec(&data[..used], &mut text, flate2::FlushDecompress::Finish);
+            prop_assert!(matches!(status, Ok(flate2::Status::StreamEnd)), "zlib: {:?}", status);
+            prop_assert_eq!(text, out);
         }
     }
 }
