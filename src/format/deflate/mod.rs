@@ -18,7 +18,9 @@
 //! layouts: docs/FORMAT.md, "Deflate parse".
 //!
 //! Our own inflater and bit writer: no deflate crate (flate2, miniz_oxide, zlib) exposes the
-//! blocks and matches it decodes, nor writes a given parse.
+//! blocks and matches it decodes, nor writes a given parse. Recording (`inflate.rs`), the
+//! stored form (`stored/`), bits and Huffman codes (`bits.rs`, `trees.rs`) are apart; this
+//! file keeps the types, the RFC 1951 tables, header reading and `replay`.
 
 use thiserror::Error;
 
