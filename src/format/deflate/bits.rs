@@ -140,6 +140,20 @@ impl Decoder {
         Ok(Decoder { fast, count, symbols })
     }
 
+    /// Whether zlib would build a decoding table for this code (inftrees.c): no code at all,
+    /// or a complete one, or (except for the code-length code) a single code of one bit.
+    /// (Over-subscribed codes `new` refused already.) A stream zlib refuses is what replay
+    /// tools cannot read: a member with one stays raw, rather than having records indexed
+    /// that other tools cannot decode.
+    pub(super) fn zlib_takes(&self, code_lengths_code: bool) -> Result<()> {
+        let max = (1..=MAX_BITS).rev().find(|&l| self.count[l] != 0).unwrap_or(0);
+        let left = self.count[1..].iter().fold(1i32, |left, &c| left * 2 - c as i32);
+        if max != 0 && left > 0 && (code_lengths_code || max != 1) {
+            return Err(ParseError::Invalid("incomplete Huffman code"));
+        }
+        Ok(())
+    }
+
     #[inline(always)]
     pub(super) fn decode(&self, r: &mut BitReader) -> Result<u16> {
         let bits = r.peek(MAX_BITS as u32);

@@ -229,6 +229,10 @@ fn decode_stream<T: Text>(deflate: &[u8], text: &mut T) -> Result<(Parse, usize)
                     let bits = r.bit_pos() - from;
                     kind = BlockKind::Dynamic { header: copy_bits(deflate, from, bits), bits: bits as u32 };
                     owned = (Decoder::new(&ll)?, Decoder::new(&dl)?);
+                    // Checked here, where a stream is taken in, not in the header reader,
+                    // which replay runs on every stored block too.
+                    owned.0.zlib_takes(false)?;
+                    owned.1.zlib_takes(false)?;
                     (&owned.0, &owned.1)
                 };
                 loop {

@@ -158,30 +158,10 @@ fn dist_index(dist: u16) -> usize {
 // ---------------------------------------------------------------------------------------
 // Reading bits.
 
-/// Whether zlib would build a decoding table from `lengths` (inftrees.c): no code at all, or
-/// a complete one, or (except for the code-length code) a single code of one bit. A valid
-/// stream for zlib is what a replay tool can read: a member zlib refuses stays raw here too,
-/// rather than having records indexed that other tools cannot decode.
+/// `Decoder::zlib_takes` for a code given by its lengths (the tests' view of the rule).
+#[cfg(test)]
 fn zlib_takes(lengths: &[u8], code_lengths_code: bool) -> Result<()> {
-    let mut count = [0i32; MAX_BITS + 1];
-    for &l in lengths {
-        count[l as usize] += 1;
-    }
-    let max = (1..=MAX_BITS).rev().find(|&l| count[l] != 0).unwrap_or(0);
-    if max == 0 {
-        return Ok(());
-    }
-    let mut left = 1i32;
-    for &c in &count[1..] {
-        left = left * 2 - c;
-        if left < 0 {
-            return Err(ParseError::Invalid("over-subscribed Huffman code"));
-        }
-    }
-    if left > 0 && (code_lengths_code || max != 1) {
-        return Err(ParseError::Invalid("incomplete Huffman code"));
-    }
-    Ok(())
+    Decoder::new(lengths)?.zlib_takes(code_lengths_code)
 }
 
 /// Reads a dynamic block's header: returns the literal/length and distance code lengths.
@@ -196,8 +176,8 @@ fn read_dynamic_header(r: &mut BitReader) -> Result<(Vec<u8>, Vec<u8>)> {
     for &i in &CL_ORDER[..hclen] {
         cl[i] = r.bits(3) as u8;
     }
-    zlib_takes(&cl, true)?;
     let cl_dec = Decoder::new(&cl)?;
+    cl_dec.zlib_takes(true)?;
     let mut lengths = vec![0u8; hlit + hdist];
     let mut i = 0;
     while i < lengths.len() {
@@ -222,8 +202,6 @@ fn read_dynamic_header(r: &mut BitReader) -> Result<(Vec<u8>, Vec<u8>)> {
         return Err(ParseError::Invalid("no end-of-block code"));
     }
     let dist = lengths.split_off(hlit);
-    zlib_takes(&lengths, false)?;
-    zlib_takes(&dist, false)?;
     Ok((lengths, dist))
 }
 
