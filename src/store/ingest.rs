@@ -318,7 +318,8 @@ impl Store {
                         rb.push_data(&sl);
                     }
                     let plain_slice = &plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];
-                    let trailer = (gzip::trailer_for(plain_slice) != m.trailer).then_some(m.trailer);
+                    // The splitter took its own text only with a trailer that matches it.
+                    let trailer = (m.parse.is_none() && gzip::trailer_for(plain_slice) != m.trailer).then_some(m.trailer);
                     let slices = slices_in(&exts, &mut cursor, m.plain_start, m.plain_start + m.plain_len);
                     let header = data[s..s + m.header_len].to_vec();
                     let parse_tail = match &parse.tail {

@@ -584,10 +584,9 @@ impl Store {
                     }
                 };
                 let Some((bytes, len)) = next else { break };
-                let bytes = bytes.map_err(fail)?;
+                let mut bytes = bytes.map_err(fail)?;
                 out.write_all(&bytes).map_err(io_err).map_err(fail)?;
                 written += bytes.len() as u64;
-                let mut bytes = bytes;
                 bytes.clear();
                 let mut st = state.locked();
                 st.in_flight = st.in_flight.saturating_sub(len);

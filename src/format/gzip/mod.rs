@@ -51,7 +51,8 @@ pub struct Member {
     /// Verbatim CRC32 + ISIZE as found in the file (not checked here).
     pub trailer: [u8; 8],
     /// The deflate parse recorded while inflating, when this module's own inflater took the
-    /// stream (see the module's comment); proven by nobody yet.
+    /// stream (see the module's comment); proven by nobody yet. Some only when the trailer's
+    /// CRC-32 and length are the text's (so `trailer_for` need not be asked again).
     pub parse: Option<deflate::Parse>,
 }
 

@@ -362,12 +362,11 @@ fn get_matches(b: &[u8], from: u64, plain: &[u8], chain: &mut Chain, out: &mut V
         }
         let stated = (lc != 0).then_some(lc + 2);
         let (dist, measured) = match r % 3 {
-            0 => chain.at_counted(plain, pos, r / 3, Counted::new(plain, pos, stated)).ok_or(ParseError::Damaged("record beyond the chain"))?,
-            1 => chain.at_counted(plain, pos, r / 3, Counted::All).ok_or(ParseError::Damaged("rank beyond the chain"))?,
-            _ => (pos.wrapping_sub((r / 3) as usize + 1), None),
+            0 => chain.at_counted(plain, pos, r / 3, Counted::new(plain, pos, stated)).map(|(q, m)| (pos - q, m)).ok_or(ParseError::Damaged("record beyond the chain"))?,
+            1 => chain.at_counted(plain, pos, r / 3, Counted::All).map(|(q, _)| (pos - q, None)).ok_or(ParseError::Damaged("rank beyond the chain"))?,
+            _ => ((r / 3) as usize + 1, None),
         };
-        let dist = pos.wrapping_sub(dist);
-        if dist > pos || dist > WINDOW || dist == 0 {
+        if dist > pos || dist > WINDOW {
             return Err(ParseError::Damaged("match out of range"));
         }
         // A record's match length is the extension its walk measured.
