@@ -98,10 +98,9 @@ fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64) -> Option<d
             &recorded
         }
     };
-    // The proof: the stored form, decoded and replayed, gives the member's exact bytes.
-    let stored = deflate::encode(parse, plain, Some(cut_at as usize));
+    // The proof: the stored form, read back and replayed, gives the member's exact bytes.
+    let (stored, back) = deflate::encode_read_back(parse, plain, Some(cut_at as usize)).ok()?;
     let mut again = Vec::with_capacity(stream.len());
-    let back = deflate::decode(&stored.prefix, stored.tail.as_deref(), plain).ok()?;
     deflate::replay(&back, plain, &mut again).ok()?;
     (again == stream).then_some(stored)
 }

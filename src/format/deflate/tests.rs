@@ -33,6 +33,8 @@ fn round_trip(d: &[u8], plain: &[u8], cut: Option<usize>) -> Parse {
     let s = encode(&p, plain, cut);
     let back = decode(&s.prefix, s.tail.as_deref(), plain).unwrap();
     assert_eq!(back, p);
+    // Ingest's one-pass proof reads the same bytes back as the same parse.
+    assert_eq!(encode_read_back(&p, plain, cut).unwrap(), (s, p.clone()));
     p
 }
 

@@ -275,7 +275,7 @@ impl Counted {
     }
 
     /// Whether candidate `q` of `pos` counts (a record raises the bar for the next).
-    #[inline]
+    #[inline(always)]
     fn counts(&mut self, plain: &[u8], pos: usize, q: usize) -> bool {
         match self {
             Counted::All => true,
@@ -303,7 +303,10 @@ impl Counted {
 /// and its length (0 when it is the longest the text allows from there, as most writers
 /// choose; else length - 2). With zlib's parses the references are small and the lengths all
 /// 0: what is left is mostly the literal runs.
-fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], chain: &mut Chain) {
+/// With `proof`, each source is also resolved from the ref just written, as a reader
+/// resolves it, on this chain at this point (where a reader's chain is in the same state):
+/// what `read_back` checks the stored bytes against.
+fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], chain: &mut Chain, mut proof: Option<&mut Vec<Resolved>>) -> Result<()> {
     let (mut gaps, mut refs, mut lens) = (Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()));
     for m in ms {
         let (pos, dist) = (m.pos as usize, m.dist as usize);
@@ -314,12 +317,18 @@ fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], cha
         // A stated length (an optimal parser's, such as zopfli's) keeps the long walk: its
         // sources lie further down, and distances would cost a fifth more of its parse.
         let steps = if maximal { STORED_REF_STEPS } else { RANK_STEPS };
-        match chain.locate(plain, pos, pos - dist, (!maximal).then_some(m.len as usize), steps) {
-            Some(Ref::Counted(k)) => put_varint(&mut refs, k * 3),
-            Some(Ref::Rank(r)) => put_varint(&mut refs, r * 3 + 1),
-            None => put_varint(&mut refs, (dist as u64 - 1) * 3 + 2),
+        let r = match chain.locate(plain, pos, pos - dist, (!maximal).then_some(m.len as usize), steps) {
+            Some(Ref::Counted(k)) => k * 3,
+            Some(Ref::Rank(r)) => r * 3 + 1,
+            None => (dist as u64 - 1) * 3 + 2,
+        };
+        let lc = if maximal { 0 } else { m.len as usize - 2 };
+        put_varint(&mut refs, r);
+        put_varint(&mut lens, lc as u64);
+        if let Some(proof) = proof.as_deref_mut() {
+            let (dist, measured) = resolve(chain, plain, pos, r, lc)?;
+            proof.push(Resolved { pos, r, lc, dist, measured });
         }
-        put_varint(&mut lens, if maximal { 0 } else { m.len as u64 - 2 });
         from = m.pos + m.len as u32;
     }
     put_varint(out, ms.len() as u64);
@@ -328,10 +337,60 @@ fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], cha
     out.extend_from_slice(&gaps);
     out.extend_from_slice(&refs);
     out.extend_from_slice(&lens);
+    Ok(())
+}
+
+/// A match's ref as written, and where `resolve` found its source from it.
+struct Resolved {
+    pos: usize,
+    r: u64,
+    lc: usize,
+    dist: usize,
+    measured: Option<usize>,
+}
+
+/// The source of the match at `pos` whose ref is `r` and length column `lc`, on a chain
+/// holding every position before `pos`: its distance, and the match's length when the walk
+/// measured it. The one resolution that reading and the proof at ingest share.
+#[inline(always)]
+fn resolve(chain: &Chain, plain: &[u8], pos: usize, r: u64, lc: usize) -> Result<(usize, Option<usize>)> {
+    let stated = (lc != 0).then_some(lc + 2);
+    match r % 3 {
+        0 => chain.at_counted(plain, pos, r / 3, Counted::new(plain, pos, stated)).map(|(q, m)| (pos - q, m)).ok_or(ParseError::Damaged("record beyond the chain")),
+        1 => chain.at_counted(plain, pos, r / 3, Counted::All).map(|(q, _)| (pos - q, None)).ok_or(ParseError::Damaged("rank beyond the chain")),
+        _ => Ok(((r / 3) as usize + 1, None)),
+    }
+}
+
+/// Where a reader takes each match's source from.
+enum Sources<'a> {
+    /// `resolve`, on a chain filled up to each match as it is read: reading a stored parse.
+    Chain(Chain),
+    /// The refs as the encoder wrote them, in order, and what `resolve` gave for each on its
+    /// own chain: ingest's proof (`encode_read_back`).
+    Written(std::slice::Iter<'a, Resolved>),
+}
+
+impl Sources<'_> {
+    /// The (distance, measured length) of the match at `pos` with ref `r` and length column
+    /// `lc`.
+    #[inline(always)]
+    fn source(&mut self, plain: &[u8], pos: usize, r: u64, lc: usize) -> Result<(usize, Option<usize>)> {
+        match self {
+            Sources::Chain(chain) => {
+                chain.insert_to(plain, pos);
+                resolve(chain, plain, pos, r, lc)
+            }
+            Sources::Written(written) => match written.next() {
+                Some(w) if (w.pos, w.r, w.lc) == (pos, r, lc) => Ok((w.dist, w.measured)),
+                _ => Err(ParseError::Damaged("reads back other than written")),
+            },
+        }
+    }
 }
 
 /// Reads what `put_matches` wrote; returns the bytes it took.
-fn get_matches(b: &[u8], from: u64, plain: &[u8], chain: &mut Chain, out: &mut Vec<Match>) -> Result<usize> {
+fn get_matches(b: &[u8], from: u64, plain: &[u8], sources: &mut Sources, out: &mut Vec<Match>) -> Result<usize> {
     let mut c = Cursor { b, i: 0 };
     let n = c.bounded(plain.len() as u64 / 3)? as usize;
     let gaps_len = c.bounded(b.len() as u64)? as usize;
@@ -354,18 +413,12 @@ fn get_matches(b: &[u8], from: u64, plain: &[u8], chain: &mut Chain, out: &mut V
             return Err(ParseError::Damaged("match out of range"));
         }
         let pos = pos as usize;
-        chain.insert_to(plain, pos);
         let r = refs.bounded(3 * WINDOW as u64)?;
         let lc = lens.bounded(256)? as usize;
         if lc != 0 && pos + lc + 2 > plain.len() {
             return Err(ParseError::Damaged("match length"));
         }
-        let stated = (lc != 0).then_some(lc + 2);
-        let (dist, measured) = match r % 3 {
-            0 => chain.at_counted(plain, pos, r / 3, Counted::new(plain, pos, stated)).map(|(q, m)| (pos - q, m)).ok_or(ParseError::Damaged("record beyond the chain"))?,
-            1 => chain.at_counted(plain, pos, r / 3, Counted::All).map(|(q, _)| (pos - q, None)).ok_or(ParseError::Damaged("rank beyond the chain"))?,
-            _ => ((r / 3) as usize + 1, None),
-        };
+        let (dist, measured) = sources.source(plain, pos, r, lc)?;
         if dist > pos || dist > WINDOW {
             return Err(ParseError::Damaged("match out of range"));
         }
@@ -442,10 +495,37 @@ pub struct Stored {
 /// Encodes `p` (the parse of `plain`), splitting off the matches from about `cut_at` on
 /// into a tail. The cut moves forward past a match that covers `cut_at`.
 pub fn encode(p: &Parse, plain: &[u8], cut_at: Option<usize>) -> Stored {
-    encode_with(p, plain, cut_at)
+    match encode_with(p, plain, cut_at, None) {
+        Ok(s) => s,
+        Err(_) => unreachable!("only a proof's resolution can fail"),
+    }
 }
 
-fn encode_with(p: &Parse, plain: &[u8], cut_at: Option<usize>) -> Stored {
+/// `encode`, and the parse its stored form reads back as: `decode`'s own reading of the
+/// bytes, except that each match's source is the one `resolve` found from the ref as it was
+/// written, on the encoder's chain, which then held what a reader's holds at that match. So
+/// ingest proves a stored parse with one pass over the text's chains instead of two (every
+/// position inserted again, every source walked again). An error if the bytes do not read
+/// back as written.
+pub fn encode_read_back(p: &Parse, plain: &[u8], cut_at: Option<usize>) -> Result<(Stored, Parse)> {
+    let mut proof = Vec::with_capacity(p.matches.len());
+    let stored = encode_with(p, plain, cut_at, Some(&mut proof))?;
+    let back = read_back(&stored, plain, &proof)?;
+    Ok((stored, back))
+}
+
+/// `stored` read as `decode` reads it, each source taken from `written` (the refs as the
+/// encoder wrote them, in order, and what they resolved to).
+fn read_back(stored: &Stored, plain: &[u8], written: &[Resolved]) -> Result<Parse> {
+    let mut sources = Sources::Written(written.iter());
+    let back = decode_with(&stored.prefix, stored.tail.as_deref(), plain, &mut sources)?;
+    match sources {
+        Sources::Written(rest) if rest.len() == 0 => Ok(back),
+        _ => Err(ParseError::Damaged("reads back other than written")),
+    }
+}
+
+fn encode_with(p: &Parse, plain: &[u8], cut_at: Option<usize>, mut proof: Option<&mut Vec<Resolved>>) -> Result<Stored> {
     let mut prefix = Vec::with_capacity(64 + p.matches.len() * 4);
     put_varint(&mut prefix, p.blocks.len() as u64);
     let mut prev = 0u32;
@@ -483,18 +563,25 @@ fn encode_with(p: &Parse, plain: &[u8], cut_at: Option<usize>) -> Stored {
     let (cut, k) = if p.matches.len() - k >= MIN_TAIL_MATCHES { (cut, k) } else { (plain.len(), p.matches.len()) };
     put_varint(&mut prefix, cut as u64);
     let mut chain = Chain::new(plain.len());
-    put_matches(&mut prefix, &p.matches[..k], 0, plain, &mut chain);
-    let tail = (k < p.matches.len()).then(|| {
+    put_matches(&mut prefix, &p.matches[..k], 0, plain, &mut chain, proof.as_deref_mut())?;
+    let tail = if k < p.matches.len() {
         let mut t = Vec::with_capacity((p.matches.len() - k) * 2);
-        put_matches(&mut t, &p.matches[k..], cut as u32, plain, &mut chain);
-        t
-    });
-    Stored { prefix, tail }
+        put_matches(&mut t, &p.matches[k..], cut as u32, plain, &mut chain, proof)?;
+        Some(t)
+    } else {
+        None
+    };
+    Ok(Stored { prefix, tail })
 }
 
 /// Decodes a stored parse of `plain`. Every count and offset is bounded by the text's
 /// length before it sizes anything.
 pub fn decode(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8]) -> Result<Parse> {
+    decode_with(prefix, tail, plain, &mut Sources::Chain(Chain::new(plain.len())))
+}
+
+/// `decode`, with each match's source taken from `sources`.
+fn decode_with(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8], sources: &mut Sources) -> Result<Parse> {
     let mut c = Cursor { b: prefix, i: 0 };
     let n = c.bounded((plain.len() as u64 + 1) << 4)? as usize;
     let mut p = Parse { blocks: Vec::with_capacity(n.min(1 << 16)), ..Parse::default() };
@@ -522,8 +609,7 @@ pub fn decode(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8]) -> Result<Parse>
     }
     p.end_pad = c.byte()?;
     let cut = c.bounded(plain.len() as u64)?;
-    let mut chain = Chain::new(plain.len());
-    let used = get_matches(&prefix[c.i..], 0, plain, &mut chain, &mut p.matches)?;
+    let used = get_matches(&prefix[c.i..], 0, plain, sources, &mut p.matches)?;
     if c.i + used != prefix.len() {
         return Err(ParseError::Damaged("trailing bytes"));
     }
@@ -531,7 +617,7 @@ pub fn decode(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8]) -> Result<Parse>
         return Err(ParseError::Damaged("prefix match past the cut"));
     }
     match tail {
-        Some(t) if get_matches(t, cut, plain, &mut chain, &mut p.matches)? != t.len() => return Err(ParseError::Damaged("trailing bytes")),
+        Some(t) if get_matches(t, cut, plain, sources, &mut p.matches)? != t.len() => return Err(ParseError::Damaged("trailing bytes")),
         Some(_) => {}
         None if cut != plain.len() as u64 => return Err(ParseError::Damaged("tail missing")),
         None => {}

@@ -87,3 +87,27 @@ fn a_damaged_parse_cannot_make_a_rebuild_walk_whole_windows() {
     bad.extend_from_slice(&[0, 0, 0]);
     assert_eq!(decode(&bad, None, &text).map(|p| p.matches.len()), Err(ParseError::Damaged("match count")));
 }
+
+/// Ingest's proof reads the stored bytes back against the refs as written: a stored form
+/// that differs from them (one ref, a match dropped, a match added) does not read back.
+#[test]
+fn the_proof_refuses_bytes_other_than_written() {
+    let text: Vec<u8> = (0..60_000u32).map(|i| b"<td class=\"n\">1</td>\n"[(i as usize * 5 + (i as usize >> 7)) % 21]).collect();
+    let mut d = Vec::with_capacity(text.len());
+    Compress::new(Compression::new(9), false).compress_vec(&text, &mut d, FlushCompress::Finish).unwrap();
+    let p = super::super::record(&d, &text).unwrap();
+    let mut proof = Vec::new();
+    let s = encode_with(&p, &text, None, Some(&mut proof)).unwrap();
+    assert_eq!(read_back(&s, &text, &proof).unwrap(), p);
+    assert!(proof.len() > 100, "{}", proof.len());
+    // Another ref at one match: the same length of column, other bytes.
+    let mut other = proof.iter().map(|w| Resolved { pos: w.pos, r: w.r, lc: w.lc, dist: w.dist, measured: w.measured }).collect::<Vec<_>>();
+    let i = other.iter().position(|w| w.r < 0x7f - 3).unwrap();
+    other[i].r += 3;
+    assert_eq!(read_back(&s, &text, &other), Err(ParseError::Damaged("reads back other than written")));
+    // One match fewer, or one more, than the bytes hold.
+    assert!(read_back(&s, &text, &proof[..proof.len() - 1]).is_err());
+    let mut more = proof.iter().map(|w| Resolved { pos: w.pos, r: w.r, lc: w.lc, dist: w.dist, measured: w.measured }).collect::<Vec<_>>();
+    more.push(Resolved { pos: text.len() - 3, r: 0, lc: 0, dist: 1, measured: None });
+    assert_eq!(read_back(&s, &text, &more), Err(ParseError::Damaged("reads back other than written")));
+}
