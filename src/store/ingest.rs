@@ -127,6 +127,34 @@ fn parse_cuts(members: &[&Member], seg: &warc::Segmentation) -> Vec<u64> {
         .collect()
 }
 
+/// Each of `items` compressed with zstd at `level`, on two threads (None where zstd fails).
+fn compress_all(items: &[Vec<u8>], level: i32) -> Vec<Option<Vec<u8>>> {
+    let next = AtomicUsize::new(0);
+    let mut out: Vec<Option<Vec<u8>>> = vec![None; items.len()];
+    let done: Vec<(usize, Option<Vec<u8>>)> = thread::scope(|s| {
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let next = &next;
+                s.spawn(move || {
+                    let mut z = zstd::bulk::Compressor::new(level).ok();
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        done.push((i, z.as_mut().and_then(|z| z.compress(item).ok())));
+                    }
+                    done
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|h| h.join().expect("compressing does not panic")).collect()
+    });
+    for (i, z) in done {
+        out[i] = z;
+    }
+    out
+}
+
 /// The slices covering plain range [a, b), given slices sorted by plain offset; `cursor`
 /// only moves forward because members come in plain-offset order.
 fn slices_in(exts: &[(u64, Slice)], cursor: &mut usize, a: u64, b: u64) -> Vec<Slice> {
@@ -241,7 +269,14 @@ impl Store {
         if size != total {
             return Err(io_err(std::io::Error::other(format!("the recipe covers {size} of the file's {total} bytes"))));
         }
-        let piece_keys = pieces.iter().map(|p| self.store_chunk(w, &mut ctx, &p.encode(), ChunkKind::Recipe)).collect::<Result<Vec<_>>>()?;
+        // Recipe pieces are compressed at a high level, once the file's windows are done and
+        // the cores are free: on both of them.
+        let encoded: Vec<Vec<u8>> = pieces.iter().map(|p| p.encode()).collect();
+        let mut packed = match self.config.compression {
+            Compression::Zstd => compress_all(&encoded, RECIPE_ZSTD_LEVEL),
+            Compression::None => vec![None; encoded.len()],
+        };
+        let piece_keys = encoded.iter().zip(packed.iter_mut()).map(|(raw, z)| self.place_chunk(w, &mut ctx, raw, ChunkKind::Recipe, z.take())).collect::<Result<Vec<_>>>()?;
         let dict = ctx.dict;
         let pending = std::mem::take(&mut w.pending);
         let collisions = std::mem::take(&mut w.collisions);
@@ -400,6 +435,11 @@ impl Store {
     /// Finds `data` in the store (proven equal as the verify mode demands) or appends it to
     /// the open pack as a new chunk.
     fn store_chunk(&self, w: &mut Writer, ctx: &mut Ctx, data: &[u8], kind: ChunkKind) -> Result<ChunkKey> {
+        self.place_chunk(w, ctx, data, kind, None)
+    }
+
+    /// `store_chunk`, for a recipe piece already compressed (`zstd`) on another thread.
+    fn place_chunk(&self, w: &mut Writer, ctx: &mut Ctx, data: &[u8], kind: ChunkKind, zstd: Option<Vec<u8>>) -> Result<ChunkKey> {
         let digest = (self.digest)(data);
         let mut candidates: Vec<(ChunkKey, ChunkEntry)> = w.pending.get(&digest).cloned().unwrap_or_default();
         // A point lookup of seq 0 answers most misses from the bloom filter; only a hit (or
@@ -475,7 +515,7 @@ impl Store {
                     _ if with_dict.is_some() => with_dict,
                     // Recipe pieces are small (bytes per file, not per payload), read often,
                     // and compress much better with more effort.
-                    _ if kind == ChunkKind::Recipe => zstd::bulk::compress(data, RECIPE_ZSTD_LEVEL).ok().map(|z| (Codec::Zstd, z)),
+                    _ if kind == ChunkKind::Recipe => zstd.or_else(|| zstd::bulk::compress(data, RECIPE_ZSTD_LEVEL).ok()).map(|z| (Codec::Zstd, z)),
                     Some(z) => z.compress(data).ok().map(|z| (Codec::Zstd, z)),
                     None => zstd::bulk::compress(data, ZSTD_LEVEL).ok().map(|z| (Codec::Zstd, z)),
                 }
