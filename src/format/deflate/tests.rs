@@ -180,7 +180,8 @@ fn every_real_member_replays_exactly() {
 }
 
 /// Members written by other deflate engines than zlib: GNU gzip, pigz (zlib at other
-/// settings, and zopfli with -11) and zopfli itself.
+/// settings, and zopfli with -11), zopfli itself and 7-Zip (its own optimal parser, at its
+/// fastest, default and strongest settings).
 #[test]
 fn other_writers_replay_exactly() {
     use std::process::Command;
@@ -192,7 +193,7 @@ fn other_writers_replay_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("plain");
     std::fs::write(&input, plain).unwrap();
-    for cmd in [&["gzip", "-c", "-9"][..], &["gzip", "-c", "-1"], &["gzip", "-c", "-6", "--rsyncable"], &["pigz", "-c", "-11", "-p", "1"], &["pigz", "-c", "-b", "32", "-p", "2"], &["zopfli", "-c", "--i5"]] {
+    for cmd in [&["gzip", "-c", "-9"][..], &["gzip", "-c", "-1"], &["gzip", "-c", "-6", "--rsyncable"], &["pigz", "-c", "-11", "-p", "1"], &["pigz", "-c", "-b", "32", "-p", "2"], &["zopfli", "-c", "--i5"], &["7zz", "a", "-tgzip", "-mx=1", "-so", "x.gz"], &["7zz", "a", "-tgzip", "-mx=5", "-so", "x.gz"], &["7zz", "a", "-tgzip", "-mx=9", "-mfb=258", "-mpass=15", "-so", "x.gz"]] {
         let out = Command::new(cmd[0]).args(&cmd[1..]).arg(&input).output().unwrap_or_else(|e| panic!("{} (scripts/setup installs it): {e}", cmd[0]));
         assert!(out.status.success(), "{cmd:?}");
         let mut back = Vec::new();
