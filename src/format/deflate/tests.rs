@@ -179,6 +179,88 @@ fn every_real_member_replays_exactly() {
     assert!(members > 1000, "{members}");
 }
 
+/// Writes stdin to stdout as one gzip member by Go's compress/gzip at the level named
+/// (-2 is Huffman only), flushing (a sync flush) every so many bytes if a second number is
+/// given: gowarc's and Browsertrix's tools write with it.
+const GO_GZIP: &str = r#"package main
+
+import (
+	"compress/gzip"
+	"io"
+	"os"
+	"strconv"
+)
+
+func main() {
+	level, _ := strconv.Atoi(os.Args[1])
+	every := int64(1 << 62)
+	if len(os.Args) > 2 {
+		every, _ = strconv.ParseInt(os.Args[2], 10, 64)
+	}
+	w, err := gzip.NewWriterLevel(os.Stdout, level)
+	if err != nil {
+		panic(err)
+	}
+	for {
+		n, err := io.CopyN(w, os.Stdin, every)
+		if n > 0 {
+			w.Flush()
+		}
+		if err == io.EOF {
+			break
+		} else if err != nil {
+			panic(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		panic(err)
+	}
+}
+"#;
+
+/// Members written by Go's compress/flate, whose parser is its own at every level.
+#[test]
+fn go_writers_replay_exactly() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let t = std::fs::read(crate::test_support::real_corpus().join("webrecorder-pywb/iana.warc.gz")).unwrap();
+    let mut plain = Vec::new();
+    flate2::read::MultiGzDecoder::new(&t[..]).read_to_end(&mut plain).unwrap();
+    let plain = &plain[..plain.len().min(400_000)];
+    let dir = tempfile::tempdir().unwrap();
+    let (input, prog) = (dir.path().join("plain"), dir.path().join("gogzip.go"));
+    std::fs::write(&input, plain).unwrap();
+    std::fs::write(&prog, GO_GZIP).unwrap();
+    for args in [&["-2"][..], &["1"], &["5"], &["9"], &["6", "30000"]] {
+        let out = Command::new("go")
+            .arg("run")
+            .arg(&prog)
+            .args(args)
+            .env("GOCACHE", dir.path().join("cache"))
+            .env("GO111MODULE", "off")
+            .stdin(Stdio::from(std::fs::File::open(&input).unwrap()))
+            .output()
+            .unwrap_or_else(|e| panic!("go (scripts/setup installs golang-go): {e}"));
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let mut back = Vec::new();
+        let regions = crate::format::gzip::split(&out.stdout, &mut back);
+        assert_eq!(back, plain, "{args:?}");
+        let mut flushes = 0;
+        for r in regions {
+            let crate::format::gzip::Region::Member(m) = r else { panic!("{args:?}: raw bytes") };
+            let d0 = m.start as usize + m.header_len;
+            let d = &out.stdout[d0..d0 + m.deflate_len as usize];
+            let tx = &back[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];
+            let p = round_trip(d, tx, Some(tx.len() / 2));
+            flushes += p.blocks.iter().filter(|b| matches!(b.kind, BlockKind::Stored { .. }) && b.end as usize != tx.len()).count();
+        }
+        // Every 30,000 bytes a sync flush (an empty stored block).
+        if args.len() > 1 {
+            assert!(flushes >= plain.len() / 30_000, "{args:?}: {flushes} flushes");
+        }
+    }
+}
+
 /// Members written by other deflate engines than zlib: GNU gzip, pigz (zlib at other
 /// settings, and zopfli with -11), zopfli itself and 7-Zip (its own optimal parser, at its
 /// fastest, default and strongest settings).
