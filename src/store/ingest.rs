@@ -127,8 +127,15 @@ fn parse_cuts(members: &[&Member], seg: &warc::Segmentation) -> Vec<u64> {
         .collect()
 }
 
+/// What `find_chunk` found: the chunk, or the seq a new copy takes (and whether others share
+/// its digest: a collision).
+enum Lookup {
+    Found(ChunkKey),
+    New { seq: u32, collides: bool },
+}
+
 /// Each of `items` compressed with zstd at `level`, on two threads (None where zstd fails).
-fn compress_all(items: &[Vec<u8>], level: i32) -> Vec<Option<Vec<u8>>> {
+fn compress_all(items: &[&[u8]], level: i32) -> Vec<Option<Vec<u8>>> {
     let next = AtomicUsize::new(0);
     let mut out: Vec<Option<Vec<u8>>> = vec![None; items.len()];
     let done: Vec<(usize, Option<Vec<u8>>)> = thread::scope(|s| {
@@ -269,14 +276,8 @@ impl Store {
         if size != total {
             return Err(io_err(std::io::Error::other(format!("the recipe covers {size} of the file's {total} bytes"))));
         }
-        // Recipe pieces are compressed at a high level, once the file's windows are done and
-        // the cores are free: on both of them.
         let encoded: Vec<Vec<u8>> = pieces.iter().map(|p| p.encode()).collect();
-        let mut packed = match self.config.compression {
-            Compression::Zstd => compress_all(&encoded, RECIPE_ZSTD_LEVEL),
-            Compression::None => vec![None; encoded.len()],
-        };
-        let piece_keys = encoded.iter().zip(packed.iter_mut()).map(|(raw, z)| self.place_chunk(w, &mut ctx, raw, ChunkKind::Recipe, z.take())).collect::<Result<Vec<_>>>()?;
+        let piece_keys = self.store_pieces(w, &mut ctx, &encoded)?;
         let dict = ctx.dict;
         let pending = std::mem::take(&mut w.pending);
         let collisions = std::mem::take(&mut w.collisions);
@@ -435,12 +436,36 @@ impl Store {
     /// Finds `data` in the store (proven equal as the verify mode demands) or appends it to
     /// the open pack as a new chunk.
     fn store_chunk(&self, w: &mut Writer, ctx: &mut Ctx, data: &[u8], kind: ChunkKind) -> Result<ChunkKey> {
-        self.place_chunk(w, ctx, data, kind, None)
+        self.place_chunk(w, ctx, data, kind, (self.digest)(data), None)
     }
 
-    /// `store_chunk`, for a recipe piece already compressed (`zstd`) on another thread.
-    fn place_chunk(&self, w: &mut Writer, ctx: &mut Ctx, data: &[u8], kind: ChunkKind, zstd: Option<Vec<u8>>) -> Result<ChunkKey> {
-        let digest = (self.digest)(data);
+    /// Stores a file's recipe pieces (`encoded`): those the store lacks are compressed on
+    /// both cores first (a high level, paid once the file's windows are done and the cores
+    /// are free), then each is stored as `store_chunk` would.
+    fn store_pieces(&self, w: &mut Writer, ctx: &mut Ctx, encoded: &[Vec<u8>]) -> Result<Vec<ChunkKey>> {
+        let digests: Vec<Digest> = encoded.iter().map(|p| (self.digest)(p)).collect();
+        let mut packed: Vec<Option<Vec<u8>>> = vec![None; encoded.len()];
+        if self.config.compression == Compression::Zstd {
+            let mut fresh = Vec::new();
+            for (i, (p, d)) in encoded.iter().zip(&digests).enumerate() {
+                if let Lookup::New { .. } = self.find_chunk(w, p, *d)? {
+                    fresh.push(i);
+                }
+            }
+            if fresh.len() > 1 {
+                let items: Vec<&[u8]> = fresh.iter().map(|&i| encoded[i].as_slice()).collect();
+                for (i, z) in fresh.into_iter().zip(compress_all(&items, RECIPE_ZSTD_LEVEL)) {
+                    packed[i] = z;
+                }
+            }
+        }
+        // (A piece found above is found again: looked up, not compressed. Two equal pieces
+        // new to the store: the second finds the first.)
+        encoded.iter().zip(digests).zip(packed).map(|((p, d), z)| self.place_chunk(w, ctx, p, ChunkKind::Recipe, d, z)).collect()
+    }
+
+    /// Whether the store holds `data` (digest `digest`) already, as the verify mode proves it.
+    fn find_chunk(&self, w: &mut Writer, data: &[u8], digest: Digest) -> Result<Lookup> {
         let mut candidates: Vec<(ChunkKey, ChunkEntry)> = w.pending.get(&digest).cloned().unwrap_or_default();
         // A point lookup of seq 0 answers most misses from the bloom filter; only a hit (or
         // a collision chain) needs the range scan.
@@ -476,14 +501,27 @@ impl Store {
                 }
             };
             if same {
-                return Ok(*key);
+                return Ok(Lookup::Found(*key));
             }
         }
         let seq = candidates.iter().map(|(k, _)| k.seq + 1).max().unwrap_or(0);
-        if !candidates.is_empty() {
-            w.collisions += 1;
-            log::warn!("digest collision on {}: stored as a separate chunk (seq {seq})", first.short());
-        }
+        Ok(Lookup::New { seq, collides: !candidates.is_empty() })
+    }
+
+    /// `store_chunk` of `data` whose digest is `digest`; a recipe piece may come compressed
+    /// already (`precompressed`, see `store_pieces`).
+    fn place_chunk(&self, w: &mut Writer, ctx: &mut Ctx, data: &[u8], kind: ChunkKind, digest: Digest, precompressed: Option<Vec<u8>>) -> Result<ChunkKey> {
+        debug_assert!(precompressed.is_none() || kind == ChunkKind::Recipe);
+        let seq = match self.find_chunk(w, data, digest)? {
+            Lookup::Found(key) => return Ok(key),
+            Lookup::New { seq, collides } => {
+                if collides {
+                    w.collisions += 1;
+                    log::warn!("digest collision on {}: stored as a separate chunk (seq {seq})", ChunkKey { digest, seq: 0 }.short());
+                }
+                seq
+            }
+        };
         let key = ChunkKey { digest, seq };
         // Payloads, headers and unparsed bytes are what a dictionary trained on them helps.
         let dictable = matches!(kind, ChunkKind::Raw | ChunkKind::Literal | ChunkKind::Payload | ChunkKind::PayloadHead);
@@ -515,7 +553,7 @@ impl Store {
                     _ if with_dict.is_some() => with_dict,
                     // Recipe pieces are small (bytes per file, not per payload), read often,
                     // and compress much better with more effort.
-                    _ if kind == ChunkKind::Recipe => zstd.or_else(|| zstd::bulk::compress(data, RECIPE_ZSTD_LEVEL).ok()).map(|z| (Codec::Zstd, z)),
+                    _ if kind == ChunkKind::Recipe => precompressed.or_else(|| zstd::bulk::compress(data, RECIPE_ZSTD_LEVEL).ok()).map(|z| (Codec::Zstd, z)),
                     Some(z) => z.compress(data).ok().map(|z| (Codec::Zstd, z)),
                     None => zstd::bulk::compress(data, ZSTD_LEVEL).ok().map(|z| (Codec::Zstd, z)),
                 }

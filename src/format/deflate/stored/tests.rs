@@ -89,7 +89,8 @@ fn a_damaged_parse_cannot_make_a_rebuild_walk_whole_windows() {
 }
 
 /// Ingest's proof reads the stored bytes back against the refs as written: a stored form
-/// that differs from them (one ref, a match dropped, a match added) does not read back.
+/// that differs from them (a ref, position or length column, a match dropped or added) does
+/// not read back.
 #[test]
 fn the_proof_refuses_bytes_other_than_written() {
     let text: Vec<u8> = (0..60_000u32).map(|i| b"<td class=\"n\">1</td>\n"[(i as usize * 5 + (i as usize >> 7)) % 21]).collect();
@@ -100,14 +101,18 @@ fn the_proof_refuses_bytes_other_than_written() {
     let s = encode_with(&p, &text, None, Some(&mut proof)).unwrap();
     assert_eq!(read_back(&s, &text, &proof).unwrap(), p);
     assert!(proof.len() > 100, "{}", proof.len());
-    // Another ref at one match: the same length of column, other bytes.
-    let mut other = proof.iter().map(|w| Resolved { pos: w.pos, r: w.r, lc: w.lc, dist: w.dist, measured: w.measured }).collect::<Vec<_>>();
-    let i = other.iter().position(|w| w.r < 0x7f - 3).unwrap();
-    other[i].r += 3;
-    assert_eq!(read_back(&s, &text, &other), Err(ParseError::Damaged("reads back other than written")));
+    // Another ref, position or length column at one match: the same columns' lengths, other
+    // bytes.
+    let i = proof.iter().position(|w| w.r < 0x7f - 3 && w.lc == 0).unwrap();
+    let bad = "reads back other than written";
+    for change in [|w: &mut Resolved| w.r += 3, |w: &mut Resolved| w.pos += 1, |w: &mut Resolved| w.lc = 1] {
+        let mut other = proof.clone();
+        change(&mut other[i]);
+        assert_eq!(read_back(&s, &text, &other), Err(ParseError::Damaged(bad)));
+    }
     // One match fewer, or one more, than the bytes hold.
-    assert!(read_back(&s, &text, &proof[..proof.len() - 1]).is_err());
-    let mut more = proof.iter().map(|w| Resolved { pos: w.pos, r: w.r, lc: w.lc, dist: w.dist, measured: w.measured }).collect::<Vec<_>>();
-    more.push(Resolved { pos: text.len() - 3, r: 0, lc: 0, dist: 1, measured: None });
-    assert_eq!(read_back(&s, &text, &more), Err(ParseError::Damaged("reads back other than written")));
+    assert_eq!(read_back(&s, &text, &proof[..proof.len() - 1]), Err(ParseError::Damaged(bad)));
+    let mut more = proof.clone();
+    more.push(Resolved::new(text.len() - 3, 0, 0, (1, None)).unwrap());
+    assert_eq!(read_back(&s, &text, &more), Err(ParseError::Damaged(bad)));
 }
