@@ -179,6 +179,51 @@ fn every_real_member_replays_exactly() {
     assert!(members > 1000, "{members}");
 }
 
+/// A real crawl's text (its first 400,000 bytes) in a file for other writers to compress.
+fn sample_text(dir: &std::path::Path) -> (Vec<u8>, std::path::PathBuf) {
+    use std::io::Read;
+    let t = std::fs::read(crate::test_support::real_corpus().join("webrecorder-pywb/iana.warc.gz")).unwrap();
+    let mut plain = Vec::new();
+    flate2::read::MultiGzDecoder::new(&t[..]).read_to_end(&mut plain).unwrap();
+    plain.truncate(400_000);
+    let input = dir.join("plain");
+    std::fs::write(&input, &plain).unwrap();
+    (plain, input)
+}
+
+/// Checks that a writer's gzip output (`what` wrote it) holds members only, that they give
+/// `plain`, and that each one's parse round-trips; returns the parses.
+fn members_replay_exactly(out: &std::process::Output, plain: &[u8], what: &str) -> Vec<Parse> {
+    assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut back = Vec::new();
+    let regions = crate::format::gzip::split(&out.stdout, &mut back);
+    assert_eq!(back, plain, "{what}");
+    regions
+        .into_iter()
+        .map(|r| {
+            let crate::format::gzip::Region::Member(m) = r else { panic!("{what}: raw bytes") };
+            let d0 = m.start as usize + m.header_len;
+            let d = &out.stdout[d0..d0 + m.deflate_len as usize];
+            let tx = &back[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];
+            round_trip(d, tx, Some(tx.len() / 2))
+        })
+        .collect()
+}
+
+/// Members written by other deflate engines than zlib: GNU gzip, pigz (zlib at other
+/// settings, and zopfli with -11), zopfli itself and 7-Zip (its own optimal parser, at its
+/// fastest, default and strongest settings).
+#[test]
+fn other_writers_replay_exactly() {
+    use std::process::Command;
+    let dir = tempfile::tempdir().unwrap();
+    let (plain, input) = sample_text(dir.path());
+    for cmd in [&["gzip", "-c", "-9"][..], &["gzip", "-c", "-1"], &["gzip", "-c", "-6", "--rsyncable"], &["pigz", "-c", "-11", "-p", "1"], &["pigz", "-c", "-b", "32", "-p", "2"], &["zopfli", "-c", "--i5"], &["7zz", "a", "-tgzip", "-mx=1", "-so", "x.gz"], &["7zz", "a", "-tgzip", "-mx=5", "-so", "x.gz"], &["7zz", "a", "-tgzip", "-mx=9", "-mfb=258", "-mpass=15", "-so", "x.gz"]] {
+        let out = Command::new(cmd[0]).args(&cmd[1..]).arg(&input).output().unwrap_or_else(|e| panic!("{} (scripts/setup installs it): {e}", cmd[0]));
+        members_replay_exactly(&out, &plain, &format!("{cmd:?}"));
+    }
+}
+
 /// Writes stdin to stdout as one gzip member by Go's compress/gzip at the level named
 /// (-2 is Huffman only), flushing (a sync flush) every so many bytes if a second number is
 /// given: gowarc's and Browsertrix's tools write with it.
@@ -221,15 +266,10 @@ func main() {
 /// Members written by Go's compress/flate, whose parser is its own at every level.
 #[test]
 fn go_writers_replay_exactly() {
-    use std::io::Read;
     use std::process::{Command, Stdio};
-    let t = std::fs::read(crate::test_support::real_corpus().join("webrecorder-pywb/iana.warc.gz")).unwrap();
-    let mut plain = Vec::new();
-    flate2::read::MultiGzDecoder::new(&t[..]).read_to_end(&mut plain).unwrap();
-    let plain = &plain[..plain.len().min(400_000)];
     let dir = tempfile::tempdir().unwrap();
-    let (input, prog) = (dir.path().join("plain"), dir.path().join("gogzip.go"));
-    std::fs::write(&input, plain).unwrap();
+    let (plain, input) = sample_text(dir.path());
+    let prog = dir.path().join("gogzip.go");
     std::fs::write(&prog, GO_GZIP).unwrap();
     // Built once, offline: the standard library only, no module, the toolchain installed.
     let bin = dir.path().join("gogzip");
@@ -247,54 +287,13 @@ fn go_writers_replay_exactly() {
     assert!(built.status.success(), "go build: {}", String::from_utf8_lossy(&built.stderr));
     for args in [&["-2"][..], &["1"], &["5"], &["9"], &["6", "30000"]] {
         let out = Command::new(&bin).args(args).stdin(Stdio::from(std::fs::File::open(&input).unwrap())).output().unwrap();
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        let mut back = Vec::new();
-        let regions = crate::format::gzip::split(&out.stdout, &mut back);
-        assert_eq!(back, plain, "{args:?}");
-        let mut flushes = 0;
-        for r in regions {
-            let crate::format::gzip::Region::Member(m) = r else { panic!("{args:?}: raw bytes") };
-            let d0 = m.start as usize + m.header_len;
-            let d = &out.stdout[d0..d0 + m.deflate_len as usize];
-            let tx = &back[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];
-            let p = round_trip(d, tx, Some(tx.len() / 2));
-            flushes += p.blocks.iter().filter(|b| matches!(b.kind, BlockKind::Stored { .. }) && b.end as usize != tx.len()).count();
-        }
+        let parses = members_replay_exactly(&out, &plain, &format!("go {args:?}"));
+        let flushes: usize = parses.iter().map(|p| p.blocks.iter().filter(|b| matches!(b.kind, BlockKind::Stored { .. }) && !b.last).count()).sum();
         // Every 30,000 bytes a sync flush (an empty stored block); none without.
         if args.len() > 1 {
             assert!(flushes >= plain.len() / 30_000, "{args:?}: {flushes} flushes");
         } else {
             assert_eq!(flushes, 0, "{args:?}");
-        }
-    }
-}
-
-/// Members written by other deflate engines than zlib: GNU gzip, pigz (zlib at other
-/// settings, and zopfli with -11), zopfli itself and 7-Zip (its own optimal parser, at its
-/// fastest, default and strongest settings).
-#[test]
-fn other_writers_replay_exactly() {
-    use std::process::Command;
-    let t = std::fs::read(crate::test_support::real_corpus().join("webrecorder-pywb/iana.warc.gz")).unwrap();
-    let mut plain = Vec::new();
-    flate2::read::MultiGzDecoder::new(&t[..]).read_to_end(&mut plain).unwrap();
-    use std::io::Read;
-    let plain = &plain[..plain.len().min(400_000)];
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("plain");
-    std::fs::write(&input, plain).unwrap();
-    for cmd in [&["gzip", "-c", "-9"][..], &["gzip", "-c", "-1"], &["gzip", "-c", "-6", "--rsyncable"], &["pigz", "-c", "-11", "-p", "1"], &["pigz", "-c", "-b", "32", "-p", "2"], &["zopfli", "-c", "--i5"], &["7zz", "a", "-tgzip", "-mx=1", "-so", "x.gz"], &["7zz", "a", "-tgzip", "-mx=5", "-so", "x.gz"], &["7zz", "a", "-tgzip", "-mx=9", "-mfb=258", "-mpass=15", "-so", "x.gz"]] {
-        let out = Command::new(cmd[0]).args(&cmd[1..]).arg(&input).output().unwrap_or_else(|e| panic!("{} (scripts/setup installs it): {e}", cmd[0]));
-        assert!(out.status.success(), "{cmd:?}");
-        let mut back = Vec::new();
-        let regions = crate::format::gzip::split(&out.stdout, &mut back);
-        assert_eq!(back, plain, "{cmd:?}");
-        for r in regions {
-            let crate::format::gzip::Region::Member(m) = r else { panic!("{cmd:?}: raw bytes") };
-            let d0 = m.start as usize + m.header_len;
-            let d = &out.stdout[d0..d0 + m.deflate_len as usize];
-            let tx = &back[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];
-            round_trip(d, tx, Some(tx.len() / 2));
         }
     }
 }
