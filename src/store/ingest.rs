@@ -6,24 +6,23 @@
 //! proven to replay to the member's exact bytes (`format::deflate`, on worker threads, while
 //! this thread hashes and stores chunks). A member that does not replay, and any bytes outside
 //! members, are stored as content-defined chunks of the compressed bytes themselves. Headers
-//! go into literal blocks that recipes slice; the shareable tail of a parse is a chunk.
+//! go into literal blocks that recipes slice; the shareable tail of a parse is a chunk. Each
+//! chunk is found or stored by `chunks`.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
+use super::chunks::{Added, Pending};
 use super::source::{each_window, io_err, split_window, SplitWindow, MAX_MEMBER_PLAIN};
 pub use super::source::{Presplit, Source, Windows, WINDOWS};
-use super::{Compression, Ns, Result, Store, StoreError, Verify, Writer};
-use crate::LockExt;
-use crate::digest::{ChunkKey, Digest};
+use super::{Result, Store, Writer};
+use crate::digest::ChunkKey;
 use crate::format::deflate;
 use crate::format::gzip::{self, Member, Region};
 use crate::format::warc::{self, SpanKind};
-use crate::index::{Batch, ChunkEntry};
-use crate::pack::{ChunkKind, Codec, OpenPack, BLOB_HEADER_LEN};
-use crate::recipe::{FileStats, MemberParts, Piece, RecipeBuilder, RefDelta};
+use crate::pack::ChunkKind;
+use crate::recipe::{FileStats, MemberParts, Piece, RecipeBuilder};
 
 /// Header bytes of one file are cut into blocks of about this size (one chunk each). Small
 /// enough that a reader of one record decodes little besides its header; large enough for
@@ -38,11 +37,6 @@ const RAW_CDC: (u32, u32, u32) = (16 << 10, 64 << 10, 256 << 10);
 const PARSE_SHARED_FROM: u64 = 4 << 10;
 /// The most text whose matches a member keeps in its recipe (about 10-20 KiB of parse).
 const PARSE_INLINE_TEXT: u64 = 64 << 10;
-/// Compressed chunks are kept only if they save at least 3 %.
-const MIN_SAVING_PERCENT: usize = 3;
-const ZSTD_LEVEL: i32 = 3;
-const RECIPE_ZSTD_LEVEL: i32 = 9;
-
 /// A slice of a chunk: (chunk, offset in chunk, length).
 pub(super) type Slice = (ChunkKey, u32, u32);
 
@@ -64,14 +58,9 @@ pub(super) struct Ingested {
     pub dict: Option<ChunkKey>,
 }
 
-/// Chunks appended to packs but not yet in the index, by digest.
-pub(super) type Pending = HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>>;
-
 struct Ctx {
     stats: FileStats,
-    new_bytes: u64,
-    /// A dictionary this ingest trained and stored.
-    dict: Option<ChunkKey>,
+    added: Added,
 }
 
 fn cdc(data: &[u8], (min, avg, max): (u32, u32, u32)) -> impl Iterator<Item = (usize, usize)> + '_ {
@@ -127,41 +116,6 @@ fn parse_cuts(members: &[&Member], seg: &warc::Segmentation) -> Vec<u64> {
         .collect()
 }
 
-/// What `find_chunk` found: the chunk, or the seq a new copy takes (and whether others share
-/// its digest: a collision).
-enum Lookup {
-    Found(ChunkKey),
-    New { seq: u32, collides: bool },
-}
-
-/// Each of `items` compressed with zstd at `level`, on two threads (None where zstd fails).
-fn compress_all(items: &[&[u8]], level: i32) -> Vec<Option<Vec<u8>>> {
-    let next = AtomicUsize::new(0);
-    let mut out: Vec<Option<Vec<u8>>> = vec![None; items.len()];
-    let done: Vec<(usize, Option<Vec<u8>>)> = thread::scope(|s| {
-        let workers: Vec<_> = (0..2)
-            .map(|_| {
-                let next = &next;
-                s.spawn(move || {
-                    let mut z = zstd::bulk::Compressor::new(level).ok();
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items.get(i) else { break };
-                        done.push((i, z.as_mut().and_then(|z| z.compress(item).ok())));
-                    }
-                    done
-                })
-            })
-            .collect();
-        workers.into_iter().flat_map(|h| h.join().expect("compressing does not panic")).collect()
-    });
-    for (i, z) in done {
-        out[i] = z;
-    }
-    out
-}
-
 /// The slices covering plain range [a, b), given slices sorted by plain offset; `cursor`
 /// only moves forward because members come in plain-offset order.
 fn slices_in(exts: &[(u64, Slice)], cursor: &mut usize, a: u64, b: u64) -> Vec<Slice> {
@@ -183,30 +137,6 @@ fn slices_in(exts: &[(u64, Slice)], cursor: &mut usize, a: u64, b: u64) -> Vec<S
 }
 
 impl Store {
-    /// Goes on compressing with the dictionary the index names as in use (`dict`), on a
-    /// store whose format has them. One that cannot be read is logged and left: chunks are
-    /// then compressed without, and a new one is trained.
-    pub(super) fn resume_dictionary(&self) -> Result<()> {
-        let Some(raw) = self.index.meta_bytes(super::dict::META_KEY)? else { return Ok(()) };
-        let Some(key) = ChunkKey::from_bytes(&raw) else {
-            log::warn!("{}: the index names no readable zstd dictionary; a new one will be trained", self.root.display());
-            return Ok(());
-        };
-        let bytes = match self.index.chunk(&key)? {
-            Some(e) => self.packs.read(e.pack, e.offset, &key, e.stored_len),
-            None => Err(crate::pack::PackError::Corrupt { pack: 0, offset: 0, what: format!("dictionary {} is in no pack", key.short()) }),
-        };
-        match bytes {
-            Ok(bytes) => {
-                if !self.writer.locked().dicts.use_dictionary(key.digest, &bytes) {
-                    log::warn!("{}: the zstd dictionary in use ({}) cannot be prepared; a new one will be trained", self.root.display(), key.short());
-                }
-            }
-            Err(e) => log::warn!("{}: the zstd dictionary in use cannot be read ({e}); a new one will be trained", self.root.display()),
-        }
-        Ok(())
-    }
-
     pub(super) fn ingest<S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &S) -> Result<Ingested> {
         self.ingest_windows(w, src, Presplit::none(), WINDOWS)
     }
@@ -229,7 +159,7 @@ impl Store {
         if let Some(d) = w.dicts.forget_candidate() {
             self.packs.unpin_dictionary(&d);
         }
-        let mut ctx = Ctx { stats: FileStats::default(), new_bytes: 0, dict: None };
+        let mut ctx = Ctx { stats: FileStats::default(), added: Added::default() };
         let mut rb = RecipeBuilder::new();
         let total = src.size().map_err(io_err)?;
         let win = Windows { bytes: win.bytes.max(1), max_bytes: win.max_bytes.max(win.bytes), plain: win.plain.max(1) };
@@ -277,11 +207,11 @@ impl Store {
             return Err(io_err(std::io::Error::other(format!("the recipe covers {size} of the file's {total} bytes"))));
         }
         let encoded: Vec<Vec<u8>> = pieces.iter().map(|p| p.encode()).collect();
-        let piece_keys = self.store_pieces(w, &mut ctx, &encoded)?;
-        let dict = ctx.dict;
+        let piece_keys = self.store_pieces(w, &mut ctx.added, &encoded)?;
+        let dict = ctx.added.dict;
         let pending = std::mem::take(&mut w.pending);
         let collisions = std::mem::take(&mut w.collisions);
-        Ok(Ingested { pieces, piece_keys, starts, size, stats: ctx.stats, new_bytes: ctx.new_bytes, pending, collisions, dict })
+        Ok(Ingested { pieces, piece_keys, starts, size, stats: ctx.stats, new_bytes: ctx.added.new_bytes, pending, collisions, dict })
     }
 
     /// Stores one window of a gzip file: `sw`'s regions tile `data`, and its members' plain
@@ -358,7 +288,7 @@ impl Store {
                     let slices = slices_in(&exts, &mut cursor, m.plain_start, m.plain_start + m.plain_len);
                     let header = data[s..s + m.header_len].to_vec();
                     let parse_tail = match &parse.tail {
-                        Some(t) => Some(self.store_chunk(w, ctx, t, ChunkKind::Parse)?),
+                        Some(t) => Some(self.store_chunk(w, &mut ctx.added, t, ChunkKind::Parse)?),
                         None => None,
                     };
                     ctx.stats.parse_bytes += parse.prefix.len() as u64 + parse.tail.as_ref().map_or(0, |t| t.len() as u64);
@@ -386,14 +316,14 @@ impl Store {
         for span in seg.spans.iter().filter(|s| s.kind == SpanKind::Header) {
             let bytes = &plain[span.start as usize..(span.start + span.len) as usize];
             if !buf.is_empty() && buf.len() + bytes.len() > LITERAL_BLOCK {
-                blocks.push(self.store_chunk(w, ctx, &buf, ChunkKind::Literal)?);
+                blocks.push(self.store_chunk(w, &mut ctx.added, &buf, ChunkKind::Literal)?);
                 buf.clear();
             }
             places.push((blocks.len(), buf.len() as u32));
             buf.extend_from_slice(bytes);
         }
         if !buf.is_empty() {
-            blocks.push(self.store_chunk(w, ctx, &buf, ChunkKind::Literal)?);
+            blocks.push(self.store_chunk(w, &mut ctx.added, &buf, ChunkKind::Literal)?);
         }
         let mut out = Vec::with_capacity(seg.spans.len());
         let mut header_no = 0usize;
@@ -409,13 +339,13 @@ impl Store {
                     ctx.stats.payload_bytes += span.len;
                     for (i, (o, l)) in cdc(&plain[s..e], PAYLOAD_CDC).enumerate() {
                         let kind = if i == 0 { ChunkKind::PayloadHead } else { ChunkKind::Payload };
-                        let key = self.store_chunk(w, ctx, &plain[s + o..s + o + l], kind)?;
+                        let key = self.store_chunk(w, &mut ctx.added, &plain[s + o..s + o + l], kind)?;
                         out.push(((s + o) as u64, (key, 0, l as u32)));
                     }
                 }
                 SpanKind::Raw => {
                     for (o, l) in cdc(&plain[s..e], RAW_CDC) {
-                        let key = self.store_chunk(w, ctx, &plain[s + o..s + o + l], ChunkKind::Raw)?;
+                        let key = self.store_chunk(w, &mut ctx.added, &plain[s + o..s + o + l], ChunkKind::Raw)?;
                         out.push(((s + o) as u64, (key, 0, l as u32)));
                     }
                 }
@@ -427,247 +357,9 @@ impl Store {
     fn chunk_raw(&self, w: &mut Writer, ctx: &mut Ctx, bytes: &[u8]) -> Result<Vec<Slice>> {
         let mut out = Vec::new();
         for (o, l) in cdc(bytes, RAW_CDC) {
-            let key = self.store_chunk(w, ctx, &bytes[o..o + l], ChunkKind::Raw)?;
+            let key = self.store_chunk(w, &mut ctx.added, &bytes[o..o + l], ChunkKind::Raw)?;
             out.push((key, 0, l as u32));
         }
         Ok(out)
-    }
-
-    /// Finds `data` in the store (proven equal as the verify mode demands) or appends it to
-    /// the open pack as a new chunk.
-    fn store_chunk(&self, w: &mut Writer, ctx: &mut Ctx, data: &[u8], kind: ChunkKind) -> Result<ChunkKey> {
-        self.place_chunk(w, ctx, data, kind, (self.digest)(data), None)
-    }
-
-    /// Stores a file's recipe pieces (`encoded`): those the store lacks are compressed on
-    /// both cores first (a high level, paid once the file's windows are done and the cores
-    /// are free), then each is stored as `store_chunk` would.
-    fn store_pieces(&self, w: &mut Writer, ctx: &mut Ctx, encoded: &[Vec<u8>]) -> Result<Vec<ChunkKey>> {
-        let digests: Vec<Digest> = encoded.iter().map(|p| (self.digest)(p)).collect();
-        let mut packed: Vec<Option<Vec<u8>>> = vec![None; encoded.len()];
-        if self.config.compression == Compression::Zstd {
-            let mut fresh = Vec::new();
-            for (i, (p, d)) in encoded.iter().zip(&digests).enumerate() {
-                if let Lookup::New { .. } = self.find_chunk(w, p, *d)? {
-                    fresh.push(i);
-                }
-            }
-            if fresh.len() > 1 {
-                let items: Vec<&[u8]> = fresh.iter().map(|&i| encoded[i].as_slice()).collect();
-                for (i, z) in fresh.into_iter().zip(compress_all(&items, RECIPE_ZSTD_LEVEL)) {
-                    packed[i] = z;
-                }
-            }
-        }
-        // (A piece found above is found again: looked up, not compressed. Two equal pieces
-        // new to the store: the second finds the first.)
-        encoded.iter().zip(digests).zip(packed).map(|((p, d), z)| self.place_chunk(w, ctx, p, ChunkKind::Recipe, d, z)).collect()
-    }
-
-    /// Whether the store holds `data` (digest `digest`) already, as the verify mode proves it.
-    fn find_chunk(&self, w: &mut Writer, data: &[u8], digest: Digest) -> Result<Lookup> {
-        let mut candidates: Vec<(ChunkKey, ChunkEntry)> = w.pending.get(&digest).cloned().unwrap_or_default();
-        // A point lookup of seq 0 answers most misses from the bloom filter; only a hit (or
-        // a collision chain) needs the range scan.
-        let first = ChunkKey { digest, seq: 0 };
-        if candidates.is_empty() {
-            if let Some(e) = self.index.chunk(&first)? {
-                candidates.push((first, e));
-                if self.config.verify != Verify::Off {
-                    candidates = self.index.chunks_with_digest(&digest)?;
-                }
-            }
-        } else {
-            for (k, e) in self.index.chunks_with_digest(&digest)? {
-                if !candidates.iter().any(|(c, _)| *c == k) {
-                    candidates.push((k, e));
-                }
-            }
-        }
-        for (key, entry) in &candidates {
-            let same = match self.config.verify {
-                Verify::Off => true,
-                Verify::Size => entry.raw_len as usize == data.len(),
-                Verify::Bytes => {
-                    entry.raw_len as usize == data.len()
-                        && match self.chunk_bytes(key, entry) {
-                            Ok(bytes) => bytes.as_slice() == data,
-                            // A stored copy that cannot be read must not absorb new copies.
-                            Err(e) => {
-                                log::warn!("dedup candidate {} unreadable, storing a fresh copy: {e}", key.short());
-                                false
-                            }
-                        }
-                }
-            };
-            if same {
-                return Ok(Lookup::Found(*key));
-            }
-        }
-        let seq = candidates.iter().map(|(k, _)| k.seq + 1).max().unwrap_or(0);
-        Ok(Lookup::New { seq, collides: !candidates.is_empty() })
-    }
-
-    /// `store_chunk` of `data` whose digest is `digest`; a recipe piece may come compressed
-    /// already (`precompressed`, see `store_pieces`).
-    fn place_chunk(&self, w: &mut Writer, ctx: &mut Ctx, data: &[u8], kind: ChunkKind, digest: Digest, precompressed: Option<Vec<u8>>) -> Result<ChunkKey> {
-        debug_assert!(precompressed.is_none() || kind == ChunkKind::Recipe);
-        let seq = match self.find_chunk(w, data, digest)? {
-            Lookup::Found(key) => return Ok(key),
-            Lookup::New { seq, collides } => {
-                if collides {
-                    w.collisions += 1;
-                    log::warn!("digest collision on {}: stored as a separate chunk (seq {seq})", ChunkKey { digest, seq: 0 }.short());
-                }
-                seq
-            }
-        };
-        let key = ChunkKey { digest, seq };
-        // Payloads, headers and unparsed bytes are what a dictionary trained on them helps.
-        let dictable = matches!(kind, ChunkKind::Raw | ChunkKind::Literal | ChunkKind::Payload | ChunkKind::PayloadHead);
-        let compressed = match self.config.compression {
-            Compression::Zstd => {
-                if w.zstd.is_none() {
-                    w.zstd = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok();
-                }
-                if dictable {
-                    w.dicts.sample(data);
-                    // Enough new chunks seen to train a dictionary: stored now (before the
-                    // chunks that name it), committed with this file.
-                    if let Some(bytes) = w.dicts.train() {
-                        let key = self.store_chunk(w, ctx, &bytes, ChunkKind::Dict)?;
-                        // Blobs name a dictionary by digest, found at seq 0, as kind Dict: one
-                        // that landed otherwise (a collision) is not used.
-                        let is_dict = |e: &ChunkEntry| e.kind == ChunkKind::Dict as u8;
-                        let stored_as_dict = key.seq == 0
-                            && (w.pending.get(&key.digest).is_some_and(|v| v.iter().any(|(k, e)| *k == key && is_dict(e))) || self.index.chunk(&key)?.is_some_and(|e| is_dict(&e)));
-                        // Its chunks may be read back (a verify) before it is in the index.
-                        if stored_as_dict && self.packs.pin_dictionary(key.digest, &bytes) {
-                            w.dicts.stored(key.digest, &bytes);
-                            ctx.dict = Some(key);
-                        }
-                    }
-                }
-                let with_dict = if dictable { w.dicts.compress(data).map(|z| (Codec::ZstdDict, z)) } else { None };
-                match w.zstd.as_mut() {
-                    _ if with_dict.is_some() => with_dict,
-                    // Recipe pieces are small (bytes per file, not per payload), read often,
-                    // and compress much better with more effort.
-                    _ if kind == ChunkKind::Recipe => precompressed.or_else(|| zstd::bulk::compress(data, RECIPE_ZSTD_LEVEL).ok()).map(|z| (Codec::Zstd, z)),
-                    Some(z) => z.compress(data).ok().map(|z| (Codec::Zstd, z)),
-                    None => zstd::bulk::compress(data, ZSTD_LEVEL).ok().map(|z| (Codec::Zstd, z)),
-                }
-                .filter(|(_, z)| z.len() * 100 <= data.len() * (100 - MIN_SAVING_PERCENT))
-            }
-            Compression::None => None,
-        };
-        let (codec, stored) = match &compressed {
-            Some((codec, z)) => (*codec, z.as_slice()),
-            None => (Codec::None, data),
-        };
-        let tmp_dir = self.root.join("packs-tmp");
-        if w.open.is_none() {
-            let id = self.alloc_pack_id();
-            w.open = Some(OpenPack::create(&tmp_dir, id).map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?);
-        }
-        self.space.take((BLOB_HEADER_LEN + stored.len()) as u64).map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?;
-        let open = w.open.as_mut().expect("open pack exists");
-        let info = open
-            .append(key, kind, codec, data.len() as u32, stored)
-            .map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?;
-        ctx.new_bytes += (BLOB_HEADER_LEN + stored.len()) as u64;
-        let entry = ChunkEntry {
-            pack: open.id,
-            offset: info.offset,
-            stored_len: info.stored_len,
-            raw_len: info.raw_len,
-            codec: info.codec,
-            kind: info.kind,
-            refs: 0,
-        };
-        w.pending.entry(digest).or_default().push((key, entry));
-        if open.len() >= self.config.pack_size {
-            self.seal_open(w)?;
-        }
-        Ok(key)
-    }
-
-    /// Whether two stored copies under one key hold the same chunk, as the verify mode
-    /// proves it.
-    fn same_chunk(&self, key: &ChunkKey, a: &ChunkEntry, b: &ChunkEntry) -> Result<bool> {
-        Ok(match self.config.verify {
-            Verify::Off => true,
-            Verify::Size => a.raw_len == b.raw_len,
-            Verify::Bytes => {
-                a.raw_len == b.raw_len && *self.packs.read(a.pack, a.offset, key, a.stored_len)? == *self.packs.read(b.pack, b.offset, key, b.stored_len)?
-            }
-        })
-    }
-
-    /// Writes `b` with the refcount changes in one synced batch. The caller holds the
-    /// namespace lock (`ns`), which makes the refcount read-modify-write atomic.
-    pub(super) fn commit(&self, ns: &mut Ns, b: Batch, delta: RefDelta) -> Result<()> {
-        self.commit_with(ns, b, delta, &Pending::new(), 0, None)
-    }
-
-    /// `commit` for a batch that references the chunks of an ingest (`pending`): the open
-    /// pack is made durable first, so the index never points at bytes that are not on disk.
-    /// `dict`: a dictionary the ingest stored, committed with it (one reference for good)
-    /// and named in the index as the one in use; the writer compresses with it once this
-    /// batch is durable.
-    pub(super) fn commit_with(&self, ns: &mut Ns, mut b: Batch, mut delta: RefDelta, pending: &Pending, collisions: u64, dict: Option<ChunkKey>) -> Result<()> {
-        if let Some(k) = dict {
-            delta.add([k], 1);
-            b.put_meta_bytes(&self.index, super::dict::META_KEY, &k.to_bytes());
-        }
-        if !pending.is_empty() {
-            let mut w = self.writer.locked();
-            if let Some(open) = w.open.as_mut() {
-                let dir = self.root.join("packs-tmp");
-                open.sync().map_err(|err| StoreError::Io { path: dir, err })?;
-                crate::failpoint::crash_at("pack_synced");
-            }
-        }
-        for (key, d) in delta.0 {
-            if d == 0 {
-                continue;
-            }
-            let new = pending.get(&key.digest).and_then(|v| v.iter().find(|(k, _)| *k == key)).map(|(_, e)| e.clone());
-            let mut entry = match (self.index.chunk(&key)?, new) {
-                // Another ingest committed the same new chunk after this one stored its own
-                // copy (ingests run one at a time, but commit later): one entry, both
-                // references; this copy is garbage in its pack. Unless the two differ
-                // behind one digest: then nothing of this commit may count.
-                (Some(committed), Some(ours)) => {
-                    if !self.same_chunk(&key, &committed, &ours)? {
-                        return Err(StoreError::ConcurrentCollision(key.to_string()));
-                    }
-                    committed
-                }
-                (Some(committed), None) => committed,
-                (None, Some(ours)) => ours,
-                (None, None) => return Err(StoreError::MissingChunk(key.to_string())),
-            };
-            let refs = entry.refs as i64 + d;
-            if refs < 0 {
-                // The index contradicts itself: refuse the change rather than guess.
-                log::error!("refcount of chunk {} would drop below zero ({refs}); change refused", key.short());
-                return Err(StoreError::RefcountUnderflow { chunk: key.to_string(), refs });
-            }
-            entry.refs = refs as u64;
-            b.put_chunk(&self.index, &key, &entry);
-        }
-        if collisions > 0 {
-            let total = self.index.meta_u64("collisions")? + collisions;
-            b.put_meta_u64(&self.index, "collisions", total);
-        }
-        crate::failpoint::crash_at("before_commit");
-        self.write_batch(ns, b)?;
-        crate::failpoint::crash_at("committed");
-        if let Some(k) = dict {
-            self.writer.locked().dicts.activate(&k.digest);
-            self.packs.unpin_dictionary(&k.digest);
-        }
-        Ok(())
     }
 }

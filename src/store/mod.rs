@@ -15,6 +15,7 @@
 mod ahead;
 mod bucket;
 mod cache;
+mod chunks;
 mod config;
 mod dict;
 mod follow;

@@ -1,0 +1,330 @@
+//! Chunks into the store: each is found (proven equal as the verify mode demands) or
+//! compressed (zstd, with the store's dictionary where one helps) and appended to the open
+//! pack; an ingest's new chunks become visible only with the commit that references them,
+//! after the pack holding them is durable.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+
+use super::{Compression, Ns, Result, Store, StoreError, Verify, Writer};
+use crate::LockExt;
+use crate::digest::{ChunkKey, Digest};
+use crate::index::{Batch, ChunkEntry};
+use crate::pack::{ChunkKind, Codec, OpenPack, BLOB_HEADER_LEN};
+use crate::recipe::RefDelta;
+
+/// Compressed chunks are kept only if they save at least 3 %.
+const MIN_SAVING_PERCENT: usize = 3;
+const ZSTD_LEVEL: i32 = 3;
+const RECIPE_ZSTD_LEVEL: i32 = 9;
+
+/// Chunks appended to packs but not yet in the index, by digest.
+pub(super) type Pending = HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>>;
+
+/// What an ingest added to the packs so far.
+#[derive(Default)]
+pub(super) struct Added {
+    pub(super) new_bytes: u64,
+    /// A dictionary this ingest trained and stored.
+    pub(super) dict: Option<ChunkKey>,
+}
+
+/// What `find_chunk` found: the chunk, or the seq a new copy takes (and whether others share
+/// its digest: a collision).
+enum Lookup {
+    Found(ChunkKey),
+    New { seq: u32, collides: bool },
+}
+
+/// Each of `items` compressed with zstd at `level`, on two threads (None where zstd fails).
+fn compress_all(items: &[&[u8]], level: i32) -> Vec<Option<Vec<u8>>> {
+    let next = AtomicUsize::new(0);
+    let mut out: Vec<Option<Vec<u8>>> = vec![None; items.len()];
+    let done: Vec<(usize, Option<Vec<u8>>)> = thread::scope(|s| {
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let next = &next;
+                s.spawn(move || {
+                    let mut z = zstd::bulk::Compressor::new(level).ok();
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        done.push((i, z.as_mut().and_then(|z| z.compress(item).ok())));
+                    }
+                    done
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|h| h.join().expect("compressing does not panic")).collect()
+    });
+    for (i, z) in done {
+        out[i] = z;
+    }
+    out
+}
+
+impl Store {
+    /// Goes on compressing with the dictionary the index names as in use (`dict`), on a
+    /// store whose format has them. One that cannot be read is logged and left: chunks are
+    /// then compressed without, and a new one is trained.
+    pub(super) fn resume_dictionary(&self) -> Result<()> {
+        let Some(raw) = self.index.meta_bytes(super::dict::META_KEY)? else { return Ok(()) };
+        let Some(key) = ChunkKey::from_bytes(&raw) else {
+            log::warn!("{}: the index names no readable zstd dictionary; a new one will be trained", self.root.display());
+            return Ok(());
+        };
+        let bytes = match self.index.chunk(&key)? {
+            Some(e) => self.packs.read(e.pack, e.offset, &key, e.stored_len),
+            None => Err(crate::pack::PackError::Corrupt { pack: 0, offset: 0, what: format!("dictionary {} is in no pack", key.short()) }),
+        };
+        match bytes {
+            Ok(bytes) => {
+                if !self.writer.locked().dicts.use_dictionary(key.digest, &bytes) {
+                    log::warn!("{}: the zstd dictionary in use ({}) cannot be prepared; a new one will be trained", self.root.display(), key.short());
+                }
+            }
+            Err(e) => log::warn!("{}: the zstd dictionary in use cannot be read ({e}); a new one will be trained", self.root.display()),
+        }
+        Ok(())
+    }
+
+    /// Finds `data` in the store (proven equal as the verify mode demands) or appends it to
+    /// the open pack as a new chunk.
+    pub(super) fn store_chunk(&self, w: &mut Writer, added: &mut Added, data: &[u8], kind: ChunkKind) -> Result<ChunkKey> {
+        self.place_chunk(w, added, data, kind, (self.digest)(data), None)
+    }
+
+    /// Stores a file's recipe pieces (`encoded`): those the store lacks are compressed on
+    /// both cores first (a high level, paid once the file's windows are done and the cores
+    /// are free), then each is stored as `store_chunk` would.
+    pub(super) fn store_pieces(&self, w: &mut Writer, added: &mut Added, encoded: &[Vec<u8>]) -> Result<Vec<ChunkKey>> {
+        let digests: Vec<Digest> = encoded.iter().map(|p| (self.digest)(p)).collect();
+        let mut packed: Vec<Option<Vec<u8>>> = vec![None; encoded.len()];
+        if self.config.compression == Compression::Zstd {
+            let mut fresh = Vec::new();
+            for (i, (p, d)) in encoded.iter().zip(&digests).enumerate() {
+                if let Lookup::New { .. } = self.find_chunk(w, p, *d)? {
+                    fresh.push(i);
+                }
+            }
+            if fresh.len() > 1 {
+                let items: Vec<&[u8]> = fresh.iter().map(|&i| encoded[i].as_slice()).collect();
+                for (i, z) in fresh.into_iter().zip(compress_all(&items, RECIPE_ZSTD_LEVEL)) {
+                    packed[i] = z;
+                }
+            }
+        }
+        // (A piece found above is found again: looked up, not compressed. Two equal pieces
+        // new to the store: the second finds the first.)
+        encoded.iter().zip(digests).zip(packed).map(|((p, d), z)| self.place_chunk(w, added, p, ChunkKind::Recipe, d, z)).collect()
+    }
+
+    /// Whether the store holds `data` (digest `digest`) already, as the verify mode proves it.
+    fn find_chunk(&self, w: &mut Writer, data: &[u8], digest: Digest) -> Result<Lookup> {
+        let mut candidates: Vec<(ChunkKey, ChunkEntry)> = w.pending.get(&digest).cloned().unwrap_or_default();
+        // A point lookup of seq 0 answers most misses from the bloom filter; only a hit (or
+        // a collision chain) needs the range scan.
+        let first = ChunkKey { digest, seq: 0 };
+        if candidates.is_empty() {
+            if let Some(e) = self.index.chunk(&first)? {
+                candidates.push((first, e));
+                if self.config.verify != Verify::Off {
+                    candidates = self.index.chunks_with_digest(&digest)?;
+                }
+            }
+        } else {
+            for (k, e) in self.index.chunks_with_digest(&digest)? {
+                if !candidates.iter().any(|(c, _)| *c == k) {
+                    candidates.push((k, e));
+                }
+            }
+        }
+        for (key, entry) in &candidates {
+            let same = match self.config.verify {
+                Verify::Off => true,
+                Verify::Size => entry.raw_len as usize == data.len(),
+                Verify::Bytes => {
+                    entry.raw_len as usize == data.len()
+                        && match self.chunk_bytes(key, entry) {
+                            Ok(bytes) => bytes.as_slice() == data,
+                            // A stored copy that cannot be read must not absorb new copies.
+                            Err(e) => {
+                                log::warn!("dedup candidate {} unreadable, storing a fresh copy: {e}", key.short());
+                                false
+                            }
+                        }
+                }
+            };
+            if same {
+                return Ok(Lookup::Found(*key));
+            }
+        }
+        let seq = candidates.iter().map(|(k, _)| k.seq + 1).max().unwrap_or(0);
+        Ok(Lookup::New { seq, collides: !candidates.is_empty() })
+    }
+
+    /// `store_chunk` of `data` whose digest is `digest`; a recipe piece may come compressed
+    /// already (`precompressed`, see `store_pieces`).
+    fn place_chunk(&self, w: &mut Writer, added: &mut Added, data: &[u8], kind: ChunkKind, digest: Digest, precompressed: Option<Vec<u8>>) -> Result<ChunkKey> {
+        debug_assert!(precompressed.is_none() || kind == ChunkKind::Recipe);
+        let seq = match self.find_chunk(w, data, digest)? {
+            Lookup::Found(key) => return Ok(key),
+            Lookup::New { seq, collides } => {
+                if collides {
+                    w.collisions += 1;
+                    log::warn!("digest collision on {}: stored as a separate chunk (seq {seq})", ChunkKey { digest, seq: 0 }.short());
+                }
+                seq
+            }
+        };
+        let key = ChunkKey { digest, seq };
+        // Payloads, headers and unparsed bytes are what a dictionary trained on them helps.
+        let dictable = matches!(kind, ChunkKind::Raw | ChunkKind::Literal | ChunkKind::Payload | ChunkKind::PayloadHead);
+        let compressed = match self.config.compression {
+            Compression::Zstd => {
+                if w.zstd.is_none() {
+                    w.zstd = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok();
+                }
+                if dictable {
+                    w.dicts.sample(data);
+                    // Enough new chunks seen to train a dictionary: stored now (before the
+                    // chunks that name it), committed with this file.
+                    if let Some(bytes) = w.dicts.train() {
+                        let key = self.store_chunk(w, added, &bytes, ChunkKind::Dict)?;
+                        // Blobs name a dictionary by digest, found at seq 0, as kind Dict: one
+                        // that landed otherwise (a collision) is not used.
+                        let is_dict = |e: &ChunkEntry| e.kind == ChunkKind::Dict as u8;
+                        let stored_as_dict = key.seq == 0
+                            && (w.pending.get(&key.digest).is_some_and(|v| v.iter().any(|(k, e)| *k == key && is_dict(e))) || self.index.chunk(&key)?.is_some_and(|e| is_dict(&e)));
+                        // Its chunks may be read back (a verify) before it is in the index.
+                        if stored_as_dict && self.packs.pin_dictionary(key.digest, &bytes) {
+                            w.dicts.stored(key.digest, &bytes);
+                            added.dict = Some(key);
+                        }
+                    }
+                }
+                let with_dict = if dictable { w.dicts.compress(data).map(|z| (Codec::ZstdDict, z)) } else { None };
+                match w.zstd.as_mut() {
+                    _ if with_dict.is_some() => with_dict,
+                    // Recipe pieces are small (bytes per file, not per payload), read often,
+                    // and compress much better with more effort.
+                    _ if kind == ChunkKind::Recipe => precompressed.or_else(|| zstd::bulk::compress(data, RECIPE_ZSTD_LEVEL).ok()).map(|z| (Codec::Zstd, z)),
+                    Some(z) => z.compress(data).ok().map(|z| (Codec::Zstd, z)),
+                    None => zstd::bulk::compress(data, ZSTD_LEVEL).ok().map(|z| (Codec::Zstd, z)),
+                }
+                .filter(|(_, z)| z.len() * 100 <= data.len() * (100 - MIN_SAVING_PERCENT))
+            }
+            Compression::None => None,
+        };
+        let (codec, stored) = match &compressed {
+            Some((codec, z)) => (*codec, z.as_slice()),
+            None => (Codec::None, data),
+        };
+        let tmp_dir = self.root.join("packs-tmp");
+        if w.open.is_none() {
+            let id = self.alloc_pack_id();
+            w.open = Some(OpenPack::create(&tmp_dir, id).map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?);
+        }
+        self.space.take((BLOB_HEADER_LEN + stored.len()) as u64).map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?;
+        let open = w.open.as_mut().expect("open pack exists");
+        let info = open
+            .append(key, kind, codec, data.len() as u32, stored)
+            .map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?;
+        added.new_bytes += (BLOB_HEADER_LEN + stored.len()) as u64;
+        let entry = ChunkEntry {
+            pack: open.id,
+            offset: info.offset,
+            stored_len: info.stored_len,
+            raw_len: info.raw_len,
+            codec: info.codec,
+            kind: info.kind,
+            refs: 0,
+        };
+        w.pending.entry(digest).or_default().push((key, entry));
+        if open.len() >= self.config.pack_size {
+            self.seal_open(w)?;
+        }
+        Ok(key)
+    }
+
+    /// Whether two stored copies under one key hold the same chunk, as the verify mode
+    /// proves it.
+    fn same_chunk(&self, key: &ChunkKey, a: &ChunkEntry, b: &ChunkEntry) -> Result<bool> {
+        Ok(match self.config.verify {
+            Verify::Off => true,
+            Verify::Size => a.raw_len == b.raw_len,
+            Verify::Bytes => {
+                a.raw_len == b.raw_len && *self.packs.read(a.pack, a.offset, key, a.stored_len)? == *self.packs.read(b.pack, b.offset, key, b.stored_len)?
+            }
+        })
+    }
+
+    /// Writes `b` with the refcount changes in one synced batch. The caller holds the
+    /// namespace lock (`ns`), which makes the refcount read-modify-write atomic.
+    pub(super) fn commit(&self, ns: &mut Ns, b: Batch, delta: RefDelta) -> Result<()> {
+        self.commit_with(ns, b, delta, &Pending::new(), 0, None)
+    }
+
+    /// `commit` for a batch that references the chunks of an ingest (`pending`): the open
+    /// pack is made durable first, so the index never points at bytes that are not on disk.
+    /// `dict`: a dictionary the ingest stored, committed with it (one reference for good)
+    /// and named in the index as the one in use; the writer compresses with it once this
+    /// batch is durable.
+    pub(super) fn commit_with(&self, ns: &mut Ns, mut b: Batch, mut delta: RefDelta, pending: &Pending, collisions: u64, dict: Option<ChunkKey>) -> Result<()> {
+        if let Some(k) = dict {
+            delta.add([k], 1);
+            b.put_meta_bytes(&self.index, super::dict::META_KEY, &k.to_bytes());
+        }
+        if !pending.is_empty() {
+            let mut w = self.writer.locked();
+            if let Some(open) = w.open.as_mut() {
+                let dir = self.root.join("packs-tmp");
+                open.sync().map_err(|err| StoreError::Io { path: dir, err })?;
+                crate::failpoint::crash_at("pack_synced");
+            }
+        }
+        for (key, d) in delta.0 {
+            if d == 0 {
+                continue;
+            }
+            let new = pending.get(&key.digest).and_then(|v| v.iter().find(|(k, _)| *k == key)).map(|(_, e)| e.clone());
+            let mut entry = match (self.index.chunk(&key)?, new) {
+                // Another ingest committed the same new chunk after this one stored its own
+                // copy (ingests run one at a time, but commit later): one entry, both
+                // references; this copy is garbage in its pack. Unless the two differ
+                // behind one digest: then nothing of this commit may count.
+                (Some(committed), Some(ours)) => {
+                    if !self.same_chunk(&key, &committed, &ours)? {
+                        return Err(StoreError::ConcurrentCollision(key.to_string()));
+                    }
+                    committed
+                }
+                (Some(committed), None) => committed,
+                (None, Some(ours)) => ours,
+                (None, None) => return Err(StoreError::MissingChunk(key.to_string())),
+            };
+            let refs = entry.refs as i64 + d;
+            if refs < 0 {
+                // The index contradicts itself: refuse the change rather than guess.
+                log::error!("refcount of chunk {} would drop below zero ({refs}); change refused", key.short());
+                return Err(StoreError::RefcountUnderflow { chunk: key.to_string(), refs });
+            }
+            entry.refs = refs as u64;
+            b.put_chunk(&self.index, &key, &entry);
+        }
+        if collisions > 0 {
+            let total = self.index.meta_u64("collisions")? + collisions;
+            b.put_meta_u64(&self.index, "collisions", total);
+        }
+        crate::failpoint::crash_at("before_commit");
+        self.write_batch(ns, b)?;
+        crate::failpoint::crash_at("committed");
+        if let Some(k) = dict {
+            self.writer.locked().dicts.activate(&k.digest);
+            self.packs.unpin_dictionary(&k.digest);
+        }
+        Ok(())
+    }
+}
