@@ -4,10 +4,10 @@
 //! after the pack holding them is durable.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
 use super::{Compression, Ns, Result, Store, StoreError, Verify, Writer};
+use crate::sync::{join_each, spawn_each};
 use crate::LockExt;
 use crate::digest::{ChunkKey, Digest};
 use crate::index::{Batch, ChunkEntry};
@@ -39,30 +39,10 @@ enum Lookup {
 
 /// Each of `items` compressed with zstd at `level`, on two threads (None where zstd fails).
 fn compress_all(items: &[&[u8]], level: i32) -> Vec<Option<Vec<u8>>> {
-    let next = AtomicUsize::new(0);
-    let mut out: Vec<Option<Vec<u8>>> = vec![None; items.len()];
-    let done: Vec<(usize, Option<Vec<u8>>)> = thread::scope(|s| {
-        let workers: Vec<_> = (0..2)
-            .map(|_| {
-                let next = &next;
-                s.spawn(move || {
-                    let mut z = zstd::bulk::Compressor::new(level).ok();
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items.get(i) else { break };
-                        done.push((i, z.as_mut().and_then(|z| z.compress(item).ok())));
-                    }
-                    done
-                })
-            })
-            .collect();
-        workers.into_iter().flat_map(|h| h.join().expect("compressing does not panic")).collect()
-    });
-    for (i, z) in done {
-        out[i] = z;
-    }
-    out
+    let order: Vec<usize> = (0..items.len()).collect();
+    let init = || zstd::bulk::Compressor::new(level).ok();
+    let work = |z: &mut Option<zstd::bulk::Compressor<'static>>, i: usize| z.as_mut().and_then(|z| z.compress(items[i]).ok());
+    thread::scope(|s| join_each(spawn_each(s, 2, &order, &init, &work), items.len())).into_iter().map(Option::flatten).collect()
 }
 
 impl Store {
@@ -98,27 +78,34 @@ impl Store {
 
     /// Stores a file's recipe pieces (`encoded`): those the store lacks are compressed on
     /// both cores first (a high level, paid once the file's windows are done and the cores
-    /// are free), then each is stored as `store_chunk` would.
+    /// are free), then stored as `store_chunk` would.
     pub(super) fn store_pieces(&self, w: &mut Writer, added: &mut Added, encoded: &[Vec<u8>]) -> Result<Vec<ChunkKey>> {
         let digests: Vec<Digest> = encoded.iter().map(|p| (self.digest)(p)).collect();
+        let mut found = Vec::with_capacity(encoded.len());
+        for (p, d) in encoded.iter().zip(&digests) {
+            found.push(match self.find_chunk(w, p, *d)? {
+                Lookup::Found(key) => Some(key),
+                Lookup::New { .. } => None,
+            });
+        }
+        let fresh: Vec<usize> = (0..encoded.len()).filter(|&i| found[i].is_none()).collect();
         let mut packed: Vec<Option<Vec<u8>>> = vec![None; encoded.len()];
-        if self.config.compression == Compression::Zstd {
-            let mut fresh = Vec::new();
-            for (i, (p, d)) in encoded.iter().zip(&digests).enumerate() {
-                if let Lookup::New { .. } = self.find_chunk(w, p, *d)? {
-                    fresh.push(i);
-                }
-            }
-            if fresh.len() > 1 {
-                let items: Vec<&[u8]> = fresh.iter().map(|&i| encoded[i].as_slice()).collect();
-                for (i, z) in fresh.into_iter().zip(compress_all(&items, RECIPE_ZSTD_LEVEL)) {
-                    packed[i] = z;
-                }
+        if self.config.compression == Compression::Zstd && fresh.len() > 1 {
+            let items: Vec<&[u8]> = fresh.iter().map(|&i| encoded[i].as_slice()).collect();
+            for (i, z) in fresh.into_iter().zip(compress_all(&items, RECIPE_ZSTD_LEVEL)) {
+                packed[i] = z;
             }
         }
-        // (A piece found above is found again: looked up, not compressed. Two equal pieces
-        // new to the store: the second finds the first.)
-        encoded.iter().zip(digests).zip(packed).map(|((p, d), z)| self.place_chunk(w, added, p, ChunkKind::Recipe, d, z)).collect()
+        // A new piece is looked up again as it is placed: of two equal pieces new to the
+        // store, the second finds the first.
+        let mut keys = Vec::with_capacity(encoded.len());
+        for (((p, d), z), f) in encoded.iter().zip(digests).zip(packed).zip(found) {
+            keys.push(match f {
+                Some(key) => key,
+                None => self.place_chunk(w, added, p, ChunkKind::Recipe, d, z)?,
+            });
+        }
+        Ok(keys)
     }
 
     /// Whether the store holds `data` (digest `digest`) already, as the verify mode proves it.

@@ -10,7 +10,6 @@
 //! chunk is found or stored by `chunks`.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
 use super::chunks::{Added, Pending};
@@ -18,6 +17,7 @@ use super::source::{each_window, io_err, split_window, SplitWindow, MAX_MEMBER_P
 pub use super::source::{Presplit, Source, Windows, WINDOWS};
 use super::{Result, Store, Writer};
 use crate::digest::ChunkKey;
+use crate::sync::{join_each, spawn_each};
 use crate::format::deflate;
 use crate::format::gzip::{self, Member, Region};
 use crate::format::warc::{self, SpanKind};
@@ -228,34 +228,14 @@ impl Store {
         let mut order: Vec<usize> = (0..members.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(members[i].plain_len));
         let cuts = parse_cuts(&members, seg);
-        let next = AtomicUsize::new(0);
+        // Recording and replaying every member's parse is most of the CPU of ingest, so it
+        // runs on two threads while this one stores chunks. Largest members first, so one
+        // slow member does not finish alone at the end.
+        let work = |_: &mut (), i: usize| record_member(data, plain, members[i], cuts[i]);
         let (mut parses, exts) = thread::scope(|s| {
-            // Recording and replaying every member's parse is most of the CPU of ingest, so
-            // it runs on two threads while this one stores chunks.
-            // Largest members first, so one slow member does not finish alone at the end.
-            const WORKERS: usize = 2;
-            let handles: Vec<_> = (0..WORKERS)
-                .map(|_| {
-                    let (members, order, next, cuts) = (&members, &order, &next, &cuts);
-                    s.spawn(move || {
-                        let mut done = Vec::new();
-                        loop {
-                            let k = next.fetch_add(1, Ordering::Relaxed);
-                            let Some(&i) = order.get(k) else { break };
-                            done.push((i, record_member(data, plain, members[i], cuts[i])));
-                        }
-                        done
-                    })
-                })
-                .collect();
+            let workers = spawn_each(s, 2, &order, &|| (), &work);
             let exts = self.chunk_segments(w, ctx, plain, seg);
-            let mut parses: Vec<Option<deflate::Stored>> = vec![None; members.len()];
-            for h in handles {
-                for (i, r) in h.join().expect("recording a parse does not panic") {
-                    parses[i] = r;
-                }
-            }
-            (parses, exts)
+            (join_each(workers, members.len()), exts)
         });
         let exts = exts?;
         let mut cursor = 0usize;
@@ -269,7 +249,7 @@ impl Store {
                     raw_run = Some(raw_run.map_or((s, e), |(a, _)| (a, e)));
                 }
                 Region::Member(m) => {
-                    let parse = parses[member_no].take();
+                    let parse = parses[member_no].take().flatten();
                     member_no += 1;
                     ctx.stats.gzip_members += 1;
                     let (s, e) = (m.start as usize, (m.start + m.comp_len) as usize);
