@@ -142,8 +142,9 @@ pub(super) fn each_window<'s, S: Source + ?Sized>(src: &'s S, total: u64, win: W
         }
         offset += consumed as u64;
         // Highly compressed gzip windows stop at the plain budget long before the end of
-        // what was read: read about twice what the last one took, not a full window again.
-        want = win.bytes.min(consumed.saturating_mul(2).max(win.bytes / 8).max(1));
+        // what was read: read a quarter more than the last one took, not a full window
+        // again (every byte read past what is taken is read again with the next window).
+        want = win.bytes.min(consumed.saturating_add(consumed / 4).max(win.bytes / 8).max(1));
     }
     Ok(())
 }

@@ -187,6 +187,68 @@ impl Decoder {
     }
 }
 
+/// The code-length code of a dynamic header (19 symbols, codes of at most 7 bits): one
+/// direct table, built on the stack. Every dynamic block's header is read with one, at
+/// ingest and on every rebuild, and the general `Decoder` would fill and free a table eight
+/// times the size for it.
+pub(super) struct ClDecoder {
+    /// (symbol << 3) | length for each 7-bit code prefix; 0 for none.
+    table: [u8; 128],
+}
+
+impl ClDecoder {
+    /// A decoder for the code-length code with these lengths (index = symbol), refused as
+    /// zlib refuses it (`Decoder::zlib_takes`: complete, or no code at all).
+    #[inline]
+    pub(super) fn new(lengths: &[u8; 19]) -> Result<ClDecoder> {
+        let mut count = [0u16; 8];
+        for &l in lengths {
+            count[l as usize] += 1;
+        }
+        count[0] = 0;
+        let mut left: i32 = 1;
+        for &c in &count[1..] {
+            left = left * 2 - c as i32;
+            if left < 0 {
+                return Err(ParseError::Invalid("over-subscribed Huffman code"));
+            }
+        }
+        if left > 0 && count.iter().any(|&c| c != 0) {
+            return Err(ParseError::Invalid("incomplete Huffman code"));
+        }
+        let mut table = [0u8; 128];
+        let mut next = [0u32; 8];
+        let mut code = 0u32;
+        for bits in 1..8 {
+            code = (code + count[bits - 1] as u32) << 1;
+            next[bits] = code;
+        }
+        for (sym, &l) in lengths.iter().enumerate() {
+            if l == 0 {
+                continue;
+            }
+            let c = next[l as usize];
+            next[l as usize] += 1;
+            let mut i = (c.reverse_bits() >> (32 - l as u32)) as usize;
+            while i < 128 {
+                table[i] = (sym as u8) << 3 | l;
+                i += 1 << l;
+            }
+        }
+        Ok(ClDecoder { table })
+    }
+
+    #[inline(always)]
+    pub(super) fn decode(&self, r: &mut BitReader) -> Result<u16> {
+        let e = self.table[(r.peek(7) & 127) as usize];
+        if e == 0 {
+            return Err(ParseError::Invalid("unused Huffman code"));
+        }
+        r.consume((e & 7) as u32);
+        Ok((e >> 3) as u16)
+    }
+}
+
 /// (symbol, code with its bits reversed for LSB-first output, length) of every used symbol.
 #[inline]
 pub(super) fn canonical_codes(lengths: &[u8]) -> impl Iterator<Item = (usize, u32, u8)> + '_ {

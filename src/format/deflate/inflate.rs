@@ -225,10 +225,10 @@ fn decode_stream<T: Text>(deflate: &[u8], text: &mut T) -> Result<(Parse, usize)
                     (&f.0, &f.1)
                 } else {
                     let from = r.bit_pos();
-                    let (ll, dl) = read_dynamic_header(&mut r)?;
+                    let lengths = read_dynamic_header(&mut r)?;
                     let bits = r.bit_pos() - from;
                     kind = BlockKind::Dynamic { header: copy_bits(deflate, from, bits), bits: bits as u32 };
-                    owned = (Decoder::new(&ll)?, Decoder::new(&dl)?);
+                    owned = (Decoder::new(lengths.lit())?, Decoder::new(lengths.dist())?);
                     // Checked here, where a stream is taken in, not in the header reader,
                     // which replay runs on every stored block too.
                     owned.0.zlib_takes(false)?;

@@ -29,7 +29,7 @@ mod inflate;
 mod stored;
 mod trees;
 
-use bits::{encoder, BitReader, BitWriter, Codes, Decoder};
+use bits::{encoder, BitReader, BitWriter, ClDecoder, Codes, Decoder};
 
 pub use inflate::{inflate, record};
 pub use stored::{decode, encode, encode_read_back, Stored};
@@ -164,8 +164,26 @@ fn zlib_takes(lengths: &[u8], code_lengths_code: bool) -> Result<()> {
     Decoder::new(lengths)?.zlib_takes(code_lengths_code)
 }
 
-/// Reads a dynamic block's header: returns the literal/length and distance code lengths.
-fn read_dynamic_header(r: &mut BitReader) -> Result<(Vec<u8>, Vec<u8>)> {
+/// A dynamic block's code lengths, literal/length codes then distance codes (one array: a
+/// repeat may run from one into the other).
+pub(super) struct Lengths {
+    all: [u8; 286 + 30],
+    hlit: usize,
+    hdist: usize,
+}
+
+impl Lengths {
+    pub(super) fn lit(&self) -> &[u8] {
+        &self.all[..self.hlit]
+    }
+
+    pub(super) fn dist(&self) -> &[u8] {
+        &self.all[self.hlit..self.hlit + self.hdist]
+    }
+}
+
+/// Reads a dynamic block's header: returns its code lengths.
+fn read_dynamic_header(r: &mut BitReader) -> Result<Lengths> {
     let hlit = r.bits(5) as usize + 257;
     let hdist = r.bits(5) as usize + 1;
     let hclen = r.bits(4) as usize + 4;
@@ -176,9 +194,9 @@ fn read_dynamic_header(r: &mut BitReader) -> Result<(Vec<u8>, Vec<u8>)> {
     for &i in &CL_ORDER[..hclen] {
         cl[i] = r.bits(3) as u8;
     }
-    let cl_dec = Decoder::new(&cl)?;
-    cl_dec.zlib_takes(true)?;
-    let mut lengths = vec![0u8; hlit + hdist];
+    let cl_dec = ClDecoder::new(&cl)?;
+    let mut out = Lengths { all: [0u8; 286 + 30], hlit, hdist };
+    let lengths = &mut out.all[..hlit + hdist];
     let mut i = 0;
     while i < lengths.len() {
         let sym = cl_dec.decode(r)?;
@@ -201,8 +219,7 @@ fn read_dynamic_header(r: &mut BitReader) -> Result<(Vec<u8>, Vec<u8>)> {
     if lengths[256] == 0 {
         return Err(ParseError::Invalid("no end-of-block code"));
     }
-    let dist = lengths.split_off(hlit);
-    Ok((lengths, dist))
+    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -266,7 +283,7 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
                     return bad("dynamic header length");
                 }
                 let mut r = BitReader::new(header);
-                let (ll, dl) = read_dynamic_header(&mut r).map_err(|_| ParseError::Damaged("dynamic header"))?;
+                let lengths = read_dynamic_header(&mut r).map_err(|_| ParseError::Damaged("dynamic header"))?;
                 if r.bit_pos() != *bits as u64 {
                     return bad("dynamic header length");
                 }
@@ -274,7 +291,7 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
                     let k = (*bits - 8 * i as u32).min(8);
                     w.put(byte as u32 & ((1 << k) - 1), k);
                 }
-                owned = (encoder::<288>(&ll), encoder::<30>(&dl));
+                owned = (encoder::<288>(lengths.lit()), encoder::<30>(lengths.dist()));
                 (lit, dist) = (&owned.0, &owned.1);
             }
         }

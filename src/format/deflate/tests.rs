@@ -382,3 +382,59 @@ proptest! {
         round_trip(&d, &t, Some(len / 2));
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: crate::format::fuzz_cases(2048), ..ProptestConfig::default() })]
+
+    /// The code-length code's own decoder takes and refuses exactly the codes the general
+    /// decoder does under zlib's rule, and decodes any bits to the same symbols. The codes:
+    /// complete ones grown by splitting leaves of a random tree, then as often a leaf taken
+    /// away (incomplete) or added (over-subscribed), on random symbols.
+    #[test]
+    fn code_length_decoder_is_the_general_one(seed in any::<u64>(), bits in proptest::collection::vec(any::<u8>(), 8..64)) {
+        let mut x = seed | 1;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut leaves = vec![0u8];
+        for _ in 0..next(19) {
+            let splittable: Vec<usize> = (0..leaves.len()).filter(|&i| leaves[i] < 7).collect();
+            if splittable.is_empty() {
+                break;
+            }
+            let i = splittable[next(splittable.len() as u64) as usize];
+            leaves[i] += 1;
+            leaves.push(leaves[i]);
+        }
+        match next(3) {
+            0 if leaves.len() > 1 => {
+                leaves.swap_remove(next(leaves.len() as u64) as usize);
+            }
+            1 if leaves.len() < 19 => leaves.push(1 + next(7) as u8),
+            _ => {}
+        }
+        let mut symbols: Vec<usize> = (0..19).collect();
+        let mut lengths = [0u8; 19];
+        for &l in &leaves {
+            let s = symbols.swap_remove(next(symbols.len() as u64) as usize);
+            lengths[s] = l;
+        }
+        let general = Decoder::new(&lengths).and_then(|d| d.zlib_takes(true).map(|_| d));
+        let small = bits::ClDecoder::new(&lengths);
+        prop_assert_eq!(general.is_ok(), small.is_ok(), "{:?}", lengths);
+        if let (Ok(g), Ok(s)) = (general, small) {
+            let (mut a, mut b) = (BitReader::new(&bits), BitReader::new(&bits));
+            for _ in 0..bits.len() {
+                let (x, y) = (g.decode(&mut a), s.decode(&mut b));
+                prop_assert_eq!(&x, &y);
+                prop_assert_eq!(a.bit_pos(), b.bit_pos());
+                if x.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+}
