@@ -1,11 +1,13 @@
 //! Chunks into the store: each is found (proven equal as the verify mode demands) or
 //! compressed (zstd, with the store's dictionary where one helps) and appended to the open
 //! pack; an ingest's new chunks become visible only with the commit that references them,
-//! after the pack holding them is durable.
+//! after the pack holding them is durable. A batch of chunks (`store_chunks`: a window's)
+//! is hashed and compressed on two threads, found and appended in order on this one.
 
 use std::collections::HashMap;
 use std::thread;
 
+use super::dict::InUse;
 use super::{Compression, Ns, Result, Store, StoreError, Verify, Writer};
 use crate::sync::{join_each, spawn_each};
 use crate::LockExt;
@@ -37,12 +39,34 @@ enum Lookup {
     New { seq: u32, collides: bool },
 }
 
+/// What `plan` decided for a chunk.
+enum Planned {
+    Found(ChunkKey),
+    /// New: its key, and the dictionary to compress it with.
+    New(ChunkKey, Option<InUse>),
+}
+
 /// Each of `items` compressed with zstd at `level`, on two threads (None where zstd fails).
 fn compress_all(items: &[&[u8]], level: i32) -> Vec<Option<Vec<u8>>> {
-    let order: Vec<usize> = (0..items.len()).collect();
     let init = || zstd::bulk::Compressor::new(level).ok();
     let work = |z: &mut Option<zstd::bulk::Compressor<'static>>, i: usize| z.as_mut().and_then(|z| z.compress(items[i]).ok());
-    thread::scope(|s| join_each(spawn_each(s, 2, &order, &init, &work), items.len())).into_iter().map(Option::flatten).collect()
+    on_two_threads(items.len(), init, work).into_iter().map(Option::flatten).collect()
+}
+
+/// `work` on each of `0..n` on two threads (this one alone for fewer than two), each with
+/// state of its own from `init`; the results in order (None only if a thread gave none).
+fn on_two_threads<S, T: Send>(n: usize, init: impl Fn() -> S + Sync, work: impl Fn(&mut S, usize) -> T + Sync) -> Vec<Option<T>> {
+    if n < 2 {
+        let mut state = init();
+        return (0..n).map(|i| Some(work(&mut state, i))).collect();
+    }
+    let order: Vec<usize> = (0..n).collect();
+    thread::scope(|s| join_each(spawn_each(s, 2, &order, &init, &work), n))
+}
+
+/// Whether compressed bytes `z` are worth storing instead of `data`.
+fn saves(z: &[u8], data: &[u8]) -> bool {
+    z.len() * 100 <= data.len() * (100 - MIN_SAVING_PERCENT)
 }
 
 impl Store {
@@ -156,43 +180,16 @@ impl Store {
     /// already (`precompressed`, see `store_pieces`).
     fn place_chunk(&self, w: &mut Writer, added: &mut Added, data: &[u8], kind: ChunkKind, digest: Digest, precompressed: Option<Vec<u8>>) -> Result<ChunkKey> {
         debug_assert!(precompressed.is_none() || kind == ChunkKind::Recipe);
-        let seq = match self.find_chunk(w, data, digest)? {
-            Lookup::Found(key) => return Ok(key),
-            Lookup::New { seq, collides } => {
-                if collides {
-                    w.collisions += 1;
-                    log::warn!("digest collision on {}: stored as a separate chunk (seq {seq})", ChunkKey { digest, seq: 0 }.short());
-                }
-                seq
-            }
+        let (key, dict) = match self.plan(w, added, data, kind, digest)? {
+            Planned::Found(key) => return Ok(key),
+            Planned::New(key, dict) => (key, dict),
         };
-        let key = ChunkKey { digest, seq };
-        // Payloads, headers and unparsed bytes are what a dictionary trained on them helps.
-        let dictable = matches!(kind, ChunkKind::Raw | ChunkKind::Literal | ChunkKind::Payload | ChunkKind::PayloadHead);
         let compressed = match self.config.compression {
             Compression::Zstd => {
                 if w.zstd.is_none() {
                     w.zstd = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok();
                 }
-                if dictable {
-                    w.dicts.sample(data);
-                    // Enough new chunks seen to train a dictionary: stored now (before the
-                    // chunks that name it), committed with this file.
-                    if let Some(bytes) = w.dicts.train() {
-                        let key = self.store_chunk(w, added, &bytes, ChunkKind::Dict)?;
-                        // Blobs name a dictionary by digest, found at seq 0, as kind Dict: one
-                        // that landed otherwise (a collision) is not used.
-                        let is_dict = |e: &ChunkEntry| e.kind == ChunkKind::Dict as u8;
-                        let stored_as_dict = key.seq == 0
-                            && (w.pending.get(&key.digest).is_some_and(|v| v.iter().any(|(k, e)| *k == key && is_dict(e))) || self.index.chunk(&key)?.is_some_and(|e| is_dict(&e)));
-                        // Its chunks may be read back (a verify) before it is in the index.
-                        if stored_as_dict && self.packs.pin_dictionary(key.digest, &bytes) {
-                            w.dicts.stored(key.digest, &bytes);
-                            added.dict = Some(key);
-                        }
-                    }
-                }
-                let with_dict = if dictable { w.dicts.compress(data).map(|z| (Codec::ZstdDict, z)) } else { None };
+                let with_dict = dict.and_then(|_| w.dicts.compress(data)).map(|z| (Codec::ZstdDict, z));
                 match w.zstd.as_mut() {
                     _ if with_dict.is_some() => with_dict,
                     // Recipe pieces are small (bytes per file, not per payload), read often,
@@ -201,10 +198,55 @@ impl Store {
                     Some(z) => z.compress(data).ok().map(|z| (Codec::Zstd, z)),
                     None => zstd::bulk::compress(data, ZSTD_LEVEL).ok().map(|z| (Codec::Zstd, z)),
                 }
-                .filter(|(_, z)| z.len() * 100 <= data.len() * (100 - MIN_SAVING_PERCENT))
+                .filter(|(_, z)| saves(z, data))
             }
             Compression::None => None,
         };
+        self.append_chunk(w, added, key, kind, data, compressed)?;
+        Ok(key)
+    }
+
+    /// The chunk `data` is in the store, or the key it takes as a new one and the dictionary
+    /// it is to be compressed with (for a kind that dictionaries help, which also samples it
+    /// and, once enough are sampled, trains and stores a new dictionary first).
+    fn plan(&self, w: &mut Writer, added: &mut Added, data: &[u8], kind: ChunkKind, digest: Digest) -> Result<Planned> {
+        let seq = match self.find_chunk(w, data, digest)? {
+            Lookup::Found(key) => return Ok(Planned::Found(key)),
+            Lookup::New { seq, collides } => {
+                if collides {
+                    w.collisions += 1;
+                    log::warn!("digest collision on {}: stored as a separate chunk (seq {seq})", ChunkKey { digest, seq: 0 }.short());
+                }
+                seq
+            }
+        };
+        // Payloads, headers and unparsed bytes are what a dictionary trained on them helps.
+        let dictable = matches!(kind, ChunkKind::Raw | ChunkKind::Literal | ChunkKind::Payload | ChunkKind::PayloadHead);
+        if !dictable || self.config.compression != Compression::Zstd {
+            return Ok(Planned::New(ChunkKey { digest, seq }, None));
+        }
+        w.dicts.sample(data);
+        // Enough new chunks seen to train a dictionary: stored now (before the chunks that
+        // name it), committed with this file.
+        if let Some(bytes) = w.dicts.train() {
+            let key = self.store_chunk(w, added, &bytes, ChunkKind::Dict)?;
+            // Blobs name a dictionary by digest, found at seq 0, as kind Dict: one that
+            // landed otherwise (a collision) is not used.
+            let is_dict = |e: &ChunkEntry| e.kind == ChunkKind::Dict as u8;
+            let stored_as_dict = key.seq == 0
+                && (w.pending.get(&key.digest).is_some_and(|v| v.iter().any(|(k, e)| *k == key && is_dict(e))) || self.index.chunk(&key)?.is_some_and(|e| is_dict(&e)));
+            // Its chunks may be read back (a verify) before it is in the index.
+            if stored_as_dict && self.packs.pin_dictionary(key.digest, &bytes) {
+                w.dicts.stored(key.digest, &bytes);
+                added.dict = Some(key);
+            }
+        }
+        Ok(Planned::New(ChunkKey { digest, seq }, w.dicts.in_use()))
+    }
+
+    /// Appends a new chunk (`compressed` as the codec and bytes to store, None to store it
+    /// as it is) to the open pack, opening one first if need be.
+    fn append_chunk(&self, w: &mut Writer, added: &mut Added, key: ChunkKey, kind: ChunkKind, data: &[u8], compressed: Option<(Codec, Vec<u8>)>) -> Result<()> {
         let (codec, stored) = match &compressed {
             Some((codec, z)) => (*codec, z.as_slice()),
             None => (Codec::None, data),
@@ -229,11 +271,89 @@ impl Store {
             kind: info.kind,
             refs: 0,
         };
-        w.pending.entry(digest).or_default().push((key, entry));
+        w.pending.entry(key.digest).or_default().push((key, entry));
         if open.len() >= self.config.pack_size {
             self.seal_open(w)?;
         }
-        Ok(key)
+        Ok(())
+    }
+
+    /// `store_chunk` of each of `items` (bytes, kind), in order, with their keys; but their
+    /// digests, and the compression of those the store lacks, are worked out on two threads.
+    /// Ingest stores a window's chunks while the window's parses are proven on two other
+    /// threads: compressed one at a time, they made this thread the window's longest, and a
+    /// core idle once the proofs were done.
+    pub(super) fn store_chunks(&self, w: &mut Writer, added: &mut Added, items: &[(&[u8], ChunkKind)]) -> Result<Vec<ChunkKey>> {
+        let digests: Vec<Digest> = on_two_threads(items.len(), || (), |_, i| (self.digest)(items[i].0)).into_iter().flatten().collect();
+        enum Plan {
+            Found(ChunkKey),
+            New(ChunkKey, Option<InUse>),
+            /// The same bytes as an earlier new chunk of `items`.
+            SameAs(usize),
+            /// The digest of an earlier new chunk of `items` but other bytes (a collision, or
+            /// a verify mode that cannot tell): stored on its own after those before it.
+            Later,
+        }
+        let mut plans = Vec::with_capacity(items.len());
+        let mut first_new: HashMap<Digest, usize> = HashMap::new();
+        for (i, (&(data, kind), &digest)) in items.iter().zip(&digests).enumerate() {
+            if let Some(&j) = first_new.get(&digest) {
+                let same = match self.config.verify {
+                    Verify::Off => true,
+                    Verify::Size => items[j].0.len() == data.len(),
+                    Verify::Bytes => items[j].0 == data,
+                };
+                plans.push(if same { Plan::SameAs(j) } else { Plan::Later });
+                continue;
+            }
+            plans.push(match self.plan(w, added, data, kind, digest)? {
+                Planned::Found(key) => Plan::Found(key),
+                Planned::New(key, dict) => {
+                    first_new.insert(digest, i);
+                    Plan::New(key, dict)
+                }
+            });
+        }
+        let new: Vec<(usize, Option<InUse>)> = plans.iter().enumerate().filter_map(|(i, p)| if let Plan::New(_, d) = p { Some((i, *d)) } else { None }).collect();
+        let mut compressed: Vec<Option<(Codec, Vec<u8>)>> = match self.config.compression {
+            Compression::Zstd => {
+                let dicts = &w.dicts;
+                let init = || (zstd::zstd_safe::CCtx::try_create(), zstd::bulk::Compressor::new(ZSTD_LEVEL).ok());
+                let work = |(cctx, plain): &mut (Option<zstd::zstd_safe::CCtx<'static>>, Option<zstd::bulk::Compressor<'static>>), k: usize| {
+                    let (i, dict) = new[k];
+                    let data = items[i].0;
+                    let with_dict = match (dict.and_then(|d| dicts.shared(d)), cctx.as_mut()) {
+                        (Some(shared), Some(cctx)) => shared.compress(cctx, data).map(|z| (Codec::ZstdDict, z)),
+                        _ => None,
+                    };
+                    with_dict.or_else(|| plain.as_mut().and_then(|z| z.compress(data).ok()).map(|z| (Codec::Zstd, z))).filter(|(_, z)| saves(z, data))
+                };
+                on_two_threads(new.len(), init, work).into_iter().map(Option::flatten).collect()
+            }
+            Compression::None => new.iter().map(|_| None).collect(),
+        };
+        for (k, &(i, dict)) in new.iter().enumerate() {
+            if let (Some(d), Some((Codec::ZstdDict, _))) = (dict, &compressed[k]) {
+                w.dicts.count(d, items[i].0.len() as u64);
+            }
+        }
+        let mut keys: Vec<ChunkKey> = Vec::with_capacity(items.len());
+        let mut k = 0;
+        for (i, plan) in plans.iter().enumerate() {
+            let (data, kind) = items[i];
+            let key = match plan {
+                Plan::Found(key) => *key,
+                Plan::New(key, _) => {
+                    self.append_chunk(w, added, *key, kind, data, compressed[k].take())?;
+                    k += 1;
+                    *key
+                }
+                Plan::SameAs(j) => keys[*j],
+                Plan::Later => self.store_chunk(w, added, data, kind)?,
+            };
+            keys.push(key);
+        }
+        Ok(keys)
     }
 
     /// Whether two stored copies under one key hold the same chunk, as the verify mode

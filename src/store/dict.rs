@@ -135,18 +135,77 @@ impl Dicts {
     /// `data` compressed with the dictionary in use, as a `Codec::ZstdDict` blob stores it
     /// (the dictionary's digest, then the frame); None without one.
     pub fn compress(&mut self, data: &[u8]) -> Option<Vec<u8>> {
-        let a = match self.candidate.as_mut() {
-            Some(c) => c,
-            None => self.active.as_mut()?,
-        };
-        let mut frame = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
-        a.cctx.compress_using_cdict(&mut frame, data, &a.cdict).ok()?;
+        let which = self.in_use()?;
+        let a = self.get_mut(which)?;
+        let out = framed(&mut a.cctx, &a.cdict, &a.digest, data)?;
         a.compressed += data.len() as u64;
-        let mut out = Vec::with_capacity(crate::pack::DICT_REF_LEN + frame.len());
-        out.extend_from_slice(&a.digest);
-        out.extend_from_slice(&frame);
         Some(out)
     }
+
+    /// Which dictionary `compress` would use now, if any.
+    pub fn in_use(&self) -> Option<InUse> {
+        match (&self.candidate, &self.active) {
+            (Some(_), _) => Some(InUse::Candidate),
+            (None, Some(_)) => Some(InUse::Active),
+            (None, None) => None,
+        }
+    }
+
+    fn get_mut(&mut self, which: InUse) -> Option<&mut Active> {
+        match which {
+            InUse::Candidate => self.candidate.as_mut(),
+            InUse::Active => self.active.as_mut(),
+        }
+    }
+
+    /// A compressor for `data` with dictionary `which` that other threads can use while
+    /// the writer waits for them (each with a context of its own): see `framed`. None if
+    /// that dictionary is gone.
+    pub fn shared(&self, which: InUse) -> Option<Shared<'_>> {
+        let a = match which {
+            InUse::Candidate => self.candidate.as_ref(),
+            InUse::Active => self.active.as_ref(),
+        }?;
+        Some(Shared { digest: &a.digest, cdict: &a.cdict })
+    }
+
+    /// Counts `n` raw bytes compressed with `which` elsewhere (towards `RENEW_AFTER`).
+    pub fn count(&mut self, which: InUse, n: u64) {
+        if let Some(a) = self.get_mut(which) {
+            a.compressed += n;
+        }
+    }
+}
+
+/// One of the writer's dictionaries, as `Dicts::in_use` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InUse {
+    Candidate,
+    Active,
+}
+
+/// A dictionary borrowed from the writer for compressing on other threads.
+#[derive(Clone, Copy)]
+pub struct Shared<'a> {
+    digest: &'a Digest,
+    cdict: &'a zstd::zstd_safe::CDict<'static>,
+}
+
+impl Shared<'_> {
+    /// `data` compressed as `Dicts::compress` would, with a context of the caller's.
+    pub fn compress(&self, cctx: &mut zstd::zstd_safe::CCtx<'static>, data: &[u8]) -> Option<Vec<u8>> {
+        framed(cctx, self.cdict, self.digest, data)
+    }
+}
+
+/// The blob of a `Codec::ZstdDict` chunk: the dictionary's digest, then the frame.
+fn framed(cctx: &mut zstd::zstd_safe::CCtx<'static>, cdict: &zstd::zstd_safe::CDict<'static>, digest: &Digest, data: &[u8]) -> Option<Vec<u8>> {
+    let mut frame = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
+    cctx.compress_using_cdict(&mut frame, data, cdict).ok()?;
+    let mut out = Vec::with_capacity(crate::pack::DICT_REF_LEN + frame.len());
+    out.extend_from_slice(digest);
+    out.extend_from_slice(&frame);
+    Some(out)
 }
 
 #[cfg(test)]

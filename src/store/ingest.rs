@@ -15,7 +15,7 @@ use std::thread;
 use super::chunks::{Added, Pending};
 use super::source::{each_window, io_err, split_window, SplitWindow, MAX_MEMBER_PLAIN};
 pub use super::source::{Presplit, Source, Windows, WINDOWS};
-use super::{Result, Store, Writer};
+use super::{Result, Store, StoreError, Writer};
 use crate::digest::ChunkKey;
 use crate::sync::{join_each, spawn_each};
 use crate::format::deflate;
@@ -231,13 +231,20 @@ impl Store {
         // Recording and replaying every member's parse is most of the CPU of ingest, so it
         // runs on two threads while this one stores chunks. Largest members first, so one
         // slow member does not finish alone at the end.
-        let work = |_: &mut (), i: usize| record_member(data, plain, members[i], cuts[i]);
+        let work = |_: &mut (), i: usize| {
+            let m = members[i];
+            (record_member(data, plain, m, cuts[i]), crc32fast::hash(&data[m.start as usize..(m.start + m.comp_len) as usize]))
+        };
         let (mut parses, exts) = thread::scope(|s| {
             let workers = spawn_each(s, 2, &order, &|| (), &work);
             let exts = self.chunk_segments(w, ctx, plain, seg);
             (join_each(workers, members.len()), exts)
         });
         let exts = exts?;
+        // The shared parse tails, stored at once: their digests and compression on both
+        // cores, which the proofs have left.
+        let tails: Vec<(&[u8], ChunkKind)> = parses.iter().filter_map(|p| p.as_ref()?.0.as_ref()?.tail.as_deref()).map(|t| (t, ChunkKind::Parse)).collect();
+        let mut tail_keys = self.store_chunks(w, &mut ctx.added, &tails)?.into_iter();
         let mut cursor = 0usize;
         let mut member_no = 0usize;
         // Bytes that are stored as they are: raw regions and members that do not rebuild.
@@ -249,7 +256,7 @@ impl Store {
                     raw_run = Some(raw_run.map_or((s, e), |(a, _)| (a, e)));
                 }
                 Region::Member(m) => {
-                    let parse = parses[member_no].take().flatten();
+                    let (parse, crc) = parses[member_no].take().unwrap_or((None, 0));
                     member_no += 1;
                     ctx.stats.gzip_members += 1;
                     let (s, e) = (m.start as usize, (m.start + m.comp_len) as usize);
@@ -268,11 +275,10 @@ impl Store {
                     let slices = slices_in(&exts, &mut cursor, m.plain_start, m.plain_start + m.plain_len);
                     let header = data[s..s + m.header_len].to_vec();
                     let parse_tail = match &parse.tail {
-                        Some(t) => Some(self.store_chunk(w, &mut ctx.added, t, ChunkKind::Parse)?),
+                        Some(_) => Some(tail_keys.next().ok_or_else(|| StoreError::Bug("a parse tail without its chunk".into()))?),
                         None => None,
                     };
                     ctx.stats.parse_bytes += parse.prefix.len() as u64 + parse.tail.as_ref().map_or(0, |t| t.len() as u64);
-                    let crc = crc32fast::hash(&data[s..e]);
                     rb.push_member(MemberParts { header, parse: parse.prefix, parse_tail, trailer, comp_len: m.comp_len, crc }, &slices);
                 }
             }
@@ -290,43 +296,61 @@ impl Store {
         ctx.stats.records += seg.records;
         ctx.stats.payloads += seg.payloads;
         // Header bytes first, into literal blocks, so each header becomes a slice of one.
-        let mut blocks: Vec<ChunkKey> = Vec::new();
+        let mut blocks: Vec<Vec<u8>> = Vec::new();
         let mut places: Vec<(usize, u32)> = Vec::new();
         let mut buf: Vec<u8> = Vec::with_capacity(LITERAL_BLOCK);
         for span in seg.spans.iter().filter(|s| s.kind == SpanKind::Header) {
             let bytes = &plain[span.start as usize..(span.start + span.len) as usize];
             if !buf.is_empty() && buf.len() + bytes.len() > LITERAL_BLOCK {
-                blocks.push(self.store_chunk(w, &mut ctx.added, &buf, ChunkKind::Literal)?);
-                buf.clear();
+                blocks.push(std::mem::replace(&mut buf, Vec::with_capacity(LITERAL_BLOCK)));
             }
             places.push((blocks.len(), buf.len() as u32));
             buf.extend_from_slice(bytes);
         }
         if !buf.is_empty() {
-            blocks.push(self.store_chunk(w, &mut ctx.added, &buf, ChunkKind::Literal)?);
+            blocks.push(buf);
         }
-        let mut out = Vec::with_capacity(seg.spans.len());
-        let mut header_no = 0usize;
+        // Then every chunk, stored at once: blocks first, then payloads and unparsed bytes
+        // in text order (the item of each non-header span's first chunk is noted).
+        let mut items: Vec<(&[u8], ChunkKind)> = blocks.iter().map(|b| (b.as_slice(), ChunkKind::Literal)).collect();
+        let mut cuts: Vec<(usize, usize)> = Vec::new();
         for span in &seg.spans {
             let (s, e) = (span.start as usize, (span.start + span.len) as usize);
             match span.kind {
-                SpanKind::Header => {
-                    let (block, off) = places[header_no];
-                    header_no += 1;
-                    out.push((span.start, (blocks[block], off, span.len as u32)));
-                }
+                SpanKind::Header => {}
                 SpanKind::Payload => {
                     ctx.stats.payload_bytes += span.len;
                     for (i, (o, l)) in cdc(&plain[s..e], PAYLOAD_CDC).enumerate() {
                         let kind = if i == 0 { ChunkKind::PayloadHead } else { ChunkKind::Payload };
-                        let key = self.store_chunk(w, &mut ctx.added, &plain[s + o..s + o + l], kind)?;
-                        out.push(((s + o) as u64, (key, 0, l as u32)));
+                        items.push((&plain[s + o..s + o + l], kind));
+                        cuts.push((s + o, l));
                     }
                 }
                 SpanKind::Raw => {
                     for (o, l) in cdc(&plain[s..e], RAW_CDC) {
-                        let key = self.store_chunk(w, &mut ctx.added, &plain[s + o..s + o + l], ChunkKind::Raw)?;
-                        out.push(((s + o) as u64, (key, 0, l as u32)));
+                        items.push((&plain[s + o..s + o + l], ChunkKind::Raw));
+                        cuts.push((s + o, l));
+                    }
+                }
+            }
+        }
+        let keys = self.store_chunks(w, &mut ctx.added, &items)?;
+        let (block_keys, chunk_keys) = keys.split_at(blocks.len());
+        let mut out = Vec::with_capacity(seg.spans.len());
+        let mut header_no = 0usize;
+        let mut chunks = cuts.iter().zip(chunk_keys).peekable();
+        for span in &seg.spans {
+            match span.kind {
+                SpanKind::Header => {
+                    let (block, off) = places[header_no];
+                    header_no += 1;
+                    out.push((span.start, (block_keys[block], off, span.len as u32)));
+                }
+                _ => {
+                    // This span's chunks: those that start before its end.
+                    let end = (span.start + span.len) as usize;
+                    while let Some((&(at, l), key)) = chunks.next_if(|((at, _), _)| *at < end) {
+                        out.push((at as u64, (*key, 0, l as u32)));
                     }
                 }
             }
@@ -335,11 +359,8 @@ impl Store {
     }
 
     fn chunk_raw(&self, w: &mut Writer, ctx: &mut Ctx, bytes: &[u8]) -> Result<Vec<Slice>> {
-        let mut out = Vec::new();
-        for (o, l) in cdc(bytes, RAW_CDC) {
-            let key = self.store_chunk(w, &mut ctx.added, &bytes[o..o + l], ChunkKind::Raw)?;
-            out.push((key, 0, l as u32));
-        }
-        Ok(out)
+        let items: Vec<(&[u8], ChunkKind)> = cdc(bytes, RAW_CDC).map(|(o, l)| (&bytes[o..o + l], ChunkKind::Raw)).collect();
+        let keys = self.store_chunks(w, &mut ctx.added, &items)?;
+        Ok(keys.into_iter().zip(&items).map(|(key, (b, _))| (key, 0, b.len() as u32)).collect())
     }
 }

@@ -84,6 +84,34 @@ fn bytes_mode_keeps_colliding_payloads_apart() {
     assert!(s.fsck(false).unwrap().problems.is_empty());
 }
 
+/// Colliding payloads in one file meet inside one batch of chunks (`store_chunks`), before
+/// either is in the store: each verify mode still decides as it does across files.
+#[test]
+fn colliding_payloads_in_one_file_follow_the_verify_mode() {
+    let mut both = warc_record(1, &[b'a'; 5000]);
+    both.extend_from_slice(&warc_record(2, &[b'b'; 5000]));
+    let mut same = warc_record(1, &[b'a'; 5000]);
+    same.extend_from_slice(&warc_record(2, &[b'a'; 5000]));
+    for verify in [Verify::Bytes, Verify::Size, Verify::Off] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = open(dir.path(), verify, digest::weak_for_tests);
+        s.put_file(ROOT_INO, b"both.warc", &both, meta()).unwrap();
+        s.put_file(ROOT_INO, b"same.warc", &same, meta()).unwrap();
+        let st = s.stats().unwrap();
+        if verify == Verify::Bytes {
+            assert_eq!(read_all(&s, "/both.warc"), both);
+            assert!(st.collisions >= 1, "{verify:?}: the weak digest must have collided: {st:?}");
+            assert_eq!(st.unique_payloads, 2, "{verify:?}");
+        } else {
+            assert_ne!(read_all(&s, "/both.warc"), both, "{verify:?} cannot tell the payloads apart");
+            assert_eq!(st.unique_payloads, 1, "{verify:?}");
+        }
+        // Equal payloads are one chunk in every mode, and read back.
+        assert_eq!(read_all(&s, "/same.warc"), same);
+        assert!(s.fsck(false).unwrap().problems.is_empty(), "{verify:?}");
+    }
+}
+
 #[test]
 fn off_mode_trusts_the_digest_and_so_merges_colliding_payloads() {
     let dir = tempfile::tempdir().unwrap();
