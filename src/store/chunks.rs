@@ -20,6 +20,8 @@ use crate::recipe::RefDelta;
 const MIN_SAVING_PERCENT: usize = 3;
 const ZSTD_LEVEL: i32 = 3;
 const RECIPE_ZSTD_LEVEL: i32 = 9;
+/// Chunk entries a commit looks up in one call.
+const LOOKUP_BATCH: usize = 4096;
 
 /// Chunks appended to packs but not yet in the index, by digest.
 pub(super) type Pending = HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>>;
@@ -392,12 +394,17 @@ impl Store {
                 crate::failpoint::crash_at("pack_synced");
             }
         }
-        for (key, d) in delta.0 {
-            if d == 0 {
-                continue;
-            }
+        let changes: Vec<(ChunkKey, i64)> = delta.0.into_iter().filter(|&(_, d)| d != 0).collect();
+        // Batched lookups (a file references thousands of chunks), a bounded number at once
+        // (each result pins its block in RocksDB's cache until it is read).
+        let mut committed = Vec::with_capacity(changes.len());
+        for part in changes.chunks(LOOKUP_BATCH) {
+            let keys: Vec<ChunkKey> = part.iter().map(|(k, _)| *k).collect();
+            committed.extend(self.index.chunks(&keys)?);
+        }
+        for ((key, d), committed) in changes.into_iter().zip(committed) {
             let new = pending.get(&key.digest).and_then(|v| v.iter().find(|(k, _)| *k == key)).map(|(_, e)| e.clone());
-            let mut entry = match (self.index.chunk(&key)?, new) {
+            let mut entry = match (committed, new) {
                 // Another ingest committed the same new chunk after this one stored its own
                 // copy (ingests run one at a time, but commit later): one entry, both
                 // references; this copy is garbage in its pack. Unless the two differ
