@@ -126,16 +126,23 @@ impl Decoder {
                 offs[l as usize] += 1;
             }
         }
+        // The direct table, grown a code length at a time: doubled by copying (an entry for
+        // a code shorter than the new length stands for both values of the new top bit),
+        // then each code of that length put at its bit-reversed index. The same entries as
+        // writing every code at each of its 2^(FAST_BITS - length) places, but with copies
+        // instead of strided stores: a dynamic block builds two of these tables, and a
+        // small member is not much more than its block.
         let mut fast = Box::new([0u16; 1 << FAST_BITS]);
-        for (sym, code, len) in canonical_codes(lengths) {
-            if len as u32 <= FAST_BITS {
-                let step = 1usize << len;
-                let mut i = code as usize;
-                while i < fast.len() {
-                    fast[i] = ((sym as u16) << 4) | len as u16;
-                    i += step;
-                }
+        let (mut filled, mut code, mut next) = (1usize, 0u32, 0usize);
+        for len in 1..=FAST_BITS as usize {
+            fast.copy_within(0..filled, filled);
+            filled *= 2;
+            for &sym in &symbols[next..next + count[len] as usize] {
+                fast[(code.reverse_bits() >> (32 - len)) as usize] = (sym << 4) | len as u16;
+                code += 1;
             }
+            next += count[len] as usize;
+            code <<= 1;
         }
         Ok(Decoder { fast, count, symbols })
     }

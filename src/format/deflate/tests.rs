@@ -387,41 +387,10 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: crate::format::fuzz_cases(2048), ..ProptestConfig::default() })]
 
     /// The code-length code's own decoder takes and refuses exactly the codes the general
-    /// decoder does under zlib's rule, and decodes any bits to the same symbols. The codes:
-    /// complete ones grown by splitting leaves of a random tree, then as often a leaf taken
-    /// away (incomplete) or added (over-subscribed), on random symbols.
+    /// decoder does under zlib's rule, and decodes any bits to the same symbols.
     #[test]
     fn code_length_decoder_is_the_general_one(seed in any::<u64>(), bits in proptest::collection::vec(any::<u8>(), 8..64)) {
-        let mut x = seed | 1;
-        let mut next = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
-        let mut leaves = vec![0u8];
-        for _ in 0..next(19) {
-            let splittable: Vec<usize> = (0..leaves.len()).filter(|&i| leaves[i] < 7).collect();
-            if splittable.is_empty() {
-                break;
-            }
-            let i = splittable[next(splittable.len() as u64) as usize];
-            leaves[i] += 1;
-            leaves.push(leaves[i]);
-        }
-        match next(3) {
-            0 if leaves.len() > 1 => {
-                leaves.swap_remove(next(leaves.len() as u64) as usize);
-            }
-            1 if leaves.len() < 19 => leaves.push(1 + next(7) as u8),
-            _ => {}
-        }
-        let mut symbols: Vec<usize> = (0..19).collect();
-        let mut lengths = [0u8; 19];
-        for &l in &leaves {
-            let s = symbols.swap_remove(next(symbols.len() as u64) as usize);
-            lengths[s] = l;
-        }
+        let lengths: [u8; 19] = random_code(seed, 19, 7).try_into().unwrap();
         let general = Decoder::new(&lengths).and_then(|d| d.zlib_takes(true).map(|_| d));
         let small = bits::ClDecoder::new(&lengths);
         prop_assert_eq!(general.is_ok(), small.is_ok(), "{:?}", lengths);
@@ -436,5 +405,65 @@ proptest! {
                 }
             }
         }
+    }
+}
+
+/// Code lengths of a random prefix code over `n` symbols with codes of at most `max` bits:
+/// a tree grown by splitting random leaves, a leaf then perhaps taken away (incomplete) or
+/// one added (over-subscribed), put on random symbols.
+fn random_code(seed: u64, n: usize, max: u8) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut next = |k: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % k
+    };
+    let mut leaves = vec![0u8];
+    for _ in 0..next(n as u64) {
+        let splittable: Vec<usize> = (0..leaves.len()).filter(|&i| leaves[i] < max).collect();
+        if splittable.is_empty() {
+            break;
+        }
+        let i = splittable[next(splittable.len() as u64) as usize];
+        leaves[i] += 1;
+        leaves.push(leaves[i]);
+    }
+    match next(3) {
+        0 if leaves.len() > 1 => {
+            leaves.swap_remove(next(leaves.len() as u64) as usize);
+        }
+        1 if leaves.len() < n => leaves.push(1 + next(max as u64) as u8),
+        _ => {}
+    }
+    let mut symbols: Vec<usize> = (0..n).collect();
+    let mut lengths = vec![0u8; n];
+    for &l in &leaves {
+        let s = symbols.swap_remove(next(symbols.len() as u64) as usize);
+        lengths[s] = l;
+    }
+    lengths
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: crate::format::fuzz_cases(2048), ..ProptestConfig::default() })]
+
+    /// The decoder's direct table, grown by doubling, holds what writing each code at every
+    /// index it covers gives.
+    #[test]
+    fn direct_table_is_every_code_at_every_index(seed in any::<u64>(), lit in any::<bool>()) {
+        let lengths = if lit { random_code(seed, 288, 15) } else { random_code(seed, 30, 15) };
+        let Ok(d) = Decoder::new(&lengths) else { return Ok(()) };
+        let mut want = [0u16; 1 << FAST_BITS];
+        for (sym, code, len) in bits::canonical_codes(&lengths) {
+            if len as u32 <= FAST_BITS {
+                let mut i = code as usize;
+                while i < want.len() {
+                    want[i] = ((sym as u16) << 4) | len as u16;
+                    i += 1 << len;
+                }
+            }
+        }
+        prop_assert_eq!(&d.fast[..], &want[..], "{:?}", lengths);
     }
 }
