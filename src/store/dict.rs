@@ -151,6 +151,13 @@ impl Dicts {
         }
     }
 
+    fn get(&self, which: InUse) -> Option<&Active> {
+        match which {
+            InUse::Candidate => self.candidate.as_ref(),
+            InUse::Active => self.active.as_ref(),
+        }
+    }
+
     fn get_mut(&mut self, which: InUse) -> Option<&mut Active> {
         match which {
             InUse::Candidate => self.candidate.as_mut(),
@@ -158,15 +165,10 @@ impl Dicts {
         }
     }
 
-    /// A compressor for `data` with dictionary `which` that other threads can use while
-    /// the writer waits for them (each with a context of its own): see `framed`. None if
-    /// that dictionary is gone.
+    /// Dictionary `which`, for other threads to compress with while the writer waits for
+    /// them (each with a context of its own). None if that dictionary is gone.
     pub fn shared(&self, which: InUse) -> Option<Shared<'_>> {
-        let a = match which {
-            InUse::Candidate => self.candidate.as_ref(),
-            InUse::Active => self.active.as_ref(),
-        }?;
-        Some(Shared { digest: &a.digest, cdict: &a.cdict })
+        self.get(which).map(|a| Shared { digest: &a.digest, cdict: &a.cdict })
     }
 
     /// Counts `n` raw bytes compressed with `which` elsewhere (towards `RENEW_AFTER`).
@@ -262,6 +264,23 @@ mod tests {
         let back = crate::pack::decode_stored(crate::pack::Codec::ZstdDict as u8, &z, p.len() as u32, Some(&dict)).unwrap();
         assert_eq!(back, p);
         assert!(crate::pack::decode_stored(crate::pack::Codec::ZstdDict as u8, &z, p.len() as u32, None).is_err());
+    }
+
+    #[test]
+    fn other_threads_compress_as_the_writer_does() {
+        let samples: Vec<Vec<u8>> = (0..2000).map(page).collect();
+        let bytes = zstd::dict::from_samples(&samples, 16 << 10).unwrap();
+        let mut d = Dicts::new(true);
+        assert_eq!(d.in_use(), None);
+        d.stored([5; 32], &bytes);
+        assert_eq!(d.in_use(), Some(InUse::Candidate));
+        let p = page(4242);
+        let theirs = std::thread::scope(|s| {
+            let shared = d.shared(InUse::Candidate).unwrap();
+            s.spawn(move || shared.compress(&mut zstd::zstd_safe::CCtx::try_create().unwrap(), &p)).join().unwrap()
+        });
+        assert_eq!(theirs, d.compress(&page(4242)), "the same blob, the dictionary's digest first");
+        assert!(d.shared(InUse::Active).is_none(), "none active yet");
     }
 
     #[test]
