@@ -142,9 +142,12 @@ pub(super) fn each_window<'s, S: Source + ?Sized>(src: &'s S, total: u64, win: W
         }
         offset += consumed as u64;
         // Highly compressed gzip windows stop at the plain budget long before the end of
-        // what was read: read a quarter more than the last one took, not a full window
-        // again (every byte read past what is taken is read again with the next window).
-        want = win.bytes.min(consumed.saturating_add(consumed / 4).max(win.bytes / 8).max(1));
+        // what was read: read about twice what the last one took, not a full window again.
+        // Not much less: a window that runs out of bytes before its budget ends where the
+        // file's compression put it, and a copy gzipped otherwise would cut its windows,
+        // and so its header blocks, elsewhere (reading a quarter more, the GNU gzip copy of
+        // a crawl stored 4.9 % of itself instead of 4.1 %).
+        want = win.bytes.min(consumed.saturating_mul(2).max(win.bytes / 8).max(1));
     }
     Ok(())
 }
