@@ -20,6 +20,8 @@ use crate::recipe::RefDelta;
 const MIN_SAVING_PERCENT: usize = 3;
 const ZSTD_LEVEL: i32 = 3;
 const RECIPE_ZSTD_LEVEL: i32 = 9;
+/// New bytes `store_chunks` plans before it compresses and appends them.
+const BATCH_BYTES: usize = 8 << 20;
 /// Chunk entries a commit looks up in one call.
 const LOOKUP_BATCH: usize = 4096;
 
@@ -42,10 +44,22 @@ enum Lookup {
 }
 
 /// What `plan` decided for a chunk.
-enum Planned {
+enum Plan {
+    Found(ChunkKey),
+    /// New: its key, and whether a dictionary helps its kind.
+    New(ChunkKey, bool),
+}
+
+/// What `store_chunks` does with one of its chunks.
+enum Batched {
     Found(ChunkKey),
     /// New: its key, and the dictionary to compress it with.
     New(ChunkKey, Option<InUse>),
+    /// The same bytes as an earlier new chunk of the batch (by index).
+    SameAs(usize),
+    /// The digest of an earlier new chunk of the batch but other bytes (a collision, or a
+    /// verify mode that cannot tell): stored on its own once those before it are.
+    Later,
 }
 
 /// Each of `items` compressed with zstd at `level`, on two threads (None where zstd fails).
@@ -58,6 +72,9 @@ fn compress_all(items: &[&[u8]], level: i32) -> Vec<Option<Vec<u8>>> {
 /// `work` on each of `0..n` on two threads (this one alone for fewer than two), each with
 /// state of its own from `init`; the results in order (None only if a thread gave none).
 fn on_two_threads<S, T: Send>(n: usize, init: impl Fn() -> S + Sync, work: impl Fn(&mut S, usize) -> T + Sync) -> Vec<Option<T>> {
+    if n == 0 {
+        return Vec::new();
+    }
     if n < 2 {
         let mut state = init();
         return (0..n).map(|i| Some(work(&mut state, i))).collect();
@@ -182,16 +199,21 @@ impl Store {
     /// already (`precompressed`, see `store_pieces`).
     fn place_chunk(&self, w: &mut Writer, added: &mut Added, data: &[u8], kind: ChunkKind, digest: Digest, precompressed: Option<Vec<u8>>) -> Result<ChunkKey> {
         debug_assert!(precompressed.is_none() || kind == ChunkKind::Recipe);
-        let (key, dict) = match self.plan(w, added, data, kind, digest)? {
-            Planned::Found(key) => return Ok(key),
-            Planned::New(key, dict) => (key, dict),
+        let (key, dictable) = match self.plan(w, data, kind, digest)? {
+            Plan::New(key, dictable) => (key, dictable),
+            Plan::Found(key) => return Ok(key),
         };
+        // Nothing of this ingest waits to be appended: a dictionary stored now takes no
+        // planned chunk's key.
+        if dictable {
+            self.train_dictionary(w, added)?;
+        }
         let compressed = match self.config.compression {
             Compression::Zstd => {
                 if w.zstd.is_none() {
                     w.zstd = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok();
                 }
-                let with_dict = dict.and_then(|_| w.dicts.compress(data)).map(|z| (Codec::ZstdDict, z));
+                let with_dict = if dictable { w.dicts.compress(data).map(|z| (Codec::ZstdDict, z)) } else { None };
                 match w.zstd.as_mut() {
                     _ if with_dict.is_some() => with_dict,
                     // Recipe pieces are small (bytes per file, not per payload), read often,
@@ -208,12 +230,11 @@ impl Store {
         Ok(key)
     }
 
-    /// The chunk `data` is in the store, or the key it takes as a new one and the dictionary
-    /// it is to be compressed with (for a kind that dictionaries help, which also samples it
-    /// and, once enough are sampled, trains and stores a new dictionary first).
-    fn plan(&self, w: &mut Writer, added: &mut Added, data: &[u8], kind: ChunkKind, digest: Digest) -> Result<Planned> {
+    /// The chunk `data` is in the store (`Plan::Found`), or the key it takes as a new one
+    /// and whether a dictionary helps its kind (which then samples it for the next one).
+    fn plan(&self, w: &mut Writer, data: &[u8], kind: ChunkKind, digest: Digest) -> Result<Plan> {
         let seq = match self.find_chunk(w, data, digest)? {
-            Lookup::Found(key) => return Ok(Planned::Found(key)),
+            Lookup::Found(key) => return Ok(Plan::Found(key)),
             Lookup::New { seq, collides } => {
                 if collides {
                     w.collisions += 1;
@@ -223,27 +244,30 @@ impl Store {
             }
         };
         // Payloads, headers and unparsed bytes are what a dictionary trained on them helps.
-        let dictable = matches!(kind, ChunkKind::Raw | ChunkKind::Literal | ChunkKind::Payload | ChunkKind::PayloadHead);
-        if !dictable || self.config.compression != Compression::Zstd {
-            return Ok(Planned::New(ChunkKey { digest, seq }, None));
+        let dictable = self.config.compression == Compression::Zstd && matches!(kind, ChunkKind::Raw | ChunkKind::Literal | ChunkKind::Payload | ChunkKind::PayloadHead);
+        if dictable {
+            w.dicts.sample(data);
         }
-        w.dicts.sample(data);
-        // Enough new chunks seen to train a dictionary: stored now (before the chunks that
-        // name it), committed with this file.
-        if let Some(bytes) = w.dicts.train() {
-            let key = self.store_chunk(w, added, &bytes, ChunkKind::Dict)?;
-            // Blobs name a dictionary by digest, found at seq 0, as kind Dict: one that
-            // landed otherwise (a collision) is not used.
-            let is_dict = |e: &ChunkEntry| e.kind == ChunkKind::Dict as u8;
-            let stored_as_dict = key.seq == 0
-                && (w.pending.get(&key.digest).is_some_and(|v| v.iter().any(|(k, e)| *k == key && is_dict(e))) || self.index.chunk(&key)?.is_some_and(|e| is_dict(&e)));
-            // Its chunks may be read back (a verify) before it is in the index.
-            if stored_as_dict && self.packs.pin_dictionary(key.digest, &bytes) {
-                w.dicts.stored(key.digest, &bytes);
-                added.dict = Some(key);
-            }
+        Ok(Plan::New(ChunkKey { digest, seq }, dictable))
+    }
+
+    /// Once enough new chunks are sampled, trains a dictionary and stores it (before the
+    /// chunks compressed with it; committed with this file). The caller has appended every
+    /// chunk it planned: the dictionary must not take one of their keys.
+    fn train_dictionary(&self, w: &mut Writer, added: &mut Added) -> Result<()> {
+        let Some(bytes) = w.dicts.train() else { return Ok(()) };
+        let key = self.store_chunk(w, added, &bytes, ChunkKind::Dict)?;
+        // Blobs name a dictionary by digest, found at seq 0, as kind Dict: one that landed
+        // otherwise (a collision) is not used.
+        let is_dict = |e: &ChunkEntry| e.kind == ChunkKind::Dict as u8;
+        let stored_as_dict = key.seq == 0
+            && (w.pending.get(&key.digest).is_some_and(|v| v.iter().any(|(k, e)| *k == key && is_dict(e))) || self.index.chunk(&key)?.is_some_and(|e| is_dict(&e)));
+        // Its chunks may be read back (a verify) before it is in the index.
+        if stored_as_dict && self.packs.pin_dictionary(key.digest, &bytes) {
+            w.dicts.stored(key.digest, &bytes);
+            added.dict = Some(key);
         }
-        Ok(Planned::New(ChunkKey { digest, seq }, w.dicts.in_use()))
+        Ok(())
     }
 
     /// Appends a new chunk (`compressed` as the codec and bytes to store, None to store it
@@ -284,19 +308,15 @@ impl Store {
     /// digests, and the compression of those the store lacks, are worked out on two threads.
     /// Ingest stores a window's chunks while the window's parses are proven on two other
     /// threads: compressed one at a time, they made this thread the window's longest, and a
-    /// core idle once the proofs were done.
+    /// core idle once the proofs were done. New chunks are compressed and appended a few
+    /// MiB at a time (`BATCH_BYTES`), so what waits compressed stays small whatever the
+    /// window, and before a dictionary is trained.
     pub(super) fn store_chunks(&self, w: &mut Writer, added: &mut Added, items: &[(&[u8], ChunkKind)]) -> Result<Vec<ChunkKey>> {
         let digests: Vec<Digest> = on_two_threads(items.len(), || (), |_, i| (self.digest)(items[i].0)).into_iter().flatten().collect();
-        enum Plan {
-            Found(ChunkKey),
-            New(ChunkKey, Option<InUse>),
-            /// The same bytes as an earlier new chunk of `items`.
-            SameAs(usize),
-            /// The digest of an earlier new chunk of `items` but other bytes (a collision, or
-            /// a verify mode that cannot tell): stored on its own after those before it.
-            Later,
-        }
-        let mut plans = Vec::with_capacity(items.len());
+        let mut keys: Vec<ChunkKey> = Vec::with_capacity(items.len());
+        // Plans of `items[keys.len()..]`, and the new bytes among them.
+        let mut plans: Vec<Batched> = Vec::new();
+        let mut planned_bytes = 0usize;
         let mut first_new: HashMap<Digest, usize> = HashMap::new();
         for (i, (&(data, kind), &digest)) in items.iter().zip(&digests).enumerate() {
             if let Some(&j) = first_new.get(&digest) {
@@ -305,57 +325,89 @@ impl Store {
                     Verify::Size => items[j].0.len() == data.len(),
                     Verify::Bytes => items[j].0 == data,
                 };
-                plans.push(if same { Plan::SameAs(j) } else { Plan::Later });
+                plans.push(if same { Batched::SameAs(j) } else { Batched::Later });
                 continue;
             }
-            plans.push(match self.plan(w, added, data, kind, digest)? {
-                Planned::Found(key) => Plan::Found(key),
-                Planned::New(key, dict) => {
+            let planned = match self.plan(w, data, kind, digest)? {
+                Plan::Found(key) => Batched::Found(key),
+                Plan::New(key, dictable) => {
+                    if dictable && w.dicts.ready() {
+                        // A dictionary comes next: the chunks planned before it are appended
+                        // first, so that it cannot take one of their keys.
+                        self.carry_out(w, added, items, &mut plans, &mut keys)?;
+                        planned_bytes = 0;
+                        self.train_dictionary(w, added)?;
+                    }
                     first_new.insert(digest, i);
-                    Plan::New(key, dict)
+                    planned_bytes += data.len();
+                    Batched::New(key, if dictable { w.dicts.in_use() } else { None })
                 }
-            });
+            };
+            plans.push(planned);
+            if planned_bytes >= BATCH_BYTES {
+                self.carry_out(w, added, items, &mut plans, &mut keys)?;
+                planned_bytes = 0;
+            }
         }
-        let new: Vec<(usize, Option<InUse>)> = plans.iter().enumerate().filter_map(|(i, p)| if let Plan::New(_, d) = p { Some((i, *d)) } else { None }).collect();
+        self.carry_out(w, added, items, &mut plans, &mut keys)?;
+        Ok(keys)
+    }
+
+    /// Carries out `plans`, those of `items[keys.len()..]`: the new chunks compressed on two
+    /// threads, then every chunk appended or named in order, its key pushed to `keys`.
+    fn carry_out(&self, w: &mut Writer, added: &mut Added, items: &[(&[u8], ChunkKind)], plans: &mut Vec<Batched>, keys: &mut Vec<ChunkKey>) -> Result<()> {
+        let base = keys.len();
+        let new: Vec<(usize, Option<InUse>)> = plans.iter().enumerate().filter_map(|(k, p)| if let Batched::New(_, d) = p { Some((base + k, *d)) } else { None }).collect();
         let mut compressed: Vec<Option<(Codec, Vec<u8>)>> = match self.config.compression {
             Compression::Zstd => {
                 let dicts = &w.dicts;
                 let init = || (zstd::zstd_safe::CCtx::try_create(), zstd::bulk::Compressor::new(ZSTD_LEVEL).ok());
-                let work = |(cctx, plain): &mut (Option<zstd::zstd_safe::CCtx<'static>>, Option<zstd::bulk::Compressor<'static>>), k: usize| {
-                    let (i, dict) = new[k];
+                let work = |(cctx, plain): &mut (Option<zstd::zstd_safe::CCtx<'static>>, Option<zstd::bulk::Compressor<'static>>), n: usize| {
+                    let (i, dict) = new[n];
                     let data = items[i].0;
                     let with_dict = match (dict.and_then(|d| dicts.shared(d)), cctx.as_mut()) {
                         (Some(shared), Some(cctx)) => shared.compress(cctx, data).map(|z| (Codec::ZstdDict, z)),
                         _ => None,
                     };
-                    with_dict.or_else(|| plain.as_mut().and_then(|z| z.compress(data).ok()).map(|z| (Codec::Zstd, z))).filter(|(_, z)| saves(z, data))
+                    with_dict.or_else(|| plain.as_mut().and_then(|z| z.compress(data).ok()).map(|z| (Codec::Zstd, z)))
                 };
                 on_two_threads(new.len(), init, work).into_iter().map(Option::flatten).collect()
             }
             Compression::None => new.iter().map(|_| None).collect(),
         };
-        for (k, &(i, dict)) in new.iter().enumerate() {
-            if let (Some(d), Some((Codec::ZstdDict, _))) = (dict, &compressed[k]) {
+        // Counted towards the dictionary's renewal as `Dicts::compress` counts: whatever it
+        // compressed, saving or not.
+        for (&(i, dict), z) in new.iter().zip(&mut compressed) {
+            if let (Some(d), Some((Codec::ZstdDict, _))) = (dict, &*z) {
                 w.dicts.count(d, items[i].0.len() as u64);
             }
+            if z.as_ref().is_some_and(|(_, z)| !saves(z, items[i].0)) {
+                *z = None;
+            }
         }
-        let mut keys: Vec<ChunkKey> = Vec::with_capacity(items.len());
-        let mut k = 0;
-        for (i, plan) in plans.iter().enumerate() {
-            let (data, kind) = items[i];
-            let key = match plan {
-                Plan::Found(key) => *key,
-                Plan::New(key, _) => {
-                    self.append_chunk(w, added, *key, kind, data, compressed[k].take())?;
-                    k += 1;
-                    *key
+        // Chunks sharing a digest with an earlier new one but not its bytes are stored last,
+        // when nothing planned waits any more (storing one may train a dictionary).
+        let mut later = Vec::new();
+        let mut compressed = compressed.into_iter();
+        for (k, plan) in plans.drain(..).enumerate() {
+            let (data, kind) = items[base + k];
+            keys.push(match plan {
+                Batched::Found(key) => key,
+                Batched::New(key, _) => {
+                    self.append_chunk(w, added, key, kind, data, compressed.next().flatten())?;
+                    key
                 }
-                Plan::SameAs(j) => keys[*j],
-                Plan::Later => self.store_chunk(w, added, data, kind)?,
-            };
-            keys.push(key);
+                Batched::SameAs(j) => keys[j],
+                Batched::Later => {
+                    later.push(base + k);
+                    ChunkKey { digest: [0; 32], seq: 0 }
+                }
+            });
         }
-        Ok(keys)
+        for i in later {
+            keys[i] = self.store_chunk(w, added, items[i].0, items[i].1)?;
+        }
+        Ok(())
     }
 
     /// Whether two stored copies under one key hold the same chunk, as the verify mode

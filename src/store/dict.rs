@@ -73,6 +73,11 @@ impl Dicts {
         self.enabled && self.candidate.is_none() && self.active.as_ref().is_none_or(|a| a.compressed >= RENEW_AFTER)
     }
 
+    /// Whether `train` would train a dictionary now.
+    pub fn ready(&self) -> bool {
+        self.wanted() && self.samples.len() >= SAMPLE_TARGET
+    }
+
     /// Offers the bytes of a new chunk as a sample, while a dictionary is wanted.
     pub fn sample(&mut self, data: &[u8]) {
         if !self.wanted() || self.samples.len() >= SAMPLE_TARGET || data.len() < 64 {
@@ -87,7 +92,7 @@ impl Dicts {
     /// either way). None if not yet, or if zstd could not train one (then sampling starts
     /// again).
     pub fn train(&mut self) -> Option<Vec<u8>> {
-        if !self.wanted() || self.samples.len() < SAMPLE_TARGET {
+        if !self.ready() {
             return None;
         }
         let (samples, sizes) = (std::mem::take(&mut self.samples), std::mem::take(&mut self.sizes));

@@ -233,7 +233,10 @@ impl Store {
         // slow member does not finish alone at the end.
         let work = |_: &mut (), i: usize| {
             let m = members[i];
-            (record_member(data, plain, m, cuts[i]), crc32fast::hash(&data[m.start as usize..(m.start + m.comp_len) as usize]))
+            let parse = record_member(data, plain, m, cuts[i]);
+            // The CRC-32 of the compressed bytes that a rebuild is checked against.
+            let crc = parse.as_ref().map_or(0, |_| crc32fast::hash(&data[m.start as usize..(m.start + m.comp_len) as usize]));
+            (parse, crc)
         };
         let (mut parses, exts) = thread::scope(|s| {
             let workers = spawn_each(s, 2, &order, &|| (), &work);
@@ -311,7 +314,7 @@ impl Store {
             blocks.push(buf);
         }
         // Then every chunk, stored at once: blocks first, then payloads and unparsed bytes
-        // in text order (the item of each non-header span's first chunk is noted).
+        // in text order, each with its plain offset and length (`cuts`).
         let mut items: Vec<(&[u8], ChunkKind)> = blocks.iter().map(|b| (b.as_slice(), ChunkKind::Literal)).collect();
         let mut cuts: Vec<(usize, usize)> = Vec::new();
         for span in &seg.spans {
@@ -355,6 +358,7 @@ impl Store {
                 }
             }
         }
+        debug_assert!(chunks.next().is_none(), "every chunk lies in a span");
         Ok(out)
     }
 

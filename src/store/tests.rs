@@ -109,6 +109,20 @@ fn colliding_payloads_in_one_file_follow_the_verify_mode() {
         // Equal payloads are one chunk in every mode, and read back.
         assert_eq!(read_all(&s, "/same.warc"), same);
         assert!(s.fsck(false).unwrap().problems.is_empty(), "{verify:?}");
+        // Equal payloads new to the store, both in one batch: stored once. Random bytes
+        // (they do not compress), so a second copy would show in the bytes added.
+        let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(7);
+        let payload: Vec<u8> = (0..20_000).map(|_| rand::Rng::gen::<u8>(&mut rng)).collect();
+        let one = warc_record(3, &payload);
+        let mut twice = warc_record(4, &payload);
+        twice.extend_from_slice(&warc_record(5, &payload));
+        let dir2 = tempfile::tempdir().unwrap();
+        let s2 = open(dir2.path(), verify, digest::sha256);
+        let twice_added = s2.put_file(ROOT_INO, b"twice.warc", &twice, meta()).unwrap().new_bytes;
+        let dir3 = tempfile::tempdir().unwrap();
+        let once_added = open(dir3.path(), verify, digest::sha256).put_file(ROOT_INO, b"one.warc", &one, meta()).unwrap().new_bytes;
+        assert!(twice_added < once_added + 2_000, "{verify:?}: {twice_added} bytes added for two copies, {once_added} for one");
+        assert_eq!(read_all(&s2, "/twice.warc"), twice);
     }
 }
 

@@ -89,6 +89,25 @@ impl<'a> BitReader<'a> {
     }
 }
 
+/// How many codes of each length `lengths` gives (index = length; `N` is one more than the
+/// longest), and the code space they leave unused, in units of a code of the longest length
+/// (0: complete). Over-subscribed codes are refused.
+fn count_lengths<const N: usize>(lengths: &[u8]) -> Result<([u16; N], i32)> {
+    let mut count = [0u16; N];
+    for &l in lengths {
+        *count.get_mut(l as usize).ok_or(ParseError::Invalid("code length out of range"))? += 1;
+    }
+    count[0] = 0;
+    let mut left: i32 = 1;
+    for &c in &count[1..] {
+        left = left * 2 - c as i32;
+        if left < 0 {
+            return Err(ParseError::Invalid("over-subscribed Huffman code"));
+        }
+    }
+    Ok((count, left))
+}
+
 /// A canonical Huffman code for decoding: a direct table for codes of up to FAST_BITS bits,
 /// and the canonical walk (as in zlib's puff.c) for longer ones.
 pub(super) struct Decoder {
@@ -103,18 +122,7 @@ pub(super) struct Decoder {
 impl Decoder {
     #[inline]
     pub(super) fn new(lengths: &[u8]) -> Result<Decoder> {
-        let mut count = [0u16; MAX_BITS + 1];
-        for &l in lengths {
-            count[l as usize] += 1;
-        }
-        count[0] = 0;
-        let mut left: i32 = 1;
-        for &c in &count[1..] {
-            left = left * 2 - c as i32;
-            if left < 0 {
-                return Err(ParseError::Invalid("over-subscribed Huffman code"));
-            }
-        }
+        let (count, _) = count_lengths::<{ MAX_BITS + 1 }>(lengths)?;
         let mut offs = [0u16; MAX_BITS + 2];
         for len in 1..=MAX_BITS {
             offs[len + 1] = offs[len] + count[len];
@@ -208,18 +216,7 @@ impl ClDecoder {
     /// zlib refuses it (`Decoder::zlib_takes`: complete, or no code at all).
     #[inline]
     pub(super) fn new(lengths: &[u8; 19]) -> Result<ClDecoder> {
-        let mut count = [0u16; 8];
-        for &l in lengths {
-            count[l as usize] += 1;
-        }
-        count[0] = 0;
-        let mut left: i32 = 1;
-        for &c in &count[1..] {
-            left = left * 2 - c as i32;
-            if left < 0 {
-                return Err(ParseError::Invalid("over-subscribed Huffman code"));
-            }
-        }
+        let (count, left) = count_lengths::<8>(lengths)?;
         if left > 0 && count.iter().any(|&c| c != 0) {
             return Err(ParseError::Invalid("incomplete Huffman code"));
         }
