@@ -56,3 +56,17 @@ pub(crate) fn join_each<T>(handles: Vec<std::thread::ScopedJoinHandle<'_, Vec<(u
     }
     out
 }
+
+/// `work` on each of `0..n` on two scoped threads (this one alone for fewer than two), each
+/// with state of its own from `init`; the results in order (None only if a thread gave none).
+pub(crate) fn on_two_threads<S, T: Send>(n: usize, init: impl Fn() -> S + Sync, work: impl Fn(&mut S, usize) -> T + Sync) -> Vec<Option<T>> {
+    if n == 0 {
+        return Vec::new();
+    }
+    if n < 2 {
+        let mut state = init();
+        return (0..n).map(|i| Some(work(&mut state, i))).collect();
+    }
+    let order: Vec<usize> = (0..n).collect();
+    std::thread::scope(|s| join_each(spawn_each(s, 2, &order, &init, &work), n))
+}

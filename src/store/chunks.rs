@@ -5,11 +5,10 @@
 //! is hashed and compressed on two threads, found and appended in order on this one.
 
 use std::collections::HashMap;
-use std::thread;
 
 use super::dict::InUse;
 use super::{Compression, Ns, Result, Store, StoreError, Verify, Writer};
-use crate::sync::{join_each, spawn_each};
+use crate::sync::on_two_threads;
 use crate::LockExt;
 use crate::digest::{ChunkKey, Digest};
 use crate::index::{Batch, ChunkEntry};
@@ -62,25 +61,27 @@ enum Batched {
     Later,
 }
 
-/// Each of `items` compressed with zstd at `level`, on two threads (None where zstd fails).
-fn compress_all(items: &[&[u8]], level: i32) -> Vec<Option<Vec<u8>>> {
-    let init = || zstd::bulk::Compressor::new(level).ok();
-    let work = |z: &mut Option<zstd::bulk::Compressor<'static>>, i: usize| z.as_mut().and_then(|z| z.compress(items[i]).ok());
-    on_two_threads(items.len(), init, work).into_iter().map(Option::flatten).collect()
+/// One thread's zstd contexts: for the store's dictionary, and one for each level asked.
+#[derive(Default)]
+struct Compressors {
+    cctx: Option<zstd::zstd_safe::CCtx<'static>>,
+    levels: Vec<(i32, zstd::bulk::Compressor<'static>)>,
 }
 
-/// `work` on each of `0..n` on two threads (this one alone for fewer than two), each with
-/// state of its own from `init`; the results in order (None only if a thread gave none).
-fn on_two_threads<S, T: Send>(n: usize, init: impl Fn() -> S + Sync, work: impl Fn(&mut S, usize) -> T + Sync) -> Vec<Option<T>> {
-    if n == 0 {
-        return Vec::new();
+impl Compressors {
+    fn for_dictionary(&mut self) -> Option<&mut zstd::zstd_safe::CCtx<'static>> {
+        if self.cctx.is_none() {
+            self.cctx = zstd::zstd_safe::CCtx::try_create();
+        }
+        self.cctx.as_mut()
     }
-    if n < 2 {
-        let mut state = init();
-        return (0..n).map(|i| Some(work(&mut state, i))).collect();
+
+    fn at(&mut self, level: i32) -> Option<&mut zstd::bulk::Compressor<'static>> {
+        if !self.levels.iter().any(|(l, _)| *l == level) {
+            self.levels.push((level, zstd::bulk::Compressor::new(level).ok()?));
+        }
+        self.levels.iter_mut().find(|(l, _)| *l == level).map(|(_, z)| z)
     }
-    let order: Vec<usize> = (0..n).collect();
-    thread::scope(|s| join_each(spawn_each(s, 2, &order, &init, &work), n))
 }
 
 /// Whether compressed bytes `z` are worth storing instead of `data`.
@@ -114,41 +115,9 @@ impl Store {
     }
 
     /// Finds `data` in the store (proven equal as the verify mode demands) or appends it to
-    /// the open pack as a new chunk.
+    /// the open pack as a new chunk: `store_chunks` of one.
     pub(super) fn store_chunk(&self, w: &mut Writer, added: &mut Added, data: &[u8], kind: ChunkKind) -> Result<ChunkKey> {
-        self.place_chunk(w, added, data, kind, (self.digest)(data), None)
-    }
-
-    /// Stores a file's recipe pieces (`encoded`): those the store lacks are compressed on
-    /// both cores first (a high level, paid once the file's windows are done and the cores
-    /// are free), then stored as `store_chunk` would.
-    pub(super) fn store_pieces(&self, w: &mut Writer, added: &mut Added, encoded: &[Vec<u8>]) -> Result<Vec<ChunkKey>> {
-        let digests: Vec<Digest> = encoded.iter().map(|p| (self.digest)(p)).collect();
-        let mut found = Vec::with_capacity(encoded.len());
-        for (p, d) in encoded.iter().zip(&digests) {
-            found.push(match self.find_chunk(w, p, *d)? {
-                Lookup::Found(key) => Some(key),
-                Lookup::New { .. } => None,
-            });
-        }
-        let fresh: Vec<usize> = (0..encoded.len()).filter(|&i| found[i].is_none()).collect();
-        let mut packed: Vec<Option<Vec<u8>>> = vec![None; encoded.len()];
-        if self.config.compression == Compression::Zstd && fresh.len() > 1 {
-            let items: Vec<&[u8]> = fresh.iter().map(|&i| encoded[i].as_slice()).collect();
-            for (i, z) in fresh.into_iter().zip(compress_all(&items, RECIPE_ZSTD_LEVEL)) {
-                packed[i] = z;
-            }
-        }
-        // A new piece is looked up again as it is placed: of two equal pieces new to the
-        // store, the second finds the first.
-        let mut keys = Vec::with_capacity(encoded.len());
-        for (((p, d), z), f) in encoded.iter().zip(digests).zip(packed).zip(found) {
-            keys.push(match f {
-                Some(key) => key,
-                None => self.place_chunk(w, added, p, ChunkKind::Recipe, d, z)?,
-            });
-        }
-        Ok(keys)
+        Ok(self.store_chunks(w, added, &[(data, kind)])?[0])
     }
 
     /// Whether the store holds `data` (digest `digest`) already, as the verify mode proves it.
@@ -193,41 +162,6 @@ impl Store {
         }
         let seq = candidates.iter().map(|(k, _)| k.seq + 1).max().unwrap_or(0);
         Ok(Lookup::New { seq, collides: !candidates.is_empty() })
-    }
-
-    /// `store_chunk` of `data` whose digest is `digest`; a recipe piece may come compressed
-    /// already (`precompressed`, see `store_pieces`).
-    fn place_chunk(&self, w: &mut Writer, added: &mut Added, data: &[u8], kind: ChunkKind, digest: Digest, precompressed: Option<Vec<u8>>) -> Result<ChunkKey> {
-        debug_assert!(precompressed.is_none() || kind == ChunkKind::Recipe);
-        let (key, dictable) = match self.plan(w, data, kind, digest)? {
-            Plan::New(key, dictable) => (key, dictable),
-            Plan::Found(key) => return Ok(key),
-        };
-        // Nothing of this ingest waits to be appended: a dictionary stored now takes no
-        // planned chunk's key.
-        if dictable {
-            self.train_dictionary(w, added)?;
-        }
-        let compressed = match self.config.compression {
-            Compression::Zstd => {
-                if w.zstd.is_none() {
-                    w.zstd = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok();
-                }
-                let with_dict = if dictable { w.dicts.compress(data).map(|z| (Codec::ZstdDict, z)) } else { None };
-                match w.zstd.as_mut() {
-                    _ if with_dict.is_some() => with_dict,
-                    // Recipe pieces are small (bytes per file, not per payload), read often,
-                    // and compress much better with more effort.
-                    _ if kind == ChunkKind::Recipe => precompressed.or_else(|| zstd::bulk::compress(data, RECIPE_ZSTD_LEVEL).ok()).map(|z| (Codec::Zstd, z)),
-                    Some(z) => z.compress(data).ok().map(|z| (Codec::Zstd, z)),
-                    None => zstd::bulk::compress(data, ZSTD_LEVEL).ok().map(|z| (Codec::Zstd, z)),
-                }
-                .filter(|(_, z)| saves(z, data))
-            }
-            Compression::None => None,
-        };
-        self.append_chunk(w, added, key, kind, data, compressed)?;
-        Ok(key)
     }
 
     /// The chunk `data` is in the store (`Plan::Found`), or the key it takes as a new one
@@ -304,8 +238,9 @@ impl Store {
         Ok(())
     }
 
-    /// `store_chunk` of each of `items` (bytes, kind), in order, with their keys; but their
-    /// digests, and the compression of those the store lacks, are worked out on two threads.
+    /// Finds each of `items` (bytes, kind) in the store or appends it as a new chunk, in
+    /// order, and returns their keys. Digests, and the compression of the chunks the store
+    /// lacks (recipe pieces at a higher level), are worked out on two threads.
     /// Ingest stores a window's chunks while the window's parses are proven on two other
     /// threads: compressed one at a time, they made this thread the window's longest, and a
     /// core idle once the proofs were done. New chunks are compressed and appended a few
@@ -361,22 +296,21 @@ impl Store {
         let mut compressed: Vec<Option<(Codec, Vec<u8>)>> = match self.config.compression {
             Compression::Zstd => {
                 let dicts = &w.dicts;
-                let init = || (zstd::zstd_safe::CCtx::try_create(), zstd::bulk::Compressor::new(ZSTD_LEVEL).ok());
-                let work = |(cctx, plain): &mut (Option<zstd::zstd_safe::CCtx<'static>>, Option<zstd::bulk::Compressor<'static>>), n: usize| {
+                let work = |z: &mut Compressors, n: usize| {
                     let (i, dict) = new[n];
-                    let data = items[i].0;
-                    let with_dict = match (dict.and_then(|d| dicts.shared(d)), cctx.as_mut()) {
-                        (Some(shared), Some(cctx)) => shared.compress(cctx, data).map(|z| (Codec::ZstdDict, z)),
-                        _ => None,
-                    };
-                    with_dict.or_else(|| plain.as_mut().and_then(|z| z.compress(data).ok()).map(|z| (Codec::Zstd, z)))
+                    let (data, kind) = items[i];
+                    let with_dict = dict.and_then(|d| dicts.shared(d)).and_then(|shared| shared.compress(z.for_dictionary()?, data)).map(|z| (Codec::ZstdDict, z));
+                    // Recipe pieces are small (bytes per file, not per payload), read often,
+                    // and compress much better with more effort.
+                    let level = if kind == ChunkKind::Recipe { RECIPE_ZSTD_LEVEL } else { ZSTD_LEVEL };
+                    with_dict.or_else(|| z.at(level)?.compress(data).ok().map(|z| (Codec::Zstd, z)))
                 };
+                let init = Compressors::default;
                 on_two_threads(new.len(), init, work).into_iter().map(Option::flatten).collect()
             }
             Compression::None => new.iter().map(|_| None).collect(),
         };
-        // Counted towards the dictionary's renewal as `Dicts::compress` counts: whatever it
-        // compressed, saving or not.
+        // Counted towards the dictionary's renewal: whatever it compressed, saving or not.
         for (&(i, dict), z) in new.iter().zip(&mut compressed) {
             if let (Some(d), Some((Codec::ZstdDict, _))) = (dict, &*z) {
                 w.dicts.count(d, items[i].0.len() as u64);

@@ -50,7 +50,6 @@ pub(super) struct Dicts {
 struct Active {
     digest: Digest,
     cdict: zstd::zstd_safe::CDict<'static>,
-    cctx: zstd::zstd_safe::CCtx<'static>,
     /// Raw bytes compressed with it by this process.
     compressed: u64,
 }
@@ -59,7 +58,7 @@ impl Active {
     /// None if zstd cannot prepare the bytes (a damaged dictionary).
     fn new(digest: Digest, bytes: &[u8]) -> Option<Active> {
         let cdict = zstd::zstd_safe::CDict::try_create(bytes, LEVEL)?;
-        Some(Active { digest, cdict, cctx: zstd::zstd_safe::CCtx::try_create()?, compressed: 0 })
+        Some(Active { digest, cdict, compressed: 0 })
     }
 }
 
@@ -139,15 +138,16 @@ impl Dicts {
 
     /// `data` compressed with the dictionary in use, as a `Codec::ZstdDict` blob stores it
     /// (the dictionary's digest, then the frame); None without one.
+    /// (The writer compresses on its threads with `shared`; this is the tests' shorthand.)
+    #[cfg(test)]
     pub fn compress(&mut self, data: &[u8]) -> Option<Vec<u8>> {
         let which = self.in_use()?;
-        let a = self.get_mut(which)?;
-        let out = framed(&mut a.cctx, &a.cdict, &a.digest, data)?;
-        a.compressed += data.len() as u64;
+        let out = self.shared(which)?.compress(&mut zstd::zstd_safe::CCtx::try_create()?, data)?;
+        self.count(which, data.len() as u64);
         Some(out)
     }
 
-    /// Which dictionary `compress` would use now, if any.
+    /// Which dictionary new chunks are compressed with now, if any.
     pub fn in_use(&self) -> Option<InUse> {
         match (&self.candidate, &self.active) {
             (Some(_), _) => Some(InUse::Candidate),
@@ -199,20 +199,16 @@ pub struct Shared<'a> {
 }
 
 impl Shared<'_> {
-    /// `data` compressed as `Dicts::compress` would, with a context of the caller's.
+    /// `data` as a `Codec::ZstdDict` blob stores it (the dictionary's digest, then the
+    /// frame), compressed with a context of the caller's.
     pub fn compress(&self, cctx: &mut zstd::zstd_safe::CCtx<'static>, data: &[u8]) -> Option<Vec<u8>> {
-        framed(cctx, self.cdict, self.digest, data)
+        let mut frame = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
+        cctx.compress_using_cdict(&mut frame, data, self.cdict).ok()?;
+        let mut out = Vec::with_capacity(crate::pack::DICT_REF_LEN + frame.len());
+        out.extend_from_slice(self.digest);
+        out.extend_from_slice(&frame);
+        Some(out)
     }
-}
-
-/// The blob of a `Codec::ZstdDict` chunk: the dictionary's digest, then the frame.
-fn framed(cctx: &mut zstd::zstd_safe::CCtx<'static>, cdict: &zstd::zstd_safe::CDict<'static>, digest: &Digest, data: &[u8]) -> Option<Vec<u8>> {
-    let mut frame = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
-    cctx.compress_using_cdict(&mut frame, data, cdict).ok()?;
-    let mut out = Vec::with_capacity(crate::pack::DICT_REF_LEN + frame.len());
-    out.extend_from_slice(digest);
-    out.extend_from_slice(&frame);
-    Some(out)
 }
 
 #[cfg(test)]

@@ -207,7 +207,8 @@ impl Store {
             return Err(io_err(std::io::Error::other(format!("the recipe covers {size} of the file's {total} bytes"))));
         }
         let encoded: Vec<Vec<u8>> = pieces.iter().map(|p| p.encode()).collect();
-        let piece_keys = self.store_pieces(w, &mut ctx.added, &encoded)?;
+        let piece_items: Vec<(&[u8], ChunkKind)> = encoded.iter().map(|p| (p.as_slice(), ChunkKind::Recipe)).collect();
+        let piece_keys = self.store_chunks(w, &mut ctx.added, &piece_items)?;
         let dict = ctx.added.dict;
         let pending = std::mem::take(&mut w.pending);
         let collisions = std::mem::take(&mut w.collisions);

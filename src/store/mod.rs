@@ -202,8 +202,6 @@ struct Writer {
     /// Chunks the ingest in progress appended; handed to its `Ingested` when it ends.
     pending: HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>>,
     collisions: u64,
-    /// One zstd context for every chunk (a fresh one per chunk showed up in profiles).
-    zstd: Option<zstd::bulk::Compressor<'static>>,
     /// The dictionary chunks are compressed with, and the samples for the next.
     dicts: dict::Dicts,
 }
@@ -435,7 +433,7 @@ impl Store {
             index,
             packs,
             cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
-            writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, zstd: None, dicts }),
+            writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, dicts }),
             journal: Mutex::new(journal::Journal { open: None, next_seq: 0, poisoned: false }),
             next_pack: (max_id + 1).into(),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
@@ -511,7 +509,7 @@ impl Store {
             index,
             packs,
             cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
-            writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, zstd: None, dicts: dict::Dicts::new(false) }),
+            writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, dicts: dict::Dicts::new(false) }),
             journal: Mutex::new(journal::Journal { open: None, next_seq: 0, poisoned: false }),
             next_pack: 0.into(),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
