@@ -75,7 +75,9 @@ impl Chain {
     #[inline]
     pub(super) fn insert_to(&mut self, plain: &[u8], pos: usize) {
         let end = pos.min(plain.len().saturating_sub(2));
-        let from = self.inserted;
+        // A walk from `pos` on stops at the window's edge: what lies before it need not go in
+        // (text whose matches were all stored as distances is skipped so).
+        let from = self.inserted.max(pos.saturating_sub(WINDOW));
         if from < end {
             let pm = self.pmask;
             let shift = self.hash_shift;

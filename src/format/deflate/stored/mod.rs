@@ -5,12 +5,13 @@
 //! so a number that is nearly always small stands in for a distance), and lengths (implied
 //! when maximal).
 //!
-//! Two choices trade a little space for rebuild speed, measured on the crawl corpus: dynamic
+//! Three choices trade a little space for rebuild speed, measured on the crawl corpus: dynamic
 //! headers are kept as the bits they were written as (deriving zlib's from the block's
-//! symbols, as parses before format 5 ask, took a quarter of a rebuild for 4.8 MB of store),
-//! and a source of a match of implied length (zlib's, GNU gzip's) more than
+//! symbols, as parses before format 5 ask, took a quarter of a rebuild for 4.8 MB of store);
+//! a source of a match of implied length (zlib's, GNU gzip's) more than
 //! `STORED_REF_STEPS` links down its chain is stored as its distance (5 % of matches took
-//! half of all chain steps). Readers still take derived headers and
+//! half of all chain steps); and text with few matches has them all stored as distances, so
+//! that no chain is built over it (`SPARSE_PER_KIB`). Readers still take derived headers and
 //! ranks up to `RANK_STEPS` links, as older parses hold them. Byte layout: docs/FORMAT.md,
 //! "Deflate parse".
 
@@ -85,7 +86,8 @@ impl Cursor<'_> {
 /// compress better apart): the gap since the previous match's end; where it copies from
 /// (3k for the k-th record of its chain, or for a match of stated length the k-th candidate
 /// that reaches that length; 3r + 1 for rank r among the earlier occurrences of its first
-/// three bytes, most recent first; 3 (distance - 1) + 2 when the walk to it is too long);
+/// three bytes, most recent first; 3 (distance - 1) + 2 when the walk to it is too long, or
+/// the matches are too sparse for a chain to pay: `SPARSE_PER_KIB`);
 /// and its length (0 when it is the longest the text allows from there, as most writers
 /// choose; else length - 2). With zlib's parses the references are small and the lengths all
 /// 0: what is left is mostly the literal runs.
@@ -94,16 +96,23 @@ impl Cursor<'_> {
 /// what `read_back` checks the stored bytes against.
 fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], chain: &mut Chain, mut proof: Option<&mut Vec<Resolved>>) -> Result<()> {
     let (mut gaps, mut refs, mut lens) = (Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()));
+    let end = ms.last().map_or(from as usize, |m| m.pos as usize + m.len as usize).max(from as usize);
+    let sparse = (ms.len() as u64) * 1024 < (end - from as usize) as u64 * SPARSE_PER_KIB;
     for m in ms {
         let (pos, dist) = (m.pos as usize, m.dist as usize);
-        chain.insert_to(plain, pos);
         put_varint(&mut gaps, (m.pos - from) as u64);
         let longest = extension(plain, pos, dist, (plain.len() - pos).min(258));
         let maximal = longest == m.len as usize;
         // A stated length (an optimal parser's, such as zopfli's) keeps the long walk: its
         // sources lie further down, and distances would cost a fifth more of its parse.
         let steps = if maximal { STORED_REF_STEPS } else { RANK_STEPS };
-        let r = match chain.locate(plain, pos, pos - dist, (!maximal).then_some(m.len as usize), steps) {
+        let located = if sparse {
+            None
+        } else {
+            chain.insert_to(plain, pos);
+            chain.locate(plain, pos, pos - dist, (!maximal).then_some(m.len as usize), steps)
+        };
+        let r = match located {
             Some(Ref::Counted(k)) => k * 3,
             Some(Ref::Rank(r)) => r * 3 + 1,
             None => (dist as u64 - 1) * 3 + 2,
@@ -160,6 +169,14 @@ impl Resolved {
     }
 }
 
+/// Matches per KiB of text (from the first match's gap to the last match's end) below which
+/// a prefix's or a tail's matches are all stored with their distances: a reader then builds
+/// no chain over that text (`Chain::insert_to` skips what no later walk reaches). Text with
+/// few matches (images, compressed payloads) costs a chain for every position and saves
+/// little by ranks. On the crawl corpus the members under 20 a KiB hold 30 % of the text and
+/// 4.6 % of the matches: `cat` 4 % faster for 0.7 MB more store (docs/BENCHMARKS.md).
+const SPARSE_PER_KIB: u64 = 20;
+
 /// Where a reader takes each match's source from.
 enum Sources<'a> {
     /// `resolve`, on a chain filled up to each match as it is read: reading a stored parse.
@@ -176,7 +193,10 @@ impl Sources<'_> {
     fn source(&mut self, plain: &[u8], pos: usize, r: u64, lc: usize) -> Result<(usize, Option<usize>)> {
         match self {
             Sources::Chain(chain) => {
-                chain.insert_to(plain, pos);
+                // A stored distance needs no chain: it catches up at the next ref that does.
+                if r % 3 != 2 {
+                    chain.insert_to(plain, pos);
+                }
                 resolve(chain, plain, pos, r, lc)
             }
             Sources::Written(written) => match written.next() {

@@ -1,6 +1,7 @@
 //! Unit tests of `stored`: the parse's byte layout round-trips.
 
 use super::*;
+use chain::Counted;
 use flate2::{Compress, Compression, FlushCompress};
 
 /// Every dynamic block zlib writes gets the header `trees` derives from its symbols, so
@@ -115,4 +116,82 @@ fn the_proof_refuses_bytes_other_than_written() {
     let mut more = proof.clone();
     more.push(Resolved::new(text.len() - 3, 0, 0, (1, None)).unwrap());
     assert_eq!(read_back(&s, &text, &more), Err(ParseError::Damaged(bad)));
+}
+
+/// Bytes that look random (no three repeat by chance often enough to matter).
+fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// A chain that skips text no walk can reach (a reader that met only distances there) finds
+/// the same candidates as one that holds every position, up to one exactly a window back.
+#[test]
+fn a_chain_skips_only_what_no_walk_reaches() {
+    let mut text = noise(3 * WINDOW, 7);
+    let (q, pos) = (WINDOW / 2, WINDOW / 2 + WINDOW);
+    for at in [q, pos] {
+        text[at..at + 3].copy_from_slice(b"\x01\x02\x03");
+    }
+    let mut full = Chain::new(text.len());
+    let mut skipping = Chain::new(text.len());
+    full.insert_to(&text, 10);
+    skipping.insert_to(&text, 10);
+    for p in 11..=pos {
+        full.insert_to(&text, p);
+    }
+    // Straight from 10 to `pos`: everything below `pos - WINDOW` = q is left out.
+    skipping.insert_to(&text, pos);
+    for chain in [&full, &skipping] {
+        assert_eq!(chain.at_counted(&text, pos, 0, Counted::All), Some((q, None)), "the source a window back is found");
+    }
+    for p in pos + 1..pos + 2000 {
+        full.insert_to(&text, p);
+        skipping.insert_to(&text, p);
+        for k in 0..4 {
+            assert_eq!(full.at_counted(&text, p, k, Counted::All), skipping.at_counted(&text, p, k, Counted::All), "at {p}, candidate {k}");
+        }
+    }
+}
+
+/// Text with few matches (a compressed payload) has them stored as distances, its reader
+/// builds no chain there, and a dense tail after it still gets ranks: the member rebuilds.
+#[test]
+fn sparse_text_is_stored_with_distances() {
+    let mut text = noise(48 << 10, 11);
+    // A few short repeats in the noise: about 0.3 matches a KiB.
+    for i in 1..16 {
+        let at = i * 3000;
+        let copy = text[at - 1000..at - 980].to_vec();
+        text[at..at + 20].copy_from_slice(&copy);
+    }
+    let cut = text.len();
+    // Then markup: words of a small vocabulary in a random order, many short matches.
+    let words = ["<td>", "</td>", "<a href=\"/", "item", "\">", "</a>", "price ", "12", "7", " class=\"n\"", "<tr>\n", "</tr>\n"];
+    for b in noise(6000, 13) {
+        text.extend_from_slice(words[b as usize % words.len()].as_bytes());
+    }
+    let mut d = Vec::with_capacity(text.len());
+    Compress::new(Compression::new(9), false).compress_vec(&text, &mut d, FlushCompress::Finish).unwrap();
+    let p = super::super::record(&d, &text).unwrap();
+    let mut proof = Vec::new();
+    let s = encode_with(&p, &text, Some(cut), Some(&mut proof)).unwrap();
+    assert!(s.tail.is_some());
+    let (sparse, dense): (Vec<&Resolved>, Vec<&Resolved>) = proof.iter().partition(|w| (w.pos as usize) < cut);
+    assert!(sparse.len() >= 10 && sparse.iter().all(|w| w.r % 3 == 2), "sparse text: distances ({} matches)", sparse.len());
+    let ranked = dense.iter().filter(|w| w.r % 3 != 2).count();
+    // (Not all: a source far down a chain of this small vocabulary is stored as its distance.)
+    assert!(dense.len() > 1000 && ranked * 4 > dense.len(), "dense text: ranks ({ranked} of {} matches)", dense.len());
+    let back = decode(&s.prefix, s.tail.as_deref(), &text).unwrap();
+    assert_eq!(back, p);
+    let mut out = Vec::new();
+    super::super::replay(&back, &text, &mut out).unwrap();
+    assert!(out == d);
 }
