@@ -202,14 +202,17 @@ impl Shared<'_> {
     /// `data` as a `Codec::ZstdDict` blob stores it (the dictionary's digest, then the
     /// frame), compressed with a context of the caller's.
     pub fn compress(&self, cctx: &mut zstd::zstd_safe::CCtx<'static>, data: &[u8]) -> Option<Vec<u8>> {
-        use zstd::zstd_safe::{CParameter, DictAttachPref};
+        use zstd::zstd_safe::{CParameter, DictAttachPref, ResetDirective};
         // zstd would copy the dictionary's tables (768 KiB at level 3) into the context for
         // every chunk over 16 KiB and then search it by its slower external-dictionary path;
         // referring to them in place is 2 % of import's CPU less, for the same store size.
         let mut frame = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
         cctx.ref_cdict(self.cdict).ok()?;
         let done = cctx.set_parameter(CParameter::ForceAttachDict(DictAttachPref::ForceAttach)).and_then(|_| cctx.compress2(&mut frame, data));
-        cctx.disable_dictionary().ok()?;
+        // The context must not go on pointing at a dictionary it only borrowed, even after a
+        // failure mid-frame (when dropping the reference alone would be refused): a reset of
+        // session and parameters cannot be.
+        cctx.reset(ResetDirective::SessionAndParameters).ok()?;
         done.ok()?;
         let mut out = Vec::with_capacity(crate::pack::DICT_REF_LEN + frame.len());
         out.extend_from_slice(self.digest);

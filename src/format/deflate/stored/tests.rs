@@ -137,8 +137,14 @@ fn noise(n: usize, seed: u64) -> Vec<u8> {
 fn a_chain_skips_only_what_no_walk_reaches() {
     let mut text = noise(3 * WINDOW, 7);
     let (q, pos) = (WINDOW / 2, WINDOW / 2 + WINDOW);
-    for at in [q, pos] {
+    // The same three bytes at `pos`, exactly a window back, and further back still (left out
+    // of the skipping chain, but `q`'s link in the full one).
+    for at in [q - 1000, q, pos] {
         text[at..at + 3].copy_from_slice(b"\x01\x02\x03");
+    }
+    // After `pos`, long chains: text of two letters.
+    for (i, b) in noise(WINDOW, 9).into_iter().enumerate() {
+        text[pos + 3 + i] = b'a' + (b & 1);
     }
     let mut full = Chain::new(text.len());
     let mut skipping = Chain::new(text.len());
@@ -152,13 +158,52 @@ fn a_chain_skips_only_what_no_walk_reaches() {
     for chain in [&full, &skipping] {
         assert_eq!(chain.at_counted(&text, pos, 0, Counted::All), Some((q, None)), "the source a window back is found");
     }
-    for p in pos + 1..pos + 2000 {
+    for p in pos + 1..pos + 3000 {
         full.insert_to(&text, p);
         skipping.insert_to(&text, p);
-        for k in 0..4 {
+        for k in [0, 1, 2, 5, 20, RANK_STEPS as u64 - 1] {
             assert_eq!(full.at_counted(&text, p, k, Counted::All), skipping.at_counted(&text, p, k, Counted::All), "at {p}, candidate {k}");
         }
     }
+}
+
+/// Text whose sources lie far down long chains has them stored as distances for more than a
+/// window at a time, where the encoder still fills its chain and a reader does not; the refs
+/// after it name sources up to a window back: a reader finds each where the encoder did.
+#[test]
+fn a_reader_skipping_the_chain_under_distances_reads_what_was_written() {
+    // 2,000 letters of two kinds at random, over and over: zlib copies each from 2,000 back,
+    // some 250 links down the chains (every three bytes recur every eight positions).
+    let unit: Vec<u8> = noise(2000, 5).into_iter().map(|b| b'a' + (b & 1)).collect();
+    let mut text = unit.repeat(50);
+    // Unique markers in its last 32 KB, one in each repeat, each copied (with the 20 bytes
+    // after it) once the repeats end: its only candidate, so a rank, up to a window back.
+    let end = text.len();
+    let marked: Vec<usize> = (1..=16).map(|i| end - 2000 * i + 500).collect();
+    for (i, &at) in marked.iter().enumerate() {
+        text[at..at + 3].copy_from_slice(&[0xf0, 0x80 + i as u8, 0xa0 + i as u8]);
+    }
+    for (i, &at) in marked.iter().enumerate() {
+        let copy = text[at..at + 23].to_vec();
+        text.extend_from_slice(&copy);
+        text.extend_from_slice(&[0xf2, i as u8, 0xf3, 0xf4]);
+    }
+    // Then markup, many near sources: the text as a whole is far from sparse.
+    let words = ["<td>", "</td>", "<a href=\"/", "item", "\">", "</a>", "price ", "12", "7"];
+    for b in noise(8000, 3) {
+        text.extend_from_slice(words[b as usize % words.len()].as_bytes());
+    }
+    let mut d = Vec::with_capacity(text.len());
+    Compress::new(Compression::new(9), false).compress_vec(&text, &mut d, FlushCompress::Finish).unwrap();
+    let p = super::super::record(&d, &text).unwrap();
+    let mut proof = Vec::new();
+    let s = encode_with(&p, &text, None, Some(&mut proof)).unwrap();
+    let ranked: Vec<&Resolved> = proof.iter().filter(|w| w.r % 3 != 2).collect();
+    let far = ranked.iter().filter(|w| (w.pos as usize) >= end && w.dist as usize > WINDOW * 3 / 4).count();
+    assert!(far >= 3, "{far} ranks name sources more than three quarters of a window back");
+    let unranked = ranked.iter().map(|w| w.pos as usize).find(|&pos| pos >= 4000).unwrap_or(0);
+    assert!(unranked >= end, "a ref at {unranked}, inside the repeats, needs the chain");
+    assert_eq!(decode(&s.prefix, None, &text).unwrap(), p);
 }
 
 /// Text with few matches (a compressed payload) has them stored as distances, its reader
