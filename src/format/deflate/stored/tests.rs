@@ -95,9 +95,7 @@ fn a_damaged_parse_cannot_make_a_rebuild_walk_whole_windows() {
 #[test]
 fn the_proof_refuses_bytes_other_than_written() {
     let text: Vec<u8> = (0..60_000u32).map(|i| b"<td class=\"n\">1</td>\n"[(i as usize * 5 + (i as usize >> 7)) % 21]).collect();
-    let mut d = Vec::with_capacity(text.len());
-    Compress::new(Compression::new(9), false).compress_vec(&text, &mut d, FlushCompress::Finish).unwrap();
-    let p = super::super::record(&d, &text).unwrap();
+    let (_, p) = zlib9(&text);
     let mut proof = Vec::new();
     let s = encode_with(&p, &text, None, Some(&mut proof)).unwrap();
     assert_eq!(read_back(&s, &text, &proof).unwrap(), p);
@@ -129,6 +127,23 @@ fn noise(n: usize, seed: u64) -> Vec<u8> {
             (x >> 24) as u8
         })
         .collect()
+}
+
+/// Appends `n` words of a small markup vocabulary in a random order: many short matches,
+/// their sources near.
+fn push_markup(text: &mut Vec<u8>, n: usize, seed: u64) {
+    let words = ["<td>", "</td>", "<a href=\"/", "item", "\">", "</a>", "price ", "12", "7", " class=\"n\"", "<tr>\n", "</tr>\n"];
+    for b in noise(n, seed) {
+        text.extend_from_slice(words[b as usize % words.len()].as_bytes());
+    }
+}
+
+/// `text` compressed by zlib at level 9, and its recorded parse.
+fn zlib9(text: &[u8]) -> (Vec<u8>, Parse) {
+    let mut d = Vec::with_capacity(text.len());
+    Compress::new(Compression::new(9), false).compress_vec(text, &mut d, FlushCompress::Finish).unwrap();
+    let p = super::super::record(&d, text).unwrap();
+    (d, p)
 }
 
 /// A chain that skips text no walk can reach (a reader that met only distances there) finds
@@ -189,13 +204,8 @@ fn a_reader_skipping_the_chain_under_distances_reads_what_was_written() {
         text.extend_from_slice(&[0xf2, i as u8, 0xf3, 0xf4]);
     }
     // Then markup, many near sources: the text as a whole is far from sparse.
-    let words = ["<td>", "</td>", "<a href=\"/", "item", "\">", "</a>", "price ", "12", "7"];
-    for b in noise(8000, 3) {
-        text.extend_from_slice(words[b as usize % words.len()].as_bytes());
-    }
-    let mut d = Vec::with_capacity(text.len());
-    Compress::new(Compression::new(9), false).compress_vec(&text, &mut d, FlushCompress::Finish).unwrap();
-    let p = super::super::record(&d, &text).unwrap();
+    push_markup(&mut text, 8000, 3);
+    let (_, p) = zlib9(&text);
     let mut proof = Vec::new();
     let s = encode_with(&p, &text, None, Some(&mut proof)).unwrap();
     let ranked: Vec<&Resolved> = proof.iter().filter(|w| w.r % 3 != 2).collect();
@@ -218,14 +228,9 @@ fn sparse_text_is_stored_with_distances() {
         text[at..at + 20].copy_from_slice(&copy);
     }
     let cut = text.len();
-    // Then markup: words of a small vocabulary in a random order, many short matches.
-    let words = ["<td>", "</td>", "<a href=\"/", "item", "\">", "</a>", "price ", "12", "7", " class=\"n\"", "<tr>\n", "</tr>\n"];
-    for b in noise(6000, 13) {
-        text.extend_from_slice(words[b as usize % words.len()].as_bytes());
-    }
-    let mut d = Vec::with_capacity(text.len());
-    Compress::new(Compression::new(9), false).compress_vec(&text, &mut d, FlushCompress::Finish).unwrap();
-    let p = super::super::record(&d, &text).unwrap();
+    // Then markup, many short matches.
+    push_markup(&mut text, 6000, 13);
+    let (d, p) = zlib9(&text);
     let mut proof = Vec::new();
     let s = encode_with(&p, &text, Some(cut), Some(&mut proof)).unwrap();
     assert!(s.tail.is_some());
