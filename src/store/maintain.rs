@@ -312,7 +312,7 @@ impl Store {
             }
             let o = open.as_mut().expect("created");
             let codec = pack::Codec::from_u8(blob.codec).unwrap_or(pack::Codec::None);
-            self.space.take((BLOB_HEADER_LEN + stored.len()) as u64).map_err(io_at(&tmp_dir))?;
+            let _taken = self.space.take((BLOB_HEADER_LEN + stored.len()) as u64).map_err(io_at(&tmp_dir))?;
             let info = o.append(k, ChunkKind::from_u8(e.kind), codec, e.raw_len, &stored).map_err(io_at(&tmp_dir))?;
             let mut ne = e.clone();
             ne.pack = o.id;

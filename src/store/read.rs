@@ -256,7 +256,7 @@ impl Store {
     /// The gzip members a reader of [offset, end) will need that are not rebuilt yet, in file
     /// order. The kernel starts reading the pack ranges of every chunk there at once. Plain
     /// chunks are left to the reader itself: it decodes them straight into its reply, while
-    /// the kernel's own read-ahead keeps two FUSE threads busy; decoding them here as well
+    /// the kernel's own read-ahead keeps the FUSE threads busy; decoding them here as well
     /// only raced it for the CPU and filled the cache.
     pub fn plan_ahead(&self, head: &RecipeHead, offset: u64, end: u64) -> Result<Vec<Ahead>> {
         let end = end.min(head.size);
