@@ -168,7 +168,7 @@ impl WarcFs {
             }
             match result {
                 Ok(k) => {
-                    // Before the reply: the reader's next read may reach the other FUSE
+                    // Before the reply: the reader's next read may reach another FUSE
                     // thread as soon as this one is answered.
                     let run = match inner.handles.locked().get_mut(&fh.0) {
                         Some(h) => {

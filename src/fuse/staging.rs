@@ -124,14 +124,13 @@ impl Inner {
         let mut size = 0;
         if !truncate {
             if let Some(head) = &inode.recipe {
-                let _taken = match self.store.space().take(head.size) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        let _ = fs::remove_file(&path);
-                        return Err(io_errno(&e));
-                    }
-                };
-                let mut w = BufWriter::with_capacity(1 << 20, &file);
+                // Refused at once if the whole file would not fit; then room is taken for
+                // each write of the copy as it goes.
+                if let Err(e) = self.store.space().take(head.size) {
+                    let _ = fs::remove_file(&path);
+                    return Err(io_errno(&e));
+                }
+                let mut w = BufWriter::with_capacity(1 << 20, self.store.space().metered(&file));
                 size = self.store.copy_to(head, &mut w).map_err(|e| errno(&e))?;
                 w.flush().map_err(|e| io_errno(&e))?;
             }

@@ -216,11 +216,11 @@ impl Store {
             let id = self.alloc_pack_id();
             w.open = Some(OpenPack::create(&tmp_dir, id).map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?);
         }
-        let _taken = self.space.take((BLOB_HEADER_LEN + stored.len()) as u64).map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?;
         let open = w.open.as_mut().expect("open pack exists");
-        let info = open
-            .append(key, kind, codec, data.len() as u32, stored)
-            .map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?;
+        let info = {
+            let _taken = self.space.take((BLOB_HEADER_LEN + stored.len()) as u64).map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?;
+            open.append(key, kind, codec, data.len() as u32, stored).map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?
+        };
         added.new_bytes += (BLOB_HEADER_LEN + stored.len()) as u64;
         let entry = ChunkEntry {
             pack: open.id,

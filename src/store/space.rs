@@ -55,14 +55,49 @@ impl Space {
     /// counting the writes in flight, the mount's three FUSE threads each found the same
     /// room free and went below the floor together.)
     pub fn take(&self, n: u64) -> std::io::Result<Taken<'_>> {
-        let st = nix::sys::statvfs::statvfs(&self.dir).map_err(std::io::Error::from)?;
-        let avail = (st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64);
-        let before = self.taken.fetch_add(n, Ordering::AcqRel);
+        self.take_of(n, || self.avail())
+    }
+
+    /// `take`, with the disk's free bytes from `avail`. They are asked after this taker is
+    /// counted: a write that ends (and gives its room back) in between is then on the disk
+    /// already, so nothing is missed (at worst a write is counted twice, for a moment).
+    fn take_of(&self, n: u64, avail: impl FnOnce() -> std::io::Result<u64>) -> std::io::Result<Taken<'_>> {
+        let enospc = || std::io::Error::from_raw_os_error(libc::ENOSPC);
+        let before = self.taken.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| t.checked_add(n)).map_err(|_| enospc())?;
         let taken = Taken { space: self, n };
-        if avail.saturating_sub(self.floor()).saturating_sub(before) < n {
-            return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        if avail()?.saturating_sub(self.floor()).saturating_sub(before) < n {
+            return Err(enospc());
         }
         Ok(taken)
+    }
+
+    /// Free bytes on the disk, as an unprivileged writer sees them.
+    fn avail(&self) -> std::io::Result<u64> {
+        let st = nix::sys::statvfs::statvfs(&self.dir).map_err(std::io::Error::from)?;
+        Ok((st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64))
+    }
+
+    /// `inner`, writing through which takes room for each write as it goes (a long copy
+    /// holds only the room of the write in progress, not of all it will write).
+    pub fn metered<W: std::io::Write>(&self, inner: W) -> Metered<'_, W> {
+        Metered { space: self, inner }
+    }
+}
+
+/// See `Space::metered`.
+pub struct Metered<'a, W> {
+    space: &'a Space,
+    inner: W,
+}
+
+impl<W: std::io::Write> std::io::Write for Metered<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _taken = self.space.take(buf.len() as u64)?;
+        self.inner.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 
@@ -73,9 +108,9 @@ mod tests {
     #[test]
     fn data_stops_at_the_floor() {
         let dir = tempfile::tempdir().unwrap();
-        let st = nix::sys::statvfs::statvfs(dir.path()).unwrap();
-        let avail = st.blocks_available() as u64 * st.fragment_size() as u64;
-        let s = Space::new(dir.path().to_path_buf(), avail.saturating_sub(1 << 30));
+        let s = Space::new(dir.path().to_path_buf(), 0);
+        let avail = s.avail().unwrap();
+        s.set_floor(avail.saturating_sub(1 << 30));
         drop(s.take(1 << 20).unwrap());
         s.set_floor(avail + (1 << 30));
         assert_eq!(s.take(1).unwrap_err().raw_os_error(), Some(libc::ENOSPC));
@@ -86,14 +121,17 @@ mod tests {
     #[test]
     fn room_being_written_is_not_taken_twice() {
         let dir = tempfile::tempdir().unwrap();
-        let st = nix::sys::statvfs::statvfs(dir.path()).unwrap();
-        let avail = st.blocks_available() as u64 * st.fragment_size() as u64;
-        // 300 MiB above the floor (less if others write to the disk meanwhile).
-        let s = Space::new(dir.path().to_path_buf(), avail.saturating_sub(300 << 20));
-        let first = s.take(200 << 20).unwrap();
-        assert_eq!(s.take(200 << 20).unwrap_err().raw_os_error(), Some(libc::ENOSPC), "the first writer's room is taken");
+        let s = Space::new(dir.path().to_path_buf(), 100 << 20);
+        // A disk with 400 MiB free, whatever else writes to the real one meanwhile.
+        let free = || Ok(400 << 20);
+        let first = s.take_of(200 << 20, free).unwrap();
+        assert_eq!(s.take_of(200 << 20, free).unwrap_err().raw_os_error(), Some(libc::ENOSPC), "the first writer's room is taken");
+        assert_eq!(s.take_of(u64::MAX, free).unwrap_err().raw_os_error(), Some(libc::ENOSPC), "no count wraps");
         drop(first);
         assert_eq!(s.taken.load(Ordering::Acquire), 0, "a refusal holds nothing, a dropped guard gives its room back");
-        drop(s.take(200 << 20).unwrap());
+        drop(s.take_of(200 << 20, free).unwrap());
+        // A failure to ask the disk gives the room back too.
+        assert!(s.take_of(1, || Err(std::io::Error::other("statfs"))).is_err());
+        assert_eq!(s.taken.load(Ordering::Acquire), 0);
     }
 }
