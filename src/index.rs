@@ -180,6 +180,14 @@ impl Index {
         Ok(Index { db, generation: Default::default() })
     }
 
+    /// Compacts every column family. gc moves or drops most chunk entries of the packs it
+    /// rewrites; until RocksDB merges them in its own time, the index holds each entry twice.
+    pub fn compact(&self) {
+        for name in CFS {
+            self.db.compact_range_cf(self.cf(name), None::<&[u8]>, None::<&[u8]>);
+        }
+    }
+
     fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
         self.db.cf_handle(name).expect("column family created at open")
     }

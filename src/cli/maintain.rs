@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 
 use super::{exit, human, progress};
-use crate::store::Store;
+use crate::store::{GcOptions, Store};
 
 pub fn fsck(store: PathBuf, deep: bool, json: bool, quiet: bool) -> Result<i32> {
     let what = if deep { ", re-hashing every chunk" } else { "" };
@@ -45,10 +45,10 @@ pub fn fsck(store: PathBuf, deep: bool, json: bool, quiet: bool) -> Result<i32> 
     }
 }
 
-pub fn gc(store: PathBuf, json: bool, quiet: bool) -> Result<i32> {
-    let bar = progress::spinner(quiet, format!("gc {}: dropping unreferenced chunks", store.display()));
+pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> {
+    let bar = progress::spinner(quiet, format!("gc {}: dropping unreferenced chunks, settling new packs", store.display()));
     let s = Store::open(&store, false)?;
-    let rep = s.gc()?;
+    let rep = s.gc_with(GcOptions { settle })?;
     bar.finish_and_clear();
     let reclaimed = rep.bytes_before.saturating_sub(rep.bytes_after);
     if json {
@@ -60,6 +60,7 @@ pub fn gc(store: PathBuf, json: bool, quiet: bool) -> Result<i32> {
             "chunks_dropped": rep.chunks_dropped,
             "packs_deleted": rep.packs_deleted,
             "packs_rewritten": rep.packs_rewritten,
+            "packs_settled": rep.packs_settled,
             "packs_purged": rep.packs_purged,
         });
         println!("{v}");
@@ -73,11 +74,12 @@ pub fn gc(store: PathBuf, json: bool, quiet: bool) -> Result<i32> {
         String::new()
     };
     println!(
-        "reclaimed {reclaimed} bytes ({}): {} chunks dropped, {} packs deleted, {} rewritten{trash}",
+        "reclaimed {reclaimed} bytes ({}): {} chunks dropped, {} packs deleted, {} rewritten ({} to settle them at zstd level 9){trash}",
         human(reclaimed),
         rep.chunks_dropped,
         rep.packs_deleted,
-        rep.packs_rewritten
+        rep.packs_rewritten,
+        rep.packs_settled
     );
     Ok(exit::OK)
 }

@@ -96,7 +96,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             let code = crate::fuse::mount(crate::fuse::MountArgs { store, mountpoint, foreground, options })?;
             Ok(if code == exit::OK { exit::OK } else { exit::ERROR })
         }
-        Cmd::Gc { store, json } => maintain::gc(store, json, quiet),
+        Cmd::Gc { store, no_settle, json } => maintain::gc(store, !no_settle, json, quiet),
         Cmd::Completions { shell } => generate::completions(shell),
         Cmd::Man { dir } => generate::man(dir.as_deref()),
     }

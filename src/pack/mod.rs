@@ -5,7 +5,7 @@
 //! resynchronise after damage. The open pack lives in `packs-tmp/`; sealing writes the footer,
 //! syncs, and renames it into `packs/`, after which it never changes (rsync-friendly).
 //!
-//! Blob: magic `WFB1`, codec, kind, 2 pad bytes, digest (32), seq, raw_len, stored_len,
+//! Blob: magic `WFB1`, codec, kind, settled level, pad byte, digest (32), seq, raw_len, stored_len,
 //! crc32 of the stored bytes, crc32 of the header so far (all little-endian), stored bytes.
 //! Footer: magic `WFPF`, count, one 54-byte entry per blob, crc32 of the entries, the
 //! footer's total length (u64) and the end magic `WFPKEND1`.
@@ -22,6 +22,10 @@ pub const BLOB_MAGIC: &[u8; 4] = b"WFB1";
 pub const FOOTER_MAGIC: &[u8; 4] = b"WFPF";
 pub const END_MAGIC: &[u8; 8] = b"WFPKEND1";
 pub const BLOB_HEADER_LEN: usize = 60;
+/// The header byte naming the zstd level gc settled the blob at (`store::settle`); 0 for a
+/// blob as ingest wrote it. Readers need not know it: it says only whether gc is done with
+/// the blob's pack.
+const SETTLED_BYTE: usize = 6;
 pub const FOOTER_ENTRY_LEN: usize = 54;
 const FOOTER_TAIL_LEN: usize = 4 + 8 + 8;
 /// The largest footer read: 4.9 million blobs (a 32 MiB pack of empty blobs holds 0.5 million).
@@ -146,11 +150,12 @@ pub fn parse_pack_name(name: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
-fn encode_header(info: &BlobInfo, crc: u32) -> [u8; BLOB_HEADER_LEN] {
+fn encode_header(info: &BlobInfo, crc: u32, settled: u8) -> [u8; BLOB_HEADER_LEN] {
     let mut h = [0u8; BLOB_HEADER_LEN];
     h[0..4].copy_from_slice(BLOB_MAGIC);
     h[4] = info.codec;
     h[5] = info.kind;
+    h[SETTLED_BYTE] = settled;
     h[8..40].copy_from_slice(&info.key.digest);
     h[40..44].copy_from_slice(&info.key.seq.to_le_bytes());
     h[44..48].copy_from_slice(&info.raw_len.to_le_bytes());
@@ -181,6 +186,12 @@ fn decode_header(h: &[u8], offset: u64) -> Option<(BlobInfo, u32)> {
         stored_len: u32at(48),
     };
     Some((info, u32at(52)))
+}
+
+/// The level a well-formed blob header says gc settled its blob at (0: as ingest wrote it);
+/// None if `h` is not a blob header.
+pub fn settled_level(h: &[u8]) -> Option<u8> {
+    decode_header(h, 0).map(|_| h[SETTLED_BYTE])
 }
 
 /// Decodes stored bytes into the chunk's bytes; `dict` is the dictionary a
@@ -303,6 +314,11 @@ impl OpenPack {
 
     /// Appends one blob and returns its offset. Not durable until `sync`.
     pub fn append(&mut self, key: ChunkKey, kind: ChunkKind, codec: Codec, raw_len: u32, stored: &[u8]) -> io::Result<BlobInfo> {
+        self.append_settled(key, kind, codec, raw_len, stored, 0)
+    }
+
+    /// `append` for gc: the header records that the blob was settled at zstd level `settled`.
+    pub fn append_settled(&mut self, key: ChunkKey, kind: ChunkKind, codec: Codec, raw_len: u32, stored: &[u8], settled: u8) -> io::Result<BlobInfo> {
         let info = BlobInfo {
             offset: self.len,
             key,
@@ -311,7 +327,7 @@ impl OpenPack {
             raw_len,
             stored_len: stored.len() as u32,
         };
-        let header = encode_header(&info, crc32fast::hash(stored));
+        let header = encode_header(&info, crc32fast::hash(stored), settled);
         // One positioned write per blob keeps the file's tail either whole or torn at the
         // end, which recovery truncates.
         let mut buf = Vec::with_capacity(BLOB_HEADER_LEN + stored.len());

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::namespace::{Inode, InodeKind};
-use super::{io_at, Ns, Result, Store, StoreError};
+use super::{io_at, settle, Ns, Result, Store, StoreError};
 use crate::LockExt;
 use crate::digest::ChunkKey;
 use crate::extsort::{Sorted, Sorter};
@@ -65,10 +65,37 @@ pub struct GcReport {
     /// Packs no longer used: deleted, or on an object store put in its trash.
     pub packs_deleted: u64,
     pub packs_rewritten: u64,
+    /// Of those, packs rewritten only to settle them (`settle`: as ingest wrote them, their
+    /// chunks recompressed at the archival level).
+    pub packs_settled: u64,
     /// Objects of packs an earlier gc trashed, deleted now (object store only).
     pub packs_purged: u64,
     pub bytes_before: u64,
     pub bytes_after: u64,
+}
+
+/// What gc does besides dropping what nothing uses.
+#[derive(Clone, Copy, Debug)]
+pub struct GcOptions {
+    /// Settle the packs ingest wrote (`settle`): rewrite each once, its chunks recompressed
+    /// at the archival zstd level. On by default; a store without compression has nothing
+    /// to settle.
+    pub settle: bool,
+}
+
+impl Default for GcOptions {
+    fn default() -> GcOptions {
+        GcOptions { settle: true }
+    }
+}
+
+/// Raw bytes gc reads before it settles them (`settle`) and writes them out.
+const SETTLE_BATCH: usize = 16 << 20;
+
+/// gc's pack being written and the index entries that move into it once it is sealed.
+struct Rewritten {
+    open: Option<OpenPack>,
+    batch: Batch,
 }
 
 /// Packs whose dead share is above this are rewritten by gc.
@@ -154,9 +181,16 @@ impl Store {
         Ok(s)
     }
 
-    /// Drops unreferenced chunks and reclaims their pack space. Memory does not grow with
-    /// the number of chunks (see `ScanLimits`): a number per pack, one sort run, one batch.
+    /// `gc_with` as `warcfs gc` runs it: settling packs too.
     pub fn gc(&self) -> Result<GcReport> {
+        self.gc_with(GcOptions::default())
+    }
+
+    /// Drops unreferenced chunks and reclaims their pack space, and settles the packs ingest
+    /// wrote (`settle`). Memory does not grow with the number of chunks (see `ScanLimits`):
+    /// a number per pack, one sort run, one batch.
+    pub fn gc_with(&self, opts: GcOptions) -> Result<GcReport> {
+        let settling = opts.settle && self.config.compression == super::config::Compression::Zstd;
         // A shared store: the bucket's gc lock, and every other node's changes taken in.
         let gc_lock = self.gc_prepare()?;
         if let Some(lock) = &gc_lock {
@@ -198,13 +232,17 @@ impl Store {
                 doomed.push(id);
             } else if 1.0 - (live_bytes + pack::FOOTER_FIXED_LEN as u64) as f64 / size as f64 > GC_DEAD_SHARE {
                 rewrite.insert(id);
+            } else if settling && self.packs.first_blob(id)?.is_some_and(|(kind, level)| level == 0 && kind != ChunkKind::Meta) {
+                // (The metadata log's packs are not settled: every checkpoint replaces them.)
+                rewrite.insert(id);
+                rep.packs_settled += 1;
             }
         }
         drop(live);
         if rep.chunks_dropped > 0 {
             self.refuse_dropping_referenced()?;
         }
-        self.rewrite_packs(&mut ns, &rewrite)?;
+        self.rewrite_packs(&mut ns, &rewrite, settling)?;
         // Cached chunk places (and, after a dropped key is reused, chunk bytes) are stale now.
         self.cache.clear();
         // On an object store, the packs that replace them must be in the bucket first (a
@@ -249,6 +287,8 @@ impl Store {
         rep.packs_rewritten = rewrite.len() as u64;
         // The checkpoint's pack counts too: what gc reports is what the store shrank by.
         self.seal_journal(&mut self.journal.locked())?;
+        drop((w, ns));
+        self.index.compact();
         rep.bytes_after = self.packs.sealed_packs().map_err(io_at(&packs_dir))?.iter().map(|p| p.1).sum();
         Ok(rep)
     }
@@ -267,7 +307,7 @@ impl Store {
 
     /// Copies the live blobs of the packs `ids` into new packs, in their old order (a file's
     /// chunks stay together), and moves their index entries there a sealed pack at a time.
-    fn rewrite_packs(&self, ns: &mut Ns, ids: &HashSet<u64>) -> Result<()> {
+    fn rewrite_packs(&self, ns: &mut Ns, ids: &HashSet<u64>, settling: bool) -> Result<()> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -289,9 +329,13 @@ impl Store {
                 places.push(r).map_err(io_at(&runs))?;
             }
         }
-        let (packs_dir, tmp_dir) = (self.root.join("packs"), self.root.join("packs-tmp"));
-        let mut open: Option<OpenPack> = None;
-        let mut b = Batch::new();
+        let packs_dir = self.root.join("packs");
+        let mut out = Rewritten { open: None, batch: Batch::new() };
+        let mut dicts = settle::Dicts::default();
+        // Blobs read and not yet written (and their entries): settled a batch at a time, on
+        // two threads.
+        let (mut entries, mut blobs): (Vec<crate::index::ChunkEntry>, Vec<settle::Blob>) = (Vec::new(), Vec::new());
+        let mut batch_bytes = 0usize;
         for r in places.finish().map_err(io_at(&runs))? {
             let r = r.map_err(io_at(&runs))?;
             let k = ChunkKey::from_bytes(&r[16..52]).expect("36 bytes");
@@ -299,33 +343,51 @@ impl Store {
             let be64 = |b: &[u8]| u64::from_be_bytes(b.try_into().expect("8 bytes"));
             let e = crate::index::ChunkEntry { pack: be64(&r[..8]), offset: be64(&r[8..16]), stored_len: be32(&r[52..56]), raw_len: be32(&r[56..60]), codec: r[60], kind: r[61], refs: be64(&r[62..]) };
             let (blob, stored) = self.packs.read_stored(e.pack, e.offset, &k, e.stored_len)?;
-            if open.as_ref().is_some_and(|o| o.len() >= self.config.pack_size) {
-                let o = open.take().expect("checked");
-                let id = o.id;
-                o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
-                self.packs.sealed(id);
-                self.gc_write(ns, std::mem::take(&mut b))?;
+            batch_bytes += blob.raw_len as usize;
+            blobs.push(settle::Blob { pack: e.pack, offset: e.offset, key: k, kind: e.kind, codec: blob.codec, raw_len: e.raw_len, stored });
+            entries.push(e);
+            if batch_bytes >= SETTLE_BATCH {
+                self.write_rewritten(ns, &mut out, &mut dicts, std::mem::take(&mut entries), std::mem::take(&mut blobs), settling)?;
+                batch_bytes = 0;
             }
-            if open.is_none() {
-                let nid = self.alloc_pack_id();
-                open = Some(OpenPack::create(&tmp_dir, nid).map_err(io_at(&tmp_dir))?);
-            }
-            let o = open.as_mut().expect("created");
-            let codec = pack::Codec::from_u8(blob.codec).unwrap_or(pack::Codec::None);
-            let _taken = self.space.take((BLOB_HEADER_LEN + stored.len()) as u64).map_err(io_at(&tmp_dir))?;
-            let info = o.append(k, ChunkKind::from_u8(e.kind), codec, e.raw_len, &stored).map_err(io_at(&tmp_dir))?;
-            let mut ne = e.clone();
-            ne.pack = o.id;
-            ne.offset = info.offset;
-            ne.stored_len = info.stored_len;
-            b.put_chunk(&self.index, &k, &ne);
         }
-        if let Some(o) = open.take() {
+        self.write_rewritten(ns, &mut out, &mut dicts, entries, blobs, settling)?;
+        if let Some(o) = out.open.take() {
             let id = o.id;
             o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
             self.packs.sealed(id);
         }
-        self.gc_write(ns, b)
+        self.gc_write(ns, out.batch)
+    }
+
+    /// Appends `blobs` to gc's new packs in their order, settled first if `settling`, and
+    /// moves their index entries there a sealed pack at a time.
+    fn write_rewritten(&self, ns: &mut Ns, out: &mut Rewritten, dicts: &mut settle::Dicts, entries: Vec<crate::index::ChunkEntry>, mut blobs: Vec<settle::Blob>, settling: bool) -> Result<()> {
+        let (packs_dir, tmp_dir) = (self.root.join("packs"), self.root.join("packs-tmp"));
+        if settling {
+            self.settle(dicts, &mut blobs)?;
+        }
+        for (e, b) in entries.into_iter().zip(blobs) {
+            if out.open.as_ref().is_some_and(|o| o.len() >= self.config.pack_size) {
+                let o = out.open.take().expect("checked");
+                let id = o.id;
+                o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
+                self.packs.sealed(id);
+                self.gc_write(ns, std::mem::take(&mut out.batch))?;
+            }
+            if out.open.is_none() {
+                let nid = self.alloc_pack_id();
+                out.open = Some(OpenPack::create(&tmp_dir, nid).map_err(io_at(&tmp_dir))?);
+            }
+            let o = out.open.as_mut().expect("created");
+            let codec = pack::Codec::from_u8(b.codec).unwrap_or(pack::Codec::None);
+            let _taken = self.space.take((BLOB_HEADER_LEN + b.stored.len()) as u64).map_err(io_at(&tmp_dir))?;
+            let level = if settling { settle::LEVEL } else { 0 };
+            let info = o.append_settled(b.key, ChunkKind::from_u8(b.kind), codec, b.raw_len, &b.stored, level).map_err(io_at(&tmp_dir))?;
+            let ne = crate::index::ChunkEntry { pack: o.id, offset: info.offset, stored_len: info.stored_len, ..e };
+            out.batch.put_chunk(&self.index, &b.key, &ne);
+        }
+        Ok(())
     }
 
     /// Before gc drops chunks whose refcount is 0, every recipe is read to prove none uses
