@@ -11,7 +11,7 @@
 //! a source of a match of implied length (zlib's, GNU gzip's) more than
 //! `STORED_REF_STEPS` links down its chain is stored as its distance (5 % of matches took
 //! half of all chain steps); and text with few matches has them all stored as distances, so
-//! that no chain is built over it (`SPARSE_PER_KIB`). Readers still take derived headers and
+//! that no chain is built over it (`SPARSE_PER_KIB`, `SPARSE_IMPLIED_PER_KIB`). Readers still take derived headers and
 //! ranks up to `RANK_STEPS` links, as older parses hold them. Byte layout: docs/FORMAT.md,
 //! "Deflate parse".
 
@@ -97,7 +97,9 @@ impl Cursor<'_> {
 fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], chain: &mut Chain, mut proof: Option<&mut Vec<Resolved>>) -> Result<()> {
     let (mut gaps, mut refs, mut lens) = (Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()));
     let end = ms.last().map_or(from as usize, |m| m.pos as usize + m.len as usize).max(from as usize);
-    let sparse = (ms.len() as u64) * 1024 < (end - from as usize) as u64 * SPARSE_PER_KIB;
+    let under = |per_kib: u64| (ms.len() as u64) * 1024 < (end - from as usize) as u64 * per_kib;
+    let maximal = |m: &Match| extension(plain, m.pos as usize, m.dist as usize, (plain.len() - m.pos as usize).min(258)) == m.len as usize;
+    let sparse = under(SPARSE_PER_KIB) || (under(SPARSE_IMPLIED_PER_KIB) && ms.iter().all(maximal));
     for m in ms {
         let (pos, dist) = (m.pos as usize, m.dist as usize);
         put_varint(&mut gaps, (m.pos - from) as u64);
@@ -176,6 +178,12 @@ impl Resolved {
 /// little by ranks. On the crawl corpus the members under 20 a KiB hold 30 % of the text and
 /// 4.6 % of the matches: `cat` 4 % faster for 0.7 MB more store (docs/BENCHMARKS.md).
 const SPARSE_PER_KIB: u64 = 20;
+/// The same for matches that all take as much as their sources allow (zlib's, GNU gzip's:
+/// their lengths are implied). On the crawl corpus, 50 a KiB instead of 20 makes `cat` a
+/// tenth faster and import 5 % less CPU for 4.5 MB more store before gc (which settles it
+/// back under 115 MB: `store::settle`). An optimal parser's (zopfli's) sources lie further
+/// down its chains: at 50 a KiB, a zopfli crawl's store growth went from 35 % to 50 %.
+const SPARSE_IMPLIED_PER_KIB: u64 = 50;
 
 /// Where a reader takes each match's source from.
 enum Sources<'a> {

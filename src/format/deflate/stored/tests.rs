@@ -203,9 +203,12 @@ fn a_reader_skipping_the_chain_under_distances_reads_what_was_written() {
         text.extend_from_slice(&copy);
         text.extend_from_slice(&[0xf2, i as u8, 0xf3, 0xf4]);
     }
-    // Then markup, many near sources: the text as a whole is far from sparse.
+    // Then markup and four letters at random, many near sources: the text as a whole is far
+    // from sparse (over 50 matches a KiB, the rule for implied lengths).
     push_markup(&mut text, 8000, 3);
+    text.extend(noise(60_000, 23).into_iter().map(|b| b'w' + b % 4));
     let (_, p) = zlib9(&text);
+    assert!(p.matches.len() * 1024 > 50 * text.len(), "{} matches in {} bytes", p.matches.len(), text.len());
     let mut proof = Vec::new();
     let s = encode_with(&p, &text, None, Some(&mut proof)).unwrap();
     let ranked: Vec<&Resolved> = proof.iter().filter(|w| w.r % 3 != 2).collect();
@@ -244,4 +247,38 @@ fn sparse_text_is_stored_with_distances() {
     let mut out = Vec::new();
     super::super::replay(&back, &text, &mut out).unwrap();
     assert!(out == d);
+}
+
+/// Text of 20-50 matches a KiB has them stored as distances when every match takes all its
+/// source allows (zlib's), and ranks when one states a shorter length (an optimal parser's).
+#[test]
+fn implied_lengths_are_stored_as_distances_up_to_a_denser_rule() {
+    let mut text = noise(64 << 10, 17);
+    let mut seed = noise(4096, 19).into_iter();
+    // An 8-byte copy of earlier text every 29 bytes: about 35 matches a KiB.
+    let mut at = 4096;
+    while at + 8 < text.len() {
+        let back = 64 + seed.next().unwrap_or(1) as usize * 12;
+        let copy = text[at - back..at - back + 8].to_vec();
+        text[at..at + 8].copy_from_slice(&copy);
+        at += 29;
+        if seed.len() == 0 {
+            seed = noise(4096, at as u64).into_iter();
+        }
+    }
+    let (_, p) = zlib9(&text);
+    let per_kib = p.matches.len() * 1024 / text.len();
+    assert!((25..45).contains(&per_kib), "{per_kib} matches a KiB");
+    let stored_refs = |p: &Parse| {
+        let mut proof = Vec::new();
+        let s = encode_with(p, &text, None, Some(&mut proof)).unwrap();
+        assert_eq!(decode(&s.prefix, s.tail.as_deref(), &text).unwrap(), *p);
+        proof.iter().map(|w| w.r % 3).collect::<Vec<_>>()
+    };
+    assert!(stored_refs(&p).iter().all(|&r| r == 2), "zlib's matches: distances");
+    let mut stated = p.clone();
+    let m = stated.matches.iter_mut().find(|m| m.len > 4).unwrap();
+    m.len -= 1;
+    let refs = stored_refs(&stated);
+    assert!(refs.iter().filter(|&&r| r != 2).count() * 2 > refs.len(), "a stated length keeps ranks: {refs:?}");
 }
