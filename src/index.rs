@@ -180,12 +180,19 @@ impl Index {
         Ok(Index { db, generation: Default::default() })
     }
 
-    /// Compacts every column family. gc moves or drops most chunk entries of the packs it
-    /// rewrites; until RocksDB merges them in its own time, the index holds each entry twice.
-    pub fn compact(&self) {
+    /// Compacts the chunk table. gc moves or drops the entries of every pack it rewrites;
+    /// until RocksDB merges them in its own time, the index holds each such entry twice.
+    pub fn compact_chunks(&self) {
+        self.db.compact_range_cf(self.cf("chunk"), None::<&[u8]>, None::<&[u8]>);
+    }
+
+    /// Writes every column family's memtable to its tables, so that the write-ahead log,
+    /// which holds a whole import's changes until then, can go.
+    pub fn flush(&self) -> Result<()> {
         for name in CFS {
-            self.db.compact_range_cf(self.cf(name), None::<&[u8]>, None::<&[u8]>);
+            self.db.flush_cf(self.cf(name))?;
         }
+        Ok(())
     }
 
     fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {

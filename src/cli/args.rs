@@ -194,8 +194,9 @@ pub enum Cmd {
     /// Drops unreferenced chunks, deletes packs that hold nothing else and rewrites packs
     /// more than 10 % dead. It also settles the packs written since the last gc: rewrites
     /// each once with its chunks recompressed at zstd level 9 (ingest writes level 3 to keep
-    /// up with a crawl; level 9 stores the crawl corpus 4.5 % smaller and reads as fast).
-    /// Reports the bytes reclaimed.
+    /// up with a crawl; level 9 stores the crawl corpus 4.2 % smaller and reads as fast), as
+    /// many as fit in half the disk's free room (a later gc goes on). Reports the bytes
+    /// reclaimed; exits 1 if a chunk did not match its digest (copied as it was: run fsck).
     Gc {
         /// The store to collect (not mounted).
         #[arg(value_hint = ValueHint::DirPath)]
@@ -205,7 +206,8 @@ pub enum Cmd {
         no_settle: bool,
         /// Print one JSON object instead (reclaimed_bytes, bytes_before, bytes_after,
         /// chunks_dropped, packs_deleted, packs_rewritten, packs_settled: those of them
-        /// rewritten only to settle them, packs_purged). On an object store
+        /// rewritten only to settle them, packs_left_unsettled, chunks_damaged, packs_purged).
+        /// On an object store
         /// a pack gc no longer uses goes to the bucket's trash, out of every listing, and a
         /// gc at least 20 minutes later deletes its object (packs_purged): a node still
         /// reading it meanwhile is not cut off.

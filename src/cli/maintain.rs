@@ -61,10 +61,12 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
             "packs_deleted": rep.packs_deleted,
             "packs_rewritten": rep.packs_rewritten,
             "packs_settled": rep.packs_settled,
+            "packs_left_unsettled": rep.packs_left_unsettled,
+            "chunks_damaged": rep.chunks_damaged,
             "packs_purged": rep.packs_purged,
         });
         println!("{v}");
-        return Ok(exit::OK);
+        return Ok(if rep.chunks_damaged > 0 { exit::PROBLEMS } else { exit::OK });
     }
     // On an object store, packs leave every listing at once and their objects go with a
     // later gc (`pack::remote::TRASH_GRACE`).
@@ -81,6 +83,13 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
         rep.packs_rewritten,
         rep.packs_settled
     );
+    if rep.packs_left_unsettled > 0 {
+        println!("{} packs left to settle: they did not fit in half the disk's free room (a later gc goes on)", rep.packs_left_unsettled);
+    }
+    if rep.chunks_damaged > 0 {
+        eprintln!("{}: {} chunks do not match their digests; gc copied them as they were. Run `warcfs fsck {}`", store.display(), rep.chunks_damaged, store.display());
+        return Ok(exit::PROBLEMS);
+    }
     Ok(exit::OK)
 }
 

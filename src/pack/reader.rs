@@ -428,18 +428,17 @@ impl PackReader {
         })
     }
 
-    /// The kind of sealed pack `id`'s first blob and the level gc settled it at
-    /// (`super::settled_level`): gc writes every blob of a pack alike, and a pack holds
-    /// either the metadata log's records or chunks, so the first blob speaks for the pack.
-    /// None if the pack holds no blob.
-    pub fn first_blob(&self, id: u64) -> Result<Option<(ChunkKind, u8)>> {
+    /// The level gc settled sealed pack `id` at (`super::settled_level`), from its first
+    /// blob: gc writes every blob of a pack at one level, and ingest at 0. None if the pack
+    /// holds no blob. (On an object store this reads a cache block of the pack.)
+    pub fn first_settled(&self, id: u64) -> Result<Option<u8>> {
         let mut h = [0u8; BLOB_HEADER_LEN];
         let f = match self.local(id)? {
             Some(f) => f,
             None => self.remote_file(id, 0, BLOB_HEADER_LEN as u64)?,
         };
         match f.read_exact_at(&mut h, 0) {
-            Ok(()) => Ok(super::settled_level(&h).map(|level| (ChunkKind::from_u8(h[5]), level))),
+            Ok(()) => Ok(super::settled_level(&h)),
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
             Err(source) => Err(PackError::Io { pack: id, source }),
         }

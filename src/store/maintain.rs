@@ -68,6 +68,10 @@ pub struct GcReport {
     /// Of those, packs rewritten only to settle them (`settle`: as ingest wrote them, their
     /// chunks recompressed at the archival level).
     pub packs_settled: u64,
+    /// Packs still as ingest wrote them, left for a later gc for want of room.
+    pub packs_left_unsettled: u64,
+    /// Chunks whose bytes did not decode to their digest: copied as they were.
+    pub chunks_damaged: u64,
     /// Objects of packs an earlier gc trashed, deleted now (object store only).
     pub packs_purged: u64,
     pub bytes_before: u64,
@@ -190,7 +194,9 @@ impl Store {
     /// wrote (`settle`). Memory does not grow with the number of chunks (see `ScanLimits`):
     /// a number per pack, one sort run, one batch.
     pub fn gc_with(&self, opts: GcOptions) -> Result<GcReport> {
-        let settling = opts.settle && self.config.compression == super::config::Compression::Zstd;
+        // (A store several nodes write is not settled yet: another node's open pack may get
+        // an id below what this one has settled, and the marks would pass it by.)
+        let settling = opts.settle && self.config.compression == super::config::Compression::Zstd && !self.is_shared();
         // A shared store: the bucket's gc lock, and every other node's changes taken in.
         let gc_lock = self.gc_prepare()?;
         if let Some(lock) = &gc_lock {
@@ -211,13 +217,18 @@ impl Store {
         // that this pass collects, so the log stays the size of the namespace.
         self.checkpoint(&mut ns, true)?;
 
-        // Live bytes per pack, and how many chunks nothing references.
+        // Live bytes per pack, the packs that hold live chunks (not only log records), and
+        // how many chunks nothing references.
         let mut live: HashMap<u64, u64> = HashMap::new();
+        let mut chunky: HashSet<u64> = HashSet::new();
         for item in self.index.chunk_iter() {
             let (_, e) = item?;
             if e.refs == 0 {
                 rep.chunks_dropped += 1;
             } else {
+                if e.kind != ChunkKind::Meta as u8 {
+                    chunky.insert(e.pack);
+                }
                 // A live blob's footer entry is live too: a pack of small blobs, all live, is
                 // not rewritten for its footer (it was, with blobs under ~430 bytes).
                 *live.entry(e.pack).or_default() += e.stored_len as u64 + (BLOB_HEADER_LEN + pack::FOOTER_ENTRY_LEN) as u64;
@@ -225,6 +236,7 @@ impl Store {
         }
         let mut doomed: Vec<u64> = Vec::new();
         let mut rewrite: HashSet<u64> = HashSet::new();
+        let (mut unsettled, mut rewrite_bytes) = (Vec::new(), 0u64);
         for (id, size) in sealed {
             let size = size.max(1);
             let live_bytes = live.get(&id).copied().unwrap_or(0);
@@ -232,17 +244,21 @@ impl Store {
                 doomed.push(id);
             } else if 1.0 - (live_bytes + pack::FOOTER_FIXED_LEN as u64) as f64 / size as f64 > GC_DEAD_SHARE {
                 rewrite.insert(id);
-            } else if settling && self.packs.first_blob(id)?.is_some_and(|(kind, level)| level == 0 && kind != ChunkKind::Meta) {
-                // (The metadata log's packs are not settled: every checkpoint replaces them.)
-                rewrite.insert(id);
-                rep.packs_settled += 1;
+                rewrite_bytes += live_bytes;
+            } else if settling && chunky.contains(&id) {
+                // (The metadata log's own packs are not settled: checkpoints replace them.)
+                unsettled.push((id, size));
             }
         }
-        drop(live);
+        drop((live, chunky));
+        let plan = if settling { self.plan_settle(unsettled, rewrite_bytes)? } else { settle::Plan::default() };
+        rep.packs_settled = plan.ids.len() as u64;
+        rep.packs_left_unsettled = plan.left;
+        rewrite.extend(&plan.ids);
         if rep.chunks_dropped > 0 {
             self.refuse_dropping_referenced()?;
         }
-        self.rewrite_packs(&mut ns, &rewrite, settling)?;
+        rep.chunks_damaged = self.rewrite_packs(&mut ns, &rewrite, settling)?;
         // Cached chunk places (and, after a dropped key is reused, chunk bytes) are stale now.
         self.cache.clear();
         // On an object store, the packs that replace them must be in the bucket first (a
@@ -285,10 +301,22 @@ impl Store {
         rep.packs_deleted = doomed.len() as u64;
         rep.packs_purged = purged;
         rep.packs_rewritten = rewrite.len() as u64;
+        // What is settled now, so that the next gc need not ask those packs again.
+        let mut marks = Batch::new();
+        plan.mark(self, &mut marks);
+        if !marks.is_empty() {
+            self.index.write(marks)?;
+        }
         // The checkpoint's pack counts too: what gc reports is what the store shrank by.
         self.seal_journal(&mut self.journal.locked())?;
         drop((w, ns));
-        self.index.compact();
+        // The index as small as it can be: what ingest wrote since the last flush out of the
+        // write-ahead log, and the chunk entries gc moved or dropped (each there twice until
+        // RocksDB merges them) merged.
+        self.index.flush()?;
+        if rep.chunks_dropped > 0 || !rewrite.is_empty() {
+            self.index.compact_chunks();
+        }
         rep.bytes_after = self.packs.sealed_packs().map_err(io_at(&packs_dir))?.iter().map(|p| p.1).sum();
         Ok(rep)
     }
@@ -307,9 +335,10 @@ impl Store {
 
     /// Copies the live blobs of the packs `ids` into new packs, in their old order (a file's
     /// chunks stay together), and moves their index entries there a sealed pack at a time.
-    fn rewrite_packs(&self, ns: &mut Ns, ids: &HashSet<u64>, settling: bool) -> Result<()> {
+    /// Returns how many chunks settling found damaged (copied as they were).
+    fn rewrite_packs(&self, ns: &mut Ns, ids: &HashSet<u64>, settling: bool) -> Result<u64> {
         if ids.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let runs = self.runs_dir()?;
         // Pack ‖ offset ‖ key ‖ the rest of the entry: sorted, the blobs in their old order.
@@ -335,7 +364,7 @@ impl Store {
         // Blobs read and not yet written (and their entries): settled a batch at a time, on
         // two threads.
         let (mut entries, mut blobs): (Vec<crate::index::ChunkEntry>, Vec<settle::Blob>) = (Vec::new(), Vec::new());
-        let mut batch_bytes = 0usize;
+        let (mut batch_bytes, mut damaged) = (0usize, 0u64);
         for r in places.finish().map_err(io_at(&runs))? {
             let r = r.map_err(io_at(&runs))?;
             let k = ChunkKey::from_bytes(&r[16..52]).expect("36 bytes");
@@ -347,26 +376,27 @@ impl Store {
             blobs.push(settle::Blob { pack: e.pack, offset: e.offset, key: k, kind: e.kind, codec: blob.codec, raw_len: e.raw_len, stored });
             entries.push(e);
             if batch_bytes >= SETTLE_BATCH {
-                self.write_rewritten(ns, &mut out, &mut dicts, std::mem::take(&mut entries), std::mem::take(&mut blobs), settling)?;
+                damaged += self.write_rewritten(ns, &mut out, &mut dicts, std::mem::take(&mut entries), std::mem::take(&mut blobs), settling)?;
                 batch_bytes = 0;
             }
         }
-        self.write_rewritten(ns, &mut out, &mut dicts, entries, blobs, settling)?;
+        damaged += self.write_rewritten(ns, &mut out, &mut dicts, entries, blobs, settling)?;
         if let Some(o) = out.open.take() {
             let id = o.id;
             o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
             self.packs.sealed(id);
         }
-        self.gc_write(ns, out.batch)
+        self.gc_write(ns, out.batch)?;
+        Ok(damaged)
     }
 
     /// Appends `blobs` to gc's new packs in their order, settled first if `settling`, and
-    /// moves their index entries there a sealed pack at a time.
-    fn write_rewritten(&self, ns: &mut Ns, out: &mut Rewritten, dicts: &mut settle::Dicts, entries: Vec<crate::index::ChunkEntry>, mut blobs: Vec<settle::Blob>, settling: bool) -> Result<()> {
+    /// moves their index entries there a sealed pack at a time. Returns how many chunks
+    /// settling found damaged. Without `settling`, every blob is written at level 0, so a
+    /// later gc settles it (again, if it was).
+    fn write_rewritten(&self, ns: &mut Ns, out: &mut Rewritten, dicts: &mut settle::Dicts, entries: Vec<crate::index::ChunkEntry>, mut blobs: Vec<settle::Blob>, settling: bool) -> Result<u64> {
         let (packs_dir, tmp_dir) = (self.root.join("packs"), self.root.join("packs-tmp"));
-        if settling {
-            self.settle(dicts, &mut blobs)?;
-        }
+        let damaged = if settling { self.settle(dicts, &mut blobs)? } else { 0 };
         for (e, b) in entries.into_iter().zip(blobs) {
             if out.open.as_ref().is_some_and(|o| o.len() >= self.config.pack_size) {
                 let o = out.open.take().expect("checked");
@@ -387,7 +417,7 @@ impl Store {
             let ne = crate::index::ChunkEntry { pack: o.id, offset: info.offset, stored_len: info.stored_len, ..e };
             out.batch.put_chunk(&self.index, &b.key, &ne);
         }
-        Ok(())
+        Ok(damaged)
     }
 
     /// Before gc drops chunks whose refcount is 0, every recipe is read to prove none uses

@@ -3,21 +3,56 @@
 //!
 //! Ingest compresses at zstd level 3 because it runs on the machine's cores while a crawl
 //! arrives; the bytes then stay for years. gc has the time: on the crawl corpus level 9
-//! stores the same chunks 4.5 % smaller (docs/BENCHMARKS.md), and zstd decodes them as fast.
-//! A blob's header records the level gc settled it at (`pack::settled_level`; 0 as ingest
-//! wrote it), so a pack is settled once and its first blob says whether it was. The chunk
-//! keys do not change (they name the raw bytes), so no recipe does either; gc checks each
-//! chunk's digest before it writes the new bytes, so settling never copies damage forward.
+//! stores the chunks 4.5 % smaller (the store 4.2 %; docs/BENCHMARKS.md), and zstd decodes
+//! them as fast. A blob's header records the level gc settled its pack at
+//! (`pack::settled_level`; 0 as ingest wrote it), so a pack is settled once and its first
+//! blob says whether it was; an index meta record per pack-id range keeps gc from asking
+//! again. The chunk keys do not change (they name the raw bytes), so no recipe does either.
+//! A chunk whose bytes do not decode to its digest is copied as it is and counted: settling
+//! never writes new bytes for damage, and one damaged chunk does not stop gc.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use super::{Result, Store, StoreError};
+use super::{io_at, Result, Store, StoreError};
 use crate::digest::{ChunkKey, Digest};
+use crate::index::Batch;
 use crate::pack::{self, ChunkKind, Codec, PackError, DICT_REF_LEN};
 
 /// The zstd level gc settles chunks at: about as much as level 12 for a third of its time
 /// (levels 15-19 take 7-15 times as long for 2 % more).
 pub(super) const LEVEL: u8 = 9;
+
+/// Bytes of packs one gc settles at most on an object store: the new packs must reach the
+/// bucket within gc's upload wait (10 minutes). A local store's limit is its free room.
+const REMOTE_BUDGET: u64 = 16 << 30;
+
+/// Index meta records `settled_below_NNNN` (one per node prefix of pack ids, the top 16 bits,
+/// in hex): every pack of that prefix below the id is settled or holds no chunk. Not logged:
+/// an index rebuilt without them makes the next gc ask every pack's first blob once more.
+const SETTLED_BELOW: &str = "settled_below_";
+
+fn settled_below_key(prefix: u16) -> String {
+    format!("{SETTLED_BELOW}{prefix:04x}")
+}
+
+/// The packs one gc settles, and what it leaves for the next.
+#[derive(Default)]
+pub(super) struct Plan {
+    pub ids: Vec<u64>,
+    /// Packs left unsettled for want of room.
+    pub left: u64,
+    /// The `settled_below` records to write once the packs are settled.
+    below: BTreeMap<u16, u64>,
+}
+
+impl Plan {
+    /// Records the new `settled_below` marks in `b` (with gc's last index batch).
+    pub fn mark(&self, store: &Store, b: &mut Batch) {
+        for (&prefix, &id) in &self.below {
+            b.put_meta_u64_unlogged(&store.index, &settled_below_key(prefix), id);
+        }
+    }
+}
 
 /// One blob on its way to a new pack, and where it was.
 pub(super) struct Blob {
@@ -32,10 +67,11 @@ pub(super) struct Blob {
 
 impl Blob {
     /// Whether settling recompresses it: zstd chunks, but not the metadata log's records
-    /// (replaced at every checkpoint) nor dictionaries (kept as they were trained).
+    /// (replaced at every checkpoint), dictionaries (kept as they were trained) or recipe
+    /// pieces (ingest writes them at level 9 already).
     fn recompressed(&self) -> bool {
         let kind = ChunkKind::from_u8(self.kind);
-        (self.codec == Codec::Zstd as u8 || self.codec == Codec::ZstdDict as u8) && kind != ChunkKind::Meta && kind != ChunkKind::Dict
+        (self.codec == Codec::Zstd as u8 || self.codec == Codec::ZstdDict as u8) && !matches!(kind, ChunkKind::Meta | ChunkKind::Dict | ChunkKind::Recipe)
     }
 
     fn corrupt(&self, what: String) -> StoreError {
@@ -47,21 +83,60 @@ impl Blob {
 /// compressing at `LEVEL` and for decoding.
 #[derive(Default)]
 pub(super) struct Dicts {
-    ready: HashMap<Digest, (zstd::zstd_safe::CDict<'static>, pack::Dictionary)>,
+    ready: HashMap<Digest, Option<(zstd::zstd_safe::CDict<'static>, pack::Dictionary)>>,
 }
 
 impl Store {
+    /// Which of `candidates` (sealed packs, id and size, that hold live chunks and that gc
+    /// does not rewrite anyway) to settle now: those whose first blob is at level 0, oldest
+    /// first, as many as fit in half the disk's room less `reserved` (gc deletes the packs
+    /// it replaces only at its end), on an object store at most `REMOTE_BUDGET`.
+    pub(super) fn plan_settle(&self, mut candidates: Vec<(u64, u64)>, reserved: u64) -> Result<Plan> {
+        let prefix = |id: u64| (id >> 48) as u16;
+        let mut below: BTreeMap<u16, u64> = BTreeMap::new();
+        for &(id, _) in &candidates {
+            let p = prefix(id);
+            if let std::collections::btree_map::Entry::Vacant(slot) = below.entry(p) {
+                slot.insert(self.index.meta_u64_opt(&settled_below_key(p))?.unwrap_or(0));
+            }
+        }
+        candidates.retain(|&(id, _)| id >= below[&prefix(id)]);
+        candidates.sort_unstable();
+        let mut budget = self.space.room().map_err(io_at(&self.root))?.saturating_sub(reserved) / 2;
+        if self.config.backend.is_some() {
+            budget = budget.min(REMOTE_BUDGET);
+        }
+        let mut plan = Plan::default();
+        for (id, size) in candidates {
+            let p = prefix(id);
+            let mark = plan.below.entry(p).or_insert(below[&p]);
+            if self.packs.first_settled(id)? == Some(0) {
+                if size > budget || plan.left > 0 {
+                    // Oldest first: the mark stays below the first pack left.
+                    plan.left += 1;
+                    continue;
+                }
+                budget -= size;
+                plan.ids.push(id);
+            }
+            if plan.left == 0 {
+                *mark = id + 1;
+            }
+        }
+        Ok(plan)
+    }
+
     /// Recompresses `blobs` at `LEVEL` in place, on two threads, each kept as it was where
-    /// that is not smaller. A chunk whose bytes do not decode to its digest stops gc.
-    pub(super) fn settle(&self, dicts: &mut Dicts, blobs: &mut [Blob]) -> Result<()> {
+    /// that is not smaller. A chunk whose bytes do not decode to its digest is kept as it
+    /// is; returns how many were.
+    pub(super) fn settle(&self, dicts: &mut Dicts, blobs: &mut [Blob]) -> Result<u64> {
         for b in blobs.iter().filter(|b| b.recompressed() && b.codec == Codec::ZstdDict as u8) {
-            let d = pack::dict_of(&b.stored).ok_or_else(|| b.corrupt("shorter than its dictionary's name".into()))?;
+            let Some(d) = pack::dict_of(&b.stored) else { continue };
             if let std::collections::hash_map::Entry::Vacant(slot) = dicts.ready.entry(d) {
-                let bytes = self.dictionary_bytes(&d)?;
-                let bad = || b.corrupt(format!("zstd cannot prepare its dictionary {}", ChunkKey { digest: d, seq: 0 }.short()));
-                let c = zstd::zstd_safe::CDict::try_create(&bytes, LEVEL as i32).ok_or_else(bad)?;
-                let dd = pack::prepare_dictionary(&bytes).ok_or_else(bad)?;
-                slot.insert((c, dd));
+                // A dictionary that cannot be had is as much damage as a chunk's: the chunks
+                // naming it are copied as they are.
+                let prepared = self.dictionary_bytes(&d).ok().and_then(|bytes| Some((zstd::zstd_safe::CDict::try_create(&bytes, LEVEL as i32)?, pack::prepare_dictionary(&bytes)?)));
+                slot.insert(prepared);
             }
         }
         let dicts = &*dicts;
@@ -79,20 +154,28 @@ impl Store {
             },
         );
         drop(work);
+        let mut damaged = 0;
         for (b, r) in blobs.iter_mut().zip(done) {
-            if let Some(stored) = r.ok_or_else(|| StoreError::Bug("a settling thread gave no result".into()))?? {
-                if stored.len() < b.stored.len() {
-                    b.stored = stored;
+            match r.ok_or_else(|| StoreError::Bug("a settling thread gave no result".into()))? {
+                Ok(Some(stored)) if stored.len() < b.stored.len() => b.stored = stored,
+                Ok(_) => {}
+                Err(e) => {
+                    log::warn!("gc: {e}; copied as it is (run `warcfs fsck`)");
+                    damaged += 1;
                 }
             }
         }
-        Ok(())
+        Ok(damaged)
     }
 
     /// `b`'s bytes at `LEVEL`, in its codec (a dictionary blob keeps its dictionary).
     fn recompress(&self, dicts: &Dicts, cctx: &mut zstd::zstd_safe::CCtx<'static>, b: &Blob) -> Result<Option<Vec<u8>>> {
         let dict = match b.codec == Codec::ZstdDict as u8 {
-            true => Some(&dicts.ready[&pack::dict_of(&b.stored).expect("checked by settle")]),
+            true => {
+                let named = pack::dict_of(&b.stored).ok_or_else(|| b.corrupt("shorter than its dictionary's name".into()))?;
+                let ready = dicts.ready.get(&named).and_then(Option::as_ref);
+                Some(ready.ok_or_else(|| b.corrupt(format!("its zstd dictionary {} cannot be had", ChunkKey { digest: named, seq: 0 }.short())))?)
+            }
             false => None,
         };
         let raw = pack::decode_stored(b.codec, &b.stored, b.raw_len, dict.map(|d| &d.1)).map_err(|e| b.corrupt(format!("cannot decode it: {e}")))?;

@@ -71,6 +71,11 @@ impl Space {
         Ok(taken)
     }
 
+    /// Bytes that can still be taken: free above the floor, less what writers hold.
+    pub fn room(&self) -> std::io::Result<u64> {
+        Ok(self.avail()?.saturating_sub(self.floor()).saturating_sub(self.taken.load(Ordering::Acquire)))
+    }
+
     /// Free bytes on the disk, as an unprivileged writer sees them.
     fn avail(&self) -> std::io::Result<u64> {
         let st = nix::sys::statvfs::statvfs(&self.dir).map_err(std::io::Error::from)?;

@@ -681,8 +681,16 @@ fn gc_settles_each_pack_once() {
     assert_eq!(before.packs_settled, 0);
     assert!(blob_levels(dir.path()).iter().all(|&l| l == 0), "ingest and a gc told not to settle write level 0");
 
+    let stored = |s: &Store| -> HashMap<ChunkKey, (u8, u32)> { s.index.chunk_iter().map(|i| i.unwrap()).map(|(k, e)| (k, (e.codec, e.stored_len))).collect() };
+    let ingested = stored(&s);
     let rep = s.gc().unwrap();
-    assert!(rep.packs_settled > 0, "{rep:?}");
+    assert!(rep.packs_settled > 0 && rep.packs_left_unsettled == 0 && rep.chunks_damaged == 0, "{rep:?}");
+    // Chunks with and without the dictionary both came out smaller, under the same keys.
+    let settled = stored(&s);
+    for codec in [crate::pack::Codec::Zstd as u8, crate::pack::Codec::ZstdDict as u8] {
+        let smaller = ingested.iter().filter(|(k, (c, len))| *c == codec && settled.get(k).is_some_and(|(c2, len2)| c2 == c && len2 < len)).count();
+        assert!(smaller > 0, "no chunk of codec {codec} was recompressed smaller");
+    }
     let levels = blob_levels(dir.path());
     assert!(!levels.is_empty() && levels.iter().all(|&l| l == settle::LEVEL), "{levels:?}");
     assert!(rep.bytes_after < rep.bytes_before, "level {} stores these pages smaller: {rep:?}", settle::LEVEL);
@@ -692,6 +700,13 @@ fn gc_settles_each_pack_once() {
     assert!(s.fsck(true).unwrap().problems.is_empty());
     let again = s.gc().unwrap();
     assert_eq!((again.packs_settled, again.packs_rewritten), (0, 0), "{again:?}");
+    assert!(s.index.meta_u64_opt("settled_below_0000").unwrap().is_some_and(|id| id > 0), "the next gc asks only newer packs");
+    // A file stored since: its new pack, above the mark, is settled by the next gc.
+    let more: Vec<u8> = (0..300u32).flat_map(|r| warc_record(9000 + r, &site_page(9000 + r))).collect();
+    s.put_file(ROOT_INO, b"more.warc", &more, meta()).unwrap();
+    assert!(s.gc().unwrap().packs_settled > 0);
+    assert!(blob_levels(dir.path()).iter().all(|&l| l == settle::LEVEL));
+    assert_eq!(read_all(&s, "/more.warc"), more);
     drop(s);
 
     // The level is in the packs: an index rebuilt from them knows the packs are settled.
@@ -703,4 +718,70 @@ fn gc_settles_each_pack_once() {
     for (f, data) in files.iter().enumerate() {
         assert_eq!(read_all(&s, &format!("/f{f}.warc")), *data);
     }
+}
+
+/// Settling takes no more than half the disk's room above its floor: with none, gc leaves
+/// every pack for later, and a later gc with room settles them.
+#[test]
+fn gc_settles_only_what_the_disk_has_room_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let data: Vec<u8> = (0..300u32).flat_map(|r| warc_record(r, &site_page(r))).collect();
+    s.put_file(ROOT_INO, b"f.warc", &data, meta()).unwrap();
+    s.space.set_floor(s.space.room().unwrap() + (1 << 30));
+    let rep = s.gc().unwrap();
+    assert!(rep.packs_settled == 0 && rep.packs_left_unsettled > 0, "{rep:?}");
+    assert!(blob_levels(dir.path()).iter().all(|&l| l == 0));
+    s.space.set_floor(0);
+    let rep = s.gc().unwrap();
+    assert!(rep.packs_settled > 0 && rep.packs_left_unsettled == 0, "{rep:?}");
+    assert!(blob_levels(dir.path()).iter().all(|&l| l == settle::LEVEL));
+    assert_eq!(read_all(&s, "/f.warc"), data);
+}
+
+/// A chunk whose stored bytes are intact by their checksum but do not decode to its digest
+/// is copied as it is and counted: gc goes on, every other file reads back, fsck names it.
+#[test]
+fn settling_copies_a_damaged_chunk_as_it_is() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let (a, b): (Vec<u8>, Vec<u8>) = ((0..100u32).flat_map(|r| warc_record(r, &site_page(r))).collect(), (0..100u32).flat_map(|r| warc_record(500 + r, &site_page(500 + r))).collect());
+    s.put_file(ROOT_INO, b"a.warc", &a, meta()).unwrap();
+    s.put_file(ROOT_INO, b"b.warc", &b, meta()).unwrap();
+    drop(s);
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    // A zstd payload chunk: its last stored byte changed, both checksums made to match (as
+    // a bug writing wrong bytes would have left it).
+    let (key, e) = s.index.chunk_iter().map(|i| i.unwrap()).find(|(_, e)| e.codec == crate::pack::Codec::Zstd as u8 && e.kind == crate::pack::ChunkKind::PayloadHead as u8).expect("a zstd payload chunk");
+    let path = dir.path().join("packs").join(crate::pack::pack_name(e.pack));
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    let mut blob = vec![0u8; crate::pack::BLOB_HEADER_LEN + e.stored_len as usize];
+    f.read_exact_at(&mut blob, e.offset).unwrap();
+    let n = blob.len();
+    blob[n - 1] ^= 0x55;
+    let crc = crc32fast::hash(&blob[crate::pack::BLOB_HEADER_LEN..]);
+    blob[52..56].copy_from_slice(&crc.to_le_bytes());
+    let hcrc = crc32fast::hash(&blob[..56]);
+    blob[56..60].copy_from_slice(&hcrc.to_le_bytes());
+    f.write_all_at(&blob, e.offset).unwrap();
+    drop(f);
+    let rep = s.gc().unwrap();
+    assert_eq!(rep.chunks_damaged, 1, "{rep:?}");
+    assert!(rep.packs_settled > 0, "{rep:?}");
+    let moved = s.index.chunk(&key).unwrap().unwrap();
+    assert_eq!(moved.stored_len, e.stored_len, "copied as it was");
+    assert!(moved.pack != e.pack, "into a settled pack");
+    // The file without the damaged chunk reads back (the other cannot).
+    let exact = [("/a.warc", &a), ("/b.warc", &b)]
+        .into_iter()
+        .filter(|(name, data)| {
+            let head = s.head(s.resolve(name).unwrap()).unwrap().unwrap();
+            let mut buf = vec![0u8; data.len()];
+            s.read_at(&head, 0, &mut buf).is_ok_and(|n| n == data.len() && buf == **data)
+        })
+        .count();
+    assert_eq!(exact, 1);
+    let problems = s.fsck(true).unwrap().problems;
+    assert!(problems.iter().any(|p| p.contains(&key.short())), "{problems:?}");
 }
