@@ -66,7 +66,11 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
             "packs_purged": rep.packs_purged,
         });
         println!("{v}");
-        return Ok(if rep.chunks_damaged > 0 { exit::PROBLEMS } else { exit::OK });
+        if rep.chunks_damaged > 0 {
+            eprintln!("{}", damaged_line(&store, rep.chunks_damaged));
+            return Ok(exit::PROBLEMS);
+        }
+        return Ok(exit::OK);
     }
     // On an object store, packs leave every listing at once and their objects go with a
     // later gc (`pack::remote::TRASH_GRACE`).
@@ -84,13 +88,19 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
         rep.packs_settled
     );
     if rep.packs_left_unsettled > 0 {
-        println!("{} packs left to settle: they did not fit in half the disk's free room (a later gc goes on)", rep.packs_left_unsettled);
+        let cap = if s.config().backend.is_some() { format!(", and at most {} on an object store", human(crate::store::SETTLE_REMOTE_BUDGET)) } else { String::new() };
+        println!("up to {} packs left to settle by a later gc (one settles at most half of the disk's free room{cap})", rep.packs_left_unsettled);
     }
     if rep.chunks_damaged > 0 {
-        eprintln!("{}: {} chunks do not match their digests; gc copied them as they were. Run `warcfs fsck {}`", store.display(), rep.chunks_damaged, store.display());
+        eprintln!("{}", damaged_line(&store, rep.chunks_damaged));
         return Ok(exit::PROBLEMS);
     }
     Ok(exit::OK)
+}
+
+/// What gc says of chunks it could not settle.
+fn damaged_line(store: &std::path::Path, n: u64) -> String {
+    format!("{}: {n} chunks do not decode to their digests, or their zstd dictionary is missing or damaged; gc copied them as they were. Run `warcfs fsck {}`", store.display(), store.display())
 }
 
 pub fn snapshot(store: PathBuf, dest: PathBuf, quiet: bool) -> Result<i32> {

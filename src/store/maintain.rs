@@ -68,9 +68,11 @@ pub struct GcReport {
     /// Of those, packs rewritten only to settle them (`settle`: as ingest wrote them, their
     /// chunks recompressed at the archival level).
     pub packs_settled: u64,
-    /// Packs still as ingest wrote them, left for a later gc for want of room.
+    /// Packs left for a later gc to settle: the first that did not fit in this one's room
+    /// and those after it (not looked at, so an upper bound).
     pub packs_left_unsettled: u64,
-    /// Chunks whose bytes did not decode to their digest: copied as they were.
+    /// Chunks that did not decode to their digest, or whose dictionary is missing or
+    /// damaged: copied as they were.
     pub chunks_damaged: u64,
     /// Objects of packs an earlier gc trashed, deleted now (object store only).
     pub packs_purged: u64,

@@ -60,6 +60,7 @@ pub use fsck::{FsckReport, MAX_PROBLEMS};
 pub use follow::{FOLLOW_INTERVAL, PUBLISH_INTERVAL};
 pub use journal::CHECKPOINT_RECORDS;
 pub use maintain::{GcOptions, GcReport, ScanLimits, Stats};
+pub use settle::REMOTE_BUDGET as SETTLE_REMOTE_BUDGET;
 use bucket::{hostname, remote_packs, remote_packs_read_only};
 pub use remote::CLOSE_UPLOAD_WAIT;
 pub use remote::{init_remote, Joined};

@@ -23,8 +23,8 @@ use crate::pack::{self, ChunkKind, Codec, PackError, DICT_REF_LEN};
 pub(super) const LEVEL: u8 = 9;
 
 /// Bytes of packs one gc settles at most on an object store: the new packs must reach the
-/// bucket within gc's upload wait (10 minutes). A local store's limit is its free room.
-const REMOTE_BUDGET: u64 = 16 << 30;
+/// bucket within gc's upload wait (10 minutes: 7 MB/s). A local store's limit is its room.
+pub const REMOTE_BUDGET: u64 = 4 << 30;
 
 /// Index meta records `settled_below_NNNN` (one per node prefix of pack ids, the top 16 bits,
 /// in hex): every pack of that prefix below the id is settled or holds no chunk. Not logged:
@@ -39,7 +39,8 @@ fn settled_below_key(prefix: u16) -> String {
 #[derive(Default)]
 pub(super) struct Plan {
     pub ids: Vec<u64>,
-    /// Packs left unsettled for want of room.
+    /// Candidates gc did not get to: the first that did not fit in its room, and those
+    /// after it (not looked at, so some may be settled already).
     pub left: u64,
     /// The `settled_below` records to write once the packs are settled.
     below: BTreeMap<u16, u64>,
@@ -79,6 +80,17 @@ impl Blob {
     }
 }
 
+/// What settling made of one blob.
+enum Settled {
+    /// Its bytes at `LEVEL` (kept only if smaller).
+    Smaller(Vec<u8>),
+    /// Not recompressed.
+    Kept,
+    /// Its bytes do not decode to its digest, or its dictionary is missing or damaged:
+    /// copied as it is.
+    Damaged(StoreError),
+}
+
 /// The dictionaries a settling gc compresses with, by digest: prepared once each, for
 /// compressing at `LEVEL` and for decoding.
 #[derive(Default)]
@@ -89,8 +101,10 @@ pub(super) struct Dicts {
 impl Store {
     /// Which of `candidates` (sealed packs, id and size, that hold live chunks and that gc
     /// does not rewrite anyway) to settle now: those whose first blob is at level 0, oldest
-    /// first, as many as fit in half the disk's room less `reserved` (gc deletes the packs
-    /// it replaces only at its end), on an object store at most `REMOTE_BUDGET`.
+    /// first, as many as fit in half of the disk's room less `reserved` (what the packs
+    /// rewritten for their garbage take; gc deletes the packs it replaces only at its end),
+    /// on an object store at most `REMOTE_BUDGET`. It stops at the first that does not fit:
+    /// the rest are left unread, counted in `left`.
     pub(super) fn plan_settle(&self, mut candidates: Vec<(u64, u64)>, reserved: u64) -> Result<Plan> {
         let prefix = |id: u64| (id >> 48) as u16;
         let mut below: BTreeMap<u16, u64> = BTreeMap::new();
@@ -107,21 +121,36 @@ impl Store {
             budget = budget.min(REMOTE_BUDGET);
         }
         let mut plan = Plan::default();
+        let mut stop = false;
         for (id, size) in candidates {
             let p = prefix(id);
             let mark = plan.below.entry(p).or_insert(below[&p]);
-            if self.packs.first_settled(id)? == Some(0) {
-                if size > budget || plan.left > 0 {
-                    // Oldest first: the mark stays below the first pack left.
+            if stop {
+                // Not looked at (on an object store each look is a range read): left, the
+                // mark below the first pack left.
+                plan.left += 1;
+                continue;
+            }
+            match self.packs.first_settled(id)? {
+                Some(0) if size > budget => {
                     plan.left += 1;
+                    stop = true;
                     continue;
                 }
-                budget -= size;
-                plan.ids.push(id);
+                Some(0) => {
+                    budget -= size;
+                    plan.ids.push(id);
+                }
+                Some(_) => {}
+                None => {
+                    // Live chunks behind a first blob that does not read as one: left as it
+                    // is, for fsck to name, and the mark stays below it.
+                    log::warn!("gc: pack {id:016x} holds live chunks, but its first blob's header is damaged: not settled (run `warcfs fsck`)");
+                    stop = true;
+                    continue;
+                }
             }
-            if plan.left == 0 {
-                *mark = id + 1;
-            }
+            *mark = id + 1;
         }
         Ok(plan)
     }
@@ -133,9 +162,14 @@ impl Store {
         for b in blobs.iter().filter(|b| b.recompressed() && b.codec == Codec::ZstdDict as u8) {
             let Some(d) = pack::dict_of(&b.stored) else { continue };
             if let std::collections::hash_map::Entry::Vacant(slot) = dicts.ready.entry(d) {
-                // A dictionary that cannot be had is as much damage as a chunk's: the chunks
-                // naming it are copied as they are.
-                let prepared = self.dictionary_bytes(&d).ok().and_then(|bytes| Some((zstd::zstd_safe::CDict::try_create(&bytes, LEVEL as i32)?, pack::prepare_dictionary(&bytes)?)));
+                // A dictionary missing or damaged is damage like a chunk's: the chunks naming
+                // it are copied as they are. Any other failure (the disk, the bucket, the
+                // index) stops gc.
+                let prepared = match self.dictionary_bytes(&d) {
+                    Ok(bytes) => zstd::zstd_safe::CDict::try_create(&bytes, LEVEL as i32).zip(pack::prepare_dictionary(&bytes)),
+                    Err(StoreError::MissingChunk(_)) | Err(StoreError::Pack(PackError::Corrupt { .. })) => None,
+                    Err(e) => return Err(e),
+                };
                 slot.insert(prepared);
             }
         }
@@ -144,10 +178,10 @@ impl Store {
         let done = crate::sync::on_two_threads(
             work.len(),
             zstd::zstd_safe::CCtx::try_create,
-            |cctx, i| -> Result<Option<Vec<u8>>> {
+            |cctx, i| -> Result<Settled> {
                 let b = work[i];
                 if !b.recompressed() {
-                    return Ok(None);
+                    return Ok(Settled::Kept);
                 }
                 let cctx = cctx.as_mut().ok_or_else(|| StoreError::Bug("zstd has no compression context".into()))?;
                 self.recompress(dicts, cctx, b)
@@ -156,10 +190,10 @@ impl Store {
         drop(work);
         let mut damaged = 0;
         for (b, r) in blobs.iter_mut().zip(done) {
-            match r.ok_or_else(|| StoreError::Bug("a settling thread gave no result".into()))? {
-                Ok(Some(stored)) if stored.len() < b.stored.len() => b.stored = stored,
-                Ok(_) => {}
-                Err(e) => {
+            match r.ok_or_else(|| StoreError::Bug("a settling thread gave no result".into()))?? {
+                Settled::Smaller(stored) if stored.len() < b.stored.len() => b.stored = stored,
+                Settled::Smaller(_) | Settled::Kept => {}
+                Settled::Damaged(e) => {
                     log::warn!("gc: {e}; copied as it is (run `warcfs fsck`)");
                     damaged += 1;
                 }
@@ -169,18 +203,25 @@ impl Store {
     }
 
     /// `b`'s bytes at `LEVEL`, in its codec (a dictionary blob keeps its dictionary).
-    fn recompress(&self, dicts: &Dicts, cctx: &mut zstd::zstd_safe::CCtx<'static>, b: &Blob) -> Result<Option<Vec<u8>>> {
+    fn recompress(&self, dicts: &Dicts, cctx: &mut zstd::zstd_safe::CCtx<'static>, b: &Blob) -> Result<Settled> {
         let dict = match b.codec == Codec::ZstdDict as u8 {
             true => {
-                let named = pack::dict_of(&b.stored).ok_or_else(|| b.corrupt("shorter than its dictionary's name".into()))?;
-                let ready = dicts.ready.get(&named).and_then(Option::as_ref);
-                Some(ready.ok_or_else(|| b.corrupt(format!("its zstd dictionary {} cannot be had", ChunkKey { digest: named, seq: 0 }.short())))?)
+                let Some(named) = pack::dict_of(&b.stored) else {
+                    return Ok(Settled::Damaged(b.corrupt("shorter than its dictionary's name".into())));
+                };
+                match dicts.ready.get(&named).and_then(Option::as_ref) {
+                    Some(d) => Some(d),
+                    None => return Ok(Settled::Damaged(b.corrupt(format!("its zstd dictionary {} is missing or damaged", ChunkKey { digest: named, seq: 0 }.short())))),
+                }
             }
             false => None,
         };
-        let raw = pack::decode_stored(b.codec, &b.stored, b.raw_len, dict.map(|d| &d.1)).map_err(|e| b.corrupt(format!("cannot decode it: {e}")))?;
+        let raw = match pack::decode_stored(b.codec, &b.stored, b.raw_len, dict.map(|d| &d.1)) {
+            Ok(raw) => raw,
+            Err(e) => return Ok(Settled::Damaged(b.corrupt(format!("cannot decode it: {e}")))),
+        };
         if (self.digest)(&raw) != b.key.digest {
-            return Err(b.corrupt("its bytes do not match its digest".into()));
+            return Ok(Settled::Damaged(b.corrupt("its bytes do not match its digest".into())));
         }
         use zstd::zstd_safe::{CParameter, ResetDirective};
         let mut frame = Vec::with_capacity(zstd::zstd_safe::compress_bound(raw.len()));
@@ -194,9 +235,9 @@ impl Store {
         cctx.reset(ResetDirective::SessionAndParameters).map_err(|_| StoreError::Bug("zstd cannot reset a context".into()))?;
         if done.is_err() {
             // Kept as it is: what zstd would not do again changes nothing stored.
-            return Ok(None);
+            return Ok(Settled::Kept);
         }
-        Ok(Some(match dict {
+        Ok(Settled::Smaller(match dict {
             Some(_) => [&b.stored[..DICT_REF_LEN], &frame].concat(),
             None => frame,
         }))

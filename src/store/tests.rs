@@ -728,7 +728,7 @@ fn gc_settles_only_what_the_disk_has_room_for() {
     let s = open(dir.path(), Verify::Bytes, digest::sha256);
     let data: Vec<u8> = (0..300u32).flat_map(|r| warc_record(r, &site_page(r))).collect();
     s.put_file(ROOT_INO, b"f.warc", &data, meta()).unwrap();
-    s.space.set_floor(s.space.room().unwrap() + (1 << 30));
+    s.space.set_floor(u64::MAX);
     let rep = s.gc().unwrap();
     assert!(rep.packs_settled == 0 && rep.packs_left_unsettled > 0, "{rep:?}");
     assert!(blob_levels(dir.path()).iter().all(|&l| l == 0));
@@ -784,4 +784,32 @@ fn settling_copies_a_damaged_chunk_as_it_is() {
     assert_eq!(exact, 1);
     let problems = s.fsck(true).unwrap().problems;
     assert!(problems.iter().any(|p| p.contains(&key.short())), "{problems:?}");
+}
+
+/// A dictionary the index no longer names is damage, like a chunk's: gc copies the chunks
+/// compressed with it as they were, counts them, and settles the rest.
+#[test]
+fn settling_copies_the_chunks_of_a_missing_dictionary_as_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    for f in 0..8u32 {
+        let data: Vec<u8> = (0..300u32).flat_map(|r| warc_record(f * 1000 + r, &site_page(f * 1000 + r))).collect();
+        s.put_file(ROOT_INO, format!("f{f}.warc").as_bytes(), &data, meta()).unwrap();
+    }
+    let entries: Vec<(ChunkKey, crate::index::ChunkEntry)> = s.index.chunk_iter().map(|i| i.unwrap()).collect();
+    let with_dict = entries.iter().filter(|(_, e)| e.codec == crate::pack::Codec::ZstdDict as u8).count() as u64;
+    let (dict, _) = entries.iter().find(|(_, e)| e.kind == crate::pack::ChunkKind::Dict as u8).expect("a dictionary");
+    assert!(with_dict > 0);
+    let mut b = crate::index::Batch::new();
+    b.delete_chunk(&s.index, dict);
+    s.index.write(b).unwrap();
+    let rep = s.gc().unwrap();
+    assert_eq!(rep.chunks_damaged, with_dict, "{rep:?}");
+    assert!(rep.packs_settled > 0, "{rep:?}");
+    let after: HashMap<ChunkKey, u32> = s.index.chunk_iter().map(|i| i.unwrap()).map(|(k, e)| (k, e.stored_len)).collect();
+    for (k, e) in &entries {
+        if e.codec == crate::pack::Codec::ZstdDict as u8 {
+            assert_eq!(after[k], e.stored_len, "copied as it was");
+        }
+    }
 }
