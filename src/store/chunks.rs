@@ -61,22 +61,23 @@ enum Batched {
     Later,
 }
 
-/// One thread's zstd contexts: for the store's dictionary, and one for each level asked.
+/// One thread's zstd contexts: for the store's dictionary, and one for each level asked
+/// (ingest's, and gc's settling).
 #[derive(Default)]
-struct Compressors {
+pub(super) struct Compressors {
     cctx: Option<zstd::zstd_safe::CCtx<'static>>,
     levels: Vec<(i32, zstd::bulk::Compressor<'static>)>,
 }
 
 impl Compressors {
-    fn for_dictionary(&mut self) -> Option<&mut zstd::zstd_safe::CCtx<'static>> {
+    pub(super) fn for_dictionary(&mut self) -> Option<&mut zstd::zstd_safe::CCtx<'static>> {
         if self.cctx.is_none() {
             self.cctx = zstd::zstd_safe::CCtx::try_create();
         }
         self.cctx.as_mut()
     }
 
-    fn at(&mut self, level: i32) -> Option<&mut zstd::bulk::Compressor<'static>> {
+    pub(super) fn at(&mut self, level: i32) -> Option<&mut zstd::bulk::Compressor<'static>> {
         if !self.levels.iter().any(|(l, _)| *l == level) {
             self.levels.push((level, zstd::bulk::Compressor::new(level).ok()?));
         }

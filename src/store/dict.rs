@@ -198,7 +198,12 @@ pub struct Shared<'a> {
     cdict: &'a zstd::zstd_safe::CDict<'static>,
 }
 
-impl Shared<'_> {
+impl<'a> Shared<'a> {
+    /// Dictionary `digest`, prepared as `cdict` (gc's settling brings its own, at its level).
+    pub fn new(digest: &'a Digest, cdict: &'a zstd::zstd_safe::CDict<'static>) -> Shared<'a> {
+        Shared { digest, cdict }
+    }
+
     /// `data` as a `Codec::ZstdDict` blob stores it (the dictionary's digest, then the
     /// frame), compressed with a context of the caller's.
     pub fn compress(&self, cctx: &mut zstd::zstd_safe::CCtx<'static>, data: &[u8]) -> Option<Vec<u8>> {

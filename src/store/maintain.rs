@@ -363,9 +363,8 @@ impl Store {
         let packs_dir = self.root.join("packs");
         let mut out = Rewritten { open: None, batch: Batch::new() };
         let mut dicts = settle::Dicts::default();
-        // Blobs read and not yet written (and their entries): settled a batch at a time, on
-        // two threads.
-        let (mut entries, mut blobs): (Vec<crate::index::ChunkEntry>, Vec<settle::Blob>) = (Vec::new(), Vec::new());
+        // Blobs read and not yet written: settled a batch at a time, on two threads.
+        let mut blobs: Vec<settle::Blob> = Vec::new();
         let (mut batch_bytes, mut damaged) = (0usize, 0u64);
         for r in places.finish().map_err(io_at(&runs))? {
             let r = r.map_err(io_at(&runs))?;
@@ -374,15 +373,15 @@ impl Store {
             let be64 = |b: &[u8]| u64::from_be_bytes(b.try_into().expect("8 bytes"));
             let e = crate::index::ChunkEntry { pack: be64(&r[..8]), offset: be64(&r[8..16]), stored_len: be32(&r[52..56]), raw_len: be32(&r[56..60]), codec: r[60], kind: r[61], refs: be64(&r[62..]) };
             let (blob, stored) = self.packs.read_stored(e.pack, e.offset, &k, e.stored_len)?;
-            batch_bytes += blob.raw_len as usize;
-            blobs.push(settle::Blob { pack: e.pack, offset: e.offset, key: k, kind: e.kind, codec: blob.codec, raw_len: e.raw_len, stored });
-            entries.push(e);
+            batch_bytes += e.raw_len as usize;
+            // The blob's own codec (the header's, checked), as gc always copied it.
+            blobs.push(settle::Blob { key: k, entry: crate::index::ChunkEntry { codec: blob.codec, ..e }, stored });
             if batch_bytes >= SETTLE_BATCH {
-                damaged += self.write_rewritten(ns, &mut out, &mut dicts, std::mem::take(&mut entries), std::mem::take(&mut blobs), settling)?;
+                damaged += self.write_rewritten(ns, &mut out, &mut dicts, std::mem::take(&mut blobs), settling)?;
                 batch_bytes = 0;
             }
         }
-        damaged += self.write_rewritten(ns, &mut out, &mut dicts, entries, blobs, settling)?;
+        damaged += self.write_rewritten(ns, &mut out, &mut dicts, blobs, settling)?;
         if let Some(o) = out.open.take() {
             let id = o.id;
             o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
@@ -396,10 +395,11 @@ impl Store {
     /// moves their index entries there a sealed pack at a time. Returns how many chunks
     /// settling found damaged. Without `settling`, every blob is written at level 0, so a
     /// later gc settles it (again, if it was).
-    fn write_rewritten(&self, ns: &mut Ns, out: &mut Rewritten, dicts: &mut settle::Dicts, entries: Vec<crate::index::ChunkEntry>, mut blobs: Vec<settle::Blob>, settling: bool) -> Result<u64> {
+    fn write_rewritten(&self, ns: &mut Ns, out: &mut Rewritten, dicts: &mut settle::Dicts, mut blobs: Vec<settle::Blob>, settling: bool) -> Result<u64> {
         let (packs_dir, tmp_dir) = (self.root.join("packs"), self.root.join("packs-tmp"));
         let damaged = if settling { self.settle(dicts, &mut blobs)? } else { 0 };
-        for (e, b) in entries.into_iter().zip(blobs) {
+        for b in blobs {
+            let e = &b.entry;
             if out.open.as_ref().is_some_and(|o| o.len() >= self.config.pack_size) {
                 let o = out.open.take().expect("checked");
                 let id = o.id;
@@ -412,11 +412,11 @@ impl Store {
                 out.open = Some(OpenPack::create(&tmp_dir, nid).map_err(io_at(&tmp_dir))?);
             }
             let o = out.open.as_mut().expect("created");
-            let codec = pack::Codec::from_u8(b.codec).unwrap_or(pack::Codec::None);
+            let codec = pack::Codec::from_u8(e.codec).unwrap_or(pack::Codec::None);
             let _taken = self.space.take((BLOB_HEADER_LEN + b.stored.len()) as u64).map_err(io_at(&tmp_dir))?;
             let level = if settling { settle::LEVEL } else { 0 };
-            let info = o.append_settled(b.key, ChunkKind::from_u8(b.kind), codec, b.raw_len, &b.stored, level).map_err(io_at(&tmp_dir))?;
-            let ne = crate::index::ChunkEntry { pack: o.id, offset: info.offset, stored_len: info.stored_len, ..e };
+            let info = o.append_settled(b.key, ChunkKind::from_u8(e.kind), codec, e.raw_len, &b.stored, level).map_err(io_at(&tmp_dir))?;
+            let ne = crate::index::ChunkEntry { pack: o.id, offset: info.offset, stored_len: info.stored_len, ..e.clone() };
             out.batch.put_chunk(&self.index, &b.key, &ne);
         }
         Ok(damaged)

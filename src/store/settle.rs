@@ -15,8 +15,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::{io_at, Result, Store, StoreError};
 use crate::digest::{ChunkKey, Digest};
-use crate::index::Batch;
-use crate::pack::{self, ChunkKind, Codec, PackError, DICT_REF_LEN};
+use crate::index::{Batch, ChunkEntry};
+use super::chunks::Compressors;
+use super::dict;
+use crate::pack::{self, ChunkKind, Codec, PackError};
 
 /// The zstd level gc settles chunks at: about as much as level 12 for a third of its time
 /// (levels 15-19 take 7-15 times as long for 2 % more).
@@ -55,14 +57,11 @@ impl Plan {
     }
 }
 
-/// One blob on its way to a new pack, and where it was.
+/// One blob on its way to a new pack: its chunk, its index entry (where it was), and its
+/// stored bytes.
 pub(super) struct Blob {
-    pub pack: u64,
-    pub offset: u64,
     pub key: ChunkKey,
-    pub kind: u8,
-    pub codec: u8,
-    pub raw_len: u32,
+    pub entry: ChunkEntry,
     pub stored: Vec<u8>,
 }
 
@@ -71,12 +70,12 @@ impl Blob {
     /// (replaced at every checkpoint), dictionaries (kept as they were trained) or recipe
     /// pieces (ingest writes them at level 9 already).
     fn recompressed(&self) -> bool {
-        let kind = ChunkKind::from_u8(self.kind);
-        (self.codec == Codec::Zstd as u8 || self.codec == Codec::ZstdDict as u8) && !matches!(kind, ChunkKind::Meta | ChunkKind::Dict | ChunkKind::Recipe)
+        let (kind, codec) = (ChunkKind::from_u8(self.entry.kind), self.entry.codec);
+        (codec == Codec::Zstd as u8 || codec == Codec::ZstdDict as u8) && !matches!(kind, ChunkKind::Meta | ChunkKind::Dict | ChunkKind::Recipe)
     }
 
     fn corrupt(&self, what: String) -> StoreError {
-        StoreError::Pack(PackError::Corrupt { pack: self.pack, offset: self.offset, what: format!("chunk {}: {what}", self.key.short()) })
+        StoreError::Pack(PackError::Corrupt { pack: self.entry.pack, offset: self.entry.offset, what: format!("chunk {}: {what}", self.key.short()) })
     }
 }
 
@@ -159,7 +158,7 @@ impl Store {
     /// that is not smaller. A chunk whose bytes do not decode to its digest is kept as it
     /// is; returns how many were.
     pub(super) fn settle(&self, dicts: &mut Dicts, blobs: &mut [Blob]) -> Result<u64> {
-        for b in blobs.iter().filter(|b| b.recompressed() && b.codec == Codec::ZstdDict as u8) {
+        for b in blobs.iter().filter(|b| b.recompressed() && b.entry.codec == Codec::ZstdDict as u8) {
             let Some(d) = pack::dict_of(&b.stored) else { continue };
             if let std::collections::hash_map::Entry::Vacant(slot) = dicts.ready.entry(d) {
                 // A dictionary missing or damaged is damage like a chunk's: the chunks naming
@@ -177,14 +176,13 @@ impl Store {
         let work: Vec<&Blob> = blobs.iter().collect();
         let done = crate::sync::on_two_threads(
             work.len(),
-            zstd::zstd_safe::CCtx::try_create,
-            |cctx, i| -> Result<Settled> {
+            Compressors::default,
+            |z, i| -> Result<Settled> {
                 let b = work[i];
                 if !b.recompressed() {
                     return Ok(Settled::Kept);
                 }
-                let cctx = cctx.as_mut().ok_or_else(|| StoreError::Bug("zstd has no compression context".into()))?;
-                self.recompress(dicts, cctx, b)
+                self.recompress(dicts, z, b)
             },
         );
         drop(work);
@@ -202,45 +200,36 @@ impl Store {
         Ok(damaged)
     }
 
-    /// `b`'s bytes at `LEVEL`, in its codec (a dictionary blob keeps its dictionary).
-    fn recompress(&self, dicts: &Dicts, cctx: &mut zstd::zstd_safe::CCtx<'static>, b: &Blob) -> Result<Settled> {
-        let dict = match b.codec == Codec::ZstdDict as u8 {
+    /// `b`'s bytes at `LEVEL`, in its codec (a dictionary blob keeps its dictionary),
+    /// compressed as ingest compresses (`chunks::Compressors`, `dict::Shared`).
+    fn recompress(&self, dicts: &Dicts, z: &mut Compressors, b: &Blob) -> Result<Settled> {
+        let (codec, raw_len) = (b.entry.codec, b.entry.raw_len);
+        let dict = match codec == Codec::ZstdDict as u8 {
             true => {
                 let Some(named) = pack::dict_of(&b.stored) else {
                     return Ok(Settled::Damaged(b.corrupt("shorter than its dictionary's name".into())));
                 };
-                match dicts.ready.get(&named).and_then(Option::as_ref) {
+                match dicts.ready.get_key_value(&named).and_then(|(d, p)| Some((d, p.as_ref()?))) {
                     Some(d) => Some(d),
                     None => return Ok(Settled::Damaged(b.corrupt(format!("its zstd dictionary {} is missing or damaged", ChunkKey { digest: named, seq: 0 }.short())))),
                 }
             }
             false => None,
         };
-        let raw = match pack::decode_stored(b.codec, &b.stored, b.raw_len, dict.map(|d| &d.1)) {
+        let raw = match pack::decode_stored(codec, &b.stored, raw_len, dict.map(|(_, (_, ddict))| ddict)) {
             Ok(raw) => raw,
             Err(e) => return Ok(Settled::Damaged(b.corrupt(format!("cannot decode it: {e}")))),
         };
         if (self.digest)(&raw) != b.key.digest {
             return Ok(Settled::Damaged(b.corrupt("its bytes do not match its digest".into())));
         }
-        use zstd::zstd_safe::{CParameter, ResetDirective};
-        let mut frame = Vec::with_capacity(zstd::zstd_safe::compress_bound(raw.len()));
-        let set = match dict {
-            Some((cdict, _)) => cctx.ref_cdict(cdict),
-            None => cctx.set_parameter(CParameter::CompressionLevel(LEVEL as i32)),
+        let no_context = || StoreError::Bug("zstd has no compression context".into());
+        let settled = match dict {
+            Some((digest, (cdict, _))) => dict::Shared::new(digest, cdict).compress(z.for_dictionary().ok_or_else(no_context)?, &raw),
+            None => z.at(LEVEL as i32).ok_or_else(no_context)?.compress(&raw).ok(),
         };
-        let done = set.and_then(|_| cctx.compress2(&mut frame, &raw));
-        // As at ingest (`dict::Shared::compress`): the context must not keep pointing at a
-        // dictionary it borrowed, whatever happened.
-        cctx.reset(ResetDirective::SessionAndParameters).map_err(|_| StoreError::Bug("zstd cannot reset a context".into()))?;
-        if done.is_err() {
-            // Kept as it is: what zstd would not do again changes nothing stored.
-            return Ok(Settled::Kept);
-        }
-        Ok(Settled::Smaller(match dict {
-            Some(_) => [&b.stored[..DICT_REF_LEN], &frame].concat(),
-            None => frame,
-        }))
+        // What zstd would not do again is kept as it is: that changes nothing stored.
+        Ok(settled.map_or(Settled::Kept, Settled::Smaller))
     }
 
     /// The raw bytes of dictionary chunk `d`.

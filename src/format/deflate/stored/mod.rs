@@ -97,14 +97,14 @@ impl Cursor<'_> {
 fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], chain: &mut Chain, mut proof: Option<&mut Vec<Resolved>>) -> Result<()> {
     let (mut gaps, mut refs, mut lens) = (Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()));
     let end = ms.last().map_or(from as usize, |m| m.pos as usize + m.len as usize).max(from as usize);
+    // Whether each match is as long as its source allows (its length then implied), worked
+    // out once: the sparse rule asks it of them all first.
+    let maximal: Vec<bool> = ms.iter().map(|m| extension(plain, m.pos as usize, m.dist as usize, (plain.len() - m.pos as usize).min(258)) == m.len as usize).collect();
     let under = |per_kib: u64| (ms.len() as u64) * 1024 < (end - from as usize) as u64 * per_kib;
-    let maximal = |m: &Match| extension(plain, m.pos as usize, m.dist as usize, (plain.len() - m.pos as usize).min(258)) == m.len as usize;
-    let sparse = under(SPARSE_PER_KIB) || (under(SPARSE_IMPLIED_PER_KIB) && ms.iter().all(maximal));
-    for m in ms {
+    let sparse = under(SPARSE_PER_KIB) || (under(SPARSE_IMPLIED_PER_KIB) && maximal.iter().all(|&m| m));
+    for (m, &maximal) in ms.iter().zip(&maximal) {
         let (pos, dist) = (m.pos as usize, m.dist as usize);
         put_varint(&mut gaps, (m.pos - from) as u64);
-        let longest = extension(plain, pos, dist, (plain.len() - pos).min(258));
-        let maximal = longest == m.len as usize;
         // A stated length (an optimal parser's, such as zopfli's) keeps the long walk: its
         // sources lie further down, and distances would cost a fifth more of its parse.
         let steps = if maximal { STORED_REF_STEPS } else { RANK_STEPS };
