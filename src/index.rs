@@ -25,6 +25,8 @@ pub enum IndexError {
     Bad(&'static str),
     #[error("index: undecodable {what} record: {err}")]
     Decode { what: &'static str, err: postcard::Error },
+    #[error("index: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 pub type Result<T> = std::result::Result<T, IndexError>;
@@ -113,6 +115,30 @@ impl LogOp {
 pub const CF_META: u8 = 0;
 pub const CF_CHUNK: u8 = 1;
 
+/// Removes the write-ahead logs that hold nothing. RocksDB 7.8 starts a new log at every
+/// open and keeps an empty one from an earlier open until a memtable is flushed (fixed in
+/// 8.3, facebook/rocksdb#11409), so a store opened again and again without writes (`stats`
+/// from a monitoring job, a mount that only serves reads) would gather one file per open.
+/// An empty log has no record to recover, and with `track_and_verify_wals_in_manifest` off
+/// (the default, kept here) RocksDB does not look for the logs it knew. Only the store's owner
+/// opens the index for writing, so no other process is writing any of them.
+fn remove_empty_logs(path: &Path) -> Result<()> {
+    let entries = match std::fs::read_dir(path) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let is_log = name.to_str().is_some_and(|n| n.ends_with(".log") && n[..n.len() - 4].bytes().all(|b| b.is_ascii_digit()));
+        if is_log && entry.metadata()?.len() == 0 {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
 impl Index {
     /// Opens the index for reading while another process owns the store (a live mount):
     /// a consistent view as of now, including the owner's write-ahead log.
@@ -176,6 +202,7 @@ impl Index {
             }
             ColumnFamilyDescriptor::new(*name, o)
         });
+        remove_empty_logs(path)?;
         let db = DB::open_cf_descriptors(&opts, path, cfs)?;
         Ok(Index { db, generation: Default::default() })
     }
@@ -561,5 +588,27 @@ mod tests {
         assert_eq!(idx.meta_u64("next_ino").unwrap(), 9);
         assert_eq!(idx.dir_entries(1).unwrap(), vec![(b"a".to_vec(), 2), (b"b".to_vec(), 3)]);
         assert_eq!(idx.lookup(2, b"c").unwrap(), Some(4));
+    }
+
+    fn logs(dir: &Path) -> Vec<u64> {
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap()).filter(|e| e.file_name().to_string_lossy().ends_with(".log")).map(|e| e.metadata().unwrap().len()).collect()
+    }
+
+    #[test]
+    fn opening_again_and_again_leaves_one_write_ahead_log() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Index::create(dir.path(), 2).unwrap());
+        for _ in 0..4 {
+            drop(Index::open(dir.path()).unwrap());
+        }
+        assert_eq!(logs(dir.path()), vec![0], "RocksDB 7.8 left one empty log per open");
+        // A log that holds writes not flushed yet is recovered, never removed.
+        let idx = Index::open(dir.path()).unwrap();
+        let mut b = Batch::new();
+        b.put_meta_u64(&idx, "next_ino", 7);
+        idx.write(b).unwrap();
+        drop(idx);
+        assert!(logs(dir.path()).iter().any(|&n| n > 0), "the write is in a log only");
+        assert_eq!(Index::open(dir.path()).unwrap().meta_u64("next_ino").unwrap(), 7);
     }
 }
