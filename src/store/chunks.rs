@@ -17,8 +17,9 @@ use crate::recipe::RefDelta;
 
 /// Compressed chunks are kept only if they save at least 3 %.
 const MIN_SAVING_PERCENT: usize = 3;
+/// Chunks and recipe pieces alike: gc settles both (`settle`). Recipe pieces at level 9 here
+/// took 5 % of an import's CPU; settled, the store after gc is the same size.
 const ZSTD_LEVEL: i32 = 3;
-const RECIPE_ZSTD_LEVEL: i32 = 9;
 /// New bytes `store_chunks` plans before it compresses and appends them.
 const BATCH_BYTES: usize = 8 << 20;
 /// Chunk entries a commit looks up in one call.
@@ -241,7 +242,7 @@ impl Store {
 
     /// Finds each of `items` (bytes, kind) in the store or appends it as a new chunk, in
     /// order, and returns their keys. Digests, and the compression of the chunks the store
-    /// lacks (recipe pieces at a higher level), are worked out on two threads.
+    /// lacks, are worked out on two threads.
     /// Ingest stores a window's chunks while the window's parses are proven on two other
     /// threads: compressed one at a time, they made this thread the window's longest, and a
     /// core idle once the proofs were done. New chunks are compressed and appended a few
@@ -299,12 +300,9 @@ impl Store {
                 let dicts = &w.dicts;
                 let work = |z: &mut Compressors, n: usize| {
                     let (i, dict) = new[n];
-                    let (data, kind) = items[i];
+                    let data = items[i].0;
                     let with_dict = dict.and_then(|d| dicts.shared(d)).and_then(|shared| shared.compress(z.for_dictionary()?, data)).map(|z| (Codec::ZstdDict, z));
-                    // Recipe pieces are small (bytes per file, not per payload), read often,
-                    // and compress much better with more effort.
-                    let level = if kind == ChunkKind::Recipe { RECIPE_ZSTD_LEVEL } else { ZSTD_LEVEL };
-                    with_dict.or_else(|| z.at(level)?.compress(data).ok().map(|z| (Codec::Zstd, z)))
+                    with_dict.or_else(|| z.at(ZSTD_LEVEL)?.compress(data).ok().map(|z| (Codec::Zstd, z)))
                 };
                 let init = Compressors::default;
                 on_two_threads(new.len(), init, work).into_iter().map(Option::flatten).collect()

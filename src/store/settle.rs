@@ -66,12 +66,12 @@ pub(super) struct Blob {
 }
 
 impl Blob {
-    /// Whether settling recompresses it: zstd chunks, but not the metadata log's records
-    /// (replaced at every checkpoint), dictionaries (kept as they were trained) or recipe
-    /// pieces (ingest writes them at level 9 already).
+    /// Whether settling recompresses it: zstd chunks and recipe pieces, but not the metadata
+    /// log's records (replaced at every checkpoint) or dictionaries (kept as they were
+    /// trained).
     fn recompressed(&self) -> bool {
         let (kind, codec) = (ChunkKind::from_u8(self.entry.kind), self.entry.codec);
-        (codec == Codec::Zstd as u8 || codec == Codec::ZstdDict as u8) && !matches!(kind, ChunkKind::Meta | ChunkKind::Dict | ChunkKind::Recipe)
+        (codec == Codec::Zstd as u8 || codec == Codec::ZstdDict as u8) && !matches!(kind, ChunkKind::Meta | ChunkKind::Dict)
     }
 
     fn corrupt(&self, what: String) -> StoreError {
