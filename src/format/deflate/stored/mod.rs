@@ -99,7 +99,17 @@ fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], cha
     let end = ms.last().map_or(from as usize, |m| m.pos as usize + m.len as usize).max(from as usize);
     // Whether each match is as long as its source allows (its length then implied), worked
     // out once: the sparse rule asks it of them all first.
-    let maximal: Vec<bool> = ms.iter().map(|m| extension(plain, m.pos as usize, m.dist as usize, (plain.len() - m.pos as usize).min(258)) == m.len as usize).collect();
+    // A recorded match copies what it says (its text was checked or written by it), so one
+    // byte past its end tells: measuring its whole extension cost a match's length in
+    // compares, 3 % of an import.
+    let maximal: Vec<bool> = ms
+        .iter()
+        .map(|m| {
+            let (pos, len, dist) = (m.pos as usize, m.len as usize, m.dist as usize);
+            debug_assert_eq!(plain[pos..pos + len], plain[pos - dist..pos - dist + len]);
+            len == (plain.len() - pos).min(258) || plain[pos + len] != plain[pos + len - dist]
+        })
+        .collect();
     let under = |per_kib: u64| (ms.len() as u64) * 1024 < (end - from as usize) as u64 * per_kib;
     let sparse = under(SPARSE_PER_KIB) || (under(SPARSE_IMPLIED_PER_KIB) && maximal.iter().all(|&m| m));
     for (m, &maximal) in ms.iter().zip(&maximal) {
