@@ -120,8 +120,9 @@ pub const CF_CHUNK: u8 = 1;
 /// 8.3, facebook/rocksdb#11409), so a store opened again and again without writes (`stats`
 /// from a monitoring job, a mount that only serves reads) would gather one file per open.
 /// An empty log has no record to recover, and with `track_and_verify_wals_in_manifest` off
-/// (the default, kept here) RocksDB does not look for the logs it knew. Only the store's owner
-/// opens the index for writing, so no other process is writing any of them.
+/// (the default, kept here) RocksDB does not look for the logs it knew. Runs before RocksDB
+/// takes its own lock: the caller of `open` and `create` holds the store's lock (only the
+/// store's owner opens the index for writing), so no other process is writing any of them.
 fn remove_empty_logs(path: &Path) -> Result<()> {
     let entries = match std::fs::read_dir(path) {
         Ok(e) => e,
@@ -131,8 +132,12 @@ fn remove_empty_logs(path: &Path) -> Result<()> {
     for entry in entries {
         let entry = entry?;
         let name = entry.file_name();
-        let is_log = name.to_str().is_some_and(|n| n.ends_with(".log") && n[..n.len() - 4].bytes().all(|b| b.is_ascii_digit()));
-        if is_log && entry.metadata()?.len() == 0 {
+        let is_log = name.to_str().and_then(|n| n.strip_suffix(".log")).is_some_and(|stem| !stem.is_empty() && stem.bytes().all(|b| b.is_ascii_digit()));
+        if !is_log {
+            continue;
+        }
+        let md = entry.metadata()?;
+        if md.is_file() && md.len() == 0 {
             std::fs::remove_file(entry.path())?;
         }
     }
@@ -158,7 +163,8 @@ impl Index {
         Ok(idx)
     }
 
-    /// Opens an existing index; fails if there is none.
+    /// Opens an existing index; fails if there is none. The caller holds the store's lock
+    /// (`remove_empty_logs`).
     pub fn open(path: &Path) -> Result<Index> {
         Index::open_with(path, false)
     }

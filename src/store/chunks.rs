@@ -17,9 +17,14 @@ use crate::recipe::RefDelta;
 
 /// Compressed chunks are kept only if they save at least 3 %.
 const MIN_SAVING_PERCENT: usize = 3;
-/// Chunks and recipe pieces alike: gc settles both (`settle`). Recipe pieces at level 9 here
-/// took 5 % of an import's CPU; settled, the store after gc is the same size.
+/// Chunks, and recipe pieces on a store gc settles (`settle` recompresses both at its level):
+/// recipe pieces at level 9 here took 5 % of an import's CPU, and settled the store after gc
+/// is the same size.
 const ZSTD_LEVEL: i32 = 3;
+/// Recipe pieces on a store several nodes write, which gc does not settle: written at the
+/// level gc would settle them at (small, bytes per file rather than per payload, and much
+/// smaller with the effort).
+const UNSETTLED_RECIPE_ZSTD_LEVEL: i32 = super::settle::LEVEL as i32;
 /// New bytes `store_chunks` plans before it compresses and appends them.
 const BATCH_BYTES: usize = 8 << 20;
 /// Chunk entries a commit looks up in one call.
@@ -298,11 +303,13 @@ impl Store {
         let mut compressed: Vec<Option<(Codec, Vec<u8>)>> = match self.config.compression {
             Compression::Zstd => {
                 let dicts = &w.dicts;
+                let shared = self.is_shared();
                 let work = |z: &mut Compressors, n: usize| {
                     let (i, dict) = new[n];
-                    let data = items[i].0;
+                    let (data, kind) = items[i];
                     let with_dict = dict.and_then(|d| dicts.shared(d)).and_then(|shared| shared.compress(z.for_dictionary()?, data)).map(|z| (Codec::ZstdDict, z));
-                    with_dict.or_else(|| z.at(ZSTD_LEVEL)?.compress(data).ok().map(|z| (Codec::Zstd, z)))
+                    let level = if kind == ChunkKind::Recipe && shared { UNSETTLED_RECIPE_ZSTD_LEVEL } else { ZSTD_LEVEL };
+                    with_dict.or_else(|| z.at(level)?.compress(data).ok().map(|z| (Codec::Zstd, z)))
                 };
                 let init = Compressors::default;
                 on_two_threads(new.len(), init, work).into_iter().map(Option::flatten).collect()

@@ -30,7 +30,8 @@ const LOOKUP_READ: u64 = 256 << 10;
 /// sequential reader. A cold read here costs about 45 us for a page and 1 us more for every
 /// KiB after it (64 KiB: 100 us, 512 KiB: 520 us), while reads issued together overlap (three
 /// 8 KiB reads a quarter MiB apart: 75 us, the same as one). A lookup's blobs are read apart
-/// unless they touch; a sequential reader will read what lies between them anyway.
+/// unless at most a page lies between them; a sequential reader will read what lies between
+/// them anyway.
 const LOOKUP_GAP: u64 = 4 << 10;
 const SEQUENTIAL_GAP: u64 = 1 << 20;
 
@@ -311,7 +312,7 @@ impl Store {
     }
 
     /// Starts the kernel reading the blobs of the chunks that are not cached, in pack order,
-    /// blobs less than `gap` bytes apart merged into one range; their locations land in the
+    /// blobs at most `gap` bytes apart merged into one range; their locations land in the
     /// location cache.
     fn request_chunks(&self, keys: &[ChunkKey], gap: u64) -> Result<()> {
         let wanted: Vec<ChunkKey> = {

@@ -432,9 +432,19 @@ mod tests {
         let own = a.resolve("/three").unwrap();
         a.put_file(own, b"small", &small, meta).unwrap();
         a.put_file(own, b"big", &big, meta).unwrap();
+        // A crawl, whose recipe pieces (a record's extents each) compress well.
+        let crawl: Vec<u8> = (0..300u32).flat_map(|r| crate::store::tests::warc_record(r, &crate::store::tests::site_page(r))).collect();
+        a.put_file(own, b"crawl.warc", &crawl, meta).unwrap();
         a.remove("/three/small", false).unwrap();
         let rep = a.gc().unwrap();
         assert_eq!(rep.packs_settled, 0, "a store several nodes write is not settled: {rep:?}");
+        // So its recipe pieces are written at the archival level from the start.
+        let pieces: Vec<_> = a.index.chunk_iter().map(|i| i.unwrap()).filter(|(_, e)| e.kind == crate::pack::ChunkKind::Recipe as u8 && e.codec == crate::pack::Codec::Zstd as u8).collect();
+        assert!(!pieces.is_empty());
+        for (k, e) in &pieces {
+            let raw = a.chunk_bytes(k, e).unwrap();
+            assert_eq!(e.stored_len as usize, zstd::bulk::compress(&raw, super::super::settle::LEVEL as i32).unwrap().len(), "recipe piece {k}");
+        }
         a.publish().unwrap();
         a.wait_uploaded(std::time::Duration::from_secs(30)).unwrap();
         // B opens after the gc (its index rebuilt from the bucket) and stores the same bytes.

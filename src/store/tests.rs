@@ -41,7 +41,7 @@ fn read_all(s: &Store, name: &str) -> Vec<u8> {
 }
 
 /// One WARC response record whose payload is `body`.
-fn warc_record(id: u32, body: &[u8]) -> Vec<u8> {
+pub(super) fn warc_record(id: u32, body: &[u8]) -> Vec<u8> {
     let http = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n", body.len());
     let block_len = http.len() + body.len();
     let mut r = format!(
@@ -578,7 +578,7 @@ fn gc_leaves_packs_of_small_live_blobs_alone() {
 }
 
 /// HTML-like pages of one site: shared markup, varying text.
-fn site_page(i: u32) -> Vec<u8> {
+pub(super) fn site_page(i: u32) -> Vec<u8> {
     let mut p = format!("<!doctype html><html lang=en><head><meta charset=utf-8><title>Item {i}</title><link rel=stylesheet href=/static/site.css><script src=/static/app.js defer></script></head><body><header><nav><a href=/>Home</a> | <a href=/catalogue>Catalogue</a> | <a href=/about>About us</a></nav></header><main>").into_bytes();
     for k in 0..40u32 {
         let x = i.wrapping_mul(2654435761).wrapping_add(k * 40503) >> 7;
@@ -681,16 +681,20 @@ fn gc_settles_each_pack_once() {
     assert_eq!(before.packs_settled, 0);
     assert!(blob_levels(dir.path()).iter().all(|&l| l == 0), "ingest and a gc told not to settle write level 0");
 
-    let stored = |s: &Store| -> HashMap<ChunkKey, (u8, u32)> { s.index.chunk_iter().map(|i| i.unwrap()).map(|(k, e)| (k, (e.codec, e.stored_len))).collect() };
+    let stored = |s: &Store| -> HashMap<ChunkKey, (u8, u32, u8)> { s.index.chunk_iter().map(|i| i.unwrap()).map(|(k, e)| (k, (e.codec, e.stored_len, e.kind))).collect() };
     let ingested = stored(&s);
     let rep = s.gc().unwrap();
     assert!(rep.packs_settled > 0 && rep.packs_left_unsettled == 0 && rep.chunks_damaged == 0, "{rep:?}");
-    // Chunks with and without the dictionary both came out smaller, under the same keys.
+    // Chunks with and without the dictionary, and recipe pieces, all came out smaller under
+    // the same keys.
     let settled = stored(&s);
+    let smaller = |codec: u8, kind: Option<crate::pack::ChunkKind>| {
+        ingested.iter().filter(|(k, (c, len, kd))| *c == codec && kind.is_none_or(|kind| *kd == kind as u8) && settled.get(k).is_some_and(|(c2, len2, _)| c2 == c && len2 < len)).count()
+    };
     for codec in [crate::pack::Codec::Zstd as u8, crate::pack::Codec::ZstdDict as u8] {
-        let smaller = ingested.iter().filter(|(k, (c, len))| *c == codec && settled.get(k).is_some_and(|(c2, len2)| c2 == c && len2 < len)).count();
-        assert!(smaller > 0, "no chunk of codec {codec} was recompressed smaller");
+        assert!(smaller(codec, None) > 0, "no chunk of codec {codec} was recompressed smaller");
     }
+    assert!(smaller(crate::pack::Codec::Zstd as u8, Some(crate::pack::ChunkKind::Recipe)) > 0, "no recipe piece was recompressed smaller");
     let levels = blob_levels(dir.path());
     assert!(!levels.is_empty() && levels.iter().all(|&l| l == settle::LEVEL), "{levels:?}");
     assert!(rep.bytes_after < rep.bytes_before, "level {} stores these pages smaller: {rep:?}", settle::LEVEL);

@@ -106,8 +106,11 @@ fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], cha
         .iter()
         .map(|m| {
             let (pos, len, dist) = (m.pos as usize, m.len as usize, m.dist as usize);
-            debug_assert_eq!(plain[pos..pos + len], plain[pos - dist..pos - dist + len]);
-            len == (plain.len() - pos).min(258) || plain[pos + len] != plain[pos + len - dist]
+            let cap = (plain.len() - pos).min(258);
+            debug_assert!(len > cap || plain[pos..pos + len] == plain[pos - dist..pos - dist + len]);
+            // (A match past the text, which no recorded parse has, is not maximal: the proof
+            // then finds it out, as before.)
+            len == cap || (len < cap && plain[pos + len] != plain[pos + len - dist])
         })
         .collect();
     let under = |per_kib: u64| (ms.len() as u64) * 1024 < (end - from as usize) as u64 * per_kib;
