@@ -21,10 +21,10 @@ const MIN_SAVING_PERCENT: usize = 3;
 /// recipe pieces at level 9 here took 5 % of an import's CPU, and settled the store after gc
 /// is the same size.
 const ZSTD_LEVEL: i32 = 3;
-/// Recipe pieces on a store several nodes write, which gc does not settle: written at the
-/// level gc would settle them at (small, bytes per file rather than per payload, and much
-/// smaller with the effort).
-const UNSETTLED_RECIPE_ZSTD_LEVEL: i32 = super::settle::LEVEL as i32;
+/// The level for bytes kept for years: gc settles chunks at it (`settle::LEVEL`), and ingest
+/// writes recipe pieces at it on a store several nodes write, which gc does not settle
+/// (small, bytes per file rather than per payload, and much smaller with the effort).
+pub(super) const ARCHIVAL_ZSTD_LEVEL: i32 = 9;
 /// New bytes `store_chunks` plans before it compresses and appends them.
 const BATCH_BYTES: usize = 8 << 20;
 /// Chunk entries a commit looks up in one call.
@@ -308,7 +308,7 @@ impl Store {
                     let (i, dict) = new[n];
                     let (data, kind) = items[i];
                     let with_dict = dict.and_then(|d| dicts.shared(d)).and_then(|shared| shared.compress(z.for_dictionary()?, data)).map(|z| (Codec::ZstdDict, z));
-                    let level = if kind == ChunkKind::Recipe && shared { UNSETTLED_RECIPE_ZSTD_LEVEL } else { ZSTD_LEVEL };
+                    let level = if kind == ChunkKind::Recipe && shared { ARCHIVAL_ZSTD_LEVEL } else { ZSTD_LEVEL };
                     with_dict.or_else(|| z.at(level)?.compress(data).ok().map(|z| (Codec::Zstd, z)))
                 };
                 let init = Compressors::default;

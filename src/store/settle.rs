@@ -22,7 +22,7 @@ use crate::pack::{self, ChunkKind, Codec, PackError};
 
 /// The zstd level gc settles chunks at: about as much as level 12 for a third of its time
 /// (levels 15-19 take 7-15 times as long for 2 % more).
-pub(super) const LEVEL: u8 = 9;
+pub(super) const LEVEL: u8 = super::chunks::ARCHIVAL_ZSTD_LEVEL as u8;
 
 /// Bytes of packs one gc settles at most on an object store: the new packs must reach the
 /// bucket within gc's upload wait (10 minutes: 7 MB/s). A local store's limit is its room.
