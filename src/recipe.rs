@@ -30,9 +30,11 @@ pub struct Extent {
 pub enum Segment {
     Data { extents: Vec<Extent> },
     Member {
+        #[serde(with = "serde_bytes")]
         header: Vec<u8>,
         plain: Vec<Extent>,
         /// The member-specific part of its deflate parse (`format::deflate::Stored::prefix`).
+        #[serde(with = "serde_bytes")]
         parse: Vec<u8>,
         /// Position in the piece's key table of the chunk holding the parse's tail, if any.
         parse_tail: Option<u32>,
@@ -339,5 +341,44 @@ mod tests {
         assert_eq!(Piece::decode(&good.encode()).unwrap(), good);
         let bad = Piece { keys: vec![k(1)], segments: vec![Segment::Data { extents: vec![extent(0), extent(1)] }] };
         assert!(Piece::decode(&bad.encode()).is_err());
+    }
+
+    /// A member's header and parse prefix are read as byte strings (`serde_bytes`), which in
+    /// postcard are the same bytes as the byte sequences pieces were written as before: the
+    /// pieces of every earlier store read as they are, and an unchanged file's pieces keep
+    /// their keys (a piece is stored under the digest of its bytes).
+    #[test]
+    fn byte_fields_are_the_same_bytes_as_before() {
+        #[derive(Serialize, Deserialize, PartialEq, Debug)]
+        enum OldSegment {
+            Data { extents: Vec<Extent> },
+            Member { header: Vec<u8>, plain: Vec<Extent>, parse: Vec<u8>, parse_tail: Option<u32>, trailer: Option<[u8; 8]>, comp_len: u64, crc: u32 },
+        }
+        #[derive(Serialize, Deserialize, PartialEq, Debug)]
+        struct OldPiece {
+            keys: Vec<ChunkKey>,
+            segments: Vec<OldSegment>,
+        }
+        let extent = |chunk, len| Extent { chunk, offset: 7, len };
+        let (header, parse): (Vec<u8>, Vec<u8>) = ((0..10).collect(), (0..=255).cycle().take(700).collect());
+        let new = Piece {
+            keys: vec![k(1), k(2)],
+            segments: vec![
+                Segment::Data { extents: vec![extent(0, 3)] },
+                Segment::Member { header: header.clone(), plain: vec![extent(1, 900)], parse: parse.clone(), parse_tail: Some(0), trailer: Some([9; 8]), comp_len: 1234, crc: 0xdead_beef },
+                Segment::Member { header: vec![], plain: vec![], parse: vec![], parse_tail: None, trailer: None, comp_len: 20, crc: 1 },
+            ],
+        };
+        let old = OldPiece {
+            keys: vec![k(1), k(2)],
+            segments: vec![
+                OldSegment::Data { extents: vec![extent(0, 3)] },
+                OldSegment::Member { header, plain: vec![extent(1, 900)], parse, parse_tail: Some(0), trailer: Some([9; 8]), comp_len: 1234, crc: 0xdead_beef },
+                OldSegment::Member { header: vec![], plain: vec![], parse: vec![], parse_tail: None, trailer: None, comp_len: 20, crc: 1 },
+            ],
+        };
+        let old_bytes = postcard::to_allocvec(&old).unwrap();
+        assert_eq!(new.encode(), old_bytes);
+        assert_eq!(Piece::decode(&old_bytes).unwrap(), new);
     }
 }
