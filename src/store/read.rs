@@ -185,9 +185,10 @@ impl Store {
     /// Rebuilds one gzip member's exact compressed bytes: its plain text gathered, its
     /// recorded deflate parse replayed over it, and the result checked against the CRC-32 of
     /// the original bytes kept in the recipe. A mismatch is an error, never wrong bytes.
-    fn rebuild_member(&self, head: &RecipeHead, pno: u32, sno: usize, piece: &Piece) -> Result<Vec<u8>> {
+    /// `advised` as for `gather_with`.
+    fn rebuild_member(&self, head: &RecipeHead, pno: u32, sno: usize, piece: &Piece, advised: bool) -> Result<Vec<u8>> {
         let mut out = Vec::new();
-        self.rebuild_member_into(head, pno, sno, piece, false, &mut out)?;
+        self.rebuild_member_into(head, pno, sno, piece, advised, &mut out)?;
         Ok(out)
     }
 
@@ -238,7 +239,9 @@ impl Store {
         Ok(())
     }
 
-    fn member_cached(&self, head: &RecipeHead, pno: u32, sno: u32, piece: &Piece) -> Result<Arc<Vec<u8>>> {
+    /// Member `sno` of piece `pno`, from the cache or rebuilt into it (one rebuild however
+    /// many ask at once). `advised` as for `gather_with`.
+    fn member_cached(&self, head: &RecipeHead, pno: u32, sno: u32, piece: &Piece, advised: bool) -> Result<Arc<Vec<u8>>> {
         let k = (head.id, pno, sno);
         {
             let mut building = self.cache.building.locked();
@@ -255,7 +258,7 @@ impl Store {
             }
         }
         let _done = InFlight { set: &self.cache.building, done: &self.cache.built, key: k };
-        let r = self.rebuild_member(head, pno, sno as usize, piece).map(Arc::new);
+        let r = self.rebuild_member(head, pno, sno as usize, piece, advised).map(Arc::new);
         if let Ok(m) = &r {
             self.cache.members.locked().put(k, m.clone(), m.len());
         }
@@ -305,10 +308,11 @@ impl Store {
         Ok(jobs)
     }
 
-    /// Rebuilds one planned member into the cache.
+    /// Rebuilds one planned member into the cache (`plan_ahead` had the kernel read its
+    /// chunks already).
     pub fn run_ahead(&self, head: &RecipeHead, job: &Ahead) -> Result<()> {
         let p = self.piece(head.id, job.piece)?;
-        self.member_cached(head, job.piece, job.segment, &p).map(drop)
+        self.member_cached(head, job.piece, job.segment, &p, true).map(drop)
     }
 
     /// Starts the kernel reading the blobs of the chunks that are not cached, in pack order,
@@ -422,7 +426,7 @@ impl Store {
                         if !whole && done > 0 && self.cache.members.locked().get(&(head.id, pno, sno as u32)).is_none() {
                             return Ok(done);
                         }
-                        let m = self.member_cached(head, pno, sno as u32, &piece)?;
+                        let m = self.member_cached(head, pno, sno as u32, &piece, false)?;
                         let from = (offset + done as u64 - seg_start) as usize;
                         let n = (m.len() - from).min(buf.len() - done);
                         buf[done..done + n].copy_from_slice(&m[from..from + n]);
