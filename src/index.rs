@@ -219,15 +219,6 @@ impl Index {
         self.db.compact_range_cf(self.cf("chunk"), None::<&[u8]>, None::<&[u8]>);
     }
 
-    /// Writes every column family's memtable to its tables, so that the write-ahead log,
-    /// which holds a whole import's changes until then, can go.
-    pub fn flush(&self) -> Result<()> {
-        for name in CFS {
-            self.db.flush_cf(self.cf(name))?;
-        }
-        Ok(())
-    }
-
     fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
         self.db.cf_handle(name).expect("column family created at open")
     }

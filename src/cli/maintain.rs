@@ -66,41 +66,38 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
             "packs_purged": rep.packs_purged,
         });
         println!("{v}");
-        if rep.chunks_damaged > 0 {
-            eprintln!("{}", damaged_line(&store, rep.chunks_damaged));
-            return Ok(exit::PROBLEMS);
-        }
-        return Ok(exit::OK);
-    }
-    // On an object store, packs leave every listing at once and their objects go with a
-    // later gc (`pack::remote::TRASH_GRACE`).
-    let trash = if s.config().backend.is_some() {
-        format!("; {} trashed packs of an earlier gc deleted from the bucket", rep.packs_purged)
     } else {
-        String::new()
-    };
-    println!(
-        "reclaimed {reclaimed} bytes ({}): {} chunks dropped, {} packs deleted, {} rewritten ({} to settle them at zstd level 9){trash}",
-        human(reclaimed),
-        rep.chunks_dropped,
-        rep.packs_deleted,
-        rep.packs_rewritten,
-        rep.packs_settled
-    );
-    if rep.packs_left_unsettled > 0 {
-        let cap = if s.config().backend.is_some() { format!(", and at most {} on an object store", human(crate::store::SETTLE_REMOTE_BUDGET)) } else { String::new() };
-        println!("up to {} packs left to settle by a later gc (one settles at most half of the disk's free room{cap})", rep.packs_left_unsettled);
+        // On an object store, packs leave every listing at once and their objects go with a
+        // later gc (`pack::remote::TRASH_GRACE`).
+        let trash = if s.config().backend.is_some() {
+            format!("; {} trashed packs of an earlier gc deleted from the bucket", rep.packs_purged)
+        } else {
+            String::new()
+        };
+        println!(
+            "reclaimed {reclaimed} bytes ({}): {} chunks dropped, {} packs deleted, {} rewritten ({} to settle them at zstd level 9){trash}",
+            human(reclaimed),
+            rep.chunks_dropped,
+            rep.packs_deleted,
+            rep.packs_rewritten,
+            rep.packs_settled
+        );
+        if rep.packs_left_unsettled > 0 {
+            let cap = if s.config().backend.is_some() { format!(", and at most {} on an object store", human(crate::store::SETTLE_REMOTE_BUDGET)) } else { String::new() };
+            println!("up to {} packs left to settle by a later gc (one settles at most half of the disk's free room{cap})", rep.packs_left_unsettled);
+        }
     }
+    // Damage is said on stderr and in the exit status, with --json too.
     if rep.chunks_damaged > 0 {
-        eprintln!("{}", damaged_line(&store, rep.chunks_damaged));
+        eprintln!(
+            "{}: {} chunks do not decode to their digests, or their zstd dictionary is missing or damaged; gc copied them as they were. Run `warcfs fsck {}`",
+            store.display(),
+            rep.chunks_damaged,
+            store.display()
+        );
         return Ok(exit::PROBLEMS);
     }
     Ok(exit::OK)
-}
-
-/// What gc says of chunks it could not settle.
-fn damaged_line(store: &std::path::Path, n: u64) -> String {
-    format!("{}: {n} chunks do not decode to their digests, or their zstd dictionary is missing or damaged; gc copied them as they were. Run `warcfs fsck {}`", store.display(), store.display())
 }
 
 pub fn snapshot(store: PathBuf, dest: PathBuf, quiet: bool) -> Result<i32> {

@@ -106,11 +106,9 @@ impl Store {
             log::warn!("{}: the index names no readable zstd dictionary; a new one will be trained", self.root.display());
             return Ok(());
         };
-        let bytes = match self.index.chunk(&key)? {
-            Some(e) => self.packs.read(e.pack, e.offset, &key, e.stored_len),
-            None => Err(crate::pack::PackError::Corrupt { pack: 0, offset: 0, what: format!("dictionary {} is in no pack", key.short()) }),
-        };
-        match bytes {
+        match self.dictionary_bytes(&key) {
+            // The index failing is the store's trouble, not the dictionary's.
+            Err(e @ StoreError::Index(_)) => return Err(e),
             Ok(bytes) => {
                 if !self.writer.locked().dicts.use_dictionary(key.digest, &bytes) {
                     log::warn!("{}: the zstd dictionary in use ({}) cannot be prepared; a new one will be trained", self.root.display(), key.short());
@@ -119,6 +117,13 @@ impl Store {
             Err(e) => log::warn!("{}: the zstd dictionary in use cannot be read ({e}); a new one will be trained", self.root.display()),
         }
         Ok(())
+    }
+
+    /// The raw bytes of dictionary chunk `key` (MissingChunk if the index knows none):
+    /// ingest resuming the dictionary in use, gc settling the chunks compressed with one.
+    pub(super) fn dictionary_bytes(&self, key: &ChunkKey) -> Result<Vec<u8>> {
+        let e = self.index.chunk(key)?.ok_or_else(|| StoreError::MissingChunk(key.short()))?;
+        Ok(self.packs.read(e.pack, e.offset, key, e.stored_len)?)
     }
 
     /// Finds `data` in the store (proven equal as the verify mode demands) or appends it to

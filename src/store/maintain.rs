@@ -315,7 +315,7 @@ impl Store {
         // The index as small as it can be: what ingest wrote since the last flush out of the
         // write-ahead log, and the chunk entries gc moved or dropped (each there twice until
         // RocksDB merges them) merged.
-        self.index.flush()?;
+        self.index.flush_tables()?;
         if rep.chunks_dropped > 0 || !rewrite.is_empty() {
             self.index.compact_chunks();
         }
@@ -360,7 +360,6 @@ impl Store {
                 places.push(r).map_err(io_at(&runs))?;
             }
         }
-        let packs_dir = self.root.join("packs");
         let mut out = Rewritten { open: None, batch: Batch::new() };
         let mut dicts = settle::Dicts::default();
         // Blobs read and not yet written: settled a batch at a time, on two threads.
@@ -382,13 +381,19 @@ impl Store {
             }
         }
         damaged += self.write_rewritten(ns, &mut out, &mut dicts, blobs, settling)?;
+        self.seal_rewritten(ns, &mut out)?;
+        Ok(damaged)
+    }
+
+    /// Seals gc's open pack, if any, and moves the index entries of its blobs there.
+    fn seal_rewritten(&self, ns: &mut Ns, out: &mut Rewritten) -> Result<()> {
+        let packs_dir = self.root.join("packs");
         if let Some(o) = out.open.take() {
             let id = o.id;
             o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
             self.packs.sealed(id);
         }
-        self.gc_write(ns, out.batch)?;
-        Ok(damaged)
+        self.gc_write(ns, std::mem::take(&mut out.batch))
     }
 
     /// Appends `blobs` to gc's new packs in their order, settled first if `settling`, and
@@ -396,16 +401,12 @@ impl Store {
     /// settling found damaged. Without `settling`, every blob is written at level 0, so a
     /// later gc settles it (again, if it was).
     fn write_rewritten(&self, ns: &mut Ns, out: &mut Rewritten, dicts: &mut settle::Dicts, mut blobs: Vec<settle::Blob>, settling: bool) -> Result<u64> {
-        let (packs_dir, tmp_dir) = (self.root.join("packs"), self.root.join("packs-tmp"));
+        let tmp_dir = self.root.join("packs-tmp");
         let damaged = if settling { self.settle(dicts, &mut blobs)? } else { 0 };
         for b in blobs {
             let e = &b.entry;
             if out.open.as_ref().is_some_and(|o| o.len() >= self.config.pack_size) {
-                let o = out.open.take().expect("checked");
-                let id = o.id;
-                o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
-                self.packs.sealed(id);
-                self.gc_write(ns, std::mem::take(&mut out.batch))?;
+                self.seal_rewritten(ns, out)?;
             }
             if out.open.is_none() {
                 let nid = self.alloc_pack_id();

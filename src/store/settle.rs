@@ -164,7 +164,7 @@ impl Store {
                 // A dictionary missing or damaged is damage like a chunk's: the chunks naming
                 // it are copied as they are. Any other failure (the disk, the bucket, the
                 // index) stops gc.
-                let prepared = match self.dictionary_bytes(&d) {
+                let prepared = match self.dictionary_bytes(&ChunkKey { digest: d, seq: 0 }) {
                     Ok(bytes) => zstd::zstd_safe::CDict::try_create(&bytes, LEVEL as i32).zip(pack::prepare_dictionary(&bytes)),
                     Err(StoreError::MissingChunk(_)) | Err(StoreError::Pack(PackError::Corrupt { .. })) => None,
                     Err(e) => return Err(e),
@@ -232,10 +232,4 @@ impl Store {
         Ok(settled.map_or(Settled::Kept, Settled::Smaller))
     }
 
-    /// The raw bytes of dictionary chunk `d`.
-    fn dictionary_bytes(&self, d: &Digest) -> Result<Vec<u8>> {
-        let key = ChunkKey { digest: *d, seq: 0 };
-        let e = self.index.chunk(&key)?.ok_or_else(|| StoreError::MissingChunk(key.short()))?;
-        Ok(self.packs.read(e.pack, e.offset, &key, e.stored_len)?)
-    }
 }
