@@ -3,7 +3,7 @@
 //! ingest inflates each member once). One decoding loop serves both.
 
 use super::bits::{copy_bits, BitReader, Decoder};
-use super::{fixed_decoders, read_dynamic_header, Block, BlockKind, Match, Parse, ParseError, Result, DBASE, DEXT, LBASE, LEXT, MAX_PLAIN};
+use super::{fixed_decoders, read_dynamic_header, Block, BlockKind, Match, Parse, ParseError, Result, DBASE, DEXT, FAST_BITS, LBASE, LEXT, MAX_PLAIN};
 
 /// Where the text a stream decodes to goes: compared with the text it must give (`record`)
 /// or written out (`inflate`). One decoding loop serves both, so that what ingest records
@@ -17,6 +17,10 @@ trait Text {
     fn stored(&mut self, bytes: &[u8]) -> Result<()>;
     /// `len` bytes from `dist` back; the caller checked that `dist` is within the text.
     fn copy(&mut self, dist: usize, len: usize) -> Result<()>;
+    /// The text as a buffer `fast_run` may write straight into (`inflate`'s), if it is one.
+    fn buffer(&mut self) -> Option<&mut Write> {
+        None
+    }
 }
 
 struct Check<'a> {
@@ -106,6 +110,11 @@ impl Text for Write {
         self.at
     }
 
+    #[inline]
+    fn buffer(&mut self) -> Option<&mut Write> {
+        Some(self)
+    }
+
     /// A parse inflated here waits in memory with its window's others, and a block costs
     /// more there than the 10 bits an empty one takes in a stream: one per 64 bytes of text
     /// (real writers have far fewer; a stream with more is recorded by `record` instead).
@@ -191,6 +200,143 @@ pub fn inflate(deflate: &[u8], out: &mut Vec<u8>, limit: usize) -> Result<(Parse
 /// The largest scratch buffer a thread keeps between members.
 const SCRATCH_KEPT: usize = 16 << 20;
 
+/// Decodes symbols of a coded block straight into `w` for as long as the input has 16 bytes
+/// to spare, the text has room for two longest matches and every code is in the decoders'
+/// direct tables; returns true once it has read the block's end. Otherwise it stops before
+/// a symbol and the general loop takes that one. The same decoding and the same refusals as
+/// the general loop, with the state in registers, one refill per match or up to four
+/// literals, no bounds or room checks per byte, and each symbol's table entry looked up
+/// before the work of the one before it is done (a refill only adds bits above those it
+/// reads). Most of a member's text is decoded here, and ingest inflates every byte of every
+/// `.warc.gz`.
+#[inline(always)]
+fn fast_run(r: &mut BitReader, lit: &Decoder, dist: &Decoder, w: &mut Write, matches: &mut Vec<Match>) -> Result<bool> {
+    const MASK: u64 = (1 << FAST_BITS) - 1;
+    let data = r.data;
+    // An iteration refills at most twice (7 bytes each); it writes four literals or a match
+    // of at most 258 bytes, plus a copy's step of slack.
+    let (Some(in_end), Some(out_end)) = (data.len().checked_sub(16), w.buf.len().saturating_sub(STEP).min(w.limit).checked_sub(2 * 258)) else {
+        return Ok(false);
+    };
+    let (mut buf, mut n, mut pos, mut at) = (r.buf, r.n, r.pos, w.at);
+    if pos > in_end {
+        return Ok(false);
+    }
+    let out = &mut w.buf[..];
+    let mut ended = Ok(false);
+    // Loads at least 56 bits, as `BitReader::refill` does (those above were loaded before,
+    // or are the same input bytes again); `pos` is at most `in_end + 7` whenever it runs.
+    macro_rules! refill {
+        () => {
+            buf |= u64::from_le_bytes(data[pos..pos + 8].try_into().expect("8 bytes")) << n;
+            pos += ((63 - n) >> 3) as usize;
+            n |= 56;
+        };
+    }
+    macro_rules! consume {
+        ($k:expr) => {
+            buf >>= $k;
+            n -= $k as u32;
+        };
+    }
+    refill!();
+    // Direct-table codes are at most FAST_BITS (10) bits: four literals take 40 of the 56
+    // bits a refill leaves, a match (code, extra bits, distance code, extra bits) at most
+    // 38, and the next entry is looked up with the 16 or more left.
+    let mut e = lit.fast[(buf & MASK) as usize];
+    while pos <= in_end && at <= out_end {
+        if e == 0 {
+            break;
+        }
+        let sym = e >> 4;
+        consume!(e & 15);
+        if sym < 256 {
+            out[at] = sym as u8;
+            at += 1;
+            e = lit.fast[(buf & MASK) as usize];
+            for _ in 0..3 {
+                if e == 0 || e >> 4 >= 256 {
+                    break;
+                }
+                consume!(e & 15);
+                out[at] = (e >> 4) as u8;
+                at += 1;
+                e = lit.fast[(buf & MASK) as usize];
+            }
+            refill!();
+            continue;
+        }
+        if sym == 256 {
+            ended = Ok(true);
+            break;
+        }
+        let li = (sym - 257) as usize;
+        if li >= 29 {
+            ended = Err(ParseError::Invalid("bad length symbol"));
+            break;
+        }
+        let x = LEXT[li] as u32;
+        let len = LBASE[li] as usize + (buf & ((1 << x) - 1)) as usize;
+        consume!(x);
+        if li == 27 && len == 258 {
+            ended = Err(ParseError::Unsupported("length 258 coded as symbol 284"));
+            break;
+        }
+        let ed = dist.fast[(buf & MASK) as usize];
+        let ds = if ed != 0 {
+            consume!(ed & 15);
+            (ed >> 4) as usize
+        } else {
+            // A long distance code: the general decoder, on the reader as it stands, and a
+            // refill for the extra bits and the next entry.
+            (r.buf, r.n, r.pos) = (buf, n, pos);
+            let ds = dist.decode(r);
+            (buf, n, pos) = (r.buf, r.n, r.pos);
+            match ds {
+                Ok(ds) => {
+                    refill!();
+                    ds as usize
+                }
+                Err(e) => {
+                    ended = Err(e);
+                    break;
+                }
+            }
+        };
+        if ds >= 30 {
+            ended = Err(ParseError::Invalid("bad distance symbol"));
+            break;
+        }
+        let x = DEXT[ds] as u32;
+        let d = DBASE[ds] as usize + (buf & ((1 << x) - 1)) as usize;
+        consume!(x);
+        if d > at {
+            ended = Err(ParseError::Invalid("distance too far back"));
+            break;
+        }
+        e = lit.fast[(buf & MASK) as usize];
+        let from = at - d;
+        if d >= STEP {
+            // As `Write::copy`: whole steps, the last into the slack.
+            let mut i = 0;
+            while i < len {
+                out.copy_within(from + i..from + i + STEP, at + i);
+                i += STEP;
+            }
+        } else {
+            for i in 0..len {
+                out[at + i] = out[from + i];
+            }
+        }
+        matches.push(Match { pos: at as u32, len: len as u16, dist: d as u16 });
+        at += len;
+        refill!();
+    }
+    (r.buf, r.n, r.pos) = (buf, n, pos);
+    w.at = at;
+    ended
+}
+
 /// The decoding loop of `record` and `inflate`: returns the parse and the bytes the stream
 /// took (its final block's end, padding included).
 fn decode_stream<T: Text>(deflate: &[u8], text: &mut T) -> Result<(Parse, usize)> {
@@ -236,6 +382,11 @@ fn decode_stream<T: Text>(deflate: &[u8], text: &mut T) -> Result<(Parse, usize)
                     (&owned.0, &owned.1)
                 };
                 loop {
+                    if let Some(w) = text.buffer() {
+                        if fast_run(&mut r, lit, dist, w, &mut p.matches)? {
+                            break;
+                        }
+                    }
                     let sym = lit.decode(&mut r)?;
                     if sym < 256 {
                         text.literal(sym as u8)?;

@@ -329,6 +329,40 @@ proptest! {
         }
     }
 
+    /// Fuzz: real streams with a few bits flipped, which decode far before they go wrong,
+    /// through the inflater's fast loop (`fast_run`): whatever it takes, zlib takes too and
+    /// reads as the same text, and `record`'s general loop finds the same parse; what it
+    /// refuses and zlib reads, `record` refuses too.
+    #[test]
+    fn fuzz_damaged_streams_inflate_as_zlib_and_record_do(seed in any::<u32>(), level in 1u32..=9,
+                                                         flips in proptest::collection::vec((any::<prop::sample::Index>(), 0u8..8), 1..4)) {
+        let t = text(30_000, seed);
+        let mut d = zlib(&t, level);
+        for (i, bit) in flips {
+            let i = i.index(d.len());
+            d[i] ^= 1 << bit;
+        }
+        let mut out = Vec::new();
+        let ours = inflate(&d, &mut out, 1 << 20);
+        let mut z = flate2::Decompress::new(false);
+        let mut zt = Vec::with_capacity((1 << 20) + 64);
+        let zlib_read = matches!(z.decompress_vec(&d, &mut zt, flate2::FlushDecompress::Finish), Ok(flate2::Status::StreamEnd));
+        let zused = z.total_in() as usize;
+        match ours {
+            Ok((p, used)) => {
+                prop_assert!(zlib_read);
+                prop_assert_eq!(zused, used);
+                prop_assert!(zt == out);
+                prop_assert_eq!(record(&d[..used], &out), Ok(p));
+            }
+            Err(e) => {
+                if zlib_read {
+                    prop_assert!(record(&d[..zused], &zt).is_err() || matches!(e, ParseError::Unsupported(_)), "{e:?}");
+                }
+            }
+        }
+    }
+
     /// Fuzz: the recording inflater on any bytes.
     #[test]
     fn fuzz_arbitrary_input_never_panics(data in proptest::collection::vec(any::<u8>(), 0..2048), plain in proptest::collection::vec(any::<u8>(), 0..64)) {
