@@ -243,6 +243,11 @@ fn extension(plain: &[u8], pos: usize, dist: usize, limit: usize) -> usize {
     i + a[i..].iter().zip(&b[i..]).take_while(|(x, y)| x == y).count()
 }
 
+thread_local! {
+    /// `replay`'s room for a block's symbols, kept for the thread's next block.
+    static REPLAY_SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// Writes the raw deflate stream that `parse` describes over `plain` to `out`. A parse that
 /// does not fit the text (damaged, or another member's) is an error, never a panic; the
 /// bytes then written are meaningless, and the caller checks the result's checksum anyway.
@@ -295,7 +300,34 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
                 (lit, dist) = (&owned.0, &owned.1);
             }
         }
-        let lit_of = |b: u8| lit[b as usize];
+        // The block's symbols go into a scratch buffer with room for the most they can take
+        // (a literal or a text byte of a match at most two bytes; end-of-block 15 bits), eight
+        // bytes at a time from a register: no capacity check, no length kept in memory per
+        // write. Whole bytes pending in `w` go first, so at most 7 bits are carried in.
+        w.flush_bytes();
+        let mut dst = REPLAY_SCRATCH.with(|s| s.take());
+        let need = 2 * (end - pos) + 16;
+        if dst.len() < need {
+            dst.resize(need, 0);
+        }
+        let (mut buf, mut n, mut at) = (w.buf, w.n, 0usize);
+        // Adds up to 57 bits (n is at most 7 before), then writes out the whole bytes.
+        macro_rules! put {
+            ($v:expr, $k:expr) => {
+                buf |= ($v as u64) << n;
+                n += $k as u32;
+            };
+        }
+        macro_rules! flush {
+            () => {
+                dst[at..at + 8].copy_from_slice(&buf.to_le_bytes());
+                at += (n >> 3) as usize;
+                buf >>= n & !7;
+                n &= 7;
+            };
+        }
+        // A byte without a code shows as a zero length, checked once a run.
+        let mut uncoded = false;
         loop {
             let next = match parse.matches.get(mi) {
                 Some(m) if (m.pos as usize) < end => Some(*m),
@@ -308,19 +340,20 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
             // Two literals a write: their codes are at most 15 bits each.
             let mut run = plain.get(pos..lit_end).ok_or(ParseError::Damaged("matches out of order"))?;
             while let [a, b, rest @ ..] = run {
-                let ((ca, la), (cb, lb)) = (lit_of(*a), lit_of(*b));
-                if la == 0 || lb == 0 {
-                    return bad("literal without a code");
-                }
-                w.put(ca as u32 | (cb as u32) << la, la as u32 + lb as u32);
+                let ((ca, la), (cb, lb)) = (lit[*a as usize], lit[*b as usize]);
+                uncoded |= (la == 0) | (lb == 0);
+                put!(ca as u32 | (cb as u32) << la, la + lb);
+                flush!();
                 run = rest;
             }
             if let [a] = run {
-                let (c, l) = lit_of(*a);
-                if l == 0 {
-                    return bad("literal without a code");
-                }
-                w.put(c as u32, l as u32);
+                let (c, l) = lit[*a as usize];
+                uncoded |= l == 0;
+                put!(c, l);
+                flush!();
+            }
+            if uncoded {
+                return bad("literal without a code");
             }
             pos = lit_end;
             let Some(m) = next else { break };
@@ -335,9 +368,10 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
             if l == 0 || dl == 0 {
                 return bad("match without a code");
             }
-            // Each code with its extra bits in one write (at most 20 and 28 bits).
-            w.put(c as u32 | ((m.len - LBASE[li]) as u32) << l, l as u32 + LEXT[li] as u32);
-            w.put(dc as u32 | ((m.dist - DBASE[di]) as u32) << dl, dl as u32 + DEXT[di] as u32);
+            // Each code with its extra bits (at most 20 and 28 bits), one write for both.
+            put!(c as u32 | ((m.len - LBASE[li]) as u32) << l, l as u32 + LEXT[li] as u32);
+            put!(dc as u32 | ((m.dist - DBASE[di]) as u32) << dl, dl as u32 + DEXT[di] as u32);
+            flush!();
             pos += len;
             mi += 1;
         }
@@ -345,7 +379,11 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
         if l == 0 {
             return bad("no end-of-block code");
         }
-        w.put(c as u32, l as u32);
+        put!(c, l);
+        flush!();
+        w.out.extend_from_slice(&dst[..at]);
+        (w.buf, w.n) = (buf, n);
+        REPLAY_SCRATCH.with(|s| s.set(dst));
     }
     if pos != plain.len() || mi != parse.matches.len() || !parse.blocks.last().is_some_and(|b| b.last) {
         return bad("parse does not cover the text");
