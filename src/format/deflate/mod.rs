@@ -243,6 +243,10 @@ fn extension(plain: &[u8], pos: usize, dist: usize, limit: usize) -> usize {
     i + a[i..].iter().zip(&b[i..]).take_while(|(x, y)| x == y).count()
 }
 
+/// The largest scratch buffer `replay` keeps between blocks (zlib's blocks of 16,383
+/// symbols need a few hundred KiB at most).
+const REPLAY_KEPT: usize = 1 << 20;
+
 thread_local! {
     /// `replay`'s room for a block's symbols, kept for the thread's next block.
     static REPLAY_SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
@@ -383,7 +387,11 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
         flush!();
         w.out.extend_from_slice(&dst[..at]);
         (w.buf, w.n) = (buf, n);
-        REPLAY_SCRATCH.with(|s| s.set(dst));
+        // Kept for the next block unless an outsized one grew it (a block of a whole large
+        // member, as zopfli and 7-Zip write them): a kept buffer is never more than that.
+        if dst.len() <= REPLAY_KEPT {
+            REPLAY_SCRATCH.with(|s| s.set(dst));
+        }
     }
     if pos != plain.len() || mi != parse.matches.len() || !parse.blocks.last().is_some_and(|b| b.last) {
         return bad("parse does not cover the text");
