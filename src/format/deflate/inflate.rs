@@ -201,10 +201,11 @@ pub fn inflate(deflate: &[u8], out: &mut Vec<u8>, limit: usize) -> Result<(Parse
 const SCRATCH_KEPT: usize = 16 << 20;
 
 /// Decodes symbols of a coded block straight into `w` for as long as the input has 16 bytes
-/// to spare, the text has room for two longest matches and every code is in the decoders'
-/// direct tables; returns true once it has read the block's end. Otherwise it stops before
-/// a symbol and the general loop takes that one. The same decoding and the same refusals as
-/// the general loop, with the state in registers, one refill per match or up to four
+/// to spare, the text has room for two longest matches and every literal/length code is in
+/// its decoder's direct table (a long distance code is read by the general decoder); returns
+/// true once it has read the block's end. Otherwise it stops before a symbol and the general
+/// loop takes that one. The same decoding and the same refusals as the general loop, with the
+/// state in registers: a refill per match (two after a long distance code) or per up to four
 /// literals, no bounds or room checks per byte, and each symbol's table entry looked up
 /// before the work of the one before it is done (a refill only adds bits above those it
 /// reads). Most of a member's text is decoded here, and ingest inflates every byte of every

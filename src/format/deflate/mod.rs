@@ -243,9 +243,33 @@ fn extension(plain: &[u8], pos: usize, dist: usize, limit: usize) -> usize {
     i + a[i..].iter().zip(&b[i..]).take_while(|(x, y)| x == y).count()
 }
 
-/// The largest scratch buffer `replay` keeps between blocks (zlib's blocks of 16,383
-/// symbols need a few hundred KiB at most).
+/// The largest scratch buffer `replay` keeps between blocks (a zlib block, 16,383 symbols,
+/// needs 96 KiB at most).
 const REPLAY_KEPT: usize = 1 << 20;
+
+/// The most bytes the symbols of the coded block [pos, end) with matches `ms` (the parse's
+/// from this block on) can take with the 7 bits carried in and the 8 that `flush` writes at
+/// once: 15 bits a literal, 48 a match, 15 the end of the block. From the symbols, not the
+/// text, so that a block of long matches needs little room (at the cost of a pass over them). Matches that do not lie in order
+/// inside the block (a damaged parse, which replay refuses on meeting them) get room for two
+/// bytes a text byte, which no block can exceed.
+fn block_room(ms: &[Match], pos: usize, end: usize) -> usize {
+    let (mut at, mut literals, mut matches) = (pos, 0usize, 0usize);
+    for m in ms {
+        let (p, len) = (m.pos as usize, m.len as usize);
+        if p >= end {
+            break;
+        }
+        if p < at || p + len > end {
+            return 2 * (end - pos) + 16;
+        }
+        literals += p - at;
+        matches += 1;
+        at = p + len;
+    }
+    literals += end - at;
+    (15 * literals + 48 * matches + 15) / 8 + 16
+}
 
 thread_local! {
     /// `replay`'s room for a block's symbols, kept for the thread's next block.
@@ -310,12 +334,19 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
         // write. Whole bytes pending in `w` go first, so at most 7 bits are carried in.
         w.flush_bytes();
         let mut dst = REPLAY_SCRATCH.with(|s| s.take());
-        let need = 2 * (end - pos) + 16;
+        // Two bytes a text byte is room enough for any block and costs no pass over its
+        // matches; a block of much text (long matches, a whole large member in one block) is
+        // given room by its symbols instead.
+        let need = match 2 * (end - pos) + 16 {
+            room if room <= REPLAY_KEPT => room,
+            _ => block_room(&parse.matches[mi..], pos, end),
+        };
         if dst.len() < need {
             dst.resize(need, 0);
         }
         let (mut buf, mut n, mut at) = (w.buf, w.n, 0usize);
-        // Adds up to 57 bits (n is at most 7 before), then writes out the whole bytes.
+        // A write adds at most 48 bits to the at most 7 carried; `flush` then writes out the
+        // whole bytes.
         macro_rules! put {
             ($v:expr, $k:expr) => {
                 buf |= ($v as u64) << n;
@@ -362,7 +393,7 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
             pos = lit_end;
             let Some(m) = next else { break };
             let (len, d) = (m.len as usize, m.dist as usize);
-            if !(3..=258).contains(&len) || d == 0 || d > pos || pos + len > end {
+            if !(3..=258).contains(&len) || d == 0 || d > pos || d > 32768 || pos + len > end {
                 return bad("match bounds");
             }
             let li = len_index(m.len);

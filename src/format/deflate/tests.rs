@@ -11,6 +11,37 @@ fn zlib(plain: &[u8], level: u32) -> Vec<u8> {
     out
 }
 
+/// `plain` deflated by zlib at `level` with `strategy` (0 default, 1 filtered, 2 Huffman
+/// only, 3 RLE, 4 fixed codes) and `mem_level`, through libz-sys directly (flate2 exposes
+/// neither setting).
+fn zlib_with(t: &[u8], level: u32, strategy: u32, mem_level: i32) -> Vec<u8> {
+    let len = t.len();
+    unsafe {
+        extern "C" fn zalloc(_: *mut libc::c_void, n: u32, size: u32) -> *mut libc::c_void {
+            unsafe { libc::calloc(n as usize, size as usize) }
+        }
+        extern "C" fn zfree(_: *mut libc::c_void, p: *mut libc::c_void) {
+            unsafe { libc::free(p) }
+        }
+        let mut s = std::mem::MaybeUninit::<libz_sys::z_stream>::zeroed();
+        std::ptr::addr_of_mut!((*s.as_mut_ptr()).zalloc).write(zalloc);
+        std::ptr::addr_of_mut!((*s.as_mut_ptr()).zfree).write(zfree);
+        let mut s = s.assume_init();
+        let ver = libz_sys::zlibVersion();
+        let r = libz_sys::deflateInit2_(&mut s, level as i32, 8, -15, mem_level, strategy as i32, ver, std::mem::size_of::<libz_sys::z_stream>() as i32);
+        assert_eq!(r, 0);
+        let mut out = vec![0u8; len * 2 + 1024];
+        s.next_in = t.as_ptr() as *mut u8;
+        s.avail_in = t.len() as u32;
+        s.next_out = out.as_mut_ptr();
+        s.avail_out = out.len() as u32;
+        assert_eq!(libz_sys::deflate(&mut s, libz_sys::Z_FINISH), libz_sys::Z_STREAM_END);
+        out.truncate(s.total_out as usize);
+        libz_sys::deflateEnd(&mut s);
+        out
+    }
+}
+
 fn text(n: usize, seed: u32) -> Vec<u8> {
     let mut v = Vec::with_capacity(n);
     let mut x = seed;
@@ -63,6 +94,22 @@ fn the_tail_is_the_same_whatever_comes_before() {
         tails.push(s.tail.unwrap());
     }
     assert_eq!(tails[0], tails[1]);
+}
+
+/// A block of long matches (4 MB of text in 16,383 symbols) replays exactly, with room for
+/// its symbols, not two bytes a text byte; a damaged parse still gets room for anything.
+#[test]
+fn a_block_of_long_matches_replays_in_little_room() {
+    let t: Vec<u8> = b"<tr><td>0</td></tr>\n".iter().copied().cycle().take(8 << 20).collect();
+    let d = zlib(&t, 9);
+    let p = round_trip(&d, &t, None);
+    let first = &p.blocks[0];
+    assert!(first.end as usize > 4 << 20, "one block holds over 4 MB of text: {}", first.end);
+    let room = block_room(&p.matches, 0, first.end as usize);
+    assert!(room < 128 << 10, "{room}");
+    let mut damaged = p.matches.clone();
+    damaged.swap(10, 11);
+    assert_eq!(block_room(&damaged, 0, first.end as usize), 2 * first.end as usize + 16);
 }
 
 #[test]
@@ -330,14 +377,15 @@ proptest! {
     }
 
     /// Fuzz: real streams with a few bits flipped, which decode far before they go wrong,
-    /// through the inflater's fast loop (`fast_run`): whatever it takes, zlib takes too and
-    /// reads as the same text, and `record`'s general loop finds the same parse; what it
-    /// refuses and zlib reads, `record` refuses too.
+    /// through the inflater's fast loop (`fast_run`), fixed and dynamic blocks, texts that
+    /// outgrow its buffer: whatever it takes, zlib takes too and reads as the same text, and
+    /// `record`'s general loop finds the same parse; what it refuses and zlib reads, `record`
+    /// refuses too (or it is a stream replay cannot write exactly, `Unsupported`).
     #[test]
-    fn fuzz_damaged_streams_inflate_as_zlib_and_record_do(seed in any::<u32>(), level in 1u32..=9,
+    fn fuzz_damaged_streams_inflate_as_zlib_and_record_do(seed in any::<u32>(), len in 1_000usize..150_000, level in 1u32..=9, strategy in 0u32..=4,
                                                          flips in proptest::collection::vec((any::<prop::sample::Index>(), 0u8..8), 1..4)) {
-        let t = text(30_000, seed);
-        let mut d = zlib(&t, level);
+        let t = text(len, seed);
+        let mut d = zlib_with(&t, level, strategy, 8);
         for (i, bit) in flips {
             let i = i.index(d.len());
             d[i] ^= 1 << bit;
@@ -388,31 +436,7 @@ proptest! {
     fn any_zlib_member_round_trips(len in 0usize..100_000, level in 0u32..=9, seed in any::<u32>(),
                                    strategy in 0u32..4, mem_level in 1i32..=9) {
         let t = text(len, seed);
-        // Every strategy and memLevel, through libz-sys directly (flate2 exposes neither).
-        let d = unsafe {
-            extern "C" fn zalloc(_: *mut libc::c_void, n: u32, size: u32) -> *mut libc::c_void {
-                unsafe { libc::calloc(n as usize, size as usize) }
-            }
-            extern "C" fn zfree(_: *mut libc::c_void, p: *mut libc::c_void) {
-                unsafe { libc::free(p) }
-            }
-            let mut s = std::mem::MaybeUninit::<libz_sys::z_stream>::zeroed();
-            std::ptr::addr_of_mut!((*s.as_mut_ptr()).zalloc).write(zalloc);
-            std::ptr::addr_of_mut!((*s.as_mut_ptr()).zfree).write(zfree);
-            let mut s = s.assume_init();
-            let ver = libz_sys::zlibVersion();
-            let r = libz_sys::deflateInit2_(&mut s, level as i32, 8, -15, mem_level, strategy as i32, ver, std::mem::size_of::<libz_sys::z_stream>() as i32);
-            assert_eq!(r, 0);
-            let mut out = vec![0u8; len * 2 + 1024];
-            s.next_in = t.as_ptr() as *mut u8;
-            s.avail_in = t.len() as u32;
-            s.next_out = out.as_mut_ptr();
-            s.avail_out = out.len() as u32;
-            assert_eq!(libz_sys::deflate(&mut s, libz_sys::Z_FINISH), libz_sys::Z_STREAM_END);
-            out.truncate(s.total_out as usize);
-            libz_sys::deflateEnd(&mut s);
-            out
-        };
+        let d = zlib_with(&t, level, strategy, mem_level);
         round_trip(&d, &t, Some(len / 2));
     }
 }
