@@ -132,9 +132,12 @@ impl Store {
         Ok(self.store_chunks(w, added, &[(data, kind)])?[0])
     }
 
-    /// Whether the store holds `data` (digest `digest`) already, as the verify mode proves it.
-    fn find_chunk(&self, w: &mut Writer, data: &[u8], digest: Digest) -> Result<Lookup> {
-        let mut candidates: Vec<(ChunkKey, ChunkEntry)> = w.pending.get(&digest).cloned().unwrap_or_default();
+    /// Whether the store holds `data` (digest `digest`) already, as the verify mode proves it:
+    /// among the chunks this ingest appended (`pending`, not in the index yet) and those the
+    /// index holds. Needs no writer, so that `store_chunks` asks it of a batch's chunks on
+    /// two threads.
+    fn find_chunk(&self, pending: &[(ChunkKey, ChunkEntry)], data: &[u8], digest: Digest) -> Result<Lookup> {
+        let mut candidates: Vec<(ChunkKey, ChunkEntry)> = pending.to_vec();
         // A point lookup of seq 0 answers most misses from the bloom filter; only a hit (or
         // a collision chain) needs the range scan.
         let first = ChunkKey { digest, seq: 0 };
@@ -178,8 +181,8 @@ impl Store {
 
     /// The chunk `data` is in the store (`Plan::Found`), or the key it takes as a new one
     /// and whether a dictionary helps its kind (which then samples it for the next one).
-    fn plan(&self, w: &mut Writer, data: &[u8], kind: ChunkKind, digest: Digest) -> Result<Plan> {
-        let seq = match self.find_chunk(w, data, digest)? {
+    fn plan(&self, w: &mut Writer, data: &[u8], kind: ChunkKind, digest: Digest, found: Lookup) -> Result<Plan> {
+        let seq = match found {
             Lookup::Found(key) => return Ok(Plan::Found(key)),
             Lookup::New { seq, collides } => {
                 if collides {
@@ -259,7 +262,17 @@ impl Store {
     /// MiB at a time (`BATCH_BYTES`), so what waits compressed stays small whatever the
     /// window, and before a dictionary is trained.
     pub(super) fn store_chunks(&self, w: &mut Writer, added: &mut Added, items: &[(&[u8], ChunkKind)]) -> Result<Vec<ChunkKey>> {
-        let digests: Vec<Digest> = on_two_threads(items.len(), || (), |_, i| (self.digest)(items[i].0)).into_iter().flatten().collect();
+        // Digests, and where each chunk is in the index (reading a stored copy back, as the
+        // verify mode asks, is most of it), on two threads: only this writer and gc, which
+        // takes the writer too, change the index's chunks. A chunk whose digest this ingest
+        // has appended by the time its turn comes (`w.pending`) is looked up again then.
+        let pending = &w.pending;
+        let work = |_: &mut (), i: usize| {
+            let digest = (self.digest)(items[i].0);
+            let found = (!pending.contains_key(&digest)).then(|| self.find_chunk(&[], items[i].0, digest));
+            (digest, found)
+        };
+        let (digests, mut found): (Vec<Digest>, Vec<Option<Result<Lookup>>>) = on_two_threads(items.len(), || (), work).into_iter().flatten().unzip();
         let mut keys: Vec<ChunkKey> = Vec::with_capacity(items.len());
         // Plans of `items[keys.len()..]`, and the new bytes among them.
         let mut plans: Vec<Batched> = Vec::new();
@@ -275,7 +288,11 @@ impl Store {
                 plans.push(if same { Batched::SameAs(j) } else { Batched::Later });
                 continue;
             }
-            let planned = match self.plan(w, data, kind, digest)? {
+            let found = match (found[i].take(), w.pending.get(&digest)) {
+                (Some(found), None) => found?,
+                (_, pending) => self.find_chunk(pending.map_or(&[], |p| p.as_slice()), data, digest)?,
+            };
+            let planned = match self.plan(w, data, kind, digest, found)? {
                 Plan::Found(key) => Batched::Found(key),
                 Plan::New(key, dictable) => {
                     if dictable && w.dicts.ready() {
