@@ -240,6 +240,15 @@ fn fast_run(r: &mut BitReader, lit: &Decoder, dist: &Decoder, w: &mut Write, mat
             n -= $k as u32;
         };
     }
+    // A length's or a distance's value: its symbol's base and extra bits.
+    macro_rules! value {
+        ($base:expr, $extra:expr, $i:expr) => {{
+            let x = $extra[$i] as u32;
+            let v = $base[$i] as usize + (buf & ((1 << x) - 1)) as usize;
+            consume!(x);
+            v
+        }};
+    }
     refill!();
     // Direct-table codes are at most FAST_BITS (10) bits: four literals take 40 of the 56
     // bits a refill leaves, a match (code, extra bits, distance code, extra bits) at most
@@ -276,9 +285,7 @@ fn fast_run(r: &mut BitReader, lit: &Decoder, dist: &Decoder, w: &mut Write, mat
             ended = Err(ParseError::Invalid("bad length symbol"));
             break;
         }
-        let x = LEXT[li] as u32;
-        let len = LBASE[li] as usize + (buf & ((1 << x) - 1)) as usize;
-        consume!(x);
+        let len = value!(LBASE, LEXT, li);
         if li == 27 && len == 258 {
             ended = Err(ParseError::Unsupported("length 258 coded as symbol 284"));
             break;
@@ -308,9 +315,7 @@ fn fast_run(r: &mut BitReader, lit: &Decoder, dist: &Decoder, w: &mut Write, mat
             ended = Err(ParseError::Invalid("bad distance symbol"));
             break;
         }
-        let x = DEXT[ds] as u32;
-        let d = DBASE[ds] as usize + (buf & ((1 << x) - 1)) as usize;
-        consume!(x);
+        let d = value!(DBASE, DEXT, ds);
         if d > at {
             ended = Err(ParseError::Invalid("distance too far back"));
             break;
