@@ -263,9 +263,12 @@ impl Store {
     /// window, and before a dictionary is trained.
     pub(super) fn store_chunks(&self, w: &mut Writer, added: &mut Added, items: &[(&[u8], ChunkKind)]) -> Result<Vec<ChunkKey>> {
         // Digests, and where each chunk is in the index (reading a stored copy back, as the
-        // verify mode asks, is most of it), on two threads: only this writer and gc, which
-        // takes the writer too, change the index's chunks. A chunk whose digest this ingest
-        // has appended by the time its turn comes (`w.pending`) is looked up again then.
+        // verify mode asks, is most of it), on two threads. Ahead of its turn, but the
+        // index's chunks change only by this writer's commits, by gc (which takes the writer
+        // too) and on a store several nodes write by the others' chunks taken in, which a
+        // lookup at its turn could miss just as well (their copy is then garbage for gc). A
+        // chunk whose digest this ingest has appended by its turn (`w.pending`) is looked up
+        // again then.
         let pending = &w.pending;
         let work = |_: &mut (), i: usize| {
             let digest = (self.digest)(items[i].0);

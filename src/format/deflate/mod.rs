@@ -250,9 +250,9 @@ const REPLAY_KEPT: usize = 1 << 20;
 /// The most bytes the symbols of the coded block [pos, end) with matches `ms` (the parse's
 /// from this block on) can take with the 7 bits carried in and the 8 that `flush` writes at
 /// once: 15 bits a literal, 48 a match, 15 the end of the block. From the symbols, not the
-/// text, so that a block of long matches needs little room (at the cost of a pass over them). Matches that do not lie in order
-/// inside the block (a damaged parse, which replay refuses on meeting them) get room for two
-/// bytes a text byte, which no block can exceed.
+/// text, so that a block of long matches needs little room (at the cost of a pass over
+/// them). Matches that do not lie in order inside the block (a damaged parse, which replay
+/// refuses on meeting them) get room for two bytes a text byte, which no block can exceed.
 fn block_room(ms: &[Match], pos: usize, end: usize) -> usize {
     let (mut at, mut literals, mut matches) = (pos, 0usize, 0usize);
     for m in ms {
@@ -393,6 +393,7 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
             pos = lit_end;
             let Some(m) = next else { break };
             let (len, d) = (m.len as usize, m.dist as usize);
+            // (No distance beyond deflate's 32 KiB window has a code.)
             if !(3..=258).contains(&len) || d == 0 || d > pos || d > 32768 || pos + len > end {
                 return bad("match bounds");
             }
