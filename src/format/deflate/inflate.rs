@@ -140,23 +140,30 @@ impl Text for Write {
     #[inline]
     fn copy(&mut self, dist: usize, len: usize) -> Result<()> {
         self.room(len)?;
-        let (from, at) = (self.at - dist, self.at);
-        if dist >= STEP {
-            // Whole steps, the last one past the match's end into the slack (overwritten by
-            // what comes next): source and destination steps never overlap.
-            let mut i = 0;
-            while i < len {
-                self.buf.copy_within(from + i..from + i + STEP, at + i);
-                i += STEP;
-            }
-        } else {
-            // Overlapping: byte by byte, each byte read after it is written.
-            for i in 0..len {
-                self.buf[at + i] = self.buf[from + i];
-            }
-        }
+        copy_match(&mut self.buf, self.at, dist, len);
         self.at += len;
         Ok(())
+    }
+}
+
+/// Copies a match of `len` bytes from `dist` back to `at` in `buf`, which has a step of room
+/// past the match (`Write::room`, `fast_run`'s bound).
+#[inline(always)]
+fn copy_match(buf: &mut [u8], at: usize, dist: usize, len: usize) {
+    let from = at - dist;
+    if dist >= STEP {
+        // Whole steps, the last one past the match's end into the slack (overwritten by
+        // what comes next): source and destination steps never overlap.
+        let mut i = 0;
+        while i < len {
+            buf.copy_within(from + i..from + i + STEP, at + i);
+            i += STEP;
+        }
+    } else {
+        // Overlapping: byte by byte, each byte read after it is written.
+        for i in 0..len {
+            buf[at + i] = buf[from + i];
+        }
     }
 }
 
@@ -321,19 +328,7 @@ fn fast_run(r: &mut BitReader, lit: &Decoder, dist: &Decoder, w: &mut Write, mat
             break;
         }
         e = lit.fast[(buf & MASK) as usize];
-        let from = at - d;
-        if d >= STEP {
-            // As `Write::copy`: whole steps, the last into the slack.
-            let mut i = 0;
-            while i < len {
-                out.copy_within(from + i..from + i + STEP, at + i);
-                i += STEP;
-            }
-        } else {
-            for i in 0..len {
-                out[at + i] = out[from + i];
-            }
-        }
+        copy_match(out, at, d, len);
         matches.push(Match { pos: at as u32, len: len as u16, dist: d as u16 });
         at += len;
         refill!();
