@@ -1,13 +1,13 @@
 //! Ingest: any bytes in, a recipe and new chunks out, then one atomic commit.
 //!
 //! A file is read a window at a time (see `Windows`), so memory stays bounded whatever its
-//! size. gzip files are split into members; the members' plain text is segmented into
-//! WARC/ARC headers, payloads and unparsed bytes; each member's deflate parse is recorded and
-//! proven to replay to the member's exact bytes (`format::deflate`, on worker threads, while
-//! this thread hashes and stores chunks). A member that does not replay, and any bytes outside
-//! members, are stored as content-defined chunks of the compressed bytes themselves. Headers
-//! go into literal blocks that recipes slice; the shareable tail of a parse is a chunk. Each
-//! chunk is found or stored by `chunks`.
+//! size, and a window is made ready on threads of their own while this one stores the window
+//! before (`windows_ahead`). gzip files are split into members; the members' plain text is
+//! segmented into WARC/ARC headers, payloads and unparsed bytes; each member's deflate parse
+//! is recorded and proven to replay to the member's exact bytes (`format::deflate`). A member
+//! that does not replay, and any bytes outside members, are stored as content-defined chunks
+//! of the compressed bytes themselves. Headers go into literal blocks that recipes slice; the
+//! shareable tail of a parse is a chunk. Each chunk is found or stored by `chunks`.
 
 use std::borrow::Cow;
 use std::thread;
@@ -94,6 +94,82 @@ fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64) -> Option<d
     (again == stream).then_some(stored)
 }
 
+/// Each member's proven parse (None: kept raw) and the CRC-32 of its compressed bytes, in
+/// member order; None only for a member no thread got to.
+type Proofs = Vec<Option<(Option<deflate::Stored>, u32)>>;
+
+/// A window of a gzip file ready to store: split (`sw`'s regions tile the first
+/// `sw.consumed` bytes of `data`), segmented, its members' parses proven.
+struct Proven<'a> {
+    data: Cow<'a, [u8]>,
+    sw: SplitWindow,
+    seg: warc::Segmentation,
+    parses: Proofs,
+}
+
+/// Records and proves the parse of every member of `sw` (whose regions tile `data`) on two
+/// threads: most of the CPU of ingest. Largest members first, so one slow member does not
+/// finish alone at the end.
+fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation) -> Proofs {
+    let plain = &sw.plain[..];
+    let members: Vec<&Member> = sw
+        .regions
+        .iter()
+        .filter_map(|r| match r {
+            Region::Member(m) => Some(m),
+            Region::Raw { .. } => None,
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..members.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(members[i].plain_len));
+    let cuts = parse_cuts(&members, seg);
+    let work = |_: &mut (), i: usize| {
+        crate::failpoint::panic_at("prove");
+        let m = members[i];
+        let parse = record_member(data, plain, m, cuts[i]);
+        // The CRC-32 of the compressed bytes that a rebuild is checked against.
+        let crc = parse.as_ref().map_or(0, |_| crc32fast::hash(&data[m.start as usize..(m.start + m.comp_len) as usize]));
+        (parse, crc)
+    };
+    thread::scope(|s| join_each(spawn_each(s, 2, &order, &|| (), &work), members.len()))
+}
+
+/// Walks `src` a window at a time (`each_window`) on a thread of its own, where `prepare`
+/// makes each window ready to store and says how much of it it used (None and 0 for none:
+/// the window is read again, larger), while this thread `store`s the window before. The
+/// hand-over waits for `store`, so at most two windows are held at once.
+fn windows_ahead<'s, S, T, P, F>(src: &'s S, total: u64, win: Windows, mut prepare: P, mut store: F) -> Result<()>
+where
+    S: Source + ?Sized + Sync,
+    T: Send,
+    P: FnMut(u64, Cow<'s, [u8]>, bool) -> (Option<T>, usize) + Send,
+    F: FnMut(T) -> Result<()>,
+{
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<T>>(0);
+    thread::scope(|s| {
+        let ahead = s.spawn(move || {
+            let r = each_window(src, total, win, |offset, data, last| {
+                let (ready, used) = prepare(offset, data, last);
+                if let Some(ready) = ready {
+                    if tx.send(Ok(ready)).is_err() {
+                        // The ingest stopped on an error of its own.
+                        return Err(io_err(std::io::ErrorKind::Interrupted.into()));
+                    }
+                }
+                Ok(used)
+            });
+            if let Err(e) = r {
+                let _ = tx.send(Err(e));
+            }
+        });
+        // (An early return drops the receiver: the thread's next hand-over fails, and it stops.)
+        let stored = rx.into_iter().try_for_each(|ready| store(ready?));
+        // Its panic (a parser bug) goes on here, with its own message.
+        ahead.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        stored
+    })
+}
+
 /// Where each member's parse may start to be shared, relative to its plain text: some way
 /// into the first payload that starts in it, or its start if it begins inside a payload
 /// (its window then sees nothing but payload). Never past PARSE_INLINE_TEXT: what comes
@@ -142,15 +218,16 @@ impl Store {
     }
 
     /// Ingests `src` a window at a time. A panic anywhere in it (a parser bug met by some
-    /// input, in this thread or the gzip splitter's) becomes this file's error: the caller
-    /// holds the writer's lock outside the unwind, so the lock is not poisoned, and the next
-    /// ingest clears what this one left, as after any failed ingest. In the mount, the file
-    /// then stays staged (readable, byte-exact) instead of the ingest worker dying with it.
+    /// input, in this thread or in those that make windows ready) becomes this file's error:
+    /// the caller holds the writer's lock outside the unwind, so the lock is not poisoned, and
+    /// the next ingest clears what this one left, as after any failed ingest. In the mount,
+    /// the file then stays staged (readable, byte-exact) instead of the ingest worker dying
+    /// with it.
     pub(super) fn ingest_windows<S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
         super::bug_as_error("ingest", || self.ingest_windows_unguarded(w, src, split, win))
     }
 
-    fn ingest_windows_unguarded<S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
+    fn ingest_windows_unguarded<'s, S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &'s S, split: Presplit, win: Windows) -> Result<Ingested> {
         // Chunks of an ingest that failed are garbage, never shared (nor is a dictionary it
         // stored).
         w.pending.clear();
@@ -163,43 +240,36 @@ impl Store {
         let mut rb = RecipeBuilder::new();
         let total = src.size().map_err(io_err)?;
         let win = Windows { bytes: win.bytes.max(1), max_bytes: win.max_bytes.max(win.bytes), plain: win.plain.max(1) };
-        let mut arc_mode = false;
         if gzip::looks_gzip(&src.window(0, 3).map_err(io_err)?) {
-            // Finding and inflating the members of the next window (a thread of its own)
-            // overlaps with verifying and storing this one; the window's bytes go with it.
+            // Finding and inflating the members of a window, and proving their parses, on
+            // threads of their own while this one stores the window before.
             let mut first = split.first;
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(u64, Cow<'_, [u8]>, SplitWindow)>>(0);
-            thread::scope(|s| -> Result<()> {
-                s.spawn(move || {
-                    let r = each_window(src, total, win, |offset, data, last| {
-                        let sw = match first.take().filter(|sw| offset == 0 && sw.len == data.len()) {
-                            Some(sw) => sw,
-                            None => split_window(&data, last, win),
-                        };
-                        let consumed = sw.consumed;
-                        if consumed > 0 && tx.send(Ok((offset, data, sw))).is_err() {
-                            // The ingest stopped on an error of its own.
-                            return Err(io_err(std::io::ErrorKind::Interrupted.into()));
-                        }
-                        Ok(consumed)
-                    });
-                    if let Err(e) = r {
-                        let _ = tx.send(Err(e));
-                    }
-                });
-                for msg in rx {
-                    let (offset, data, sw) = msg?;
-                    let seg = warc::segment_window(&sw.plain, offset == 0, true, &mut arc_mode).0;
-                    self.ingest_members(w, &mut ctx, &mut rb, &data[..sw.consumed], &sw, &seg)?;
+            let mut arc_mode = false;
+            let prepare = |offset, data: Cow<'s, [u8]>, last| {
+                let sw = match first.take().filter(|sw| offset == 0 && sw.len == data.len()) {
+                    Some(sw) => sw,
+                    None => split_window(&data, last, win),
+                };
+                let consumed = sw.consumed;
+                if consumed == 0 {
+                    return (None, 0);
                 }
-                Ok(())
-            })?;
+                let seg = warc::segment_window(&sw.plain, offset == 0, true, &mut arc_mode).0;
+                let parses = prove_members(&data[..consumed], &sw, &seg);
+                (Some(Proven { data, sw, seg, parses }), consumed)
+            };
+            windows_ahead(src, total, win, prepare, |p: Proven<'s>| self.ingest_members(w, &mut ctx, &mut rb, p))?;
         } else {
-            each_window(src, total, win, |offset, data, last| {
+            // Segmenting a window on a thread of its own while this one stores the one before.
+            let mut arc_mode = false;
+            let prepare = |offset, data: Cow<'s, [u8]>, last| {
                 let (seg, consumed) = warc::segment_window(&data, offset == 0, last, &mut arc_mode);
+                ((consumed > 0).then_some((data, seg, consumed)), consumed)
+            };
+            windows_ahead(src, total, win, prepare, |(data, seg, consumed)| {
                 let exts = self.chunk_segments(w, &mut ctx, &data[..consumed], &seg)?;
                 rb.push_data(&exts.into_iter().map(|(_, s)| s).collect::<Vec<_>>());
-                Ok(consumed)
+                Ok(())
             })?;
         }
         let (pieces, starts, size) = rb.finish();
@@ -215,36 +285,12 @@ impl Store {
         Ok(Ingested { pieces, piece_keys, starts, size, stats: ctx.stats, new_bytes: ctx.added.new_bytes, pending, collisions, dict })
     }
 
-    /// Stores one window of a gzip file: `sw`'s regions tile `data`, and its members' plain
-    /// text is segmented as `seg`.
-    fn ingest_members(&self, w: &mut Writer, ctx: &mut Ctx, rb: &mut RecipeBuilder, data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation) -> Result<()> {
+    /// Stores one window of a gzip file, its members' parses proven.
+    fn ingest_members(&self, w: &mut Writer, ctx: &mut Ctx, rb: &mut RecipeBuilder, window: Proven<'_>) -> Result<()> {
+        let Proven { data, sw, seg, mut parses } = window;
+        let data = &data[..sw.consumed];
         let (plain, regions) = (&sw.plain[..], &sw.regions[..]);
-        let members: Vec<&Member> = regions
-            .iter()
-            .filter_map(|r| match r {
-                Region::Member(m) => Some(m),
-                Region::Raw { .. } => None,
-            })
-            .collect();
-        let mut order: Vec<usize> = (0..members.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(members[i].plain_len));
-        let cuts = parse_cuts(&members, seg);
-        // Recording and replaying every member's parse is most of the CPU of ingest, so it
-        // runs on two threads while this one stores chunks. Largest members first, so one
-        // slow member does not finish alone at the end.
-        let work = |_: &mut (), i: usize| {
-            let m = members[i];
-            let parse = record_member(data, plain, m, cuts[i]);
-            // The CRC-32 of the compressed bytes that a rebuild is checked against.
-            let crc = parse.as_ref().map_or(0, |_| crc32fast::hash(&data[m.start as usize..(m.start + m.comp_len) as usize]));
-            (parse, crc)
-        };
-        let (mut parses, exts) = thread::scope(|s| {
-            let workers = spawn_each(s, 2, &order, &|| (), &work);
-            let exts = self.chunk_segments(w, ctx, plain, seg);
-            (join_each(workers, members.len()), exts)
-        });
-        let exts = exts?;
+        let exts = self.chunk_segments(w, ctx, plain, &seg)?;
         // The shared parse tails, stored at once: their digests and compression on both
         // cores, which the proofs have left.
         let tails: Vec<(&[u8], ChunkKind)> = parses.iter().filter_map(|p| p.as_ref()?.0.as_ref()?.tail.as_deref()).map(|t| (t, ChunkKind::Parse)).collect();

@@ -371,7 +371,8 @@ fn lookup_reads_stop_at_the_member_they_start_in() {
 }
 
 /// A source that panics on its `panic_at`-th window (counting from 1), as a parser bug
-/// would; with a gzip input the second window is asked for by the splitter thread.
+/// would; the first is the gzip sniff, in the ingest's own thread, the others are read ahead
+/// on a thread of their own.
 struct PanickingSource {
     bytes: Vec<u8>,
     calls: std::sync::atomic::AtomicUsize,
@@ -396,7 +397,7 @@ fn a_panic_in_an_ingest_is_that_files_error_and_the_store_goes_on() {
     let s = open(dir.path(), Verify::Bytes, digest::sha256);
     let gz = real_warc_gz();
     let plain = warc_record(1, b"plain payload");
-    // In the ingest's own thread (the gzip sniff, or a plain window), then in the splitter's.
+    // In the ingest's own thread (the gzip sniff), then in the one that reads ahead.
     for (input, panic_at) in [(&gz, 1), (&gz, 2), (&plain, 2)] {
         let src = PanickingSource { bytes: input.clone(), calls: Default::default(), panic_at };
         match s.prepare(&src) {
