@@ -840,19 +840,25 @@ fn a_file_that_changes_during_its_import_is_an_error_naming_it_and_not_stored() 
 #[cfg_attr(not(debug_assertions), ignore = "the failpoint exists in debug builds only")]
 fn a_bug_while_proving_parses_fails_that_file_alone() {
     // The proofs run on threads of the thread that reads windows ahead: a panic there (a
-    // parser bug) must come back as that file's error, with its own message, and leave the
-    // store as it was.
+    // parser bug, here at every proof) must come back as that file's error, with its own
+    // message, and leave the store as it was.
     let tmp = TempDir::new().unwrap();
     let real = real_corpus();
     let (a, b) = (real.join("webrecorder-warcio/example.warc.gz"), real.join("iipc-jwarc"));
     let store = tmp.path().join("store");
-    let r = run_env(&["import", &s(&store), &s(&a), &s(&b)], &[("WARCFS_FAILPOINTS", "prove=1")]);
+    let r = run_env(&["import", &s(&store), &s(&a), &s(&b)], &[("WARCFS_FAILPOINTS", "prove=1000000")]);
     assert!(!r.ok(), "{}", r.describe());
     assert!(r.stderr.contains("example.warc.gz") && r.stderr.contains("failpoint prove fired"), "{}", r.describe());
     assert!(!ls(&store, "/").iter().any(|(n, _)| n == "example.warc.gz"), "a file whose ingest failed must not be committed");
     ok(&["import", &s(&store), &s(&a)]);
     assert_cat_eq(&store, "/example.warc.gz", &a);
     assert_fsck_clean(&store, false);
+    // A panic in the loader that splits the next file's first window ahead leaves that
+    // window to the ingest: the import goes on.
+    let c = real.join("webrecorder-pywb/example-wget-1-14.warc.gz");
+    let r = run_env(&["import", &s(&store), &s(&c)], &[("WARCFS_FAILPOINTS", "presplit=1")]);
+    assert!(r.ok() && r.stderr.contains("failpoint presplit fired"), "{}", r.describe());
+    assert_cat_eq(&store, "/example-wget-1-14.warc.gz", &c);
 }
 
 /// Runs `warcfs ARGS...` with the soft descriptor limit lowered to `nofile`.

@@ -13,13 +13,13 @@ use std::borrow::Cow;
 use std::thread;
 
 use super::chunks::{Added, Pending};
-use super::source::{each_window, io_err, split_window, SplitWindow, MAX_MEMBER_PLAIN};
-pub use super::source::{Presplit, Source, Windows, WINDOWS};
+use super::ready::Ready;
+pub use super::ready::Presplit;
+use super::source::{each_window, io_err, split_window};
+pub use super::source::{Source, Windows, WINDOWS};
 use super::{Result, Store, StoreError, Writer};
 use crate::digest::ChunkKey;
-use crate::sync::{join_each, spawn_each};
-use crate::format::deflate;
-use crate::format::gzip::{self, Member, Region};
+use crate::format::gzip::{self, Region};
 use crate::format::warc::{self, SpanKind};
 use crate::pack::ChunkKind;
 use crate::recipe::{FileStats, MemberParts, Piece, RecipeBuilder};
@@ -31,12 +31,6 @@ const LITERAL_BLOCK: usize = 64 << 10;
 /// FastCDC sizes (min, average, max) for payloads and for unparsed bytes.
 const PAYLOAD_CDC: (u32, u32, u32) = (256 << 10, 1 << 20, 4 << 20);
 const RAW_CDC: (u32, u32, u32) = (16 << 10, 64 << 10, 256 << 10);
-/// A member's parse is shared from this many plain bytes into its payload on: by then the
-/// writer's parse has (nearly always) stopped depending on the headers before the payload,
-/// so copies of one payload store their parse tail once (see `format::deflate`).
-const PARSE_SHARED_FROM: u64 = 4 << 10;
-/// The most text whose matches a member keeps in its recipe (about 10-20 KiB of parse).
-const PARSE_INLINE_TEXT: u64 = 64 << 10;
 /// A slice of a chunk: (chunk, offset in chunk, length).
 pub(super) type Slice = (ChunkKey, u32, u32);
 
@@ -67,71 +61,10 @@ fn cdc(data: &[u8], (min, avg, max): (u32, u32, u32)) -> impl Iterator<Item = (u
     fastcdc::v2020::FastCDC::new(data, min, avg, max).map(|c| (c.offset, c.length))
 }
 
-/// A member's parse, recorded while inflating it (by the splitter, or here when the splitter
-/// left it to zlib) and proven to replay to its exact bytes in the form it is stored in; None
-/// if it does not (the member is then kept raw).
-fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64) -> Option<deflate::Stored> {
-    if !m.plain_kept || m.plain_len > MAX_MEMBER_PLAIN {
-        return None;
-    }
-    let d0 = m.start as usize + m.header_len;
-    let stream = data.get(d0..d0 + m.deflate_len as usize)?;
-    let p0 = m.plain_start as usize;
-    let plain = plain.get(p0..p0 + m.plain_len as usize)?;
-    // The splitter's inflater recorded most members' parses already.
-    let recorded;
-    let parse = match &m.parse {
-        Some(p) => p,
-        None => {
-            recorded = deflate::record(stream, plain).ok()?;
-            &recorded
-        }
-    };
-    // The proof: the stored form, read back and replayed, gives the member's exact bytes.
-    let (stored, back) = deflate::encode_read_back(parse, plain, Some(cut_at as usize)).ok()?;
-    let mut again = Vec::with_capacity(stream.len());
-    deflate::replay(&back, plain, &mut again).ok()?;
-    (again == stream).then_some(stored)
-}
-
-/// Each member's proven parse (None: kept raw) and the CRC-32 of its compressed bytes, in
-/// member order; None only for a member no thread got to.
-type Proofs = Vec<Option<(Option<deflate::Stored>, u32)>>;
-
-/// A window of a gzip file ready to store: split (`sw`'s regions tile the first
-/// `sw.consumed` bytes of `data`), segmented, its members' parses proven.
+/// A window of a file ready to store: its bytes and what was made of them.
 struct Proven<'a> {
     data: Cow<'a, [u8]>,
-    sw: SplitWindow,
-    seg: warc::Segmentation,
-    parses: Proofs,
-}
-
-/// Records and proves the parse of every member of `sw` (whose regions tile `data`) on two
-/// threads: most of the CPU of ingest. Largest members first, so one slow member does not
-/// finish alone at the end.
-fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation) -> Proofs {
-    let plain = &sw.plain[..];
-    let members: Vec<&Member> = sw
-        .regions
-        .iter()
-        .filter_map(|r| match r {
-            Region::Member(m) => Some(m),
-            Region::Raw { .. } => None,
-        })
-        .collect();
-    let mut order: Vec<usize> = (0..members.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(members[i].plain_len));
-    let cuts = parse_cuts(&members, seg);
-    let work = |_: &mut (), i: usize| {
-        crate::failpoint::panic_at("prove");
-        let m = members[i];
-        let parse = record_member(data, plain, m, cuts[i]);
-        // The CRC-32 of the compressed bytes that a rebuild is checked against.
-        let crc = parse.as_ref().map_or(0, |_| crc32fast::hash(&data[m.start as usize..(m.start + m.comp_len) as usize]));
-        (parse, crc)
-    };
-    thread::scope(|s| join_each(spawn_each(s, 2, &order, &|| (), &work), members.len()))
+    ready: Ready,
 }
 
 /// Walks `src` a window at a time (`each_window`) on a thread of its own, where `prepare`
@@ -168,28 +101,6 @@ where
         ahead.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         stored
     })
-}
-
-/// Where each member's parse may start to be shared, relative to its plain text: some way
-/// into the first payload that starts in it, or its start if it begins inside a payload
-/// (its window then sees nothing but payload). Never past PARSE_INLINE_TEXT: what comes
-/// before the cut is kept in the recipe, whose pieces must stay small whatever a member
-/// holds (one without a payload, a huge header).
-fn parse_cuts(members: &[&Member], seg: &warc::Segmentation) -> Vec<u64> {
-    let payloads: Vec<(u64, u64)> = seg.spans.iter().filter(|s| s.kind == SpanKind::Payload).map(|s| (s.start, s.start + s.len)).collect();
-    members
-        .iter()
-        .map(|m| {
-            let (ps, pe) = (m.plain_start, m.plain_start + m.plain_len);
-            let i = payloads.partition_point(|&(_, end)| end <= ps);
-            let cut = match payloads.get(i).filter(|&&(a, _)| a < pe) {
-                Some(&(a, _)) if a < ps => 0,
-                Some(&(a, _)) => a - ps + PARSE_SHARED_FROM,
-                None => PARSE_INLINE_TEXT,
-            };
-            cut.min(PARSE_INLINE_TEXT)
-        })
-        .collect()
 }
 
 /// The slices covering plain range [a, b), given slices sorted by plain offset; `cursor`
@@ -243,20 +154,13 @@ impl Store {
         if gzip::looks_gzip(&src.window(0, 3).map_err(io_err)?) {
             // Finding and inflating the members of a window, and proving their parses, on
             // threads of their own while this one stores the window before.
-            let mut first = split.first;
+            let mut split = split;
             let mut arc_mode = false;
             let prepare = |offset, data: Cow<'s, [u8]>, last| {
-                let sw = match first.take().filter(|sw| offset == 0 && sw.len == data.len()) {
-                    Some(sw) => sw,
-                    None => split_window(&data, last, win),
-                };
-                let consumed = sw.consumed;
-                if consumed == 0 {
-                    return (None, 0);
-                }
-                let seg = warc::segment_window(&sw.plain, offset == 0, true, &mut arc_mode).0;
-                let parses = prove_members(&data[..consumed], &sw, &seg);
-                (Some(Proven { data, sw, seg, parses }), consumed)
+                let sw = split.take_for(offset, &data).unwrap_or_else(|| split_window(&data, last, win));
+                let ready = Ready::make(&data, sw, offset == 0, &mut arc_mode);
+                let consumed = ready.sw.consumed;
+                ((consumed > 0).then_some(Proven { data, ready }), consumed)
             };
             windows_ahead(src, total, win, prepare, |p: Proven<'s>| self.ingest_members(w, &mut ctx, &mut rb, p))?;
         } else {
@@ -287,7 +191,7 @@ impl Store {
 
     /// Stores one window of a gzip file, its members' parses proven.
     fn ingest_members(&self, w: &mut Writer, ctx: &mut Ctx, rb: &mut RecipeBuilder, window: Proven<'_>) -> Result<()> {
-        let Proven { data, sw, seg, mut parses } = window;
+        let Proven { data, ready: Ready { sw, seg, mut parses } } = window;
         let data = &data[..sw.consumed];
         let (plain, regions) = (&sw.plain[..], &sw.regions[..]);
         let exts = self.chunk_segments(w, ctx, plain, &seg)?;

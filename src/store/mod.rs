@@ -34,6 +34,7 @@ mod settle;
 mod shared;
 mod space;
 mod snapshot;
+mod ready;
 mod source;
 
 use std::collections::HashMap;

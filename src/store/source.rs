@@ -1,7 +1,6 @@
 //! What ingest reads: a file's bytes (`Source`), a window at a time (`Windows`,
-//! `each_window`), with each window's gzip members found and inflated (`SplitWindow`),
-//! possibly ahead of time on another thread (`Presplit`). Memory stays bounded by the window
-//! whatever the file's size.
+//! `each_window`), with each window's gzip members found and inflated (`SplitWindow`).
+//! Memory stays bounded by the window whatever the file's size.
 
 use std::borrow::Cow;
 
@@ -75,36 +74,12 @@ pub struct Windows {
 /// no faster, 326-352 MB).
 pub const WINDOWS: Windows = Windows { bytes: 16 << 20, max_bytes: 256 << 20, plain: 16 << 20 };
 
-/// The first window of a gzip file, split (members found and inflated) ahead of its ingest:
-/// that needs no store, so an importer can do it for the next file on another core.
-pub struct Presplit {
-    pub(super) first: Option<SplitWindow>,
-}
-
 pub(super) struct SplitWindow {
     /// The length of the window split.
     pub(super) len: usize,
     pub(super) regions: Vec<Region>,
     pub(super) plain: Vec<u8>,
     pub(super) consumed: usize,
-}
-
-impl Presplit {
-    /// Splits the first window of `data`, a whole file, if it is gzip.
-    pub fn new(data: &[u8]) -> Presplit {
-        Presplit::from_window(data, data.len() as u64)
-    }
-
-    /// Splits `window`, the first bytes of a file of `total` bytes read by the caller, if it
-    /// is gzip; ingest uses the split only if it reads the same window.
-    pub fn from_window(window: &[u8], total: u64) -> Presplit {
-        let n = window.len().min(WINDOWS.bytes);
-        Presplit { first: gzip::looks_gzip(window).then(|| split_window(&window[..n], n as u64 == total, WINDOWS)) }
-    }
-
-    pub fn none() -> Presplit {
-        Presplit { first: None }
-    }
 }
 
 /// Finds and inflates the gzip members of one window.

@@ -1,0 +1,163 @@
+//! A window of a file made ready to store: its gzip members found and inflated (`source`),
+//! its text segmented into WARC/ARC records, and every member's deflate parse recorded and
+//! proven to replay to the member's exact bytes in the form it will be stored in. None of it
+//! needs the store, so it runs ahead of storing, on a thread of its own
+//! (`ingest::windows_ahead`); an importer splits a file's first window earlier still, while
+//! the file before is stored (`Presplit`).
+
+use std::thread;
+
+use super::source::{split_window, SplitWindow, MAX_MEMBER_PLAIN, WINDOWS};
+use crate::format::deflate;
+use crate::format::gzip::{self, Member, Region};
+use crate::format::warc::{self, SpanKind};
+use crate::sync::{join_each, spawn_each};
+
+/// A member's parse is shared from this many plain bytes into its payload on: by then the
+/// writer's parse has (nearly always) stopped depending on the headers before the payload,
+/// so copies of one payload store their parse tail once (see `format::deflate`).
+const PARSE_SHARED_FROM: u64 = 4 << 10;
+/// The most text whose matches a member keeps in its recipe (about 10-20 KiB of parse).
+const PARSE_INLINE_TEXT: u64 = 64 << 10;
+
+/// A member's parse, recorded while inflating it (by `split_window`, or here when that left it
+/// to zlib) and proven to replay to its exact bytes in the form it is stored in; None
+/// if it does not (the member is then kept raw).
+fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64) -> Option<deflate::Stored> {
+    if !m.plain_kept || m.plain_len > MAX_MEMBER_PLAIN {
+        return None;
+    }
+    let d0 = m.start as usize + m.header_len;
+    let stream = data.get(d0..d0 + m.deflate_len as usize)?;
+    let p0 = m.plain_start as usize;
+    let plain = plain.get(p0..p0 + m.plain_len as usize)?;
+    // The inflater recorded most members' parses already.
+    let recorded;
+    let parse = match &m.parse {
+        Some(p) => p,
+        None => {
+            recorded = deflate::record(stream, plain).ok()?;
+            &recorded
+        }
+    };
+    // The proof: the stored form, read back and replayed, gives the member's exact bytes.
+    let (stored, back) = deflate::encode_read_back(parse, plain, Some(cut_at as usize)).ok()?;
+    let mut again = Vec::with_capacity(stream.len());
+    deflate::replay(&back, plain, &mut again).ok()?;
+    (again == stream).then_some(stored)
+}
+
+/// Each member's proven parse (None: kept raw) and the CRC-32 of its compressed bytes, in
+/// member order; None only for a member no thread got to.
+pub(super) type Proofs = Vec<Option<(Option<deflate::Stored>, u32)>>;
+
+/// A window made ready: split (`sw`'s regions tile the first `sw.consumed` bytes of the
+/// window), segmented, its members' parses proven.
+pub(super) struct Ready {
+    pub sw: SplitWindow,
+    pub seg: warc::Segmentation,
+    pub parses: Proofs,
+}
+
+impl Ready {
+    /// Segments and proves `sw`, the split of the window `data` (the file's first if
+    /// `first`); `arc_mode` carries the segmenter's state from one window to the next. A
+    /// window of which nothing could be used is left as it is (the ingest reads it again,
+    /// larger).
+    pub(super) fn make(data: &[u8], sw: SplitWindow, first: bool, arc_mode: &mut bool) -> Ready {
+        if sw.consumed == 0 {
+            return Ready { sw, seg: warc::Segmentation::default(), parses: Vec::new() };
+        }
+        let seg = warc::segment_window(&sw.plain, first, true, arc_mode).0;
+        let parses = prove_members(&data[..sw.consumed], &sw, &seg);
+        Ready { sw, seg, parses }
+    }
+}
+
+/// The first window of a gzip file, split (members found and inflated) ahead of its ingest:
+/// that needs no store, so an importer can do it for the next file on another core while
+/// this one is stored. (Proving its parses there too gained 1 % of an import for 76 MiB more
+/// peak RSS: docs/BENCHMARKS.md.)
+pub struct Presplit {
+    first: Option<SplitWindow>,
+}
+
+impl Presplit {
+    /// Splits the first window of `data`, a whole file, if it is gzip.
+    pub fn new(data: &[u8]) -> Presplit {
+        Presplit::from_window(data, data.len() as u64)
+    }
+
+    /// Splits `window`, the first bytes of a file of `total` bytes read by the caller, if it
+    /// is gzip; ingest uses the split only if it reads the same window. A panic on the way (a
+    /// parser bug met by this input) leaves the split to the ingest, which makes it that
+    /// file's error: the caller's thread is not the ingest's, and must not die of it.
+    pub fn from_window(window: &[u8], total: u64) -> Presplit {
+        let n = window.len().min(WINDOWS.bytes);
+        let split = || {
+            crate::failpoint::panic_at("presplit");
+            split_window(&window[..n], n as u64 == total, WINDOWS)
+        };
+        let first = gzip::looks_gzip(window).then(|| std::panic::catch_unwind(split).ok()).flatten();
+        Presplit { first }
+    }
+
+    pub fn none() -> Presplit {
+        Presplit { first: None }
+    }
+
+    /// The split, if it is of the window the ingest read (`data`, at `offset`).
+    pub(super) fn take_for(&mut self, offset: u64, data: &[u8]) -> Option<SplitWindow> {
+        self.first.take().filter(|sw| offset == 0 && sw.len == data.len())
+    }
+}
+
+/// Records and proves the parse of every member of `sw` (whose regions tile `data`) on two
+/// threads: most of the CPU of ingest. Largest members first, so one slow member does not
+/// finish alone at the end.
+fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation) -> Proofs {
+    let plain = &sw.plain[..];
+    let members: Vec<&Member> = sw
+        .regions
+        .iter()
+        .filter_map(|r| match r {
+            Region::Member(m) => Some(m),
+            Region::Raw { .. } => None,
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..members.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(members[i].plain_len));
+    let cuts = parse_cuts(&members, seg);
+    let work = |_: &mut (), i: usize| {
+        crate::failpoint::panic_at("prove");
+        let m = members[i];
+        let parse = record_member(data, plain, m, cuts[i]);
+        // The CRC-32 of the compressed bytes that a rebuild is checked against.
+        let crc = parse.as_ref().map_or(0, |_| crc32fast::hash(&data[m.start as usize..(m.start + m.comp_len) as usize]));
+        (parse, crc)
+    };
+    thread::scope(|s| join_each(spawn_each(s, 2, &order, &|| (), &work), members.len()))
+}
+
+
+/// Where each member's parse may start to be shared, relative to its plain text: some way
+/// into the first payload that starts in it, or its start if it begins inside a payload
+/// (its window then sees nothing but payload). Never past PARSE_INLINE_TEXT: what comes
+/// before the cut is kept in the recipe, whose pieces must stay small whatever a member
+/// holds (one without a payload, a huge header).
+fn parse_cuts(members: &[&Member], seg: &warc::Segmentation) -> Vec<u64> {
+    let payloads: Vec<(u64, u64)> = seg.spans.iter().filter(|s| s.kind == SpanKind::Payload).map(|s| (s.start, s.start + s.len)).collect();
+    members
+        .iter()
+        .map(|m| {
+            let (ps, pe) = (m.plain_start, m.plain_start + m.plain_len);
+            let i = payloads.partition_point(|&(_, end)| end <= ps);
+            let cut = match payloads.get(i).filter(|&&(a, _)| a < pe) {
+                Some(&(a, _)) if a < ps => 0,
+                Some(&(a, _)) => a - ps + PARSE_SHARED_FROM,
+                None => PARSE_INLINE_TEXT,
+            };
+            cut.min(PARSE_INLINE_TEXT)
+        })
+        .collect()
+}
