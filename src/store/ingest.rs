@@ -1,7 +1,7 @@
 //! Ingest: any bytes in, a recipe and new chunks out, then one atomic commit.
 //!
 //! A file is read a window at a time (see `Windows`), so memory stays bounded whatever its
-//! size, and a window is made ready on threads of their own while this one stores the window
+//! size, and a window is made ready on threads of its own while this one stores the window
 //! before (`windows_ahead`). gzip files are split into members; the members' plain text is
 //! segmented into WARC/ARC headers, payloads and unparsed bytes; each member's deflate parse
 //! is recorded and proven to replay to the member's exact bytes (`format::deflate`). A member
@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use std::thread;
 
 use super::chunks::{Added, Pending};
-use super::ready::Ready;
+use super::ready::{Proof, Ready};
 pub use super::ready::Presplit;
 use super::source::{each_window, io_err, split_window};
 pub use super::source::{Source, Windows, WINDOWS};
@@ -95,8 +95,10 @@ where
                 let _ = tx.send(Err(e));
             }
         });
-        // (An early return drops the receiver: the thread's next hand-over fails, and it stops.)
-        let stored = rx.into_iter().try_for_each(|ready| store(ready?));
+        let stored = rx.iter().try_for_each(|ready| store(ready?));
+        // Dropped before the join: after an early return the thread's next hand-over fails,
+        // and it stops instead of waiting for a taker.
+        drop(rx);
         // Its panic (a parser bug) goes on here, with its own message.
         ahead.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         stored
@@ -195,9 +197,8 @@ impl Store {
         let data = &data[..sw.consumed];
         let (plain, regions) = (&sw.plain[..], &sw.regions[..]);
         let exts = self.chunk_segments(w, ctx, plain, &seg)?;
-        // The shared parse tails, stored at once: their digests and compression on both
-        // cores, which the proofs have left.
-        let tails: Vec<(&[u8], ChunkKind)> = parses.iter().filter_map(|p| p.as_ref()?.0.as_ref()?.tail.as_deref()).map(|t| (t, ChunkKind::Parse)).collect();
+        // The shared parse tails, stored at once (their digests and compression on two threads).
+        let tails: Vec<(&[u8], ChunkKind)> = parses.iter().filter_map(|p| p.as_ref()?.stored.tail.as_deref()).map(|t| (t, ChunkKind::Parse)).collect();
         let mut tail_keys = self.store_chunks(w, &mut ctx.added, &tails)?.into_iter();
         let mut cursor = 0usize;
         let mut member_no = 0usize;
@@ -210,11 +211,11 @@ impl Store {
                     raw_run = Some(raw_run.map_or((s, e), |(a, _)| (a, e)));
                 }
                 Region::Member(m) => {
-                    let (parse, crc) = parses[member_no].take().unwrap_or((None, 0));
+                    let proof = parses[member_no].take();
                     member_no += 1;
                     ctx.stats.gzip_members += 1;
                     let (s, e) = (m.start as usize, (m.start + m.comp_len) as usize);
-                    let Some(parse) = parse else {
+                    let Some(Proof { stored: parse, crc, trailer }) = proof else {
                         ctx.stats.gzip_members_raw += 1;
                         raw_run = Some(raw_run.map_or((s, e), |(a, _)| (a, e)));
                         continue;
@@ -223,9 +224,6 @@ impl Store {
                         let sl = self.chunk_raw(w, ctx, &data[a..b])?;
                         rb.push_data(&sl);
                     }
-                    let plain_slice = &plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];
-                    // The splitter took its own text only with a trailer that matches it.
-                    let trailer = (m.parse.is_none() && gzip::trailer_for(plain_slice) != m.trailer).then_some(m.trailer);
                     let slices = slices_in(&exts, &mut cursor, m.plain_start, m.plain_start + m.plain_len);
                     let header = data[s..s + m.header_len].to_vec();
                     let parse_tail = match &parse.tail {

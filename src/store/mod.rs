@@ -27,6 +27,7 @@ mod maintain;
 mod namespace;
 mod open;
 mod read;
+mod ready;
 mod records;
 mod remote;
 mod repair;
@@ -34,7 +35,6 @@ mod settle;
 mod shared;
 mod space;
 mod snapshot;
-mod ready;
 mod source;
 
 use std::collections::HashMap;

@@ -47,9 +47,17 @@ fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64) -> Option<d
     (again == stream).then_some(stored)
 }
 
-/// Each member's proven parse (None: kept raw) and the CRC-32 of its compressed bytes, in
-/// member order; None only for a member no thread got to.
-pub(super) type Proofs = Vec<Option<(Option<deflate::Stored>, u32)>>;
+/// A member whose parse is proven: the parse in its stored form, the CRC-32 of the member's
+/// compressed bytes (what a rebuild is checked against), and its trailer where the text does
+/// not give it (a lying CRC or ISIZE, which zlib's inflate took).
+pub(super) struct Proof {
+    pub stored: deflate::Stored,
+    pub crc: u32,
+    pub trailer: Option<[u8; 8]>,
+}
+
+/// Each member's proof, in member order; None for a member kept raw.
+pub(super) type Proofs = Vec<Option<Proof>>;
 
 /// A window made ready: split (`sw`'s regions tile the first `sw.consumed` bytes of the
 /// window), segmented, its members' parses proven.
@@ -64,12 +72,18 @@ impl Ready {
     /// `first`); `arc_mode` carries the segmenter's state from one window to the next. A
     /// window of which nothing could be used is left as it is (the ingest reads it again,
     /// larger).
-    pub(super) fn make(data: &[u8], sw: SplitWindow, first: bool, arc_mode: &mut bool) -> Ready {
+    pub(super) fn make(data: &[u8], mut sw: SplitWindow, first: bool, arc_mode: &mut bool) -> Ready {
         if sw.consumed == 0 {
             return Ready { sw, seg: warc::Segmentation::default(), parses: Vec::new() };
         }
         let seg = warc::segment_window(&sw.plain, first, true, arc_mode).0;
         let parses = prove_members(&data[..sw.consumed], &sw, &seg);
+        // The parses as recorded are done with: the window waits for its storing without them.
+        for r in &mut sw.regions {
+            if let Region::Member(m) = r {
+                m.parse = None;
+            }
+        }
         Ready { sw, seg, parses }
     }
 }
@@ -131,14 +145,16 @@ fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation) -> Pro
     let work = |_: &mut (), i: usize| {
         crate::failpoint::panic_at("prove");
         let m = members[i];
-        let parse = record_member(data, plain, m, cuts[i]);
-        // The CRC-32 of the compressed bytes that a rebuild is checked against.
-        let crc = parse.as_ref().map_or(0, |_| crc32fast::hash(&data[m.start as usize..(m.start + m.comp_len) as usize]));
-        (parse, crc)
+        let stored = record_member(data, plain, m, cuts[i])?;
+        let crc = crc32fast::hash(&data[m.start as usize..(m.start + m.comp_len) as usize]);
+        // warcfs's inflater took its text only with a trailer that matches it; zlib's may not.
+        let text = &plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];
+        let trailer = (m.parse.is_none() && gzip::trailer_for(text) != m.trailer).then_some(m.trailer);
+        Some(Proof { stored, crc, trailer })
     };
-    thread::scope(|s| join_each(spawn_each(s, 2, &order, &|| (), &work), members.len()))
+    let proofs = thread::scope(|s| join_each(spawn_each(s, 2, &order, &|| (), &work), members.len()));
+    proofs.into_iter().map(Option::flatten).collect()
 }
-
 
 /// Where each member's parse may start to be shared, relative to its plain text: some way
 /// into the first payload that starts in it, or its start if it begins inside a payload

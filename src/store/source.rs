@@ -67,8 +67,8 @@ pub struct Windows {
     pub plain: usize,
 }
 
-/// 16 MiB since each gzip member's recorded parse waits with its window for the store step
-/// (two or three windows are held at once: split ahead, being stored, a next file's first):
+/// 16 MiB since a window waits, made ready, for its storing (two or three windows are held
+/// at once: made ready ahead, being stored, a next file's first split by an importer):
 /// measured on the corpus, against 32 MiB, import peak RSS 452-501 against 530-650 MB and a
 /// mount's cp + ingest peak 328 against 489 MiB, import 4.54 against about 5.0 s (8 MiB:
 /// no faster, 326-352 MB).

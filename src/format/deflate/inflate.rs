@@ -193,8 +193,8 @@ pub fn inflate(deflate: &[u8], out: &mut Vec<u8>, limit: usize) -> Result<(Parse
     let mut r = decode_stream(deflate, &mut text);
     if let Ok((p, _)) = &mut r {
         out.extend_from_slice(&text.buf[..text.at]);
-        // The parse waits in memory for its member's turn to be stored, with a window's
-        // worth of others: not with up to twice its room.
+        // The parse waits in memory for its member's proof, with a window's worth of
+        // others: not with up to twice its room.
         p.matches.shrink_to_fit();
     }
     // Kept for the thread's next member unless an outsized one grew it.
