@@ -538,6 +538,10 @@ fn several_nodes_write_at_once_each_under_its_own_directory_and_every_node_reads
     }
     let files = crawl_files();
     let within = |f: &Path| 10 + 10 * (fs::metadata(f).unwrap().len() >> 26);
+    // Where a later step only asks that a file gets there (not how soon: the figure is the
+    // first step's), a bound that a machine busy with the other tests cannot miss. The
+    // 10 s one missed by 0.2 s once, in the suite, for the last step.
+    let eventually = |f: &Path| 6 * within(f);
 
     // Both nodes write at once; each file appears on the other node within seconds, exact.
     std::thread::scope(|sc| {
@@ -566,7 +570,7 @@ fn several_nodes_write_at_once_each_under_its_own_directory_and_every_node_reads
     let stored = |store: &Path| num(&serde_json::from_slice::<serde_json::Value>(&c.ok(&["stats", &s(store), "--json"]).stdout).unwrap(), "stored_bytes");
     let before = stored(&n.b);
     fs::copy(&files[0], n.mb.join("beta").join("again.warc.gz")).unwrap();
-    appears(&n.ma.join("beta").join("again.warc.gz"), &files[0], within(&files[0]));
+    appears(&n.ma.join("beta").join("again.warc.gz"), &files[0], eventually(&files[0]));
     let grew = stored(&n.b) - before;
     let size = fs::metadata(&files[0]).unwrap().len();
     assert!(grew * 20 < size, "B stored {grew} new bytes for a {size}-byte file A had stored");
@@ -600,7 +604,7 @@ fn several_nodes_write_at_once_each_under_its_own_directory_and_every_node_reads
     // And B writes on from it, in its own range.
     n.mount(&c);
     fs::copy(&files[2], n.mb.join("beta").join(files[2].file_name().unwrap())).unwrap();
-    appears(&n.ma.join("beta").join(files[2].file_name().unwrap()), &files[2], within(&files[2]));
+    appears(&n.ma.join("beta").join(files[2].file_name().unwrap()), &files[2], eventually(&files[2]));
 }
 
 fn ls_with(c: &Cluster, store: &Path, dir: &str) -> Vec<(String, u64)> {
