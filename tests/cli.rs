@@ -817,47 +817,45 @@ fn a_record_claiming_more_than_its_file_is_indexed_not_allocated() {
     assert_cat_eq(&store, "/claims.warc.gz", &gz);
 }
 
+/// Imports a real `.warc.gz` and a directory with `failpoint` armed: the import fails with
+/// an error line naming the file and saying `says`, and commits nothing of the file; imported
+/// again without the failpoint, it is stored exact. Returns the store (in `tmp`).
+fn import_fails_naming_the_file(tmp: &TempDir, failpoint: &str, says: &str) -> PathBuf {
+    let real = real_corpus();
+    let (a, b) = (real.join("webrecorder-warcio/example.warc.gz"), real.join("iipc-jwarc"));
+    let store = tmp.path().join("store");
+    let r = run_env(&["import", &s(&store), &s(&a), &s(&b)], &[("WARCFS_FAILPOINTS", failpoint)]);
+    assert!(!r.ok(), "{}", r.describe());
+    // The error line, not only a panic hook's message: the failure came back as this file's.
+    let line = r.stderr.lines().find(|l| l.contains("example.warc.gz")).unwrap_or_default();
+    assert!(line.contains("import failed") && line.contains(says), "{}", r.describe());
+    assert!(!ls(&store, "/").iter().any(|(n, _)| n == "example.warc.gz"), "a file whose import failed must not be committed");
+    ok(&["import", &s(&store), &s(&a)]);
+    assert_cat_eq(&store, "/example.warc.gz", &a);
+    assert_fsck_clean(&store, false);
+    store
+}
+
 #[test]
 #[cfg_attr(not(debug_assertions), ignore = "the failpoint exists in debug builds only")]
 fn a_file_that_changes_during_its_import_is_an_error_naming_it_and_not_stored() {
     // The change itself is detected from the file's size and times (unit test in cli.rs);
     // here a failpoint makes the first file look changed, at the moment import checks.
     let tmp = TempDir::new().unwrap();
-    let real = real_corpus();
-    let (a, b) = (real.join("webrecorder-warcio/example.warc.gz"), real.join("iipc-jwarc"));
-    let store = tmp.path().join("store");
-    let r = run_env(&["import", &s(&store), &s(&a), &s(&b)], &[("WARCFS_FAILPOINTS", "source_changed=1")]);
-    assert!(!r.ok(), "{}", r.describe());
-    assert!(r.stderr.contains("example.warc.gz") && r.stderr.contains("changed while it was being imported"), "{}", r.describe());
-    assert!(!ls(&store, "/").iter().any(|(n, _)| n == "example.warc.gz"), "a changed file must not be committed");
-    // Imported again, unchanged, it is stored exact.
-    ok(&["import", &s(&store), &s(&a)]);
-    assert_cat_eq(&store, "/example.warc.gz", &a);
-    assert_fsck_clean(&store, false);
+    import_fails_naming_the_file(&tmp, "source_changed=1", "changed while it was being imported");
 }
 
 #[test]
 #[cfg_attr(not(debug_assertions), ignore = "the failpoint exists in debug builds only")]
-fn a_bug_while_proving_parses_fails_that_file_alone() {
+fn a_bug_while_proving_parses_is_that_files_error() {
     // The proofs run on threads of the thread that reads windows ahead: a panic there (a
     // parser bug, here at every proof) must come back as that file's error, with its own
     // message, and leave the store as it was.
     let tmp = TempDir::new().unwrap();
-    let real = real_corpus();
-    let (a, b) = (real.join("webrecorder-warcio/example.warc.gz"), real.join("iipc-jwarc"));
-    let store = tmp.path().join("store");
-    let r = run_env(&["import", &s(&store), &s(&a), &s(&b)], &[("WARCFS_FAILPOINTS", "prove=1000000")]);
-    assert!(!r.ok(), "{}", r.describe());
-    // The error line, not only the panic hook's message: the panic came back as this file's.
-    let line = r.stderr.lines().find(|l| l.contains("example.warc.gz")).unwrap_or_default();
-    assert!(line.contains("import failed") && line.contains("ingest panicked: failpoint prove fired"), "{}", r.describe());
-    assert!(!ls(&store, "/").iter().any(|(n, _)| n == "example.warc.gz"), "a file whose ingest failed must not be committed");
-    ok(&["import", &s(&store), &s(&a)]);
-    assert_cat_eq(&store, "/example.warc.gz", &a);
-    assert_fsck_clean(&store, false);
+    let store = import_fails_naming_the_file(&tmp, "prove=1000000", "ingest panicked: failpoint prove fired");
     // A panic in the loader that splits the next file's first window ahead leaves that
     // window to the ingest: the import goes on.
-    let c = real.join("webrecorder-pywb/example-wget-1-14.warc.gz");
+    let c = real_corpus().join("webrecorder-pywb/example-wget-1-14.warc.gz");
     let r = run_env(&["import", &s(&store), &s(&c)], &[("WARCFS_FAILPOINTS", "presplit=1")]);
     assert!(r.ok() && r.stderr.contains("failpoint presplit fired"), "{}", r.describe());
     assert_cat_eq(&store, "/example-wget-1-14.warc.gz", &c);
