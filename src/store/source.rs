@@ -85,8 +85,10 @@ pub(super) struct SplitWindow {
 /// Finds and inflates the gzip members of one window.
 pub(super) fn split_window(data: &[u8], last: bool, win: Windows) -> SplitWindow {
     // Room for the window's text at once: grown by doubling, the buffer was copied whole at
-    // every step (realloc within malloc's heaps), nearly twice the text a window.
-    let mut plain = Vec::with_capacity(data.len().saturating_mul(4).min(win.plain) + (1 << 20));
+    // every step (realloc within malloc's heaps), nearly twice the text a window. Bounded
+    // whatever the window asked for; a window with more text grows as before.
+    let room = data.len().saturating_mul(4).min(win.plain).min(MAX_MEMBER_PLAIN as usize);
+    let mut plain = Vec::with_capacity(room + (1 << 20));
     let (regions, consumed) = gzip::split_window(data, last, win.plain.max(1), MAX_MEMBER_PLAIN as usize, &mut plain);
     SplitWindow { len: data.len(), regions, plain, consumed }
 }
