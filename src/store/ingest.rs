@@ -68,26 +68,24 @@ struct Proven<'a> {
 }
 
 /// Walks `src` a window at a time (`each_window`) on a thread of its own, where `prepare`
-/// makes each window ready to store and says how much of it it used (None and 0 for none:
-/// the window is read again, larger), while this thread `store`s the window before. The
+/// makes each window ready to store with how much of it it used (None if nothing: the
+/// window is read again, larger), while this thread `store`s the window before. The
 /// hand-over waits for `store`, so at most two windows are held at once.
 fn windows_ahead<'s, S, T, P, F>(src: &'s S, total: u64, win: Windows, mut prepare: P, mut store: F) -> Result<()>
 where
     S: Source + ?Sized + Sync,
     T: Send,
-    P: FnMut(u64, Cow<'s, [u8]>, bool) -> (Option<T>, usize) + Send,
+    P: FnMut(u64, Cow<'s, [u8]>, bool) -> Option<(T, usize)> + Send,
     F: FnMut(T) -> Result<()>,
 {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Result<T>>(0);
     thread::scope(|s| {
         let ahead = s.spawn(move || {
             let r = each_window(src, total, win, |offset, data, last| {
-                let (ready, used) = prepare(offset, data, last);
-                if let Some(ready) = ready {
-                    if tx.send(Ok(ready)).is_err() {
-                        // The ingest stopped on an error of its own.
-                        return Err(io_err(std::io::ErrorKind::Interrupted.into()));
-                    }
+                let Some((ready, used)) = prepare(offset, data, last) else { return Ok(0) };
+                if tx.send(Ok(ready)).is_err() {
+                    // The ingest stopped on an error of its own.
+                    return Err(io_err(std::io::ErrorKind::Interrupted.into()));
                 }
                 Ok(used)
             });
@@ -140,7 +138,7 @@ impl Store {
         super::bug_as_error("ingest", || self.ingest_windows_unguarded(w, src, split, win))
     }
 
-    fn ingest_windows_unguarded<'s, S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &'s S, split: Presplit, win: Windows) -> Result<Ingested> {
+    fn ingest_windows_unguarded<'s, S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &'s S, mut split: Presplit, win: Windows) -> Result<Ingested> {
         // Chunks of an ingest that failed are garbage, never shared (nor is a dictionary it
         // stored).
         w.pending.clear();
@@ -156,13 +154,12 @@ impl Store {
         if gzip::looks_gzip(&src.window(0, 3).map_err(io_err)?) {
             // Finding and inflating the members of a window, and proving their parses, on
             // threads of their own while this one stores the window before.
-            let mut split = split;
             let mut arc_mode = false;
             let prepare = |offset, data: Cow<'s, [u8]>, last| {
                 let sw = split.take_for(offset, &data).unwrap_or_else(|| split_window(&data, last, win));
                 let ready = Ready::make(&data, sw, offset == 0, &mut arc_mode);
                 let consumed = ready.sw.consumed;
-                ((consumed > 0).then_some(Proven { data, ready }), consumed)
+                (consumed > 0).then_some((Proven { data, ready }, consumed))
             };
             windows_ahead(src, total, win, prepare, |p: Proven<'s>| self.ingest_members(w, &mut ctx, &mut rb, p))?;
         } else {
@@ -170,7 +167,7 @@ impl Store {
             let mut arc_mode = false;
             let prepare = |offset, data: Cow<'s, [u8]>, last| {
                 let (seg, consumed) = warc::segment_window(&data, offset == 0, last, &mut arc_mode);
-                ((consumed > 0).then_some((data, seg, consumed)), consumed)
+                (consumed > 0).then_some(((data, seg, consumed), consumed))
             };
             windows_ahead(src, total, win, prepare, |(data, seg, consumed)| {
                 let exts = self.chunk_segments(w, &mut ctx, &data[..consumed], &seg)?;

@@ -107,13 +107,21 @@ impl Presplit {
     /// parser bug met by this input) leaves the split to the ingest, which makes it that
     /// file's error: the caller's thread is not the ingest's, and must not die of it.
     pub fn from_window(window: &[u8], total: u64) -> Presplit {
+        if !gzip::looks_gzip(window) {
+            return Presplit::none();
+        }
         let n = window.len().min(WINDOWS.bytes);
-        let split = || {
+        let split = super::bug_as_error("presplit", || {
             crate::failpoint::panic_at("presplit");
-            split_window(&window[..n], n as u64 == total, WINDOWS)
-        };
-        let first = gzip::looks_gzip(window).then(|| std::panic::catch_unwind(split).ok()).flatten();
-        Presplit { first }
+            Ok(split_window(&window[..n], n as u64 == total, WINDOWS))
+        });
+        match split {
+            Ok(sw) => Presplit { first: Some(sw) },
+            Err(e) => {
+                log::warn!("{e}; the ingest splits the window itself");
+                Presplit::none()
+            }
+        }
     }
 
     pub fn none() -> Presplit {
