@@ -19,5 +19,4 @@ mod sync;
 #[cfg(test)]
 pub(crate) mod test_support;
 
-pub use store::{Config, Compression, Store, StoreError, Verify};
 pub(crate) use sync::{wait_on, LockExt};

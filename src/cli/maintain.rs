@@ -118,7 +118,7 @@ pub fn snapshot(store: PathBuf, dest: PathBuf, quiet: bool) -> Result<i32> {
             );
             Ok(exit::OK)
         }
-        Err(crate::StoreError::Busy { pid, .. }) => {
+        Err(crate::store::StoreError::Busy { pid, .. }) => {
             // Mounted: the daemon owns the index, so it takes the snapshot.
             bar.set_message(format!("snapshot {}: taken by the daemon of the mounted store", dest.display()));
             let answer = crate::fuse::control::request(&store, &format!("snapshot {}", dest.display()))

@@ -21,13 +21,13 @@ pub fn cat(store: PathBuf, path: String) -> Result<i32> {
         _ => bail!("{path}: is a special file (fifo, socket or device)"),
     }
     if inode.staged {
-        return Err(crate::StoreError::Staged(path).into());
+        return Err(crate::store::StoreError::Staged(path).into());
     }
     let stdout = io::stdout();
     let mut out = BufWriter::with_capacity(1 << 20, stdout.lock());
     if let Some(head) = &inode.recipe {
         match s.copy_to(head, &mut out) {
-            Err(crate::StoreError::Io { err, .. }) if err.kind() == io::ErrorKind::BrokenPipe => return Ok(exit::OK),
+            Err(crate::store::StoreError::Io { err, .. }) if err.kind() == io::ErrorKind::BrokenPipe => return Ok(exit::OK),
             r => {
                 r.with_context(|| format!("{path}: reading from {}", store.display()))?;
             }
