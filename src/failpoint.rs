@@ -2,7 +2,7 @@
 //! place, an I/O error where the disk would have to fail, or damaged bytes. Armed only in debug builds, by
 //! the process's environment: `WARCFS_FAILPOINTS=read=2,persist_sync=1` makes the first two
 //! passes through `panic_at("read")` panic and the first through `io_error("persist_sync")`
-//! fail. Release builds compile both to nothing.
+//! fail. Release builds compile them all to nothing.
 //!
 //! Kept by hand (~90 lines): the `fail` crate's actions (panic, return, sleep, print) have no
 //! "SIGKILL this process at the k-th pass", which every crash test needs (`crash_at`).
@@ -62,6 +62,23 @@ pub(crate) fn corrupt(name: &str, buf: &mut [u8]) {
             *b ^= 0xff;
         }
     }
+}
+
+/// Waits while the file `WARCFS_HOLD=name:PATH` names exists, when `name` is this place
+/// (debug builds only): for a state that a test must look at before this process moves on
+/// (a file staged on one node, seen from another before its ingest commits it).
+#[inline(always)]
+pub(crate) fn hold(name: &str) {
+    #[cfg(debug_assertions)]
+    if let Some((n, path)) = std::env::var("WARCFS_HOLD").ok().as_deref().and_then(|s| s.split_once(':')) {
+        if n == name {
+            while std::path::Path::new(path).exists() {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = name;
 }
 
 /// Kills the process with SIGKILL, as `kill -9` or a crash would, on the k-th pass through

@@ -199,9 +199,11 @@ pub fn mount(args: MountArgs) -> Result<i32> {
 
 /// On a bucket-backed store, the thread that keeps this node and the bucket in step: a
 /// follower takes in what the writer published, the writer publishes its open packs, and a
-/// writer of a store several nodes write does both (see `store::follow`). It runs until the
-/// process ends.
-fn bucket_thread(store: Arc<Store>) -> Result<()> {
+/// writer of a store several nodes write does both (see `store::follow`). Every inode that
+/// another node's records changed is dropped from the kernel's caches (`notifier`): a file
+/// rewritten elsewhere may keep its size and times, which is all the kernel checks before it
+/// serves its cached pages again. It runs until the process ends.
+fn bucket_thread(store: Arc<Store>, notifier: fuser::Notifier) -> Result<()> {
     let shared = store.is_shared_writer();
     let (every, what) = if store.is_follower() || shared { (crate::store::FOLLOW_INTERVAL, "following the bucket") } else { (crate::store::PUBLISH_INTERVAL, "publishing to the bucket") };
     std::thread::Builder::new()
@@ -212,15 +214,14 @@ fn bucket_thread(store: Arc<Store>) -> Result<()> {
             loop {
                 std::thread::sleep(every);
                 let r = if store.is_follower() {
-                    store.follow().map(|_| ())
+                    store.follow()
                 } else if shared {
                     store
                         .publish_if_due()
                         .and_then(|_| store.follow())
-                        .and_then(|_| store.checkpoint_if_due(crate::store::CHECKPOINT_RECORDS))
-                        .map(|_| ())
+                        .and_then(|f| store.checkpoint_if_due(crate::store::CHECKPOINT_RECORDS).map(|_| f))
                 } else {
-                    store.publish()
+                    store.publish().map(|_| Default::default())
                 };
                 match r {
                     Err(e) if logged.is_none_or(|t| t.elapsed().as_secs() >= 60) => {
@@ -228,7 +229,18 @@ fn bucket_thread(store: Arc<Store>) -> Result<()> {
                         logged = Some(std::time::Instant::now());
                     }
                     Err(_) => {}
-                    Ok(()) => logged = None,
+                    Ok(followed) => {
+                        logged = None;
+                        for ino in followed.inodes {
+                            // Its attributes and every cached page. ENOENT: the kernel holds
+                            // nothing of it (never looked up, or forgotten).
+                            if let Err(e) = notifier.inval_inode(fuser::INodeNo(ino), 0, 0) {
+                                if e.raw_os_error() != Some(libc::ENOENT) {
+                                    log::warn!("{what}: cannot make the kernel forget inode {ino}: {e}");
+                                }
+                            }
+                        }
+                    }
                 }
             }
         })
@@ -285,7 +297,7 @@ fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<Fi
         let session = Session::new(Guarded(fs), mountpoint, &cfg).with_context(|| format!("{}: cannot mount", mountpoint.display()))?;
         // Only once mounted: a mount that fails must let the store go (and its bucket lock).
         if let Some(store) = for_bucket {
-            bucket_thread(store)?;
+            bucket_thread(store, session.notifier())?;
         }
         Ok(session)
     })();

@@ -291,3 +291,30 @@ impl WarcFs {
         }
     }
 }
+
+impl WarcFs {
+    /// A new handle, counted as an open of `ino`; a reader's carries the file's recipe (read
+    /// with its inode at open).
+    pub(super) fn register(&self, ino: u64, write: bool, recipe: Option<RecipeHead>, direct: bool, rebuilds_members: Option<bool>) -> u64 {
+        let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
+        let head = recipe.map(Arc::new);
+        self.inner.handles.locked().insert(fh, Handle { write, head, snapshot: None, next: 0, run: 0, jumped: false, direct, rebuilds_members });
+        *self.inner.opens.locked().entry(ino).or_insert(0) += 1;
+        fh
+    }
+}
+
+/// Runs `f` with a buffer of at least `len` bytes, one per FUSE thread and reused: a fresh
+/// 1 MiB buffer per read request costs page faults and zeroing comparable to the copy itself.
+fn with_reply_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    thread_local! {
+        static REPLY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    REPLY.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        f(&mut buf[..len])
+    })
+}

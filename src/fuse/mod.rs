@@ -11,18 +11,19 @@
 //! Lock order: the staged-file map, then the store's own lock (inside `Store` calls).
 //!
 //! Modules: `staging` (written files, their durability and background ingest), `data` (open,
-//! read, write, flush, fsync, release), `dir` (setattr, directory handles), `xattr`, `virt`
-//! (`/.warcfs/`), `control` (the control socket), `daemon` and `unmount` (mounting and
-//! ending), `guard` (a panic is EIO), `quiet` (flooding errors logged once per interval).
-//! This file keeps the shared state and the namespace operations; it is over 600 lines
-//! because fuser's `Filesystem` trait is one impl block, whose methods here forward to those
-//! modules or are short.
+//! read, write, flush, fsync, release, file handles), `names` (making, removing, renaming and
+//! linking names), `dir` (setattr, directory handles), `xattr`, `virt` (`/.warcfs/`),
+//! `control` (the control socket), `daemon` and `unmount` (mounting and ending), `guard` (a
+//! panic is EIO), `quiet` (flooding errors logged once per interval). This file keeps the
+//! shared state, lookups and attributes, and fuser's `Filesystem` impl, whose methods
+//! forward to those modules or are short.
 
 pub mod control;
 mod daemon;
 mod guard;
 mod quiet;
 mod dir;
+mod names;
 mod data;
 mod staging;
 mod xattr;
@@ -178,26 +179,6 @@ fn errno(e: &StoreError) -> Errno {
     }
 }
 
-/// Answers an xattr read: the size when asked for it, the bytes if they fit, else ERANGE.
-fn reply_xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
-    if size == 0 {
-        reply.size(value.len() as u32)
-    } else if value.len() <= size as usize {
-        reply.data(value)
-    } else {
-        reply.error(Errno::ERANGE)
-    }
-}
-
-/// Answers an xattr change made through `Store::update_inode`.
-fn reply_update(reply: ReplyEmpty, r: Result<Result<Inode, Errno>, StoreError>) {
-    match r {
-        Ok(Ok(_)) => reply.ok(),
-        Ok(Err(e)) => reply.error(e),
-        Err(e) => reply.error(errno(&e)),
-    }
-}
-
 fn io_errno(e: &io::Error) -> Errno {
     quiet::io_error("staging", e.raw_os_error(), format_args!("staging I/O: {e}"));
     Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
@@ -232,7 +213,16 @@ fn kind_of(k: InodeKind) -> FileType {
 
 impl Inner {
     fn attr(&self, ino: u64, inode: &Inode) -> FileAttr {
-        let size = self.staged.locked().get(&ino).map(|s| s.size).unwrap_or(inode.size);
+        // A file staged here has its staging file's size. One staged elsewhere (another node
+        // of a shared store is writing it, or the bucket's writer is) has only its last
+        // committed bytes here, which reads serve: its size is theirs until its new recipe
+        // arrives. Showing the size being written would have the kernel zero-fill the pages
+        // no read can give, and keep them.
+        let size = match self.staged.locked().get(&ino) {
+            Some(s) => s.size,
+            None if inode.staged => inode.recipe.as_ref().map_or(0, |r| r.size),
+            None => inode.size,
+        };
         FileAttr {
             ino: INodeNo(ino),
             size,
@@ -386,31 +376,19 @@ impl Drop for WarcFs {
     }
 }
 
-/// Runs `f` with a buffer of at least `len` bytes, one per FUSE thread and reused: a fresh
-/// 1 MiB buffer per read request costs page faults and zeroing comparable to the copy itself.
-fn with_reply_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
-    thread_local! {
-        static REPLY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
-    REPLY.with(|cell| {
-        let mut buf = cell.borrow_mut();
-        if buf.len() < len {
-            buf.resize(len, 0);
-        }
-        f(&mut buf[..len])
-    })
-}
-
-
 impl Filesystem for WarcFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         let _ = config.set_max_write(1 << 20);
         // Gzip files are opened for direct I/O (see `open`), but only where the kernel
         // (6.6 and later) still lets them be mmap'ed then.
-        let wanted = InitFlags::FUSE_WRITEBACK_CACHE
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_AUTO_INVAL_DATA
-            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+        // With the writeback cache the kernel keeps a regular file's size and times as it
+        // last knew them and never takes them from here again: right while this process is
+        // the only writer, wrong where another node rewrites a file (its new size would
+        // never show, and reads would stop at the old one). There every attribute comes from
+        // here, and the kernel drops what it cached of a file another node changed
+        // (`FUSE_AUTO_INVAL_DATA`, and the follower's notices: `daemon::bucket_thread`).
+        let writeback = if self.inner.store.changed_elsewhere() { InitFlags::empty() } else { InitFlags::FUSE_WRITEBACK_CACHE };
+        let wanted = writeback | InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_AUTO_INVAL_DATA | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         let _ = config.add_capabilities(wanted & config.capabilities());
         let direct_mmap = config.capabilities().contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         self.inner.direct_mmap.store(direct_mmap, Ordering::Relaxed);
@@ -495,103 +473,31 @@ impl Filesystem for WarcFs {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        let kind = match mode & libc::S_IFMT {
-            libc::S_IFIFO => InodeKind::Fifo,
-            libc::S_IFSOCK => InodeKind::Socket,
-            libc::S_IFCHR => InodeKind::CharDevice,
-            libc::S_IFBLK => InodeKind::BlockDevice,
-            // A regular file made by mknod: an empty stored file.
-            libc::S_IFREG | 0 => InodeKind::File,
-            _ => return reply.error(Errno::EINVAL),
-        };
-        let mut inode = Inode::new(kind, mode & !umask & 0o7777);
-        inode.uid = req.uid();
-        inode.gid = req.gid();
-        if matches!(kind, InodeKind::CharDevice | InodeKind::BlockDevice) {
-            inode.rdev = rdev;
-        }
-        self.new_node(parent.0, name, inode, reply);
+        self.op_mknod(req, parent, name, mode, umask, rdev, reply)
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let mut inode = Inode::new(InodeKind::Dir, mode & !umask & 0o7777);
-        inode.uid = req.uid();
-        inode.gid = req.gid();
-        self.new_node(parent.0, name, inode, reply);
+        self.op_mkdir(req, parent, name, mode, umask, reply)
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        if let Some(e) = reserved(parent.0, name.as_bytes()) {
-            return reply.error(if e == Errno::EEXIST { Errno::EISDIR } else { e });
-        }
-        let inner = &self.inner;
-        match inner.store.unlink_entry(parent.0, name.as_bytes(), false, &|ino| inner.is_open(ino)) {
-            Ok(ino) => {
-                if !inner.is_open(ino) && inner.store.inode(ino).ok().flatten().is_none() {
-                    inner.discard_staged(ino);
-                }
-                reply.ok()
-            }
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.op_unlink(parent, name, reply)
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        if let Some(e) = reserved(parent.0, name.as_bytes()) {
-            return reply.error(if e == Errno::EEXIST { Errno::EBUSY } else { e });
-        }
-        match self.inner.store.unlink_entry(parent.0, name.as_bytes(), true, &|_| false) {
-            Ok(_) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.op_rmdir(parent, name, reply)
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let mut inode = Inode::new(InodeKind::Symlink, 0o777);
-        inode.uid = req.uid();
-        inode.gid = req.gid();
-        inode.target = target.as_os_str().as_bytes().to_vec();
-        inode.size = inode.target.len() as u64;
-        self.new_node(parent.0, link_name, inode, reply);
+        self.op_symlink(req, parent, link_name, target, reply)
     }
 
     fn rename(&self, _req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
-        if flags.contains(RenameFlags::RENAME_EXCHANGE) || flags.contains(RenameFlags::RENAME_WHITEOUT) {
-            return reply.error(Errno::EINVAL);
-        }
-        if newname.len() > NAME_MAX {
-            return reply.error(Errno::ENAMETOOLONG);
-        }
-        if let Some(e) = reserved(parent.0, name.as_bytes()).or(reserved(newparent.0, newname.as_bytes())) {
-            return reply.error(if e == Errno::EEXIST { Errno::EBUSY } else { e });
-        }
-        let inner = &self.inner;
-        let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
-        let target = inner.store.lookup(newparent.0, newname.as_bytes()).ok().flatten();
-        match inner.store.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), noreplace, &|ino| inner.is_open(ino)) {
-            Ok(()) => {
-                if let Some(t) = target {
-                    if !inner.is_open(t) && inner.store.inode(t).ok().flatten().is_none() {
-                        inner.discard_staged(t);
-                    }
-                }
-                reply.ok()
-            }
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.op_rename(parent, name, newparent, newname, flags, reply)
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        if let Some(e) = reserved(newparent.0, newname.as_bytes()).or(is_virtual(ino.0).then_some(Errno::EPERM)) {
-            return reply.error(e);
-        }
-        if newname.len() > NAME_MAX {
-            return reply.error(Errno::ENAMETOOLONG);
-        }
-        match self.inner.store.link(ino.0, newparent.0, newname.as_bytes()) {
-            Ok(inode) => reply.entry(&TTL, &self.inner.attr(ino.0, &inode), Generation(0)),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.op_link(ino, newparent, newname, reply)
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -685,53 +591,6 @@ impl Filesystem for WarcFs {
     }
 
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
-        if let Some(e) = reserved(parent.0, name.as_bytes()) {
-            return reply.error(e);
-        }
-        if name.len() > NAME_MAX {
-            return reply.error(Errno::ENAMETOOLONG);
-        }
-        let inner = &self.inner;
-        let mut inode = Inode::new(InodeKind::File, mode & !umask & 0o7777);
-        inode.uid = req.uid();
-        inode.gid = req.gid();
-        inode.staged = true;
-        let (ino, inode) = match inner.store.create_node(parent.0, name.as_bytes(), inode) {
-            Ok(v) => v,
-            Err(e) => return reply.error(errno(&e)),
-        };
-        let file = match OpenOptions::new().read(true).write(true).create(true).truncate(true).open(inner.staging_path(ino)) {
-            Ok(f) => f,
-            Err(e) => return reply.error(io_errno(&e)),
-        };
-        let write = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
-        inner.staged.locked().insert(ino, Staged::new(file, 0, u32::from(write)));
-        let fh = self.register(ino, write, None, false, None);
-        reply.created(&TTL, &inner.attr(ino, &inode), Generation(0), FileHandle(fh), FopenFlags::empty());
-    }
-}
-
-impl WarcFs {
-    /// A new handle, counted as an open of `ino`; a reader's carries the file's recipe (read
-    /// with its inode at open).
-    fn register(&self, ino: u64, write: bool, recipe: Option<RecipeHead>, direct: bool, rebuilds_members: Option<bool>) -> u64 {
-        let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
-        let head = recipe.map(Arc::new);
-        self.inner.handles.locked().insert(fh, Handle { write, head, snapshot: None, next: 0, run: 0, jumped: false, direct, rebuilds_members });
-        *self.inner.opens.locked().entry(ino).or_insert(0) += 1;
-        fh
-    }
-
-    fn new_node(&self, parent: u64, name: &OsStr, inode: Inode, reply: ReplyEntry) {
-        if let Some(e) = reserved(parent, name.as_bytes()) {
-            return reply.error(e);
-        }
-        if name.len() > NAME_MAX {
-            return reply.error(Errno::ENAMETOOLONG);
-        }
-        match self.inner.store.create_node(parent, name.as_bytes(), inode) {
-            Ok((ino, inode)) => reply.entry(&TTL, &self.inner.attr(ino, &inode), Generation(0)),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.op_create(req, parent, name, mode, umask, flags, reply)
     }
 }

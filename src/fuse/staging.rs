@@ -271,6 +271,7 @@ pub(super) fn ingest_loop(inner: Arc<Inner>, rx: Receiver<u64>) {
         };
         // A bug met while committing one file must not stop the ingest of all later ones
         // (the ingest itself already turns a panic into an error, see `Store::prepare`).
+        crate::failpoint::hold("ingest");
         let r = crate::store::bug_as_error("committing an ingest", || inner.ingest(ino));
         if let Err(e) = r {
             let wait = waited.map_or(RETRY_FIRST, |w| (w * 2).min(RETRY_MAX));

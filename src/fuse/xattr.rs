@@ -90,3 +90,23 @@ impl WarcFs {
         reply_update(reply, r);
     }
 }
+
+/// Answers an xattr read: the size when asked for it, the bytes if they fit, else ERANGE.
+fn reply_xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
+    if size == 0 {
+        reply.size(value.len() as u32)
+    } else if value.len() <= size as usize {
+        reply.data(value)
+    } else {
+        reply.error(Errno::ERANGE)
+    }
+}
+
+/// Answers an xattr change made through `Store::update_inode`.
+fn reply_update(reply: ReplyEmpty, r: Result<Result<Inode, Errno>, StoreError>) {
+    match r {
+        Ok(Ok(_)) => reply.ok(),
+        Ok(Err(e)) => reply.error(e),
+        Err(e) => reply.error(errno(&e)),
+    }
+}

@@ -27,6 +27,15 @@ use crate::pack::ChunkKind;
 pub const PUBLISH_INTERVAL: Duration = Duration::from_secs(4);
 pub const FOLLOW_INTERVAL: Duration = Duration::from_secs(2);
 
+/// What one `follow` took in: how many log records, and the inodes they changed (a mount
+/// tells the kernel to drop what it cached of them: a file another node rewrote may keep
+/// its size and times, and the kernel's pages would go on showing the old bytes).
+#[derive(Debug, Default)]
+pub struct Followed {
+    pub records: u64,
+    pub inodes: Vec<u64>,
+}
+
 /// What a follower has seen of the bucket.
 #[derive(Default)]
 pub(super) struct FollowState {
@@ -63,6 +72,12 @@ impl Store {
     /// Whether this store follows a bucket that another node writes (`open_follower`).
     pub fn is_follower(&self) -> bool {
         self.follower
+    }
+
+    /// Whether files here change without this process: another node writes them (this is
+    /// a follower, or one of the nodes of a store several nodes write).
+    pub fn changed_elsewhere(&self) -> bool {
+        self.follower || self.is_shared()
     }
 
     /// The writer's side: seals the open data pack, then the log's, if they hold anything,
@@ -103,10 +118,10 @@ impl Store {
 
     /// The follower's side: takes in what the writer published since the last call (and on
     /// a store several nodes write, each writer's side too: what the others published).
-    /// Returns how many log records were applied.
-    pub fn follow(&self) -> Result<u64> {
+    /// Returns what was applied.
+    pub fn follow(&self) -> Result<Followed> {
         if !self.follower && !self.is_shared() {
-            return Ok(0);
+            return Ok(Followed::default());
         }
         // Its state is taken out while it reads (no lock held across the bucket's I/O); a
         // call meanwhile (the mount's last note at unmount, while its follow thread is at
@@ -115,7 +130,7 @@ impl Store {
         let mut st = {
             let mut g = self.follow.locked();
             if g.busy {
-                return Ok(0);
+                return Ok(Followed::default());
             }
             let st = std::mem::take(&mut *g);
             g.busy = true;
@@ -126,7 +141,7 @@ impl Store {
         r
     }
 
-    fn follow_step(&self, st: &mut FollowState) -> Result<u64> {
+    fn follow_step(&self, st: &mut FollowState) -> Result<Followed> {
         let root = self.root.clone();
         let listed = self.packs.sealed_packs().map_err(io_at(&root))?;
         let mut new: Vec<u64> = listed.iter().map(|p| p.0).filter(|id| !st.seen.contains(id)).collect();
@@ -181,19 +196,22 @@ impl Store {
             st.seen.insert(id);
         }
         let departed = self.relocate_departed(st, &live)?;
-        let applied = if self.is_shared() { self.apply_waiting_shared(st)? } else { self.apply_waiting(st)? };
+        let mut inodes = Vec::new();
+        let applied = if self.is_shared() { self.apply_waiting_shared(st, &mut inodes)? } else { self.apply_waiting(st, &mut inodes)? };
         if applied > 0 || moved || departed {
             // Cached chunk places and recipe pieces may name what changed (a pack gc wrote
             // moves chunks without a log record).
             self.cache.clear();
         }
-        Ok(applied)
+        inodes.sort_unstable();
+        inodes.dedup();
+        Ok(Followed { records: applied, inodes })
     }
 }
 
 impl Store {
     /// Applies the waiting records of a store one node writes at a time: one sequence.
-    fn apply_waiting(&self, st: &mut FollowState) -> Result<u64> {
+    fn apply_waiting(&self, st: &mut FollowState, inodes: &mut Vec<u64>) -> Result<u64> {
         st.waiting.sort_by_key(|r| r.seq);
         let mut applied = 0u64;
         let mut last = self.index.meta_u64_opt(APPLIED_SEQ)?;
@@ -211,6 +229,7 @@ impl Store {
             let mut extra = Batch::new();
             extra.put_meta_u64_unlogged(&self.index, APPLIED_SEQ, seq);
             self.index.apply(&st.waiting[i].ops, false, extra)?;
+            inodes.extend(super::shared::inodes_changed(&st.waiting[i].ops));
             last = Some(seq);
             applied += 1;
             i += 1;
@@ -221,7 +240,7 @@ impl Store {
 
     /// Applies the waiting records of a shared store: each node's in its own order
     /// (`Store::apply_foreign`); this node's own are in its index already.
-    fn apply_waiting_shared(&self, st: &mut FollowState) -> Result<u64> {
+    fn apply_waiting_shared(&self, st: &mut FollowState, inodes: &mut Vec<u64>) -> Result<u64> {
         st.waiting.sort_by_key(|r| (r.node, r.seq));
         let mut applied = 0u64;
         let mut keep = Vec::new();
@@ -273,6 +292,7 @@ impl Store {
                 continue;
             }
             st.stalled.remove(&(node, rec.seq));
+            inodes.extend(super::shared::inodes_changed(&rec.ops));
             last = Some((rec.node, Some(rec.seq)));
             applied += 1;
         }

@@ -58,7 +58,7 @@ pub use ingest::{Presplit, Source};
 /// How much of a file ingest reads first (and an importer splits ahead, see `Presplit`).
 pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
 pub use fsck::{FsckReport, MAX_PROBLEMS};
-pub use follow::{FOLLOW_INTERVAL, PUBLISH_INTERVAL};
+pub use follow::{Followed, FOLLOW_INTERVAL, PUBLISH_INTERVAL};
 pub use journal::CHECKPOINT_RECORDS;
 pub use maintain::{GcOptions, GcReport, ScanLimits, Stats};
 pub use settle::REMOTE_BUDGET as SETTLE_REMOTE_BUDGET;

@@ -30,6 +30,14 @@ const CF_DIRENT: u8 = 3;
 const CF_RECIPE: u8 = 4;
 
 
+/// The inodes a log record's ops change (put or delete): what a mount must tell the kernel
+/// to forget when it applies another node's record.
+pub(super) fn inodes_changed(ops: &[LogOp]) -> impl Iterator<Item = u64> + '_ {
+    ops.iter().filter_map(|op| match op {
+        LogOp::Put(CF_INODE, k, _) | LogOp::Delete(CF_INODE, k) => k.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes),
+        _ => None,
+    })
+}
 
 /// Where a command writes when not told: the root, or on a store several nodes write, the
 /// node's own directory. (The root for a store that does not exist yet, or whose settings
@@ -395,7 +403,7 @@ mod tests {
         a.unlink_entry(own, b"open.warc", false, &|_| true).unwrap();
         a.publish().unwrap();
         a.wait_uploaded(std::time::Duration::from_secs(30)).unwrap();
-        assert!(b.follow().unwrap() > 0);
+        assert!(b.follow().unwrap().records > 0);
         let mut buf = vec![0u8; data.len()];
         let head = b.head(kept.ino).unwrap().unwrap();
         assert_eq!(b.read_at(&head, 0, &mut buf).unwrap(), data.len());
@@ -454,7 +462,7 @@ mod tests {
         assert!(put.new_bytes < 1000, "B stored {} new bytes of bytes the bucket holds", put.new_bytes);
         b.publish().unwrap();
         b.wait_uploaded(std::time::Duration::from_secs(30)).unwrap();
-        assert!(a.follow().unwrap() > 0, "A could not take in B's record");
+        assert!(a.follow().unwrap().records > 0, "A could not take in B's record");
         let head = a.head(put.ino).unwrap().expect("B's file on A");
         let mut buf = vec![0u8; small.len()];
         assert_eq!(a.read_at(&head, 0, &mut buf).unwrap(), small.len());
