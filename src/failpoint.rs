@@ -4,8 +4,11 @@
 //! passes through `panic_at("read")` panic and the first through `io_error("persist_sync")`
 //! fail. Release builds compile them all to nothing.
 //!
-//! Kept by hand (~90 lines): the `fail` crate's actions (panic, return, sleep, print) have no
-//! "SIGKILL this process at the k-th pass", which every crash test needs (`crash_at`).
+//! `WARCFS_HOLD=name:FILE` holds a process at `hold(name)` while FILE exists, so that a test
+//! can look at a state (a file staged on one node) that would otherwise pass too soon.
+//!
+//! Kept by hand (~110 lines): the `fail` crate's actions (panic, return, sleep, print) have
+//! no "SIGKILL this process at the k-th pass", which every crash test needs (`crash_at`).
 
 /// Whether the failpoint `name` fires on this pass (its count is used up one pass at a time).
 #[cfg(debug_assertions)]

@@ -637,6 +637,7 @@ fn several_nodes_write_at_once_each_under_its_own_directory_and_every_node_reads
 /// bytes under the same size and times. B's ingest is held (`WARCFS_HOLD`) so that A sees
 /// the staged state every time.
 #[test]
+#[cfg_attr(not(debug_assertions), ignore = "the hold fail point exists in debug builds only")]
 fn a_file_another_node_is_still_writing_reads_as_it_was_then_exactly_as_written() {
     let tmp = tempfile::tempdir().unwrap();
     let c = Cluster::start(&tmp.path().join("garage"), 46000);
@@ -697,6 +698,65 @@ fn a_file_another_node_is_still_writing_reads_as_it_was_then_exactly_as_written(
     gate.open();
     appears(&on_a, &new_src, 60, &[&n.a, &n.b]);
     assert!(fs::read(&on_b).unwrap() == rewritten);
+
+    // Without the writeback cache the kernel leaves a write's times to the daemon: an
+    // append moves the file's mtime, on B and then on A.
+    let before = fs::metadata(&on_b).unwrap().modified().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let mut f = fs::OpenOptions::new().append(true).open(&on_b).unwrap();
+    std::io::Write::write_all(&mut f, b"\r\n").unwrap();
+    drop(f);
+    let after = fs::metadata(&on_b).unwrap().modified().unwrap();
+    assert!(after > before, "an append left B's mtime at {before:?}");
+    rewritten.extend_from_slice(b"\r\n");
+    fs::write(&new_src, &rewritten).unwrap();
+    appears(&on_a, &new_src, 60, &[&n.a, &n.b]);
+    assert_eq!(fs::metadata(&on_a).unwrap().modified().unwrap(), after);
+}
+
+/// A read-only follower mounts while the writer holds a staged file (the writer's to
+/// recover, not the follower's), shows it as last committed, then exactly once written.
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the hold fail point exists in debug builds only")]
+fn a_follower_mounts_while_the_writer_holds_a_staged_file_and_reads_it_once_stored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::start(&tmp.path().join("garage"), 46100);
+    let (a, b) = (tmp.path().join("node-a"), tmp.path().join("node-b"));
+    let (ma, mb) = (tmp.path().join("mnt-a"), tmp.path().join("mnt-b"));
+    fs::create_dir_all(&ma).unwrap();
+    fs::create_dir_all(&mb).unwrap();
+    let url = "s3://warcfs/staged-follower";
+    c.ok(&["init", &s(&a), "--backend", url]);
+    let held = tmp.path().join("hold-ingest");
+    let hold = format!("ingest:{}", s(&held));
+    let mut vars = c.vars();
+    vars.push(("WARCFS_HOLD", &hold));
+    let r = run_env(&["mount", &s(&a), &s(&ma)], &vars);
+    assert!(r.ok(), "{}", r.describe());
+    let _ga = MountGuard { mnt: ma.clone(), store: a.clone() };
+    // Dropped before A's mount: its unmount waits for the held ingest.
+    let gate = Gate(held);
+    let src = crawl_files().into_iter().find(|f| f.extension().is_some_and(|e| e == "warc")).expect("a plain crawl");
+    gate.close();
+    fs::copy(&src, ma.join("w.warc")).unwrap();
+    // B joins once the bucket shows the staged file (A publishes every few seconds).
+    let t0 = std::time::Instant::now();
+    loop {
+        let _ = fs::remove_dir_all(&b);
+        c.ok(&["init", &s(&b), "--backend", url]);
+        if parse_ls(&c.ok(&["ls", &s(&b), "/"]).out()).iter().any(|e| e.0 == "w.warc") {
+            break;
+        }
+        assert!(t0.elapsed().as_secs() < 60, "A's staged file never reached the bucket");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let r = c.run(&["mount", &s(&b), &s(&mb), "-o", "ro"]);
+    assert!(r.ok(), "the follower could not mount while the writer held a staged file: {}", r.describe());
+    let _gb = MountGuard { mnt: mb.clone(), store: b.clone() };
+    assert_eq!(fs::metadata(mb.join("w.warc")).unwrap().len(), 0, "the follower shows bytes it does not have");
+    assert!(fs::read(mb.join("w.warc")).unwrap().is_empty());
+    gate.open();
+    appears(&mb.join("w.warc"), &src, 60, &[&a, &b]);
 }
 
 /// While its file exists, a daemon started with `WARCFS_HOLD=ingest:FILE` ingests nothing.

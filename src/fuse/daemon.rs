@@ -214,14 +214,17 @@ fn bucket_thread(store: Arc<Store>, notifier: fuser::Notifier) -> Result<()> {
             loop {
                 std::thread::sleep(every);
                 let r = if store.is_follower() {
-                    store.follow()
+                    store.follow().map(|f| forget(&notifier, f))
                 } else if shared {
+                    // The kernel forgets what changed before anything else can fail.
                     store
                         .publish_if_due()
                         .and_then(|_| store.follow())
-                        .and_then(|f| store.checkpoint_if_due(crate::store::CHECKPOINT_RECORDS).map(|_| f))
+                        .map(|f| forget(&notifier, f))
+                        .and_then(|_| store.checkpoint_if_due(crate::store::CHECKPOINT_RECORDS))
+                        .map(|_| ())
                 } else {
-                    store.publish().map(|_| Default::default())
+                    store.publish()
                 };
                 match r {
                     Err(e) if logged.is_none_or(|t| t.elapsed().as_secs() >= 60) => {
@@ -229,23 +232,24 @@ fn bucket_thread(store: Arc<Store>, notifier: fuser::Notifier) -> Result<()> {
                         logged = Some(std::time::Instant::now());
                     }
                     Err(_) => {}
-                    Ok(followed) => {
-                        logged = None;
-                        for ino in followed.inodes {
-                            // Its attributes and every cached page. ENOENT: the kernel holds
-                            // nothing of it (never looked up, or forgotten).
-                            if let Err(e) = notifier.inval_inode(fuser::INodeNo(ino), 0, 0) {
-                                if e.raw_os_error() != Some(libc::ENOENT) {
-                                    log::warn!("{what}: cannot make the kernel forget inode {ino}: {e}");
-                                }
-                            }
-                        }
-                    }
+                    Ok(()) => logged = None,
                 }
             }
         })
         .context("bucket thread")?;
     Ok(())
+}
+
+/// Has the kernel drop its attributes and cached pages of every inode another node's records
+/// changed. (fuser reports an inode the kernel does not hold as done.) A failure (the mount
+/// going away) ends the round with one log line: the next round's inodes are other ones.
+fn forget(notifier: &fuser::Notifier, followed: crate::store::Followed) {
+    for (i, &ino) in followed.inodes.iter().enumerate() {
+        if let Err(e) = notifier.inval_inode(fuser::INodeNo(ino), 0, 0) {
+            log::warn!("following the bucket: the kernel could not be told to forget inode {ino} and {} more changed by other nodes: {e}", followed.inodes.len() - i - 1);
+            return;
+        }
+    }
 }
 
 /// Opens the store, mounts it, and serves until unmounted. `ready` hears "ok" once the mount

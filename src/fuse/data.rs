@@ -58,6 +58,9 @@ impl WarcFs {
             inner.store.rebuilds_members(h)
         });
         let direct = keep && inner.direct_mmap.load(Ordering::Relaxed) && rebuilds_members == Some(true);
+        // Where another node may rewrite the file, a handle keeps no recipe: its reads would
+        // go on filling the kernel's cache with the old bytes after that cache was dropped.
+        let recipe = recipe.filter(|_| !inner.elsewhere);
         let fh = self.register(ino, write, recipe, direct, rebuilds_members);
         // A reader has nothing to persist at close. (With the writeback cache the kernel sends
         // FLUSH anyway: measured, it ignores this flag then; it matters only without it.)
@@ -217,6 +220,9 @@ impl WarcFs {
                 s.dirty = true;
                 if written.is_ok() {
                     s.size = s.size.max(offset + data.len() as u64);
+                    if inner.elsewhere {
+                        s.written_at = Some(Timestamp::now());
+                    }
                 }
             }
         }

@@ -26,8 +26,9 @@ impl WarcFs {
             // Hold the staged map so its size cannot change under this update; only the
             // attributes asked for change. A commit in progress is waited for: its outcome
             // says whether the file is still staged.
-            let map = inner.settled(ino);
+            let mut map = inner.settled(ino);
             let staged_size = map.get(&ino).map(|s| s.size);
+            let written_at = map.get(&ino).and_then(|s| s.written_at);
             let updated = inner.store.update_inode(ino, |inode| {
             if let Some(m) = mode {
                 inode.mode = m & 0o7777;
@@ -51,6 +52,8 @@ impl WarcFs {
                 inode.mtime = time_or_now(t);
             } else if size.is_some() {
                 inode.mtime = now;
+            } else if let Some(t) = written_at {
+                inode.mtime = t;
             }
             inode.ctime = ctime.map(Timestamp::from).unwrap_or(now);
             if let Some(size) = staged_size {
@@ -59,6 +62,12 @@ impl WarcFs {
             }
             Ok::<(), Errno>(())
             });
+            if updated.is_ok() {
+                // The times just written hold the last write's (or a later one).
+                if let Some(s) = map.get_mut(&ino) {
+                    s.written_at = None;
+                }
+            }
             drop(map);
             updated.map_err(|e| errno(&e))?
         })();

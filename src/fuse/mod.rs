@@ -88,7 +88,8 @@ fn reserved(parent: u64, name: &[u8]) -> Option<Errno> {
 /// Reported as st_blksize, which sizes the buffers of stdio, Python and friends: a record
 /// lookup through such a buffer reads a whole block, and a block of a stored file costs
 /// decoding every chunk in it. Sequential readers of files in the page cache still get
-/// 1 MiB FUSE requests from the kernel's read-ahead, and writers from the writeback cache;
+/// 1 MiB FUSE requests from the kernel's read-ahead, and writers from the writeback cache
+/// (where there is one: not where other nodes change files, see `init`);
 /// readers of direct-I/O (gzip) files send their own read sizes (`cat` 128 KiB).
 const BLKSIZE: u32 = 4096;
 
@@ -103,7 +104,8 @@ struct Handle {
     /// Contents of a virtual file as of its open.
     snapshot: Option<(Arc<File>, u64)>,
     /// The recipe a read-only handle of a stored file reads (it cannot change while open:
-    /// a writer stages the file first, and reads then go to staging).
+    /// a writer here stages the file first, and reads then go to staging). None where
+    /// another node may rewrite it (`Inner::elsewhere`): each read looks the recipe up.
     head: Option<Arc<RecipeHead>>,
     /// Where this handle's last read ended: a read that starts there is sequential and
     /// worth reading ahead for; one that starts elsewhere (a record lookup) is not.
@@ -146,6 +148,9 @@ struct Inner {
     next_fh: AtomicU64,
     /// The kernel allows mmap of files opened for direct I/O (see `open`).
     direct_mmap: std::sync::atomic::AtomicBool,
+    /// Files here change without this process: another node writes them (`init`: no
+    /// writeback cache; `open`: a handle keeps no recipe; `write`: the times kept here).
+    elsewhere: bool,
 }
 
 pub struct WarcFs {
@@ -218,18 +223,33 @@ impl Inner {
         // committed bytes here, which reads serve: its size is theirs until its new recipe
         // arrives. Showing the size being written would have the kernel zero-fill the pages
         // no read can give, and keep them.
-        let size = match self.staged.locked().get(&ino) {
-            Some(s) => s.size,
-            None if inode.staged => inode.recipe.as_ref().map_or(0, |r| r.size),
+        let (staged, written_at) = match self.staged.locked().get(&ino) {
+            Some(s) => (Some(s.size), s.written_at),
+            None => (None, None),
+        };
+        let size = match staged {
+            Some(size) => size,
+            // `inode` was read before the map: a commit here may have come in between (it
+            // clears the flag, then leaves the map), so the index says which it is now.
+            None if inode.staged => match self.store.inode(ino) {
+                Ok(Some(now)) if !now.staged => now.size,
+                Ok(Some(now)) => now.recipe.as_ref().map_or(0, |r| r.size),
+                _ => inode.recipe.as_ref().map_or(0, |r| r.size),
+            },
             None => inode.size,
+        };
+        // Without the writeback cache the kernel leaves a write's times to us (`written_at`).
+        let (mtime, ctime) = match written_at {
+            Some(t) => (t, t),
+            None => (inode.mtime, inode.ctime),
         };
         FileAttr {
             ino: INodeNo(ino),
             size,
             blocks: size.div_ceil(512),
             atime: to_system(inode.atime),
-            mtime: to_system(inode.mtime),
-            ctime: to_system(inode.ctime),
+            mtime: to_system(mtime),
+            ctime: to_system(ctime),
             crtime: to_system(inode.ctime),
             kind: kind_of(inode.kind),
             perm: (inode.mode & 0o7777) as u16,
@@ -270,9 +290,12 @@ impl WarcFs {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             direct_mmap: std::sync::atomic::AtomicBool::new(false),
+            elsewhere: store.changed_elsewhere(),
         });
         let (tx, rx) = crossbeam_channel::unbounded::<u64>();
-        let (orphans, staged) = store.orphans_and_staged()?;
+        // A follower recovers nothing: the writer's staged files and orphans are the
+        // writer's to recover, and its index takes no change of them.
+        let (orphans, staged) = if store.is_follower() { Default::default() } else { store.orphans_and_staged()? };
         for ino in orphans {
             log::info!("dropping orphan inode {ino} left by a crash");
             store.drop_orphan(ino)?;
@@ -387,7 +410,7 @@ impl Filesystem for WarcFs {
         // never show, and reads would stop at the old one). There every attribute comes from
         // here, and the kernel drops what it cached of a file another node changed
         // (`FUSE_AUTO_INVAL_DATA`, and the follower's notices: `daemon::bucket_thread`).
-        let writeback = if self.inner.store.changed_elsewhere() { InitFlags::empty() } else { InitFlags::FUSE_WRITEBACK_CACHE };
+        let writeback = if self.inner.elsewhere { InitFlags::empty() } else { InitFlags::FUSE_WRITEBACK_CACHE };
         let wanted = writeback | InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_AUTO_INVAL_DATA | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         let _ = config.add_capabilities(wanted & config.capabilities());
         let direct_mmap = config.capabilities().contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);

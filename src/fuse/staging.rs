@@ -29,11 +29,15 @@ pub(super) struct Staged {
     /// Its ingest is committing (the map is not locked meanwhile): a change waits for the
     /// outcome, after which the file is stored (and staged again by the change) or not.
     pub(super) committing: bool,
+    /// When it was last written, on a mount without the writeback cache (which otherwise
+    /// keeps a file's times in the kernel): its mtime and ctime until `persist` or a
+    /// setattr records them.
+    pub(super) written_at: Option<Timestamp>,
 }
 
 impl Staged {
     pub(super) fn new(file: File, size: u64, writers: u32) -> Staged {
-        Staged { file: Arc::new(file), size, gen: 0, writers, dirty: false, sync_failed: false, syncing: Arc::default(), busy: 0, committing: false }
+        Staged { file: Arc::new(file), size, gen: 0, writers, dirty: false, sync_failed: false, syncing: Arc::default(), busy: 0, committing: false, written_at: None }
     }
 }
 
@@ -149,7 +153,7 @@ impl Inner {
     pub(super) fn persist(&self, ino: u64) -> Result<(), Errno> {
         let Some(syncing) = self.staged.locked().get(&ino).map(|s| s.syncing.clone()) else { return Ok(()) };
         let _one_at_a_time = syncing.locked();
-        let (file, size) = {
+        let (file, size, written_at) = {
             let mut map = self.staged.locked();
             let Some(s) = map.get_mut(&ino) else { return Ok(()) };
             if s.sync_failed {
@@ -159,7 +163,7 @@ impl Inner {
                 return Ok(());
             }
             s.dirty = false;
-            (s.file.clone(), s.size)
+            (s.file.clone(), s.size, s.written_at)
         };
         if let Err(e) = crate::failpoint::io_error("persist_sync").and_then(|()| file.sync_data()) {
             log::error!("sync of staged inode {ino} failed: {e}; its fsyncs and closes get EIO until it is truncated, and the next mount recovers what reached the disk");
@@ -170,9 +174,15 @@ impl Inner {
             return Err(io_errno(&e));
         }
         crate::failpoint::crash_at("staged_synced");
-        match self.set_staged(ino, size) {
+        match self.set_staged_written(ino, size, written_at) {
+            Ok(()) => {
+                if let Some(s) = self.staged.locked().get_mut(&ino).filter(|s| s.written_at == written_at) {
+                    s.written_at = None;
+                }
+                Ok(())
+            }
             // Unlinked meanwhile: nothing to record.
-            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(Errno::ENOENT) => Ok(()),
             Err(e) => {
                 // The bytes are on the disk but not recorded as staged: the next fsync or
                 // close records them again.
@@ -187,9 +197,19 @@ impl Inner {
     /// Records in the index that a file's bytes (of `size`) are in staging. Only these two
     /// fields change: a concurrent commit of other attributes is never overwritten.
     pub(super) fn set_staged(&self, ino: u64, size: u64) -> Result<(), Errno> {
+        self.set_staged_written(ino, size, None)
+    }
+
+    /// `set_staged`, and the time of the last write as its mtime and ctime if one is kept
+    /// here (`Staged::written_at`).
+    fn set_staged_written(&self, ino: u64, size: u64, written_at: Option<Timestamp>) -> Result<(), Errno> {
         match self.store.update_inode(ino, |i| {
             i.staged = true;
             i.size = size;
+            if let Some(t) = written_at {
+                i.mtime = t;
+                i.ctime = t;
+            }
             Ok::<(), Errno>(())
         }) {
             Ok(r) => r.map(|_| ()),
@@ -269,9 +289,9 @@ pub(super) fn ingest_loop(inner: Arc<Inner>, rx: Receiver<u64>) {
             }
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
         };
+        crate::failpoint::hold("ingest");
         // A bug met while committing one file must not stop the ingest of all later ones
         // (the ingest itself already turns a panic into an error, see `Store::prepare`).
-        crate::failpoint::hold("ingest");
         let r = crate::store::bug_as_error("committing an ingest", || inner.ingest(ino));
         if let Err(e) = r {
             let wait = waited.map_or(RETRY_FIRST, |w| (w * 2).min(RETRY_MAX));

@@ -54,6 +54,9 @@ pub(super) struct FollowState {
     alternates: std::collections::HashMap<crate::digest::ChunkKey, ChunkEntry>,
     /// How many rounds each waiting record of another node has waited for a chunk.
     stalled: std::collections::HashMap<(u16, u64), u32>,
+    /// Inodes changed by records applied and not yet handed out (a round that fails after
+    /// applying some keeps them for the next).
+    changed: Vec<u64>,
 }
 
 /// After this many rounds waiting for a chunk, a record's chunks are looked for in every
@@ -196,22 +199,22 @@ impl Store {
             st.seen.insert(id);
         }
         let departed = self.relocate_departed(st, &live)?;
-        let mut inodes = Vec::new();
-        let applied = if self.is_shared() { self.apply_waiting_shared(st, &mut inodes)? } else { self.apply_waiting(st, &mut inodes)? };
-        if applied > 0 || moved || departed {
+        let applied = if self.is_shared() { self.apply_waiting_shared(st) } else { self.apply_waiting(st) };
+        if applied.as_ref().map_or(true, |&n| n > 0) || moved || departed {
             // Cached chunk places and recipe pieces may name what changed (a pack gc wrote
             // moves chunks without a log record).
             self.cache.clear();
         }
+        let mut inodes = std::mem::take(&mut st.changed);
         inodes.sort_unstable();
         inodes.dedup();
-        Ok(Followed { records: applied, inodes })
+        Ok(Followed { records: applied?, inodes })
     }
 }
 
 impl Store {
     /// Applies the waiting records of a store one node writes at a time: one sequence.
-    fn apply_waiting(&self, st: &mut FollowState, inodes: &mut Vec<u64>) -> Result<u64> {
+    fn apply_waiting(&self, st: &mut FollowState) -> Result<u64> {
         st.waiting.sort_by_key(|r| r.seq);
         let mut applied = 0u64;
         let mut last = self.index.meta_u64_opt(APPLIED_SEQ)?;
@@ -229,7 +232,11 @@ impl Store {
             let mut extra = Batch::new();
             extra.put_meta_u64_unlogged(&self.index, APPLIED_SEQ, seq);
             self.index.apply(&st.waiting[i].ops, false, extra)?;
-            inodes.extend(super::shared::inodes_changed(&st.waiting[i].ops));
+            let rec = &st.waiting[i];
+            // A checkpoint restates what its node's records said before: nothing changes.
+            if rec.checkpoint.is_none() {
+                st.changed.extend(super::shared::inodes_changed(&rec.ops));
+            }
             last = Some(seq);
             applied += 1;
             i += 1;
@@ -240,7 +247,7 @@ impl Store {
 
     /// Applies the waiting records of a shared store: each node's in its own order
     /// (`Store::apply_foreign`); this node's own are in its index already.
-    fn apply_waiting_shared(&self, st: &mut FollowState, inodes: &mut Vec<u64>) -> Result<u64> {
+    fn apply_waiting_shared(&self, st: &mut FollowState) -> Result<u64> {
         st.waiting.sort_by_key(|r| (r.node, r.seq));
         let mut applied = 0u64;
         let mut keep = Vec::new();
@@ -292,7 +299,9 @@ impl Store {
                 continue;
             }
             st.stalled.remove(&(node, rec.seq));
-            inodes.extend(super::shared::inodes_changed(&rec.ops));
+            if rec.checkpoint.is_none() {
+                st.changed.extend(super::shared::inodes_changed(&rec.ops));
+            }
             last = Some((rec.node, Some(rec.seq)));
             applied += 1;
         }

@@ -30,11 +30,16 @@ const CF_DIRENT: u8 = 3;
 const CF_RECIPE: u8 = 4;
 
 
+/// The id (inode or recipe) a namespace key or value starts with.
+fn id_of(k: &[u8]) -> Option<u64> {
+    k.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes)
+}
+
 /// The inodes a log record's ops change (put or delete): what a mount must tell the kernel
 /// to forget when it applies another node's record.
 pub(super) fn inodes_changed(ops: &[LogOp]) -> impl Iterator<Item = u64> + '_ {
     ops.iter().filter_map(|op| match op {
-        LogOp::Put(CF_INODE, k, _) | LogOp::Delete(CF_INODE, k) => k.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes),
+        LogOp::Put(CF_INODE, k, _) | LogOp::Delete(CF_INODE, k) => id_of(k),
         _ => None,
     })
 }
@@ -135,7 +140,7 @@ impl Store {
             return true;
         }
         let LogOp::Put(cf, key, value) = op else { return true };
-        let id = |b: &[u8]| b.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
+        let id = id_of;
         let mine = |ino: Option<u64>| ino.is_some_and(|i| node_of(i) == self.node());
         match *cf {
             CF_INODE => id(key) == Some(ROOT_INO) || mine(id(key)),
@@ -169,7 +174,7 @@ impl Store {
     /// `checkpoint`: where the checkpoint this record completes begins, if it does.
     pub(super) fn apply_foreign(&self, node: u16, seq: u64, ops: &[LogOp], checkpoint: Option<u64>) -> Result<Vec<ChunkKey>> {
         let mut delta = RefDelta::default();
-        let rid_of = |k: &[u8]| k.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
+        let rid_of = id_of;
         // Recipes it removes: what they held goes (read before they are gone).
         for op in ops {
             if let LogOp::DeleteRange(CF_RECIPE, a, _) | LogOp::Delete(CF_RECIPE, a) = op {
