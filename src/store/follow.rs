@@ -205,10 +205,12 @@ impl Store {
             // moves chunks without a log record).
             self.cache.clear();
         }
+        // Handed out only with a round that succeeds (a failed one keeps them for the next).
+        let records = applied?;
         let mut inodes = std::mem::take(&mut st.changed);
         inodes.sort_unstable();
         inodes.dedup();
-        Ok(Followed { records: applied?, inodes })
+        Ok(Followed { records, inodes })
     }
 }
 
