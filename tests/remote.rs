@@ -646,12 +646,7 @@ fn a_file_another_node_is_still_writing_reads_as_it_was_then_exactly_as_written(
     let gate = Gate(tmp.path().join("hold-ingest"));
     c.ok(&["mount", &s(&n.a), &s(&n.ma)]);
     n.ga = Some(MountGuard { mnt: n.ma.clone(), store: n.a.clone() });
-    let hold = format!("ingest:{}", s(&gate.0));
-    let mut vars = c.vars();
-    vars.push(("WARCFS_HOLD", &hold));
-    let r = run_env(&["mount", &s(&n.b), &s(&n.mb)], &vars);
-    assert!(r.ok(), "{}", r.describe());
-    n.gb = Some(MountGuard { mnt: n.mb.clone(), store: n.b.clone() });
+    n.gb = Some(mount_held(&c, &n.b, &n.mb, &gate.0));
     // A plain WARC: read through the kernel's page cache (gzip files are read direct).
     let src = crawl_files().into_iter().find(|f| f.extension().is_some_and(|e| e == "warc")).expect("a plain crawl");
     let written = fs::read(&src).unwrap();
@@ -728,12 +723,7 @@ fn a_follower_mounts_while_the_writer_holds_a_staged_file_and_reads_it_once_stor
     let url = "s3://warcfs/staged-follower";
     c.ok(&["init", &s(&a), "--backend", url]);
     let held = tmp.path().join("hold-ingest");
-    let hold = format!("ingest:{}", s(&held));
-    let mut vars = c.vars();
-    vars.push(("WARCFS_HOLD", &hold));
-    let r = run_env(&["mount", &s(&a), &s(&ma)], &vars);
-    assert!(r.ok(), "{}", r.describe());
-    let _ga = MountGuard { mnt: ma.clone(), store: a.clone() };
+    let _ga = mount_held(&c, &a, &ma, &held);
     // Dropped before A's mount: its unmount waits for the held ingest.
     let gate = Gate(held);
     let src = crawl_files().into_iter().find(|f| f.extension().is_some_and(|e| e == "warc")).expect("a plain crawl");
@@ -757,6 +747,16 @@ fn a_follower_mounts_while_the_writer_holds_a_staged_file_and_reads_it_once_stor
     assert!(fs::read(mb.join("w.warc")).unwrap().is_empty());
     gate.open();
     appears(&mb.join("w.warc"), &src, 60, &[&a, &b]);
+}
+
+/// Mounts `store` at `mnt` with its background ingest held while `gate` exists.
+fn mount_held(c: &Cluster, store: &Path, mnt: &Path, gate: &Path) -> MountGuard {
+    let hold = format!("ingest:{}", s(gate));
+    let mut vars = c.vars();
+    vars.push(("WARCFS_HOLD", &hold));
+    let r = run_env(&["mount", &s(store), &s(mnt)], &vars);
+    assert!(r.ok(), "{}", r.describe());
+    MountGuard { mnt: mnt.to_path_buf(), store: store.to_path_buf() }
 }
 
 /// While its file exists, a daemon started with `WARCFS_HOLD=ingest:FILE` ingests nothing.

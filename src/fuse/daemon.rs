@@ -205,7 +205,7 @@ pub fn mount(args: MountArgs) -> Result<i32> {
 /// serves its cached pages again. It runs until the process ends.
 fn bucket_thread(store: Arc<Store>, notifier: fuser::Notifier) -> Result<()> {
     let shared = store.is_shared_writer();
-    let (every, what) = if store.is_follower() || shared { (crate::store::FOLLOW_INTERVAL, "following the bucket") } else { (crate::store::PUBLISH_INTERVAL, "publishing to the bucket") };
+    let (every, what) = if store.changed_elsewhere() { (crate::store::FOLLOW_INTERVAL, "following the bucket") } else { (crate::store::PUBLISH_INTERVAL, "publishing to the bucket") };
     std::thread::Builder::new()
         .name("warcfs-bucket".into())
         .spawn(move || {

@@ -144,7 +144,7 @@ impl Inner {
         file.sync_data().map_err(|e| io_errno(&e))?;
         crate::pack::sync_dir(&self.staging).map_err(|e| io_errno(&e))?;
         crate::failpoint::crash_at("staged_created");
-        self.set_staged(ino, size)?;
+        self.set_staged(ino, size, None)?;
         Ok((file, size))
     }
 
@@ -174,7 +174,7 @@ impl Inner {
             return Err(io_errno(&e));
         }
         crate::failpoint::crash_at("staged_synced");
-        match self.set_staged_written(ino, size, written_at) {
+        match self.set_staged(ino, size, written_at) {
             Ok(()) => {
                 if let Some(s) = self.staged.locked().get_mut(&ino).filter(|s| s.written_at == written_at) {
                     s.written_at = None;
@@ -194,15 +194,11 @@ impl Inner {
         }
     }
 
-    /// Records in the index that a file's bytes (of `size`) are in staging. Only these two
-    /// fields change: a concurrent commit of other attributes is never overwritten.
-    pub(super) fn set_staged(&self, ino: u64, size: u64) -> Result<(), Errno> {
-        self.set_staged_written(ino, size, None)
-    }
-
-    /// `set_staged`, and the time of the last write as its mtime and ctime if one is kept
-    /// here (`Staged::written_at`).
-    fn set_staged_written(&self, ino: u64, size: u64, written_at: Option<Timestamp>) -> Result<(), Errno> {
+    /// Records in the index that a file's bytes (of `size`) are in staging, and the time of
+    /// its last write as its mtime and ctime where one is kept here (`Staged::written_at`).
+    /// Only these fields change: a concurrent commit of other attributes is never
+    /// overwritten.
+    pub(super) fn set_staged(&self, ino: u64, size: u64, written_at: Option<Timestamp>) -> Result<(), Errno> {
         match self.store.update_inode(ino, |i| {
             i.staged = true;
             i.size = size;

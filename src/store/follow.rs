@@ -123,7 +123,7 @@ impl Store {
     /// a store several nodes write, each writer's side too: what the others published).
     /// Returns what was applied.
     pub fn follow(&self) -> Result<Followed> {
-        if !self.follower && !self.is_shared() {
+        if !self.changed_elsewhere() {
             return Ok(Followed::default());
         }
         // Its state is taken out while it reads (no lock held across the bucket's I/O); a

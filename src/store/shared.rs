@@ -29,7 +29,6 @@ const CF_INODE: u8 = 2;
 const CF_DIRENT: u8 = 3;
 const CF_RECIPE: u8 = 4;
 
-
 /// The id (inode or recipe) a namespace key or value starts with.
 fn id_of(k: &[u8]) -> Option<u64> {
     k.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes)
@@ -140,12 +139,11 @@ impl Store {
             return true;
         }
         let LogOp::Put(cf, key, value) = op else { return true };
-        let id = id_of;
         let mine = |ino: Option<u64>| ino.is_some_and(|i| node_of(i) == self.node());
         match *cf {
-            CF_INODE => id(key) == Some(ROOT_INO) || mine(id(key)),
-            CF_DIRENT if id(key) == Some(ROOT_INO) => mine(id(value)),
-            CF_DIRENT | CF_RECIPE => mine(id(key)),
+            CF_INODE => id_of(key) == Some(ROOT_INO) || mine(id_of(key)),
+            CF_DIRENT if id_of(key) == Some(ROOT_INO) => mine(id_of(value)),
+            CF_DIRENT | CF_RECIPE => mine(id_of(key)),
             _ => true,
         }
     }
@@ -174,11 +172,10 @@ impl Store {
     /// `checkpoint`: where the checkpoint this record completes begins, if it does.
     pub(super) fn apply_foreign(&self, node: u16, seq: u64, ops: &[LogOp], checkpoint: Option<u64>) -> Result<Vec<ChunkKey>> {
         let mut delta = RefDelta::default();
-        let rid_of = id_of;
         // Recipes it removes: what they held goes (read before they are gone).
         for op in ops {
             if let LogOp::DeleteRange(CF_RECIPE, a, _) | LogOp::Delete(CF_RECIPE, a) = op {
-                if let Some(refs) = rid_of(a).map(|rid| self.held_references(rid)).transpose()?.flatten() {
+                if let Some(refs) = id_of(a).map(|rid| self.held_references(rid)).transpose()?.flatten() {
                     delta.add(refs, -1);
                 }
             }
@@ -187,7 +184,7 @@ impl Store {
         let mut added: std::collections::BTreeMap<u64, Vec<(u32, ChunkKey)>> = Default::default();
         for op in ops {
             if let LogOp::Put(CF_RECIPE, k, v) = op {
-                let (Some(rid), Some(piece), Some(key)) = (rid_of(k), k.get(8..12).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes), ChunkKey::from_bytes(v)) else {
+                let (Some(rid), Some(piece), Some(key)) = (id_of(k), k.get(8..12).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes), ChunkKey::from_bytes(v)) else {
                     return Err(StoreError::Log(format!("node {node:04x} record {seq}: undecodable recipe entry")));
                 };
                 added.entry(rid).or_default().push((piece, key));
