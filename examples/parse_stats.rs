@@ -55,7 +55,7 @@ fn main() {
             }
             // Payload: after the WARC header and the HTTP header.
             let cut = find(p, b"\r\n\r\n").and_then(|a| find(&p[a + 4..], b"\r\n\r\n").map(|b| a + 4 + b + 4)).map(|c| c + skip);
-            let s = deflate::encode(&parse, p, cut);
+            let s = deflate::encode(&parse, p, cut, true);
             prefix += s.prefix.len() as u64;
             prefix_z += zstd::bulk::compress(&s.prefix, 3).unwrap().len().min(s.prefix.len()) as u64;
             if let Some(tail) = &s.tail {

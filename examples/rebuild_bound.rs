@@ -25,7 +25,7 @@ fn main() -> Result<()> {
                 let p = &plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];
                 if let Ok(parse) = deflate::record(&data[d0..d0 + m.deflate_len as usize], p) {
                     bytes += m.comp_len;
-                    jobs.push((p.to_vec(), deflate::encode(&parse, p, None)));
+                    jobs.push((p.to_vec(), deflate::encode(&parse, p, None, true)));
                 }
             }
         }

@@ -14,7 +14,7 @@ fn main() {
             let p = plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize].to_vec();
             let parse = deflate::record(d, &p).unwrap();
             let cut = find(&p, b"\r\n\r\n").and_then(|a| find(&p[a + 4..], b"\r\n\r\n").map(|b| a + 4 + b + 4)).map(|c| c + 4096);
-            let s = deflate::encode(&parse, &p, cut);
+            let s = deflate::encode(&parse, &p, cut, true);
             items.push((p, s, d.len()));
         }
     }

@@ -442,7 +442,7 @@ fn bad_input_gets_one_line_and_nonzero_exit() {
     let cfg_path = future.join("warcfs.json");
     let mut cfg: serde_json::Value = serde_json::from_slice(&fs::read(&cfg_path).unwrap()).unwrap();
     assert_eq!(cfg["format"], "warcfs-store");
-    assert_eq!(cfg["version"], 5);
+    assert_eq!(cfg["version"], 7);
     // And one of the version before (no metadata in the packs), which this warcfs refuses too.
     let old = tmp.path().join("old");
     ok(&["init", &s(&old)]);
@@ -488,7 +488,7 @@ fn init_modes_and_import_of_plain_files() {
     let r = ok(&["init", &st, "--verify", "size", "--compression", "none"]);
     assert!(r.out().contains(&st), "{}", r.describe());
     let cfg: serde_json::Value = serde_json::from_slice(&fs::read(store.join("warcfs.json")).unwrap()).unwrap();
-    assert_eq!((cfg["format"].as_str(), cfg["version"].as_u64()), (Some("warcfs-store"), Some(5)), "{cfg}");
+    assert_eq!((cfg["format"].as_str(), cfg["version"].as_u64()), (Some("warcfs-store"), Some(7)), "{cfg}");
     assert_eq!((cfg["verify"].as_str(), cfg["compression"].as_str()), (Some("size"), Some("none")), "{cfg}");
     fails_with(&["init", &st], &[&st, "already exists"]);
     fails_with(&["init", &st, "--compression", "zstd"], &[&st, "already exists"]);

@@ -24,7 +24,7 @@ pub const TRASH_GRACE: Duration = Duration::from_secs(2 * LOCK_STALE.as_secs());
 /// lock is never taken over by age (those packs hold changes a new writer would not see).
 pub const PENDING: &str = "pending-uploads";
 
-/// The lock names of a store several nodes write (format version 6): each writing node
+/// The lock names of a store several nodes write (format version 6 or 8): each writing node
 /// holds a lease, `lease-NNNN`, which other leases do not exclude; gc holds `gc-NNNN`,
 /// which excludes every other node's lock (restic's shared and exclusive locks). A store
 /// written by one node at a time names its writer's lock `node-NNNN`, which excludes all.

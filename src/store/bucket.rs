@@ -53,7 +53,7 @@ pub(super) fn hostname() -> String {
 /// several nodes write, the one writer's lock otherwise (`pack::lock`).
 pub(super) fn lock_owner(config: &Config) -> String {
     let node = config.node.unwrap_or(0);
-    if config.version == super::SHARED_FORMAT_VERSION {
+    if super::several_writers(config.version) {
         format!("{}{node:04x}", crate::pack::lock::LEASE)
     } else {
         format!("node-{node:04x}")

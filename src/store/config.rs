@@ -31,7 +31,7 @@ pub enum Compression {
 pub enum Writers {
     /// One node at a time (its lock object in the bucket); others follow it read-only.
     One,
-    /// Several at once, each under its own directory at the root (format version 6).
+    /// Several at once, each under its own directory at the root (format version 6 or 8).
     Several,
 }
 
@@ -56,7 +56,7 @@ pub struct Config {
     /// packs it writes, so that nodes sharing a bucket never name two packs alike.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<u16>,
-    /// This node's name in a store several nodes write (format version 6): the directory at
+    /// This node's name in a store several nodes write (format version 6 or 8): the directory at
     /// the store's root that it writes under (`init --node-name`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,

@@ -55,6 +55,9 @@ pub(super) struct Ingested {
 struct Ctx {
     stats: FileStats,
     added: Added,
+    /// Whether a member's parse took the longest form (an optimal parser's): the file's
+    /// recipe pieces then hold mostly parse bytes that no other file shares.
+    longest: bool,
 }
 
 fn cdc(data: &[u8], (min, avg, max): (u32, u32, u32)) -> impl Iterator<Item = (usize, usize)> + '_ {
@@ -147,7 +150,7 @@ impl Store {
         if let Some(d) = w.dicts.forget_candidate() {
             self.packs.unpin_dictionary(&d);
         }
-        let mut ctx = Ctx { stats: FileStats::default(), added: Added::default() };
+        let mut ctx = Ctx { stats: FileStats::default(), added: Added::default(), longest: false };
         let mut rb = RecipeBuilder::new();
         let total = src.size().map_err(io_err)?;
         let win = Windows { bytes: win.bytes.max(1), max_bytes: win.max_bytes.max(win.bytes), plain: win.plain.max(1) };
@@ -155,9 +158,10 @@ impl Store {
             // Finding and inflating the members of a window, and proving their parses, on
             // threads of their own while this one stores the window before.
             let mut arc_mode = false;
+            let longest = super::longest_parses(self.config.version);
             let prepare = |offset, data: Cow<'s, [u8]>, last| {
                 let sw = split.take_for(offset, &data).unwrap_or_else(|| split_window(&data, last, win));
-                let ready = Ready::make(&data, sw, offset == 0, &mut arc_mode);
+                let ready = Ready::make(&data, sw, offset == 0, &mut arc_mode, longest);
                 let consumed = ready.sw.consumed;
                 (consumed > 0).then_some((Proven { data, ready }, consumed))
             };
@@ -181,7 +185,8 @@ impl Store {
         }
         let encoded: Vec<Vec<u8>> = pieces.iter().map(|p| p.encode()).collect();
         let piece_items: Vec<(&[u8], ChunkKind)> = encoded.iter().map(|p| (p.as_slice(), ChunkKind::Recipe)).collect();
-        let piece_keys = self.store_chunks(w, &mut ctx.added, &piece_items)?;
+        let level = ctx.longest.then_some(super::chunks::LONGEST_PARSE_ZSTD_LEVEL);
+        let piece_keys = self.store_chunks_at(w, &mut ctx.added, &piece_items, level)?;
         let dict = ctx.added.dict;
         let pending = std::mem::take(&mut w.pending);
         let collisions = std::mem::take(&mut w.collisions);
@@ -227,6 +232,7 @@ impl Store {
                         Some(_) => Some(tail_keys.next().ok_or_else(|| StoreError::Bug("a parse tail without its chunk".into()))?),
                         None => None,
                     };
+                    ctx.longest |= parse.longest;
                     ctx.stats.parse_bytes += parse.prefix.len() as u64 + parse.tail.as_ref().map_or(0, |t| t.len() as u64);
                     rb.push_member(MemberParts { header, parse: parse.prefix, parse_tail, trailer, comp_len: m.comp_len, crc }, &slices);
                 }

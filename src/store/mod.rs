@@ -76,8 +76,13 @@ pub use snapshot::SnapshotReport;
 pub use space::{Space, DEFAULT_MIN_FREE};
 
 pub const FORMAT_NAME: &str = "warcfs-store";
-/// The version new stores are made at: 5, versions 3 and 4 (a back end or none) with chunks
-/// compressed with zstd dictionaries (`pack::Codec::ZstdDict`, `dict`).
+/// The version new stores are made at: 7, version 5 whose gzip members' parses may be in
+/// the longest form (an optimal parser's, such as zopfli's: `format::deflate`); 8 is version
+/// 6 alike. Stores of versions 5 and 6 are read and written as they are (their parses in the
+/// ranked form only), so the warcfs that made them still reads them; one that does not know
+/// 7 and 8 refuses them.
+/// 5: versions 3 and 4 (a back end or none) with chunks compressed with zstd dictionaries
+/// (`pack::Codec::ZstdDict`, `dict`).
 /// 4: version 3 with the sealed packs in an object store (`Config::backend`).
 /// 3: the packs hold everything (recipe pieces as blobs, every index batch as a metadata log
 /// record: `journal`), so the index can be rebuilt from them (`repair index`).
@@ -86,16 +91,31 @@ pub const FORMAT_NAME: &str = "warcfs-store";
 /// Stores of versions 3 and 4 are read and written as they are (without dictionaries), so
 /// the warcfs that made them still reads them; one that does not know version 5 refuses a
 /// new store instead of failing on its first dictionary chunk.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 7;
 /// The versions read besides `FORMAT_VERSION`: 3 (local packs only) and 4 (an object store).
 pub const LOCAL_V3: u32 = 3;
 pub const REMOTE_FORMAT_VERSION: u32 = 4;
 /// From this version on, chunks may be compressed with a dictionary.
 pub const DICT_FORMAT_VERSION: u32 = 5;
+/// Version 5 and 6 stores, read and written as they are.
+pub const DICT_V5: u32 = 5;
+pub const SHARED_V6: u32 = 6;
 /// A bucket-backed store that several nodes write at once (`init --backend URL --writers
-/// several`): version 5 with per-node namespaces and metadata logs (`shared`). A warcfs
+/// several`): version 7 with per-node namespaces and metadata logs (`shared`). A warcfs
 /// that knows only one writer per bucket refuses it.
-pub const SHARED_FORMAT_VERSION: u32 = 6;
+pub const SHARED_FORMAT_VERSION: u32 = 8;
+/// Every version this warcfs reads and writes.
+pub const VERSIONS: [u32; 6] = [LOCAL_V3, REMOTE_FORMAT_VERSION, DICT_V5, SHARED_V6, FORMAT_VERSION, SHARED_FORMAT_VERSION];
+
+/// Whether a store of `version` is one several nodes write (6 or 8).
+pub fn several_writers(version: u32) -> bool {
+    version == SHARED_V6 || version == SHARED_FORMAT_VERSION
+}
+
+/// Whether a store of `version` may hold parses in the longest form (7 or 8).
+pub fn longest_parses(version: u32) -> bool {
+    version >= FORMAT_VERSION
+}
 pub(crate) const CONFIG_FILE: &str = "warcfs.json";
 
 /// How the pack reader finds a dictionary chunk: through the index.
@@ -126,7 +146,7 @@ pub enum StoreError {
     Io { path: PathBuf, err: io::Error },
     #[error("{0}: not a warcfs store (no {CONFIG_FILE}, and the directory is not empty)")]
     NotAStore(PathBuf),
-    #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} versions {LOCAL_V3}, {REMOTE_FORMAT_VERSION} (packs in an object store) and {FORMAT_VERSION} (to move files over, read them with the warcfs that wrote the store and import them into a new one)")]
+    #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} versions {LOCAL_V3}, {REMOTE_FORMAT_VERSION} (packs in an object store), {DICT_V5} and {FORMAT_VERSION} (dictionaries), and {SHARED_V6} and {SHARED_FORMAT_VERSION} (several writers) (to move files over, read them with the warcfs that wrote the store and import them into a new one)")]
     Format { path: PathBuf, found: String },
     #[error("{path}: store is in use by process {pid}")]
     Busy { path: PathBuf, pid: String },
@@ -389,7 +409,7 @@ impl Store {
             Some(r) => {
                 let owner = bucket::lock_owner(&config);
                 let mut what = format!("{} pid {} {}", hostname(), std::process::id(), root.display());
-                if config.version == SHARED_FORMAT_VERSION {
+                if several_writers(config.version) {
                     // A lease says "pending" for as long as its node writes: records not yet
                     // published may rely on chunks a gc elsewhere would take, so a node killed
                     // at any moment keeps gc off until it starts again (or its lease is deleted
@@ -408,7 +428,7 @@ impl Store {
                 // bucket before anything is written (see `bucket::SIGNATURE`).
                 let remote::Synced { index: idx, listed: list, taken_in } = remote::sync_index(root, &config, index, &r, created_here, Some(&owner))?;
                 index = idx;
-                if config.version == SHARED_FORMAT_VERSION {
+                if several_writers(config.version) {
                     // The packs its index reflects: its first `follow` takes in the others.
                     catch_up = taken_in.len() != list.len();
                     seen = taken_in.into_iter().map(|id| (id, 0)).collect();

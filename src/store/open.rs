@@ -100,16 +100,16 @@ pub(crate) fn read_config(path: &Path) -> Result<Config> {
         .map_err(|e| StoreError::Format { path: store.clone(), found: format!("unreadable {CONFIG_FILE}: {e}") })?;
     let name = v.get("format").and_then(|f| f.as_str()).unwrap_or("none").to_string();
     let version = v.get("version").and_then(|f| f.as_u64()).unwrap_or(0);
-    if name != FORMAT_NAME || ![LOCAL_V3, REMOTE_FORMAT_VERSION, FORMAT_VERSION, SHARED_FORMAT_VERSION].contains(&(version as u32)) || version > u32::MAX as u64 {
+    if name != FORMAT_NAME || !VERSIONS.contains(&(version as u32)) || version > u32::MAX as u64 {
         return Err(StoreError::Format { path: store, found: format!("{name} version {version}") });
     }
     let cfg: Config = serde_json::from_value(v).map_err(|e| StoreError::Format { path: store.clone(), found: format!("bad {CONFIG_FILE}: {e}") })?;
     // Version 4 is version 3 with a back end: one without the other is not a store we wrote
     // (from version 5 on, either may have one).
-    if cfg.version < FORMAT_VERSION && cfg.backend.is_some() != (cfg.version == REMOTE_FORMAT_VERSION) {
+    if cfg.version < DICT_FORMAT_VERSION && cfg.backend.is_some() != (cfg.version == REMOTE_FORMAT_VERSION) {
         return Err(StoreError::Format { path: store, found: format!("{name} version {version} {} a back end", if cfg.backend.is_some() { "with" } else { "without" }) });
     }
-    if cfg.version == SHARED_FORMAT_VERSION && (cfg.backend.is_none() || cfg.node.is_none() || cfg.node_name.is_none()) {
+    if several_writers(cfg.version) && (cfg.backend.is_none() || cfg.node.is_none() || cfg.node_name.is_none()) {
         return Err(StoreError::Format { path: store, found: format!("{name} version {version} (several writers) without a back end, node number and node name") });
     }
     Ok(cfg)

@@ -23,7 +23,7 @@ const PARSE_INLINE_TEXT: u64 = 64 << 10;
 /// A member's parse, recorded while inflating it (by `split_window`, or here when that left it
 /// to zlib) and proven to replay to its exact bytes in the form it is stored in; None
 /// if it does not (the member is then kept raw).
-fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64) -> Option<deflate::Stored> {
+fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64, longest: bool) -> Option<deflate::Stored> {
     if !m.plain_kept || m.plain_len > MAX_MEMBER_PLAIN {
         return None;
     }
@@ -41,7 +41,15 @@ fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64) -> Option<d
         }
     };
     // The proof: the stored form, read back and replayed, gives the member's exact bytes.
-    let (stored, back) = deflate::encode_read_back(parse, plain, Some(cut_at as usize)).ok()?;
+    // An optimal parser's choices weigh its whole block, headers included, so its parse of a
+    // payload differs from one copy to the next (zopfli's and 7-Zip's in 2 % of the tokens
+    // after the cut): a tail would share nothing and cost a chunk of its own, so its matches
+    // stay in the recipe as far as any member's may. (A match with no candidate within the
+    // longest form's walk leaves the ranked form, cut where every other member is.)
+    let optimal = longest && deflate::is_optimal(parse, plain);
+    let cut = if optimal { PARSE_INLINE_TEXT } else { cut_at };
+    let (stored, back) = deflate::encode_read_back(parse, plain, Some(cut as usize), longest).ok()?;
+    let (stored, back) = if optimal && !stored.longest { deflate::encode_read_back(parse, plain, Some(cut_at as usize), false).ok()? } else { (stored, back) };
     let mut again = Vec::with_capacity(stream.len());
     deflate::replay(&back, plain, &mut again).ok()?;
     (again == stream).then_some(stored)
@@ -71,13 +79,14 @@ impl Ready {
     /// Segments and proves `sw`, the split of the window `data` (the file's first if
     /// `first`); `arc_mode` carries the segmenter's state from one window to the next. A
     /// window of which nothing could be used is left as it is (the ingest reads it again,
-    /// larger).
-    pub(super) fn make(data: &[u8], mut sw: SplitWindow, first: bool, arc_mode: &mut bool) -> Ready {
+    /// larger). With `longest` (a store of format 7 or 8), an optimal parser's members'
+    /// parses are stored in the longest form.
+    pub(super) fn make(data: &[u8], mut sw: SplitWindow, first: bool, arc_mode: &mut bool, longest: bool) -> Ready {
         if sw.consumed == 0 {
             return Ready { sw, seg: warc::Segmentation::default(), parses: Vec::new() };
         }
         let seg = warc::segment_window(&sw.plain, first, true, arc_mode).0;
-        let parses = prove_members(&data[..sw.consumed], &sw, &seg);
+        let parses = prove_members(&data[..sw.consumed], &sw, &seg, longest);
         // The parses as recorded are done with: the window waits for its storing without them.
         for r in &mut sw.regions {
             if let Region::Member(m) = r {
@@ -137,7 +146,7 @@ impl Presplit {
 /// Records and proves the parse of every member of `sw` (whose regions tile `data`) on two
 /// threads: most of the CPU of ingest. Largest members first, so one slow member does not
 /// finish alone at the end.
-fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation) -> Proofs {
+fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation, longest: bool) -> Proofs {
     let plain = &sw.plain[..];
     let members: Vec<&Member> = sw
         .regions
@@ -153,7 +162,7 @@ fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation) -> Pro
     let work = |_: &mut (), i: usize| {
         crate::failpoint::panic_at("prove");
         let m = members[i];
-        let stored = record_member(data, plain, m, cuts[i])?;
+        let stored = record_member(data, plain, m, cuts[i], longest)?;
         let crc = crc32fast::hash(&data[m.start as usize..(m.start + m.comp_len) as usize]);
         // warcfs's inflater took its text only with a trailer that matches it; zlib's may not.
         let text = &plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];

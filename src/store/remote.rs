@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::bucket::{bucket_listing, gc_generation, hostname, remote_err, SIGNATURE};
-use super::{io_at, repair::RepairReport, Config, Result, Store, StoreError, FORMAT_NAME, FORMAT_VERSION, REMOTE_FORMAT_VERSION, SHARED_FORMAT_VERSION};
+use super::{io_at, repair::RepairReport, Config, Result, Store, StoreError, FORMAT_NAME, FORMAT_VERSION, SHARED_FORMAT_VERSION};
 use crate::pack::remote::{Remote, RemotePacks};
 use crate::LockExt;
 
@@ -46,7 +46,7 @@ pub(super) fn sync_index(root: &Path, config: &Config, index: crate::index::Inde
     // noted at close (`TAKEN_IN`), with no gc since (the bucket's gc generation is the one
     // noted, and every pack noted is still there): the other nodes' new packs are taken in
     // as the mount does (`follow`, by the caller), not by a rebuild.
-    if writer && config.version == super::SHARED_FORMAT_VERSION {
+    if writer && super::several_writers(config.version) {
         if let Some((generation, before)) = read_taken_in(root).filter(|b| index.meta_u64_opt(SIGNATURE).ok().flatten() == Some(super::bucket::signature_of(&b.1))) {
             let now: std::collections::HashSet<u64> = list.iter().map(|p| p.0).collect();
             // (Unknown: rebuild, the careful way.)
@@ -159,10 +159,10 @@ pub fn init_remote(root: &Path, url: &str, mut config: Config, writers: Option<s
         Some(bytes) => serde_json::from_slice::<Shared>(bytes).ok().map(|s| s.version),
         None => None,
     };
-    let shared_store = existing_version.map_or(config.version == SHARED_FORMAT_VERSION, |v| v == SHARED_FORMAT_VERSION);
+    let shared_store = super::several_writers(existing_version.unwrap_or(config.version));
     if let (Some(w), Some(v)) = (writers, existing_version) {
-        if (w == super::Writers::Several) != (v == SHARED_FORMAT_VERSION) {
-            return Err(StoreError::Format { path: root.to_path_buf(), found: format!("{url} holds a store for {} (this asked for {w:?}); leave --writers out to join it as it is", if v == SHARED_FORMAT_VERSION { "several writers" } else { "one writer at a time" }) });
+        if (w == super::Writers::Several) != super::several_writers(v) {
+            return Err(StoreError::Format { path: root.to_path_buf(), found: format!("{url} holds a store for {} (this asked for {w:?}); leave --writers out to join it as it is", if super::several_writers(v) { "several writers" } else { "one writer at a time" }) });
         }
     }
     if !shared_store && name.is_some() {
@@ -220,7 +220,7 @@ pub fn init_remote(root: &Path, url: &str, mut config: Config, writers: Option<s
         Some(bytes) => {
             let shared: Shared = serde_json::from_slice(&bytes).map_err(|e| StoreError::Format { path: root.to_path_buf(), found: format!("{url}/{BUCKET_CONFIG} unreadable: {e}") })?;
             // A bucket store keeps the version it was made at: every node writes it alike.
-            if shared.format != FORMAT_NAME || ![REMOTE_FORMAT_VERSION, FORMAT_VERSION, SHARED_FORMAT_VERSION].contains(&shared.version) {
+            if shared.format != FORMAT_NAME || (!super::VERSIONS.contains(&shared.version) || shared.version == super::LOCAL_V3) {
                 return Err(StoreError::Format { path: root.to_path_buf(), found: format!("{url} holds {} version {}", shared.format, shared.version) });
             }
             drop(remote);

@@ -201,7 +201,7 @@ pub(super) fn build_index(
     }
     // Each node's log on its own (one log, numbered across nodes, on a store one node
     // writes at a time): this node's own changes all, the others' without their counters.
-    let own = config.node.filter(|_| config.version == super::SHARED_FORMAT_VERSION);
+    let own = config.node.filter(|_| super::several_writers(config.version));
     records.sort_by_key(|r| (r.6, r.0));
     let mut b = Batch::new();
     let mut from = 0;

@@ -1,4 +1,4 @@
-//! A store several nodes write at once (format version 6, `init --backend URL --writers
+//! A store several nodes write at once (format version 6 or 8, `init --backend URL --writers
 //! several`): what each node owns, and how a node takes in the others' changes.
 //!
 //! Each node writes only under its own directory at the root, `/NAME/` (`init --node-name`):
@@ -18,7 +18,7 @@
 use super::namespace::{Inode, InodeKind, ROOT_INO};
 use super::bucket::node_of;
 use super::journal::{applied_key, checkpoint_key};
-use super::{Result, Store, StoreError, SHARED_FORMAT_VERSION};
+use super::{Result, Store, StoreError};
 use crate::digest::ChunkKey;
 use crate::LockExt;
 use crate::index::{Batch, LogOp, CF_CHUNK, CF_META};
@@ -48,7 +48,7 @@ pub(super) fn inodes_changed(ops: &[LogOp]) -> impl Iterator<Item = u64> + '_ {
 /// cannot be read: opening it says why.)
 pub fn default_dir(root: &std::path::Path) -> String {
     match super::read_config(&root.join(super::CONFIG_FILE)) {
-        Ok(c) if c.version == SHARED_FORMAT_VERSION => format!("/{}", c.node_name.unwrap_or_default()),
+        Ok(c) if super::several_writers(c.version) => format!("/{}", c.node_name.unwrap_or_default()),
         _ => "/".into(),
     }
 }
@@ -56,7 +56,7 @@ pub fn default_dir(root: &std::path::Path) -> String {
 impl Store {
     /// Whether several nodes write this store (`shared`).
     pub(super) fn is_shared(&self) -> bool {
-        self.config.version == SHARED_FORMAT_VERSION
+        super::several_writers(self.config.version)
     }
 
     /// Whether this node writes a store several nodes write (it also follows the others).
@@ -335,7 +335,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Config, FileMeta, Timestamp};
+    use crate::store::{Config, FileMeta, Timestamp, SHARED_FORMAT_VERSION};
 
     fn shared_store(dir: &std::path::Path, node: u16, name: &str) -> Store {
         let config = Config {

@@ -31,6 +31,11 @@ pub(super) const RANK_STEPS: usize = 128;
 /// gzip's): a source further down is stored as its distance, which a reader takes without a
 /// walk.
 pub(super) const STORED_REF_STEPS: usize = 16;
+/// Chain links a match in the longest form (`stored::put_longest`) may take a reader: its
+/// sources and the longest match it is measured against are looked for this far down. An
+/// optimal parser's sources lie deeper than zlib's (zopfli's: 80 links on average within
+/// this bound, on the bench's crawl); the bound keeps a damaged parse from costing more.
+pub(super) const LONGEST_STEPS: usize = 1024;
 
 thread_local! {
     /// The last chain's tables, kept for the next member this thread encodes or decodes: a
@@ -131,6 +136,65 @@ impl Chain {
             }
             q = next;
         }
+    }
+
+    /// Whether `pos` has a candidate within `steps` links (a position before the text's last
+    /// three bytes has none).
+    pub(super) fn matchable(&self, plain: &[u8], pos: usize, steps: usize) -> bool {
+        let mut any = false;
+        if pos + 3 <= plain.len() {
+            self.walk(plain, pos, steps, |_| {
+                any = true;
+                false
+            });
+        }
+        any
+    }
+
+    /// The longest match of `pos` (at most `cap`) among its candidates within `steps` links.
+    /// A candidate is measured only if it matches the byte that would make it longer than
+    /// the longest so far (as zlib's search does), and the walk ends at a match of `cap`.
+    pub(super) fn longest(&self, plain: &[u8], pos: usize, steps: usize, cap: usize) -> usize {
+        let mut best = 0;
+        self.walk(plain, pos, steps, |q| {
+            if best == 0 || plain[q + best] == plain[pos + best] {
+                best = best.max(extension(plain, pos, pos - q, cap));
+            }
+            best < cap
+        });
+        best
+    }
+
+    /// The `k`-th (0 = the most recent) of the candidates of `pos` within `steps` links whose
+    /// match reaches `len`.
+    pub(super) fn nth_reaching(&self, plain: &[u8], pos: usize, steps: usize, len: usize, k: u64) -> Option<usize> {
+        let (mut left, mut found) = (k, None);
+        self.walk(plain, pos, steps, |q| {
+            if plain[q + len - 1] == plain[pos + len - 1] && plain[q..q + len] == plain[pos..pos + len] {
+                if left == 0 {
+                    found = Some(q);
+                    return false;
+                }
+                left -= 1;
+            }
+            true
+        });
+        found
+    }
+
+    /// How many candidates of `pos` more recent than `target` match it for `len` bytes or
+    /// more; None if `target` is not among its candidates within `steps` links.
+    pub(super) fn reaching_before(&self, plain: &[u8], pos: usize, steps: usize, len: usize, target: usize) -> Option<u64> {
+        let (mut k, mut found) = (0u64, None);
+        self.walk(plain, pos, steps, |q| {
+            if q == target {
+                found = Some(k);
+                return false;
+            }
+            k += (plain[q + len - 1] == plain[pos + len - 1] && plain[q..q + len] == plain[pos..pos + len]) as u64;
+            q > target
+        });
+        found
     }
 
     /// How the occurrence at `target` is found from `pos` (see `Counted`): as the k-th

@@ -18,7 +18,7 @@
 mod chain;
 
 use super::trees;
-use chain::{resolve, Chain, Ref, RANK_STEPS, STORED_REF_STEPS, WINDOW};
+use chain::{resolve, Chain, Ref, LONGEST_STEPS, RANK_STEPS, STORED_REF_STEPS, WINDOW};
 use super::{dist_index, extension, len_index, Block, BlockKind, Match, Parse, ParseError, Result};
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -150,6 +150,124 @@ fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], cha
     Ok(())
 }
 
+/// Opens a section of matches in the longest form: a varint 0 written in two bytes, which
+/// `put_varint` never writes, so a reader tells the two forms apart by their first bytes.
+const LONGEST_MARK: [u8; 2] = [0x80, 0x00];
+
+/// Appends matches `ms` (the first counted from plain offset `from`) in the longest form,
+/// the form for an optimal parser's matches (zopfli's, 7-Zip's), whose lengths are often
+/// shorter than their sources allow and whose sources lie deep in their chains. Three
+/// columns again, each measured against what the text offers at that point, which a reader
+/// sees too (`chain::LONGEST_STEPS` links down each chain): the literal run before a match
+/// counts only the positions that have a candidate (a position with none cannot start a
+/// match, so a reader skips it); a source is the k-th candidate whose match reaches the
+/// length (2k), or its distance (2 (distance - 1) + 1) when the walk does not reach it; a
+/// length is how much shorter it is than the longest candidate's match (length - 3 with a
+/// distance). On the bench's zopfli crawl the tails take 1.45 MB at zstd 3 instead of 3.13
+/// (docs/BENCHMARKS.md). Returns false, having written nothing, if a match starts where no
+/// candidate is found: the caller then writes the ranked form.
+fn put_longest(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], chain: &mut Chain) -> bool {
+    let (mut gaps, mut refs, mut lens) = (Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()));
+    for m in ms {
+        let (pos, len, dist) = (m.pos as usize, m.len as usize, m.dist as usize);
+        let mut run = 0u64;
+        for i in from as usize..pos {
+            chain.insert_to(plain, i);
+            run += chain.matchable(plain, i, LONGEST_STEPS) as u64;
+        }
+        chain.insert_to(plain, pos);
+        if !chain.matchable(plain, pos, LONGEST_STEPS) {
+            return false;
+        }
+        put_varint(&mut gaps, run);
+        let longest = chain.longest(plain, pos, LONGEST_STEPS, (plain.len() - pos).min(258));
+        match chain.reaching_before(plain, pos, LONGEST_STEPS, len, pos - dist) {
+            Some(k) => {
+                put_varint(&mut refs, 2 * k);
+                put_varint(&mut lens, (longest - len) as u64);
+            }
+            None => {
+                put_varint(&mut refs, 2 * (dist as u64 - 1) + 1);
+                put_varint(&mut lens, len as u64 - 3);
+            }
+        }
+        from = m.pos + m.len as u32;
+    }
+    out.extend_from_slice(&LONGEST_MARK);
+    put_varint(out, ms.len() as u64);
+    put_varint(out, gaps.len() as u64);
+    put_varint(out, refs.len() as u64);
+    out.extend_from_slice(&gaps);
+    out.extend_from_slice(&refs);
+    out.extend_from_slice(&lens);
+    true
+}
+
+/// Whether a stored section of matches (a prefix's, after its blocks, or a tail) is in the
+/// longest form.
+pub fn is_longest_form(section: &[u8]) -> bool {
+    section.starts_with(&LONGEST_MARK)
+}
+
+/// Reads what `put_longest` wrote (`b` after the mark), on `chain`; returns the bytes it took.
+fn get_longest(b: &[u8], from: u64, plain: &[u8], chain: &mut Chain, out: &mut Vec<Match>) -> Result<usize> {
+    let mut c = Cursor { b, i: 0 };
+    let n = c.bounded(plain.len() as u64 / 3)? as usize;
+    let gaps_len = c.bounded(b.len() as u64)? as usize;
+    if n > gaps_len {
+        return Err(ParseError::Damaged("match count"));
+    }
+    let refs_len = c.bounded(b.len() as u64)? as usize;
+    let start = c.i;
+    let cols = b.get(start..start.saturating_add(gaps_len).saturating_add(refs_len)).ok_or(ParseError::Damaged("ends early"))?;
+    let mut gaps = Cursor { b: &cols[..gaps_len], i: 0 };
+    let mut refs = Cursor { b: &cols[gaps_len..], i: 0 };
+    let mut lens = Cursor { b: &b[start + gaps_len + refs_len..], i: 0 };
+    out.reserve(n);
+    let mut pos = from as usize;
+    for _ in 0..n {
+        // The match starts at the (run + 1)-th position from here that has a candidate.
+        let mut left = gaps.bounded(plain.len() as u64)?;
+        loop {
+            if pos + 3 > plain.len() {
+                return Err(ParseError::Damaged("match out of range"));
+            }
+            chain.insert_to(plain, pos);
+            if chain.matchable(plain, pos, LONGEST_STEPS) {
+                if left == 0 {
+                    break;
+                }
+                left -= 1;
+            }
+            pos += 1;
+        }
+        let r = refs.bounded(2 * WINDOW as u64)?;
+        let d = lens.bounded(255)? as usize;
+        let cap = (plain.len() - pos).min(258);
+        let (dist, len) = if r % 2 == 1 {
+            ((r / 2) as usize + 1, d + 3)
+        } else {
+            let len = chain.longest(plain, pos, LONGEST_STEPS, cap).checked_sub(d).filter(|&l| l >= 3).ok_or(ParseError::Damaged("match length"))?;
+            let q = chain.nth_reaching(plain, pos, LONGEST_STEPS, len, r / 2).ok_or(ParseError::Damaged("source beyond the chain"))?;
+            (pos - q, len)
+        };
+        if dist > pos || dist > WINDOW || !(3..=258).contains(&len) || len > cap {
+            return Err(ParseError::Damaged("match out of range"));
+        }
+        // A stated distance's length must be there to copy (a reader's own candidates'
+        // are by construction).
+        if r % 2 == 1 && extension(plain, pos, dist, len) != len {
+            return Err(ParseError::Damaged("match length"));
+        }
+        out.push(Match { pos: pos as u32, len: len as u16, dist: dist as u16 });
+        pos += len;
+    }
+    if gaps.i != gaps_len || refs.i != refs_len {
+        return Err(ParseError::Damaged("columns of the wrong length"));
+    }
+    Ok(start + gaps_len + refs_len + lens.i)
+}
+
 /// A match's ref as written, and where `resolve` found its source from it. Packed (16
 /// bytes; a member of 64 MiB of text has up to 22 million matches): positions are below
 /// MAX_PLAIN, refs below 3 * WINDOW + 3, length columns at most 256, distances at most WINDOW
@@ -230,6 +348,11 @@ impl Sources<'_> {
 
 /// Reads what `put_matches` wrote; returns the bytes it took.
 fn get_matches(b: &[u8], from: u64, plain: &[u8], sources: &mut Sources, out: &mut Vec<Match>) -> Result<usize> {
+    if let Some(rest) = b.strip_prefix(&LONGEST_MARK[..]) {
+        // Ingest's proof reads a parse with longest-form sections back as a reader does.
+        let Sources::Chain(chain) = sources else { return Err(ParseError::Damaged("reads back other than written")) };
+        return Ok(LONGEST_MARK.len() + get_longest(rest, from, plain, chain, out)?);
+    }
     let mut c = Cursor { b, i: 0 };
     let n = c.bounded(plain.len() as u64 / 3)? as usize;
     let gaps_len = c.bounded(b.len() as u64)? as usize;
@@ -329,12 +452,16 @@ pub struct Stored {
     pub prefix: Vec<u8>,
     /// The matches from the cut on, when there are enough: stored as a chunk.
     pub tail: Option<Vec<u8>>,
+    /// Whether its matches are in the longest form.
+    pub longest: bool,
 }
 
 /// Encodes `p` (the parse of `plain`), splitting off the matches from about `cut_at` on
-/// into a tail. The cut moves forward past a match that covers `cut_at`.
-pub fn encode(p: &Parse, plain: &[u8], cut_at: Option<usize>) -> Stored {
-    match encode_with(p, plain, cut_at, None) {
+/// into a tail. The cut moves forward past a match that covers `cut_at`. With `longest` (a
+/// store of format 7 or 8), an optimal parser's matches are written in the longest form
+/// (see `put_longest`).
+pub fn encode(p: &Parse, plain: &[u8], cut_at: Option<usize>, longest: bool) -> Stored {
+    match encode_with(p, plain, cut_at, longest, None) {
         Ok(s) => s,
         Err(_) => unreachable!("only a proof's resolution can fail"),
     }
@@ -344,15 +471,35 @@ pub fn encode(p: &Parse, plain: &[u8], cut_at: Option<usize>) -> Stored {
 /// bytes, except that each match's source is the one `resolve` found from the ref as it was
 /// written, on the encoder's chain, which then held what a reader's holds at that match. So
 /// ingest proves a stored parse with one pass over the text's chains instead of two (every
-/// position inserted again, every source walked again). An error if the bytes do not read
-/// back as written.
-pub fn encode_read_back(p: &Parse, plain: &[u8], cut_at: Option<usize>) -> Result<(Stored, Parse)> {
+/// position inserted again, every source walked again). A parse in the longest form (only
+/// if `longest`: a store of format 7 or 8; an older warcfs cannot read it) is read back by
+/// `decode` itself. An error if the bytes do not read back as written.
+pub fn encode_read_back(p: &Parse, plain: &[u8], cut_at: Option<usize>, longest: bool) -> Result<(Stored, Parse)> {
+    if longest && is_optimal(p, plain) {
+        let stored = encode_with(p, plain, cut_at, true, None)?;
+        let back = decode(&stored.prefix, stored.tail.as_deref(), plain)?;
+        return Ok((stored, back));
+    }
     let mut proof = Vec::with_capacity(p.matches.len());
-    let stored = encode_with(p, plain, cut_at, Some(&mut proof))?;
+    let stored = encode_with(p, plain, cut_at, false, Some(&mut proof))?;
     let back = read_back(&stored, plain, &proof)?;
     // The proof stands for what a reader does; every debug build (the tests) checks that.
     debug_assert_eq!(decode(&stored.prefix, stored.tail.as_deref(), plain).as_ref(), Ok(&back));
     Ok((stored, back))
+}
+
+/// Whether `p` looks like an optimal parser's (its matches then take the longest form): at
+/// least one match in 64 shorter than its source allows (zlib's and GNU gzip's never are).
+pub fn is_optimal(p: &Parse, plain: &[u8]) -> bool {
+    let shortened = p
+        .matches
+        .iter()
+        .filter(|m| {
+            let (pos, len, dist) = (m.pos as usize, m.len as usize, m.dist as usize);
+            pos + len < plain.len() && len < 258 && plain[pos + len] == plain[pos + len - dist]
+        })
+        .count();
+    !p.matches.is_empty() && shortened * 64 >= p.matches.len()
 }
 
 /// `stored` read as `decode` reads it, each source taken from `written` (the refs as the
@@ -366,7 +513,10 @@ fn read_back(stored: &Stored, plain: &[u8], written: &[Resolved]) -> Result<Pars
     }
 }
 
-fn encode_with(p: &Parse, plain: &[u8], cut_at: Option<usize>, mut proof: Option<&mut Vec<Resolved>>) -> Result<Stored> {
+/// With `longest`, each section of an optimal parser's matches is written in the longest
+/// form where it can be (no `proof` is taken then).
+fn encode_with(p: &Parse, plain: &[u8], cut_at: Option<usize>, longest: bool, mut proof: Option<&mut Vec<Resolved>>) -> Result<Stored> {
+    let longest = longest && is_optimal(p, plain);
     let mut prefix = Vec::with_capacity(64 + p.matches.len() * 4);
     put_varint(&mut prefix, p.blocks.len() as u64);
     let mut prev = 0u32;
@@ -403,6 +553,21 @@ fn encode_with(p: &Parse, plain: &[u8], cut_at: Option<usize>, mut proof: Option
     };
     let (cut, k) = if p.matches.len() - k >= MIN_TAIL_MATCHES { (cut, k) } else { (plain.len(), p.matches.len()) };
     put_varint(&mut prefix, cut as u64);
+    if longest {
+        // Both sections in the longest form, or (a match where no candidate is found) the
+        // whole parse in the ranked form, on a fresh chain.
+        let mut chain = Chain::new(plain.len());
+        let mut pre = prefix.clone();
+        if put_longest(&mut pre, &p.matches[..k], 0, plain, &mut chain) {
+            let mut t = Vec::new();
+            if k == p.matches.len() {
+                return Ok(Stored { prefix: pre, tail: None, longest: true });
+            }
+            if put_longest(&mut t, &p.matches[k..], cut as u32, plain, &mut chain) {
+                return Ok(Stored { prefix: pre, tail: Some(t), longest: true });
+            }
+        }
+    }
     let mut chain = Chain::new(plain.len());
     put_matches(&mut prefix, &p.matches[..k], 0, plain, &mut chain, proof.as_deref_mut())?;
     let tail = if k < p.matches.len() {
@@ -412,7 +577,7 @@ fn encode_with(p: &Parse, plain: &[u8], cut_at: Option<usize>, mut proof: Option
     } else {
         None
     };
-    Ok(Stored { prefix, tail })
+    Ok(Stored { prefix, tail, longest: false })
 }
 
 /// Decodes a stored parse of `plain`. Every count and offset is bounded by the text's

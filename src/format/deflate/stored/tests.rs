@@ -97,7 +97,7 @@ fn the_proof_refuses_bytes_other_than_written() {
     let text: Vec<u8> = (0..60_000u32).map(|i| b"<td class=\"n\">1</td>\n"[(i as usize * 5 + (i as usize >> 7)) % 21]).collect();
     let (_, p) = zlib9(&text);
     let mut proof = Vec::new();
-    let s = encode_with(&p, &text, None, Some(&mut proof)).unwrap();
+    let s = encode_with(&p, &text, None, false, Some(&mut proof)).unwrap();
     assert_eq!(read_back(&s, &text, &proof).unwrap(), p);
     assert!(proof.len() > 100, "{}", proof.len());
     // Another ref, position or length column at one match: the same columns' lengths, other
@@ -210,7 +210,7 @@ fn a_reader_skipping_the_chain_under_distances_reads_what_was_written() {
     let (_, p) = zlib9(&text);
     assert!(p.matches.len() * 1024 > 50 * text.len(), "{} matches in {} bytes", p.matches.len(), text.len());
     let mut proof = Vec::new();
-    let s = encode_with(&p, &text, None, Some(&mut proof)).unwrap();
+    let s = encode_with(&p, &text, None, false, Some(&mut proof)).unwrap();
     let ranked: Vec<&Resolved> = proof.iter().filter(|w| w.r % 3 != 2).collect();
     let far = ranked.iter().filter(|w| (w.pos as usize) >= end && w.dist as usize > WINDOW * 3 / 4).count();
     assert!(far >= 3, "{far} ranks name sources more than three quarters of a window back");
@@ -235,7 +235,7 @@ fn sparse_text_is_stored_with_distances() {
     push_markup(&mut text, 6000, 13);
     let (d, p) = zlib9(&text);
     let mut proof = Vec::new();
-    let s = encode_with(&p, &text, Some(cut), Some(&mut proof)).unwrap();
+    let s = encode_with(&p, &text, Some(cut), false, Some(&mut proof)).unwrap();
     assert!(s.tail.is_some());
     let (sparse, dense): (Vec<&Resolved>, Vec<&Resolved>) = proof.iter().partition(|w| (w.pos as usize) < cut);
     assert!(sparse.len() >= 10 && sparse.iter().all(|w| w.r % 3 == 2), "sparse text: distances ({} matches)", sparse.len());
@@ -271,7 +271,7 @@ fn implied_lengths_are_stored_as_distances_up_to_a_denser_rule() {
     assert!((25..45).contains(&per_kib), "{per_kib} matches a KiB");
     let stored_refs = |p: &Parse| {
         let mut proof = Vec::new();
-        let s = encode_with(p, &text, None, Some(&mut proof)).unwrap();
+        let s = encode_with(p, &text, None, false, Some(&mut proof)).unwrap();
         assert_eq!(decode(&s.prefix, s.tail.as_deref(), &text).unwrap(), *p);
         proof.iter().map(|w| w.r % 3).collect::<Vec<_>>()
     };
@@ -281,4 +281,71 @@ fn implied_lengths_are_stored_as_distances_up_to_a_denser_rule() {
     m.len -= 1;
     let refs = stored_refs(&stated);
     assert!(refs.iter().filter(|&&r| r != 2).count() * 2 > refs.len(), "a stated length keeps ranks: {refs:?}");
+}
+
+/// `text` compressed by zopfli (an optimal parser: scripts/setup installs it), and its
+/// recorded parse.
+fn zopfli(text: &[u8]) -> (Vec<u8>, Parse) {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("text");
+    std::fs::write(&input, text).unwrap();
+    let out = std::process::Command::new("zopfli").args(["--i1", "--deflate", "-c"]).arg(&input).output().unwrap_or_else(|e| panic!("zopfli (scripts/setup installs it): {e}"));
+    assert!(out.status.success());
+    let p = super::super::record(&out.stdout, text).unwrap();
+    (out.stdout, p)
+}
+
+fn markup(n: usize, seed: u64) -> Vec<u8> {
+    let mut t = Vec::new();
+    push_markup(&mut t, n, seed);
+    t
+}
+
+/// An optimal parser's matches (zopfli shortens many of them) are stored in the longest
+/// form, which reads back as the same parse, replays to the same bytes, and takes less room
+/// than the ranked form; zlib's parses (none shortened) keep the ranked form.
+#[test]
+fn an_optimal_parsers_matches_are_stored_in_the_longest_form() {
+    let text = markup(30_000, 5);
+    let (d, p) = zopfli(&text);
+    assert!(is_optimal(&p, &text));
+    let cut = Some(text.len() / 3);
+    let (s, back) = encode_read_back(&p, &text, cut, true).unwrap();
+    assert!(s.prefix.windows(2).any(|w| w == LONGEST_MARK) && s.tail.as_ref().unwrap().starts_with(&LONGEST_MARK));
+    assert_eq!(back, p);
+    assert_eq!(decode(&s.prefix, s.tail.as_deref(), &text).unwrap(), p);
+    let mut again = Vec::new();
+    super::super::replay(&back, &text, &mut again).unwrap();
+    assert!(again == d);
+    let (ranked, _) = encode_read_back(&p, &text, cut, false).unwrap();
+    let size = |s: &Stored| zstd::bulk::compress(&[s.prefix.clone(), s.tail.clone().unwrap_or_default()].concat(), 3).unwrap().len();
+    assert!(size(&s) * 10 < size(&ranked) * 8, "longest {} against ranked {}", size(&s), size(&ranked));
+
+    let (_, zp) = zlib9(&text);
+    assert!(!is_optimal(&zp, &text));
+    let zs = encode(&zp, &text, cut, true);
+    assert!(!zs.prefix.windows(2).any(|w| w == LONGEST_MARK) && !zs.tail.unwrap().starts_with(&LONGEST_MARK));
+}
+
+/// A longest-form parse that is cut short or has bytes changed is an error or another
+/// parse, never a panic, and its reading stays bounded by the text.
+#[test]
+fn a_damaged_longest_form_is_an_error_not_a_panic() {
+    let text = markup(8_000, 9);
+    let (_, p) = zopfli(&text);
+    let s = encode(&p, &text, Some(text.len() / 2), true);
+    let tail = s.tail.clone().unwrap();
+    assert!(tail.starts_with(&LONGEST_MARK));
+    for n in (0..tail.len()).step_by(7) {
+        assert!(decode(&s.prefix, Some(&tail[..n]), &text).is_err(), "a tail cut at {n} read as a parse");
+    }
+    // Changed bytes may still read as some parse (the member's CRC-32 catches its replay);
+    // what they must not do is panic or read past the text.
+    for (i, x) in (2..tail.len()).step_by(3).zip([0x01u8, 0x80, 0xff, 0x7f].iter().cycle()) {
+        let mut t = tail.clone();
+        t[i] ^= x;
+        if let Ok(q) = decode(&s.prefix, Some(&t), &text) {
+            assert!(q.matches.iter().all(|m| m.pos as usize + m.len as usize <= text.len() && m.dist as usize <= m.pos as usize));
+        }
+    }
 }
