@@ -82,6 +82,57 @@ impl Cursor<'_> {
     }
 }
 
+/// Appends a section of `n` matches whose columns are `gaps`, `refs` and `lens`: the count
+/// and the first two columns' byte lengths, then the columns.
+fn put_columns(out: &mut Vec<u8>, n: usize, gaps: &[u8], refs: &[u8], lens: &[u8]) {
+    put_varint(out, n as u64);
+    put_varint(out, gaps.len() as u64);
+    put_varint(out, refs.len() as u64);
+    out.extend_from_slice(gaps);
+    out.extend_from_slice(refs);
+    out.extend_from_slice(lens);
+}
+
+/// A section's match count and its three columns, as `put_columns` wrote them.
+struct Columns<'a> {
+    n: usize,
+    gaps: Cursor<'a>,
+    refs: Cursor<'a>,
+    lens: Cursor<'a>,
+}
+
+impl<'a> Columns<'a> {
+    /// Reads a section's head from `b`, bounded by the section and by `plain_len`.
+    fn read(b: &'a [u8], plain_len: usize) -> Result<Columns<'a>> {
+        let mut c = Cursor { b, i: 0 };
+        let n = c.bounded(plain_len as u64 / 3)? as usize;
+        let gaps_len = c.bounded(b.len() as u64)? as usize;
+        if n > gaps_len {
+            // Every gap takes a byte at least: a count beyond that is damage, not a reason to
+            // reserve room for it.
+            return Err(ParseError::Damaged("match count"));
+        }
+        let refs_len = c.bounded(b.len() as u64)? as usize;
+        let start = c.i;
+        let cols = b.get(start..start.saturating_add(gaps_len).saturating_add(refs_len)).ok_or(ParseError::Damaged("ends early"))?;
+        Ok(Columns {
+            n,
+            gaps: Cursor { b: &cols[..gaps_len], i: 0 },
+            refs: Cursor { b: &cols[gaps_len..], i: 0 },
+            lens: Cursor { b: &b[start + gaps_len + refs_len..], i: 0 },
+        })
+    }
+
+    /// The bytes of `b` the section took, once its matches are read from `gaps`, `refs` and
+    /// `lens`; an error unless the first two columns were read to their ends.
+    fn end(b: &[u8], gaps: &Cursor, refs: &Cursor, lens: &Cursor) -> Result<usize> {
+        if gaps.i != gaps.b.len() || refs.i != refs.b.len() {
+            return Err(ParseError::Damaged("columns of the wrong length"));
+        }
+        Ok(b.len() - lens.b.len() + lens.i)
+    }
+}
+
 /// Appends matches `ms`, the first counted from plain offset `from`, as three columns (they
 /// compress better apart): the gap since the previous match's end; where it copies from
 /// (3k for the k-th record of its chain, or for a match of stated length the k-th candidate
@@ -141,12 +192,7 @@ fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], cha
         }
         from = m.pos + m.len as u32;
     }
-    put_varint(out, ms.len() as u64);
-    put_varint(out, gaps.len() as u64);
-    put_varint(out, refs.len() as u64);
-    out.extend_from_slice(&gaps);
-    out.extend_from_slice(&refs);
-    out.extend_from_slice(&lens);
+    put_columns(out, ms.len(), &gaps, &refs, &lens);
     Ok(())
 }
 
@@ -194,12 +240,7 @@ fn put_longest(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], cha
         from = m.pos + m.len as u32;
     }
     out.extend_from_slice(&LONGEST_MARK);
-    put_varint(out, ms.len() as u64);
-    put_varint(out, gaps.len() as u64);
-    put_varint(out, refs.len() as u64);
-    out.extend_from_slice(&gaps);
-    out.extend_from_slice(&refs);
-    out.extend_from_slice(&lens);
+    put_columns(out, ms.len(), &gaps, &refs, &lens);
     true
 }
 
@@ -211,18 +252,7 @@ pub fn is_longest_form(section: &[u8]) -> bool {
 
 /// Reads what `put_longest` wrote (`b` after the mark), on `chain`; returns the bytes it took.
 fn get_longest(b: &[u8], from: u64, plain: &[u8], chain: &mut Chain, out: &mut Vec<Match>) -> Result<usize> {
-    let mut c = Cursor { b, i: 0 };
-    let n = c.bounded(plain.len() as u64 / 3)? as usize;
-    let gaps_len = c.bounded(b.len() as u64)? as usize;
-    if n > gaps_len {
-        return Err(ParseError::Damaged("match count"));
-    }
-    let refs_len = c.bounded(b.len() as u64)? as usize;
-    let start = c.i;
-    let cols = b.get(start..start.saturating_add(gaps_len).saturating_add(refs_len)).ok_or(ParseError::Damaged("ends early"))?;
-    let mut gaps = Cursor { b: &cols[..gaps_len], i: 0 };
-    let mut refs = Cursor { b: &cols[gaps_len..], i: 0 };
-    let mut lens = Cursor { b: &b[start + gaps_len + refs_len..], i: 0 };
+    let Columns { n, mut gaps, mut refs, mut lens } = Columns::read(b, plain.len())?;
     out.reserve(n);
     let mut pos = from as usize;
     for _ in 0..n {
@@ -262,10 +292,7 @@ fn get_longest(b: &[u8], from: u64, plain: &[u8], chain: &mut Chain, out: &mut V
         out.push(Match { pos: pos as u32, len: len as u16, dist: dist as u16 });
         pos += len;
     }
-    if gaps.i != gaps_len || refs.i != refs_len {
-        return Err(ParseError::Damaged("columns of the wrong length"));
-    }
-    Ok(start + gaps_len + refs_len + lens.i)
+    Columns::end(b, &gaps, &refs, &lens)
 }
 
 /// A match's ref as written, and where `resolve` found its source from it. Packed (16
@@ -353,20 +380,7 @@ fn get_matches(b: &[u8], from: u64, plain: &[u8], sources: &mut Sources, out: &m
         let Sources::Chain(chain) = sources else { return Err(ParseError::Damaged("reads back other than written")) };
         return Ok(LONGEST_MARK.len() + get_longest(rest, from, plain, chain, out)?);
     }
-    let mut c = Cursor { b, i: 0 };
-    let n = c.bounded(plain.len() as u64 / 3)? as usize;
-    let gaps_len = c.bounded(b.len() as u64)? as usize;
-    if n > gaps_len {
-        // Every gap takes a byte at least: a count beyond that is damage, not a reason to
-        // reserve room for it.
-        return Err(ParseError::Damaged("match count"));
-    }
-    let refs_len = c.bounded(b.len() as u64)? as usize;
-    let start = c.i;
-    let cols = b.get(start..start.saturating_add(gaps_len).saturating_add(refs_len)).ok_or(ParseError::Damaged("ends early"))?;
-    let mut gaps = Cursor { b: &cols[..gaps_len], i: 0 };
-    let mut refs = Cursor { b: &cols[gaps_len..], i: 0 };
-    let mut lens = Cursor { b: &b[start + gaps_len + refs_len..], i: 0 };
+    let Columns { n, mut gaps, mut refs, mut lens } = Columns::read(b, plain.len())?;
     out.reserve(n);
     let mut from = from;
     for _ in 0..n {
@@ -396,10 +410,7 @@ fn get_matches(b: &[u8], from: u64, plain: &[u8], sources: &mut Sources, out: &m
         out.push(Match { pos: pos as u32, len: len as u16, dist: dist as u16 });
         from = (pos + len) as u64;
     }
-    if gaps.i != gaps_len || refs.i != refs_len {
-        return Err(ParseError::Damaged("columns of the wrong length"));
-    }
-    Ok(start + gaps_len + refs_len + lens.i)
+    Columns::end(b, &gaps, &refs, &lens)
 }
 
 /// How often each literal/length and distance symbol occurs in the block [start, end) whose
