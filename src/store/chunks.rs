@@ -346,11 +346,7 @@ impl Store {
                     let (i, dict) = new[n];
                     let (data, kind) = items[i];
                     let with_dict = dict.and_then(|d| dicts.shared(d)).and_then(|shared| shared.compress(z.for_dictionary()?, data)).map(|z| (Codec::ZstdDict, z));
-                    let level = level.unwrap_or(match kind {
-                        ChunkKind::Recipe if shared => ARCHIVAL_ZSTD_LEVEL,
-                        ChunkKind::Parse if crate::format::deflate::is_longest_form(data) => LONGEST_PARSE_ZSTD_LEVEL,
-                        _ => ZSTD_LEVEL,
-                    });
+                    let level = level.unwrap_or(if kind == ChunkKind::Recipe && shared { ARCHIVAL_ZSTD_LEVEL } else { ZSTD_LEVEL });
                     with_dict.or_else(|| z.at(level)?.compress(data).ok().map(|z| (Codec::Zstd, z)))
                 };
                 let init = Compressors::default;

@@ -199,9 +199,13 @@ impl Store {
         let data = &data[..sw.consumed];
         let (plain, regions) = (&sw.plain[..], &sw.regions[..]);
         let exts = self.chunk_segments(w, ctx, plain, &seg)?;
-        // The shared parse tails, stored at once (their digests and compression on two threads).
-        let tails: Vec<(&[u8], ChunkKind)> = parses.iter().filter_map(|p| p.as_ref()?.stored.tail.as_deref()).map(|t| (t, ChunkKind::Parse)).collect();
-        let mut tail_keys = self.store_chunks(w, &mut ctx.added, &tails)?.into_iter();
+        // The shared parse tails, stored at once (their digests and compression on two
+        // threads); those in the longest form (an optimal parser's) at its level.
+        let mut tails_of = |longest: bool| -> Result<std::vec::IntoIter<ChunkKey>> {
+            let tails: Vec<(&[u8], ChunkKind)> = parses.iter().filter_map(|p| p.as_ref().map(|p| &p.stored)).filter(|s| s.longest == longest).filter_map(|s| Some((s.tail.as_deref()?, ChunkKind::Parse))).collect();
+            Ok(self.store_chunks_at(w, &mut ctx.added, &tails, longest.then_some(super::chunks::LONGEST_PARSE_ZSTD_LEVEL))?.into_iter())
+        };
+        let (mut tail_keys, mut longest_tail_keys) = (tails_of(false)?, tails_of(true)?);
         let mut cursor = 0usize;
         let mut member_no = 0usize;
         // Bytes that are stored as they are: raw regions and members that do not rebuild.
@@ -229,7 +233,7 @@ impl Store {
                     let slices = slices_in(&exts, &mut cursor, m.plain_start, m.plain_start + m.plain_len);
                     let header = data[s..s + m.header_len].to_vec();
                     let parse_tail = match &parse.tail {
-                        Some(_) => Some(tail_keys.next().ok_or_else(|| StoreError::Bug("a parse tail without its chunk".into()))?),
+                        Some(_) => Some(if parse.longest { longest_tail_keys.next() } else { tail_keys.next() }.ok_or_else(|| StoreError::Bug("a parse tail without its chunk".into()))?),
                         None => None,
                     };
                     ctx.longest |= parse.longest;

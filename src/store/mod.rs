@@ -97,15 +97,14 @@ pub const LOCAL_V3: u32 = 3;
 pub const REMOTE_FORMAT_VERSION: u32 = 4;
 /// From this version on, chunks may be compressed with a dictionary.
 pub const DICT_FORMAT_VERSION: u32 = 5;
-/// Version 5 and 6 stores, read and written as they are.
-pub const DICT_V5: u32 = 5;
+/// Version 6 stores (5 several nodes write), read and written as they are.
 pub const SHARED_V6: u32 = 6;
 /// A bucket-backed store that several nodes write at once (`init --backend URL --writers
 /// several`): version 7 with per-node namespaces and metadata logs (`shared`). A warcfs
 /// that knows only one writer per bucket refuses it.
 pub const SHARED_FORMAT_VERSION: u32 = 8;
 /// Every version this warcfs reads and writes.
-pub const VERSIONS: [u32; 6] = [LOCAL_V3, REMOTE_FORMAT_VERSION, DICT_V5, SHARED_V6, FORMAT_VERSION, SHARED_FORMAT_VERSION];
+pub const VERSIONS: [u32; 6] = [LOCAL_V3, REMOTE_FORMAT_VERSION, DICT_FORMAT_VERSION, SHARED_V6, FORMAT_VERSION, SHARED_FORMAT_VERSION];
 
 /// Whether a store of `version` is one several nodes write (6 or 8).
 pub fn several_writers(version: u32) -> bool {
@@ -146,7 +145,7 @@ pub enum StoreError {
     Io { path: PathBuf, err: io::Error },
     #[error("{0}: not a warcfs store (no {CONFIG_FILE}, and the directory is not empty)")]
     NotAStore(PathBuf),
-    #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} versions {LOCAL_V3}, {REMOTE_FORMAT_VERSION} (packs in an object store), {DICT_V5} and {FORMAT_VERSION} (dictionaries), and {SHARED_V6} and {SHARED_FORMAT_VERSION} (several writers) (to move files over, read them with the warcfs that wrote the store and import them into a new one)")]
+    #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} versions {LOCAL_V3}, {REMOTE_FORMAT_VERSION} (packs in an object store), {DICT_FORMAT_VERSION} and {FORMAT_VERSION} (dictionaries), and {SHARED_V6} and {SHARED_FORMAT_VERSION} (several writers) (to move files over, read them with the warcfs that wrote the store and import them into a new one)")]
     Format { path: PathBuf, found: String },
     #[error("{path}: store is in use by process {pid}")]
     Busy { path: PathBuf, pid: String },

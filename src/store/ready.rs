@@ -48,7 +48,8 @@ fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64, longest: bo
     // longest form's walk leaves the ranked form, cut where every other member is.)
     let optimal = longest && deflate::is_optimal(parse, plain);
     let cut = if optimal { PARSE_INLINE_TEXT } else { cut_at };
-    let (stored, back) = deflate::encode_read_back(parse, plain, Some(cut as usize), longest).ok()?;
+    // (Passing `optimal` rather than `longest` spares zlib's members a second test.)
+    let (stored, back) = deflate::encode_read_back(parse, plain, Some(cut as usize), optimal).ok()?;
     let (stored, back) = if optimal && !stored.longest { deflate::encode_read_back(parse, plain, Some(cut_at as usize), false).ok()? } else { (stored, back) };
     let mut again = Vec::with_capacity(stream.len());
     deflate::replay(&back, plain, &mut again).ok()?;

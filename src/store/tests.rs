@@ -841,7 +841,7 @@ fn an_optimal_parsers_members_take_the_longest_form_from_format_7_on() {
     let records: Vec<Vec<u8>> = (0..12u32).map(|r| warc_record(r, &(0..20).flat_map(|k| site_page(r * 100 + k)).collect::<Vec<u8>>())).collect();
     let data = zopfli_members(&records);
     let mut recorded = Vec::new();
-    for version in [DICT_V5, FORMAT_VERSION] {
+    for version in [DICT_FORMAT_VERSION, FORMAT_VERSION] {
         let dir = tempfile::tempdir().unwrap();
         let s = open_config(dir.path(), Config { version, ..Config::default() }, digest::sha256);
         s.put_file(ROOT_INO, b"z.warc.gz", &data, meta()).unwrap();

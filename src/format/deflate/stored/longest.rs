@@ -55,12 +55,6 @@ pub(super) fn put_longest(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain:
     true
 }
 
-/// Whether a stored section of matches (a prefix's, after its blocks, or a tail) is in the
-/// longest form.
-pub fn is_longest_form(section: &[u8]) -> bool {
-    section.starts_with(&LONGEST_MARK)
-}
-
 /// Reads what `put_longest` wrote (`b` after the mark), on `chain`; returns the bytes it took.
 pub(super) fn get_longest(b: &[u8], from: u64, plain: &[u8], chain: &mut Chain, out: &mut Vec<Match>) -> Result<usize> {
     let Columns { n, mut gaps, mut refs, mut lens } = Columns::read(b, plain.len())?;

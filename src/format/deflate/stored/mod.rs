@@ -22,7 +22,7 @@ mod longest;
 use super::trees;
 use chain::{resolve, Chain, Ref, RANK_STEPS, STORED_REF_STEPS, WINDOW};
 use longest::{get_longest, put_longest, LONGEST_MARK};
-pub use longest::{is_longest_form, is_optimal};
+pub use longest::is_optimal;
 use super::{dist_index, extension, len_index, Block, BlockKind, Match, Parse, ParseError, Result};
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -377,7 +377,7 @@ pub struct Stored {
 /// store of format 7 or 8), an optimal parser's matches are written in the longest form
 /// (see `put_longest`).
 pub fn encode(p: &Parse, plain: &[u8], cut_at: Option<usize>, longest: bool) -> Stored {
-    match encode_with(p, plain, cut_at, longest, None) {
+    match encode_with(p, plain, cut_at, longest && is_optimal(p, plain), None) {
         Ok(s) => s,
         Err(_) => unreachable!("only a proof's resolution can fail"),
     }
@@ -415,10 +415,9 @@ fn read_back(stored: &Stored, plain: &[u8], written: &[Resolved]) -> Result<Pars
     }
 }
 
-/// With `longest`, each section of an optimal parser's matches is written in the longest
-/// form where it can be (no `proof` is taken then).
+/// With `longest` (the caller found `p` an optimal parser's), both sections are written in
+/// the longest form where they can be (no `proof` is taken then).
 fn encode_with(p: &Parse, plain: &[u8], cut_at: Option<usize>, longest: bool, mut proof: Option<&mut Vec<Resolved>>) -> Result<Stored> {
-    let longest = longest && is_optimal(p, plain);
     let mut prefix = Vec::with_capacity(64 + p.matches.len() * 4);
     put_varint(&mut prefix, p.blocks.len() as u64);
     let mut prev = 0u32;
