@@ -144,7 +144,12 @@ pub fn repair_index(store: PathBuf, quiet: bool) -> Result<i32> {
         println!("the unreadable index was kept as {kept}");
     }
     if rep.wrote_default_config {
-        println!("warcfs.json was missing: written with the defaults (verify bytes, compression zstd, 32 MiB packs); edit it if the store used others");
+        let version = match rep.config_version {
+            Some((v, true)) => format!("format version {v}, as the packs say"),
+            Some((v, false)) => format!("format version {v} (packs written before 2026-11-27 do not say theirs)"),
+            None => "the default format version".to_string(),
+        };
+        println!("warcfs.json was missing: written for {version}, with the default settings (verify bytes, compression zstd, 32 MiB packs); edit it if the store used others");
     }
     println!(
         "rebuilt the index of {} from {} packs: {} chunks ({} duplicate copies left by gc), {} metadata log records, {} recipes",

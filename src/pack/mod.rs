@@ -5,7 +5,7 @@
 //! resynchronise after damage. The open pack lives in `packs-tmp/`; sealing writes the footer,
 //! syncs, and renames it into `packs/`, after which it never changes (rsync-friendly).
 //!
-//! Blob: magic `WFB1`, codec, kind, settled level, pad byte, digest (32), seq, raw_len, stored_len,
+//! Blob: magic `WFB1`, codec, kind, settled level, store format, digest (32), seq, raw_len, stored_len,
 //! crc32 of the stored bytes, crc32 of the header so far (all little-endian), stored bytes.
 //! Footer: magic `WFPF`, count, one 54-byte entry per blob, crc32 of the entries, the
 //! footer's total length (u64) and the end magic `WFPKEND1`.
@@ -26,6 +26,10 @@ pub const BLOB_HEADER_LEN: usize = 60;
 /// blob as ingest wrote it. Readers need not know it: it says only whether gc is done with
 /// the blob's pack.
 const SETTLED_BYTE: usize = 6;
+/// The header byte naming the store format version the blob was written for (0 in blobs
+/// written before 2026-11-27, when it was a pad byte). Readers need not know it either: it is
+/// there so that `repair` can give a store whose settings file is lost its own version back.
+const FORMAT_BYTE: usize = 7;
 pub const FOOTER_ENTRY_LEN: usize = 54;
 const FOOTER_TAIL_LEN: usize = 4 + 8 + 8;
 /// The largest footer read: 4.9 million blobs (a 32 MiB pack of empty blobs holds 0.5 million).
@@ -150,12 +154,13 @@ pub fn parse_pack_name(name: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
-fn encode_header(info: &BlobInfo, crc: u32, settled: u8) -> [u8; BLOB_HEADER_LEN] {
+fn encode_header(info: &BlobInfo, crc: u32, settled: u8, format: u8) -> [u8; BLOB_HEADER_LEN] {
     let mut h = [0u8; BLOB_HEADER_LEN];
     h[0..4].copy_from_slice(BLOB_MAGIC);
     h[4] = info.codec;
     h[5] = info.kind;
     h[SETTLED_BYTE] = settled;
+    h[FORMAT_BYTE] = format;
     h[8..40].copy_from_slice(&info.key.digest);
     h[40..44].copy_from_slice(&info.key.seq.to_le_bytes());
     h[44..48].copy_from_slice(&info.raw_len.to_le_bytes());
@@ -192,6 +197,12 @@ fn decode_header(h: &[u8], offset: u64) -> Option<(BlobInfo, u32)> {
 /// None if `h` is not a blob header.
 pub fn settled_level(h: &[u8]) -> Option<u8> {
     decode_header(h, 0).map(|_| h[SETTLED_BYTE])
+}
+
+/// The store format version a well-formed blob header says its blob was written for (0:
+/// written before blobs said); None if `h` is not a blob header.
+pub fn written_for(h: &[u8]) -> Option<u8> {
+    decode_header(h, 0).map(|_| h[FORMAT_BYTE])
 }
 
 /// Decodes stored bytes into the chunk's bytes; `dict` is the dictionary a
@@ -289,6 +300,8 @@ pub struct OpenPack {
     /// Bytes whose write-out to disk has been started (`append`).
     written_back: u64,
     blobs: Vec<BlobInfo>,
+    /// The store format version its blobs are written for (`FORMAT_BYTE`).
+    format: u8,
 }
 
 /// An open pack asks the kernel to start writing its bytes out every this many bytes, so
@@ -297,11 +310,14 @@ pub struct OpenPack {
 const WRITE_BACK_EVERY: u64 = 4 << 20;
 
 impl OpenPack {
-    pub fn create(tmp_dir: &Path, id: u64) -> io::Result<OpenPack> {
+    /// A new pack `id` in `tmp_dir`, whose blobs say they were written for store format
+    /// version `format`.
+    pub fn create(tmp_dir: &Path, id: u64, format: u32) -> io::Result<OpenPack> {
+        let format = u8::try_from(format).map_err(|_| io::Error::other(format!("store format {format} does not fit a blob header")))?;
         let path = tmp_dir.join(pack_name(id));
         let file = OpenOptions::new().create_new(true).read(true).write(true).open(&path)?;
         sync_dir(tmp_dir)?;
-        Ok(OpenPack { id, file, path, len: 0, synced_len: 0, written_back: 0, blobs: Vec::new() })
+        Ok(OpenPack { id, file, path, len: 0, synced_len: 0, written_back: 0, blobs: Vec::new(), format })
     }
 
     pub fn len(&self) -> u64 {
@@ -327,7 +343,7 @@ impl OpenPack {
             raw_len,
             stored_len: stored.len() as u32,
         };
-        let header = encode_header(&info, crc32fast::hash(stored), settled);
+        let header = encode_header(&info, crc32fast::hash(stored), settled, self.format);
         // One positioned write per blob keeps the file's tail either whole or torn at the
         // end, which recovery truncates.
         let mut buf = Vec::with_capacity(BLOB_HEADER_LEN + stored.len());
@@ -507,6 +523,8 @@ pub fn recover_open_pack(path: &Path, packs_dir: &Path, id: u64) -> io::Result<O
         synced_len: 0,
         written_back: end,
         blobs,
+        // Only sealed, never appended to: no blob is written with it.
+        format: 0,
     };
     open.sync()?;
     let n = open.blobs.len();

@@ -432,13 +432,24 @@ impl PackReader {
     /// blob: gc writes every blob of a pack at one level, and ingest at 0. None if the pack
     /// holds no blob. (On an object store this reads a cache block of the pack.)
     pub fn first_settled(&self, id: u64) -> Result<Option<u8>> {
+        Ok(self.first_header(id)?.and_then(|h| super::settled_level(&h)))
+    }
+
+    /// The store format sealed pack `id` was written for (`super::written_for`; 0 before
+    /// blobs said), from its first blob: one writer writes every blob of a pack.
+    pub fn first_written_for(&self, id: u64) -> Result<Option<u8>> {
+        Ok(self.first_header(id)?.and_then(|h| super::written_for(&h)))
+    }
+
+    /// The header of sealed pack `id`'s first blob; None if it holds none.
+    fn first_header(&self, id: u64) -> Result<Option<[u8; BLOB_HEADER_LEN]>> {
         let mut h = [0u8; BLOB_HEADER_LEN];
         let f = match self.local(id)? {
             Some(f) => f,
             None => self.remote_file(id, 0, BLOB_HEADER_LEN as u64)?,
         };
         match f.read_exact_at(&mut h, 0) {
-            Ok(()) => Ok(super::settled_level(&h)),
+            Ok(()) => Ok(Some(h)),
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
             Err(source) => Err(PackError::Io { pack: id, source }),
         }

@@ -12,7 +12,7 @@ fn append_seal_footer_and_read_back() {
     let (tmp, packs) = (dir.path().join("t"), dir.path().join("p"));
     fs::create_dir_all(&tmp).unwrap();
     fs::create_dir_all(&packs).unwrap();
-    let mut p = OpenPack::create(&tmp, 7).unwrap();
+    let mut p = OpenPack::create(&tmp, 7, 7).unwrap();
     let a = p.append(key(1), ChunkKind::Raw, Codec::None, 5, b"hello").unwrap();
     let z = zstd::bulk::compress(&[b'x'; 1000], 3).unwrap();
     let b = p.append(key(2), ChunkKind::PayloadHead, Codec::Zstd, 1000, &z).unwrap();
@@ -62,7 +62,7 @@ fn torn_tail_is_truncated_on_recovery() {
     let (tmp, packs) = (dir.path().join("t"), dir.path().join("p"));
     fs::create_dir_all(&tmp).unwrap();
     fs::create_dir_all(&packs).unwrap();
-    let mut p = OpenPack::create(&tmp, 1).unwrap();
+    let mut p = OpenPack::create(&tmp, 1, 7).unwrap();
     p.append(key(1), ChunkKind::Raw, Codec::None, 3, b"abc").unwrap();
     p.append(key(2), ChunkKind::Raw, Codec::None, 3, b"def").unwrap();
     p.sync().unwrap();
@@ -82,7 +82,7 @@ fn flipped_byte_is_detected() {
     let (tmp, packs) = (dir.path().join("t"), dir.path().join("p"));
     fs::create_dir_all(&tmp).unwrap();
     fs::create_dir_all(&packs).unwrap();
-    let mut p = OpenPack::create(&tmp, 2).unwrap();
+    let mut p = OpenPack::create(&tmp, 2, 7).unwrap();
     let a = p.append(key(3), ChunkKind::Raw, Codec::None, 4, b"data").unwrap();
     let path = p.seal(&packs).unwrap();
     let f = OpenOptions::new().write(true).open(&path).unwrap();
@@ -100,7 +100,7 @@ fn remote_packs_are_read_through_the_cache_and_a_bad_cached_block_is_fetched_aga
     fs::create_dir_all(&tmp).unwrap();
     fs::create_dir_all(&local).unwrap();
     fs::create_dir_all(bucket.join("packs")).unwrap();
-    let mut p = OpenPack::create(&tmp, 9).unwrap();
+    let mut p = OpenPack::create(&tmp, 9, 7).unwrap();
     let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
     let a = p.append(key(1), ChunkKind::Raw, Codec::None, big.len() as u32, &big).unwrap();
     let b = p.append(key(2), ChunkKind::Raw, Codec::None, 5, b"tail!").unwrap();

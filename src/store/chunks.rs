@@ -236,7 +236,7 @@ impl Store {
         let tmp_dir = self.root.join("packs-tmp");
         if w.open.is_none() {
             let id = self.alloc_pack_id();
-            w.open = Some(OpenPack::create(&tmp_dir, id).map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?);
+            w.open = Some(OpenPack::create(&tmp_dir, id, self.config.version).map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?);
         }
         let open = w.open.as_mut().expect("open pack exists");
         let info = {

@@ -203,7 +203,7 @@ impl Store {
             let dir = self.root.join("packs-tmp");
             if j.open.is_none() {
                 let id = self.alloc_pack_id();
-                j.open = Some(OpenPack::create(&dir, id).map_err(io_at(&dir))?);
+                j.open = Some(OpenPack::create(&dir, id, self.config.version).map_err(io_at(&dir))?);
             }
             let seq = j.next_seq;
             let open = j.open.as_mut().expect("journal pack exists");

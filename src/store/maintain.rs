@@ -410,7 +410,7 @@ impl Store {
             }
             if out.open.is_none() {
                 let nid = self.alloc_pack_id();
-                out.open = Some(OpenPack::create(&tmp_dir, nid).map_err(io_at(&tmp_dir))?);
+                out.open = Some(OpenPack::create(&tmp_dir, nid, self.config.version).map_err(io_at(&tmp_dir))?);
             }
             let o = out.open.as_mut().expect("created");
             let codec = pack::Codec::from_u8(e.codec).unwrap_or(pack::Codec::None);

@@ -19,7 +19,7 @@ use std::fs;
 use std::path::Path;
 
 use super::journal::{CheckpointPart, MetaRecord, APPLIED_SEQ};
-use super::{io_at, read_config, recover_packs, take_lock, Result, Store, StoreError, CONFIG_FILE, FORMAT_VERSION};
+use super::{io_at, read_config, recover_packs, take_lock, Result, Store, StoreError, CONFIG_FILE, DICT_FORMAT_VERSION, FORMAT_VERSION, LOCAL_V3, REMOTE_FORMAT_VERSION, SHARED_FORMAT_VERSION, SHARED_V6, VERSIONS};
 use crate::digest::ChunkKey;
 use crate::index::{Batch, ChunkEntry, Index};
 use crate::pack::{self, ChunkKind, PackReader};
@@ -40,6 +40,9 @@ pub struct RepairReport {
     pub problems: Vec<String>,
     /// `warcfs.json` was missing (packs restored alone) and was written with the defaults.
     pub wrote_default_config: bool,
+    /// The format version it was written for, and whether the packs said it (packs written
+    /// before 2026-11-27 do not: `packs_version`).
+    pub config_version: Option<(u32, bool)>,
 }
 
 /// Writes pending index changes every this many chunks (a rebuild's batches are not
@@ -50,20 +53,29 @@ const BATCH_CHUNKS: usize = 10_000;
 pub fn repair_index(root: &Path) -> Result<RepairReport> {
     let mut rep = RepairReport::default();
     let cfg_path = root.join(CONFIG_FILE);
+    let mut lock = None;
     if !cfg_path.exists() {
         // Packs restored without the settings file: the settings only steer new writes
         // (the packs say how each blob is stored), and the defaults are the careful ones
-        // (verify = bytes). Said in the report, so the owner can set them back.
+        // (verify = bytes). The format version is the packs' own, so that the warcfs that
+        // wrote them still opens the store. Said in the report, so the owner can set the
+        // rest back.
         if !root.join("packs").is_dir() {
             return Err(if root.exists() { StoreError::NotAStore(root.to_path_buf()) } else { StoreError::NoStore(root.to_path_buf()) });
         }
-        let json = serde_json::to_vec_pretty(&super::Config::default()).expect("config serialises");
+        lock = Some(take_lock(root)?);
+        let (version, said) = packs_version(root, &PackReader::new(root.join("packs"), root.join("packs-tmp")))?;
+        let json = serde_json::to_vec_pretty(&super::Config { version, ..super::Config::default() }).expect("config serialises");
         pack::write_file_atomic(&cfg_path, &json).map_err(io_at(&cfg_path))?;
         rep.wrote_default_config = true;
+        rep.config_version = Some((version, said));
     }
     // A store of this format version (a foreign one is refused, as every command does).
     let config = read_config(&cfg_path)?;
-    let lock = take_lock(root)?;
+    let lock = match lock {
+        Some(l) => l,
+        None => take_lock(root)?,
+    };
     // Scratch directories a copy of the packs may lack (and a new node of a bucket-backed
     // store has no packs/ of its own yet).
     for d in ["packs", "packs-tmp", "staging"] {
@@ -91,6 +103,29 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
     // (Read-only if another node of a bucket-backed store holds the bucket's lock.)
     drop(Store::open_for_reading(root)?);
     Ok(rep)
+}
+
+/// The store format version the sealed packs at `root` were written for, and whether they
+/// said so: the highest their first blobs name (`pack::written_for`), a bucket's version
+/// taken as its local counterpart (the settings that named the bucket are lost with the
+/// file: 4 as 3, 6 as 5, 8 as 7). Packs written before blobs named it (2026-11-27) are taken
+/// as version 5: every warcfs since dictionaries (2026-11-26) reads it, and it keeps them on.
+pub(super) fn packs_version(root: &Path, packs: &PackReader) -> Result<(u32, bool)> {
+    let mut highest = 0u8;
+    for (id, _) in packs.sealed_packs().map_err(io_at(&root.join("packs")))? {
+        highest = highest.max(packs.first_written_for(id)?.unwrap_or(0));
+    }
+    let local = match highest as u32 {
+        0 => return Ok((DICT_FORMAT_VERSION, false)),
+        REMOTE_FORMAT_VERSION => LOCAL_V3,
+        SHARED_V6 => DICT_FORMAT_VERSION,
+        SHARED_FORMAT_VERSION => FORMAT_VERSION,
+        v => v,
+    };
+    if !VERSIONS.contains(&local) {
+        return Err(StoreError::Format { path: root.to_path_buf(), found: format!("its packs were written for version {local}") });
+    }
+    Ok((local, true))
 }
 
 /// Builds the index of the store at `root` from its packs into `index.rebuilding/` and

@@ -649,6 +649,56 @@ fn a_version_3_store_gets_no_dictionary() {
     assert_eq!((st.dictionaries, st.dict_chunks), (0, 0), "{st:?}");
 }
 
+/// A store whose settings file is lost gets its own format version back from its packs, so
+/// that the warcfs that wrote it still opens it after `repair index`; packs from before
+/// blobs named it are taken as version 5, and a bucket's packs as their local counterpart.
+#[test]
+fn repair_gives_a_store_without_settings_the_version_its_packs_were_written_for() {
+    use std::os::unix::fs::FileExt;
+    let data: Vec<u8> = (0..40u32).flat_map(|r| warc_record(r, &site_page(r))).collect();
+    // (the version made, whether its blobs say it, the version repair writes)
+    for (made, says, repaired) in [(DICT_FORMAT_VERSION, true, DICT_FORMAT_VERSION), (FORMAT_VERSION, true, FORMAT_VERSION), (FORMAT_VERSION, false, DICT_FORMAT_VERSION)] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = open_config(dir.path(), Config { version: made, ..Config::default() }, digest::sha256);
+        s.put_file(ROOT_INO, b"f.warc", &data, meta()).unwrap();
+        drop(s);
+        if !says {
+            // What a warcfs before 2026-11-27 wrote: a zero pad byte where the version is.
+            for e in std::fs::read_dir(dir.path().join("packs")).unwrap() {
+                let f = std::fs::OpenOptions::new().read(true).write(true).open(e.unwrap().path()).unwrap();
+                for b in crate::pack::read_footer(&f, 0).unwrap() {
+                    let mut h = [0u8; crate::pack::BLOB_HEADER_LEN];
+                    f.read_exact_at(&mut h, b.offset).unwrap();
+                    assert_eq!(crate::pack::written_for(&h), Some(made as u8));
+                    h[7] = 0;
+                    let crc = crc32fast::hash(&h[..56]);
+                    h[56..60].copy_from_slice(&crc.to_le_bytes());
+                    f.write_all_at(&h, b.offset).unwrap();
+                    assert_eq!(crate::pack::written_for(&h), Some(0));
+                }
+            }
+        }
+        std::fs::remove_file(dir.path().join(CONFIG_FILE)).unwrap();
+        std::fs::remove_dir_all(dir.path().join("index")).unwrap();
+        let rep = repair_index(dir.path()).unwrap();
+        assert!(rep.wrote_default_config && rep.problems.is_empty(), "{rep:?}");
+        assert_eq!(rep.config_version, Some((repaired, says)), "made at {made}");
+        assert_eq!(read_config(&dir.path().join(CONFIG_FILE)).unwrap().version, repaired);
+        let s = Store::open(dir.path(), false).unwrap();
+        assert_eq!(read_all(&s, "/f.warc"), data);
+        assert!(s.fsck(true).unwrap().problems.is_empty());
+    }
+    // A node's packs from a bucket several nodes write (version 8): a local store of 7.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("packs")).unwrap();
+    let mut p = crate::pack::OpenPack::create(&dir.path().join("packs"), 1, SHARED_FORMAT_VERSION).unwrap();
+    p.append(crate::digest::ChunkKey { digest: [1; 32], seq: 0 }, crate::pack::ChunkKind::Raw, crate::pack::Codec::None, 1, b"x").unwrap();
+    p.sync().unwrap();
+    p.seal(&dir.path().join("packs")).unwrap();
+    let packs = crate::pack::PackReader::new(dir.path().join("packs"), dir.path().join("packs-tmp"));
+    assert_eq!(super::repair::packs_version(dir.path(), &packs).unwrap(), (FORMAT_VERSION, true));
+}
+
 /// The settled level in the header of every chunk's blob in every sealed pack (not the
 /// metadata log's, whose packs every checkpoint replaces).
 fn blob_levels(dir: &Path) -> Vec<u8> {
