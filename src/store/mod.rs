@@ -469,6 +469,7 @@ impl Store {
             _lock: lock,
         };
         store.roll_forward(&recovered)?;
+        open::recovered(root)?;
         // A shared store's writer takes in what the other nodes published since it last
         // closed (if its open did not rebuild the index from the bucket).
         if catch_up {

@@ -2,6 +2,7 @@
 //! anew, when missing), the packs a crash left open, and the scratch a killed process left.
 
 use std::fs::{self, File};
+use std::io;
 use std::path::Path;
 
 use super::*;
@@ -22,36 +23,74 @@ pub(super) fn remove_dead_runs(dir: &Path) {
     }
 }
 
+/// `STORE/recovering`: the ids (hex, one a line) of the packs an open is sealing out of
+/// `packs-tmp/`, written before the first is sealed and removed once their metadata log
+/// records are in the index (`recovered`). A metadata log record that reached its pack but
+/// not the index is found at the next open only among the packs that open recovers; without
+/// this list, an open cut short after sealing (killed, a full disk while sealing the next
+/// pack) would leave the record out of the index for good, and gc would then collect the
+/// file it committed.
+const RECOVERING: &str = "recovering";
+
 /// Seals what is whole of every pack a crash left open (the index may point into them);
-/// returns the largest pack id there is and the ids of the packs it sealed.
+/// returns the largest pack id there is and the ids of the packs whose log records are
+/// still to be rolled forward: those sealed now and those an open cut short sealed
+/// (`RECOVERING`). Call `recovered` once their records are applied.
 pub(super) fn recover_packs(root: &Path) -> Result<(u64, Vec<u64>)> {
     let packs_dir = root.join("packs");
     let tmp_dir = root.join("packs-tmp");
     let mut max_id = 0u64;
-    let mut recovered = Vec::new();
     for entry in fs::read_dir(&packs_dir).map_err(io_at(&packs_dir))? {
         let entry = entry.map_err(io_at(&packs_dir))?;
         if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
             max_id = max_id.max(id);
         }
     }
+    // Left by an open cut short: packs it sealed (an empty one it removed is skipped).
+    let list = root.join(RECOVERING);
+    let mut recovered: Vec<u64> = match fs::read_to_string(&list) {
+        Ok(text) => text.lines().filter_map(|l| u64::from_str_radix(l.trim(), 16).ok()).filter(|&id| packs_dir.join(pack::pack_name(id)).exists()).collect(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(StoreError::Io { path: list, err: e }),
+    };
+    let mut open = Vec::new();
     for entry in fs::read_dir(&tmp_dir).map_err(io_at(&tmp_dir))? {
         let entry = entry.map_err(io_at(&tmp_dir))?;
         let path = entry.path();
-        if let Some(id) = entry.file_name().to_str().and_then(pack::parse_pack_name) {
-            max_id = max_id.max(id);
-            match pack::recover_open_pack(&path, &packs_dir, id).map_err(io_at(&path))? {
-                Some(n) => {
-                    log::info!("recovered open pack {id:016x} with {n} blobs");
-                    recovered.push(id);
-                }
-                None => log::info!("removed empty open pack {id:016x}"),
+        match entry.file_name().to_str().and_then(pack::parse_pack_name) {
+            Some(id) => open.push((id, path)),
+            None => {
+                let _ = fs::remove_file(&path);
             }
-        } else {
-            let _ = fs::remove_file(&path);
         }
     }
+    if !open.is_empty() {
+        let ids: String = recovered.iter().chain(open.iter().map(|(id, _)| id)).map(|id| format!("{id:016x}\n")).collect();
+        pack::write_file_atomic(&list, ids.as_bytes()).map_err(io_at(&list))?;
+    }
+    for (id, path) in open {
+        max_id = max_id.max(id);
+        match pack::recover_open_pack(&path, &packs_dir, id).map_err(io_at(&path))? {
+            Some(n) => {
+                log::info!("recovered open pack {id:016x} with {n} blobs");
+                recovered.push(id);
+            }
+            None => log::info!("removed empty open pack {id:016x}"),
+        }
+    }
+    crate::failpoint::crash_at("packs_recovered");
+    recovered.sort_unstable();
+    recovered.dedup();
     Ok((max_id, recovered))
+}
+
+/// The log records of the packs `recover_packs` returned are in the index: forgets them.
+pub(super) fn recovered(root: &Path) -> Result<()> {
+    let list = root.join(RECOVERING);
+    match fs::remove_file(&list) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(StoreError::Io { path: list, err: e }),
+        _ => Ok(()),
+    }
 }
 
 /// Whether `path`, found in a directory without a config, is what a store creation cut

@@ -98,6 +98,8 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
         rep.kept_broken_index = Some(kept.display().to_string());
     }
     build_index(root, &config, &mut rep, None, &mut || {})?;
+    // Every log record is in the rebuilt index, those of packs an open cut short too.
+    super::open::recovered(root)?;
     drop(lock);
     // Opening it once applies nothing more (the log is all applied) but proves it opens.
     // (Read-only if another node of a bucket-backed store holds the bucket's lock.)
