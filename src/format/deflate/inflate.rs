@@ -23,6 +23,11 @@ trait Text {
     }
 }
 
+/// Blocks `record` takes in one member at most (about 40 MB of them): a stream with more is
+/// refused, and its member kept raw. Real writers write far fewer (one for each 16-64 KiB
+/// of text, or one more for each sync flush).
+const MAX_RECORDED_BLOCKS: usize = 1 << 20;
+
 struct Check<'a> {
     plain: &'a [u8],
     pos: usize,
@@ -34,8 +39,11 @@ impl Text for Check<'_> {
         self.pos
     }
 
+    /// As many as a reader of the stored parse takes (16 a byte of text: runs of empty
+    /// flush blocks), and never more than `MAX_RECORDED_BLOCKS`: a member of empty blocks
+    /// and little text (a hostile file, not a writer) must not hold gigabytes of them.
     fn max_blocks(&self) -> usize {
-        usize::MAX
+        ((self.plain.len() + 1) << 4).min(MAX_RECORDED_BLOCKS)
     }
 
     #[inline]

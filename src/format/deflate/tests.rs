@@ -154,6 +154,33 @@ fn odd_but_valid_streams() {
 }
 
 #[test]
+fn a_stream_of_empty_blocks_is_refused_not_held() {
+    // Empty fixed blocks (10 bits each) and little text: a hostile member, not a writer's. It
+    // is refused before it holds more blocks than a reader of its stored parse would take.
+    let stream = |blocks: usize, text: &[u8]| {
+        let mut w = Vec::new();
+        let mut bw = BitWriter { out: &mut w, buf: 0, n: 0 };
+        for _ in 0..blocks {
+            bw.put(0, 1);
+            bw.put(1, 2);
+            bw.put(0, 7);
+        }
+        // The last block: stored, with the text.
+        bw.put(1, 1);
+        bw.put(0, 2);
+        bw.pad_to_byte(0);
+        w.extend_from_slice(&(text.len() as u16).to_le_bytes());
+        w.extend_from_slice(&(!(text.len() as u16)).to_le_bytes());
+        w.extend_from_slice(text);
+        w
+    };
+    assert_eq!(record(&stream(15, b""), b"").unwrap().blocks.len(), 16);
+    assert_eq!(record(&stream(16, b""), b"").unwrap_err(), ParseError::Unsupported("more blocks than the text warrants"));
+    assert!(record(&stream(200_000, b"abc"), b"abc").is_err());
+    assert_eq!(record(&stream(60, b"abc"), b"abc").unwrap().blocks.len(), 61);
+}
+
+#[test]
 fn bad_streams_are_errors() {
     let t = text(5000, 1);
     let d = zlib(&t, 6);
