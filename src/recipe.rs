@@ -17,6 +17,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::digest::ChunkKey;
 
+/// The most plain text a member segment holds: ingest keeps a member with more raw (a read
+/// inside it would rebuild it from its start), so a piece that says more is damaged.
+pub const MAX_MEMBER_TEXT: u64 = 64 << 20;
+
 /// A slice of one chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Extent {
@@ -86,22 +90,33 @@ impl Piece {
         postcard::to_allocvec(self).expect("in-memory serialisation cannot fail")
     }
 
-    /// Decodes a stored piece. A piece whose extents name chunks beyond its key table is
-    /// refused here, so readers can index the table without checking each time.
+    /// Decodes a stored piece. A piece that `fits` refuses is refused here, so that readers
+    /// can index the key table, size buffers from extents and add lengths up without
+    /// checking each time.
     pub fn decode(b: &[u8]) -> Result<Piece, postcard::Error> {
         let p: Piece = postcard::from_bytes(b)?;
-        let ok = p.segments.iter().all(|s| {
-            let (extents, tail) = match s {
-                Segment::Data { extents } => (extents, None),
-                Segment::Member { plain, parse_tail, .. } => (plain, *parse_tail),
-            };
-            extents.iter().all(|e| (e.chunk as usize) < p.keys.len()) && tail.is_none_or(|t| (t as usize) < p.keys.len())
-        });
-        if ok {
+        if p.fits() {
             Ok(p)
         } else {
             Err(postcard::Error::DeserializeBadEncoding)
         }
+    }
+
+    /// Whether every extent names a chunk of the key table and lies within the largest
+    /// chunk there can be, every member's text is at most `MAX_MEMBER_TEXT`, and the
+    /// segments' lengths add up without overflow.
+    fn fits(&self) -> bool {
+        let extent_fits = |e: &Extent| (e.chunk as usize) < self.keys.len() && e.offset.checked_add(e.len).is_some_and(|end| end <= crate::pack::MAX_RAW);
+        let mut total = 0u64;
+        self.segments.iter().all(|s| {
+            let fits = match s {
+                Segment::Data { extents } => extents.iter().all(extent_fits),
+                Segment::Member { plain, parse_tail, .. } => {
+                    plain.iter().all(extent_fits) && plain.iter().map(|e| e.len as u64).sum::<u64>() <= MAX_MEMBER_TEXT && parse_tail.is_none_or(|t| (t as usize) < self.keys.len())
+                }
+            };
+            fits && total.checked_add(s.len()).map(|t| total = t).is_some()
+        })
     }
 
     pub fn len(&self) -> u64 {
@@ -132,7 +147,8 @@ impl RecipeHead {
         if offset >= self.size || self.piece_starts.is_empty() {
             return None;
         }
-        Some((self.piece_starts.partition_point(|&s| s <= offset) - 1) as u32)
+        // (None, not a wrapped index, if the first piece does not start at 0: damage.)
+        Some(self.piece_starts.partition_point(|&s| s <= offset).checked_sub(1)? as u32)
     }
 }
 
@@ -306,6 +322,24 @@ mod tests {
 
     fn k(n: u8) -> ChunkKey {
         ChunkKey { digest: [n; 32], seq: 0 }
+    }
+
+    #[test]
+    fn a_piece_that_could_size_a_buffer_beyond_any_chunk_is_refused() {
+        let member = |plain: Vec<Extent>, comp_len: u64| Segment::Member { header: vec![], plain, parse: vec![], parse_tail: None, trailer: None, comp_len, crc: 0 };
+        let e = |len: u32| Extent { chunk: 0, offset: 0, len };
+        let piece = |segments: Vec<Segment>| Piece { keys: vec![k(1)], segments }.encode();
+        assert!(Piece::decode(&piece(vec![Segment::Data { extents: vec![e(10)] }, member(vec![e(1 << 20); 64], 100)])).is_ok());
+        // An extent longer than any chunk, or one past a chunk's end.
+        assert!(Piece::decode(&piece(vec![Segment::Data { extents: vec![e(u32::MAX)] }])).is_err());
+        assert!(Piece::decode(&piece(vec![Segment::Data { extents: vec![Extent { chunk: 0, offset: u32::MAX - 1, len: 2 }] }])).is_err());
+        // A member with more text than ingest keeps in one, and lengths that overflow.
+        assert!(Piece::decode(&piece(vec![member(vec![e(1 << 20); 65], 100)])).is_err());
+        assert!(Piece::decode(&piece(vec![Segment::Data { extents: vec![e(10)] }, member(vec![], u64::MAX - 5)])).is_err());
+        // A key table index out of range, as before.
+        assert!(Piece::decode(&piece(vec![Segment::Data { extents: vec![Extent { chunk: 1, offset: 0, len: 1 }] }])).is_err());
+        // A head whose first piece does not start at 0 places no offset.
+        assert_eq!(RecipeHead { id: 1, size: 10, piece_starts: vec![5] }.piece_at(2), None);
     }
 
     #[test]

@@ -126,12 +126,23 @@ impl Store {
         }
     }
 
-    pub(crate) fn piece(&self, rid: u64, piece: u32) -> Result<Arc<Piece>> {
+    /// Piece `piece` of the recipe `head` names, from the cache or its chunk. A piece whose
+    /// length is not the span `head` gives it is refused: a read would otherwise run past
+    /// its end into the next piece's offsets with this one's bytes (its data segments carry
+    /// no checksum), or come back short.
+    pub(crate) fn piece(&self, head: &RecipeHead, piece: u32) -> Result<Arc<Piece>> {
+        let rid = head.id;
         if let Some(p) = self.cache.pieces.locked().get(&(rid, piece)) {
             return Ok(p);
         }
         bump(&self.cache.counters.pieces_loaded);
         let p = Arc::new(self.load_piece(rid, piece)?);
+        let starts = &head.piece_starts;
+        let start = starts.get(piece as usize).copied();
+        let end = starts.get(piece as usize + 1).copied().unwrap_or(head.size);
+        if start.and_then(|s| end.checked_sub(s)) != Some(p.len()) || starts.first() != Some(&0) {
+            return Err(StoreError::Recipe { rid, piece, what: format!("{} bytes long where the file's recipe gives it {start:?}..{end}", p.len()) });
+        }
         let size = p.keys.len() * 40 + p.segments.iter().map(|s| s.extent_count() * 16 + 64 + s.inline_bytes()).sum::<usize>();
         self.cache.pieces.locked().put((rid, piece), p.clone(), size);
         Ok(p)
@@ -277,7 +288,7 @@ impl Store {
         let mut pos = offset;
         while pos < end {
             let Some(pno) = head.piece_at(pos) else { break };
-            let piece = self.piece(head.id, pno)?;
+            let piece = self.piece(head, pno)?;
             let mut seg_start = head.piece_starts[pno as usize];
             for (sno, seg) in piece.segments.iter().enumerate() {
                 let seg_end = seg_start + seg.len();
@@ -311,7 +322,7 @@ impl Store {
     /// Rebuilds one planned member into the cache (`plan_ahead` had the kernel read its
     /// chunks already).
     pub fn run_ahead(&self, head: &RecipeHead, job: &Ahead) -> Result<()> {
-        let p = self.piece(head.id, job.piece)?;
+        let p = self.piece(head, job.piece)?;
         self.member_cached(head, job.piece, job.segment, &p, true).map(drop)
     }
 
@@ -350,14 +361,14 @@ impl Store {
     /// Whether reading the file means rebuilding gzip members (its first piece holds one):
     /// then any read that touches a member costs a whole member's deflate.
     pub fn rebuilds_members(&self, head: &RecipeHead) -> bool {
-        head.pieces() > 0 && self.piece(head.id, 0).is_ok_and(|p| p.segments.iter().any(|s| matches!(s, Segment::Member { .. })))
+        head.pieces() > 0 && self.piece(head, 0).is_ok_and(|p| p.segments.iter().any(|s| matches!(s, Segment::Member { .. })))
     }
 
     /// Whether `offset` falls inside a gzip member, past its first byte: a read from there
     /// is finishing a record rather than starting on the next one.
     pub fn inside_member(&self, head: &RecipeHead, offset: u64) -> bool {
         let Some(pno) = head.piece_at(offset) else { return false };
-        let Ok(piece) = self.piece(head.id, pno) else { return false };
+        let Ok(piece) = self.piece(head, pno) else { return false };
         let mut seg_start = head.piece_starts[pno as usize];
         for seg in &piece.segments {
             let seg_end = seg_start + seg.len();
@@ -386,7 +397,7 @@ impl Store {
         while done < buf.len() {
             let pos = offset + done as u64;
             let Some(pno) = head.piece_at(pos) else { break };
-            let piece = self.piece(head.id, pno)?;
+            let piece = self.piece(head, pno)?;
             let mut seg_start = head.piece_starts[pno as usize];
             let mut progressed = false;
             for (sno, seg) in piece.segments.iter().enumerate() {
@@ -514,7 +525,7 @@ impl Store {
         };
         let load = || -> Result<()> {
             for pno in 0..head.pieces() {
-                let piece = self.piece(head.id, pno)?;
+                let piece = self.piece(head, pno)?;
                 let mut tasks = Vec::new();
                 tasks_of(pno, &piece, &mut tasks);
                 {
@@ -557,7 +568,7 @@ impl Store {
             // wedge every request instead of failing one.
             let r = super::bug_as_error("copying out a part of a file", || {
                 crate::failpoint::panic_at("copy_to");
-                let piece = self.piece(head.id, t.pno)?;
+                let piece = self.piece(head, t.pno)?;
                 // A hint only: lengths come from the recipe, which may be damaged.
                 let mut v = buf.unwrap_or_default();
                 v.reserve(t.len.min(2 * TASK) as usize);

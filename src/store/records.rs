@@ -102,7 +102,7 @@ impl Store {
         let mut out = Vec::new();
         let mut kinds = HashMap::new();
         for pno in 0..head.pieces() {
-            let piece = self.piece(head.id, pno)?;
+            let piece = self.piece(head, pno)?;
             let lit = self.literal_kinds(&piece, &mut kinds)?;
             let mut pos = head.piece_starts[pno as usize];
             for (sno, seg) in piece.segments.iter().enumerate() {
@@ -165,7 +165,7 @@ impl Store {
         let clen = usize::try_from(content_length(&r.warc_header).unwrap_or(0).min(room)).unwrap_or(usize::MAX);
         match r.member {
             Some((pno, sno)) => {
-                let piece = self.piece(head.id, pno)?;
+                let piece = self.piece(head, pno)?;
                 let Segment::Member { plain, .. } = &piece.segments[sno as usize] else { return Ok(Vec::new()) };
                 let mut text = Vec::new();
                 for e in plain {

@@ -9,7 +9,7 @@ use crate::format::gzip::{self, Region};
 
 /// Members whose plain text is larger are kept raw: a read inside one would have to rebuild
 /// it from its start.
-pub(super) const MAX_MEMBER_PLAIN: u64 = 64 << 20;
+pub(super) const MAX_MEMBER_PLAIN: u64 = crate::recipe::MAX_MEMBER_TEXT;
 
 /// The bytes of a file to ingest. Ingest reads them a window at a time, so that its memory
 /// is bounded by the window, whatever the file's size.

@@ -649,6 +649,24 @@ fn a_version_3_store_gets_no_dictionary() {
     assert_eq!((st.dictionaries, st.dict_chunks), (0, 0), "{st:?}");
 }
 
+/// A piece whose length is not the span its file's recipe gives it is an error, not bytes
+/// from the wrong offsets (its data segments carry no checksum) or a short read.
+#[test]
+fn a_piece_of_another_length_than_its_span_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let data: Vec<u8> = (0..40u32).flat_map(|r| warc_record(r, &site_page(r))).collect();
+    s.put_file(ROOT_INO, b"f.warc", &data, meta()).unwrap();
+    let head = s.inode(s.resolve("/f.warc").unwrap()).unwrap().unwrap().recipe.unwrap();
+    assert_eq!(head.piece_starts, vec![0]);
+    for size in [data.len() as u64 - 1, data.len() as u64 + 1] {
+        let other = crate::recipe::RecipeHead { size, ..head.clone() };
+        let err = s.piece(&other, 0).unwrap_err().to_string();
+        assert!(err.contains("bytes long where"), "{err}");
+    }
+    assert_eq!(s.piece(&head, 0).unwrap().len(), data.len() as u64);
+}
+
 /// A store whose settings file is lost gets its own format version back from its packs, so
 /// that the warcfs that wrote it still opens it after `repair index`; packs from before
 /// blobs named it are taken as version 5, and a bucket's packs as their local counterpart.
