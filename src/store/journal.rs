@@ -358,10 +358,14 @@ impl Store {
     /// packs (a snapshot) never rolls forward past its own index.
     pub(super) fn roll_forward(&self, recovered: &[u64]) -> Result<()> {
         let applied = self.index.meta_u64_opt(APPLIED_SEQ)?;
+        // This node's own records only: another node's, which a gc here copied into a pack
+        // of this node's (a shared store's gc keeps every node's live records), are that
+        // node's log, numbered on their own, and `follow` takes them in.
+        let own = self.is_shared().then(|| self.node());
         let mut pending: Vec<(MetaRecord, ChunkKey, ChunkEntry)> = Vec::new();
         for &id in recovered {
             self.each_record(id, |rec, key, entry| {
-                if applied.is_none_or(|a| rec.seq > a) {
+                if rec.node == own && applied.is_none_or(|a| rec.seq > a) {
                     pending.push((rec, key, entry));
                 }
                 Ok(())

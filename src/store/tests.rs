@@ -649,6 +649,44 @@ fn a_version_3_store_gets_no_dictionary() {
     assert_eq!((st.dictionaries, st.dict_chunks), (0, 0), "{st:?}");
 }
 
+/// An open rolls forward only this node's own log records: another node's, which a gc of a
+/// shared store copies into this node's packs, are numbered in that node's log and taken in
+/// by `follow`, never applied as this node's next change.
+#[test]
+fn an_open_rolls_forward_only_its_own_nodes_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    s.put_file(ROOT_INO, b"f.warc", &warc_record(1, b"x"), meta()).unwrap();
+    let applied = s.index.meta_u64_opt(journal::APPLIED_SEQ).unwrap().unwrap();
+    drop(s);
+    // A pack left open by a crash, holding the next record by number, but another node's.
+    #[derive(serde::Serialize)]
+    struct V2 {
+        version: u32,
+        seq: u64,
+        ops: Vec<crate::index::LogOp>,
+        checkpoint: Option<journal::CheckpointPart>,
+        node: u16,
+    }
+    let mut id = 0u64;
+    for e in std::fs::read_dir(dir.path().join("packs")).unwrap() {
+        id = id.max(crate::pack::parse_pack_name(e.unwrap().file_name().to_str().unwrap()).unwrap());
+    }
+    let op = crate::index::LogOp::Put(0, b"someone_elses".to_vec(), 1u64.to_le_bytes().to_vec());
+    let raw = postcard::to_allocvec(&V2 { version: journal::LOG_VERSION_SHARED, seq: applied + 1, ops: vec![op], checkpoint: None, node: 7 }).unwrap();
+    let mut p = crate::pack::OpenPack::create(&dir.path().join("packs-tmp"), id + 1, FORMAT_VERSION).unwrap();
+    p.append(crate::digest::ChunkKey { digest: digest::sha256(&raw), seq: 0 }, crate::pack::ChunkKind::Meta, crate::pack::Codec::None, raw.len() as u32, &raw).unwrap();
+    p.sync().unwrap();
+    drop(p);
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    assert_eq!(s.index.meta_u64_opt("someone_elses").unwrap(), None, "another node's record was applied as this one's");
+    assert_eq!(s.index.meta_u64_opt(journal::APPLIED_SEQ).unwrap(), Some(applied));
+    // The next change of its own takes the next number, and the store is whole.
+    s.put_file(ROOT_INO, b"g.warc", &warc_record(2, b"y"), meta()).unwrap();
+    assert_eq!(s.index.meta_u64_opt(journal::APPLIED_SEQ).unwrap(), Some(applied + 1));
+    assert!(s.fsck(true).unwrap().problems.is_empty());
+}
+
 /// A piece whose length is not the span its file's recipe gives it is an error, not bytes
 /// from the wrong offsets (its data segments carry no checksum) or a short read.
 #[test]
