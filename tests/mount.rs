@@ -1462,6 +1462,43 @@ fn metadata_change_racing_ingest() {
     assert!(lost.is_empty() && fsck.ok(), "metadata changes racing the ingest lost content after remount: {lost:?}\n{}", fsck.describe());
 }
 
+/// A reader opened before a writer rewrites the file must read the new content once the
+/// rewrite is ingested: its handle's recipe is the old one, whose pieces may still sit in the
+/// daemon's cache (regression, found by a review: it read the old bytes, silently).
+#[test]
+fn reader_opened_before_a_rewrite_reads_the_new_content() {
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let mnt = tmp.path().join("mnt");
+    let m = Mounted::new(&store, &mnt);
+    let old = real_file("webrecorder-pywb/iana.warc.gz");
+    let new = real_file("webrecorder-warcio/example.warc.gz");
+    fs::write(m.path("f.warc.gz"), &old).unwrap();
+    wait_ingested(&store);
+    let reader = File::open(m.path("f.warc.gz")).unwrap();
+    // Read through it, so its recipe's pieces are in the daemon's cache.
+    let mut first = vec![0u8; 4096];
+    assert_eq!(reader.read_at(&mut first, 0).unwrap(), 4096);
+    assert_eq!(first[..], old[..4096]);
+    let mut writer = OpenOptions::new().write(true).truncate(true).open(m.path("f.warc.gz")).unwrap();
+    writer.write_all(&new).unwrap();
+    close_checked(writer).unwrap();
+    wait_ingested(&store);
+    fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    let mut got = vec![0u8; new.len().max(old.len()) + 1];
+    let mut n = 0;
+    while n < got.len() {
+        match reader.read_at(&mut got[n..], n as u64).unwrap() {
+            0 => break,
+            k => n += k,
+        }
+    }
+    got.truncate(n);
+    assert!(got == new, "a reader opened before the rewrite read {} bytes (new {}, old {}), first difference at {}", got.len(), new.len(), old.len(), first_diff(&got, &new));
+    drop(reader);
+    m.unmount_clean();
+}
+
 /// A reader opened while the file is being rewritten must read what the file holds once the
 /// rewrite is ingested, not the recipe it had when the reader opened: that one's pieces may
 /// still sit in the daemon's cache, and serving them is silent (regression: open used to

@@ -14,7 +14,7 @@ impl WarcFs {
                 Err(e) => return reply.error(e),
             };
             let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
-            self.inner.handles.locked().insert(fh, Handle { write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, jumped: false, direct: true, rebuilds_members: None });
+            self.inner.handles.locked().insert(fh, Handle { ino: INDEX_INO, write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, jumped: false, direct: true, rebuilds_members: None });
             // Its size changes with the store: no page cache, every read comes here.
             return reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
         }
@@ -304,7 +304,7 @@ impl WarcFs {
     pub(super) fn register(&self, ino: u64, write: bool, recipe: Option<RecipeHead>, direct: bool, rebuilds_members: Option<bool>) -> u64 {
         let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
         let head = recipe.map(Arc::new);
-        self.inner.handles.locked().insert(fh, Handle { write, head, snapshot: None, next: 0, run: 0, jumped: false, direct, rebuilds_members });
+        self.inner.handles.locked().insert(fh, Handle { ino, write, head, snapshot: None, next: 0, run: 0, jumped: false, direct, rebuilds_members });
         *self.inner.opens.locked().entry(ino).or_insert(0) += 1;
         fh
     }

@@ -100,12 +100,14 @@ const LOOKUP_RUN: u64 = 64 << 10;
 
 
 struct Handle {
+    ino: u64,
     write: bool,
     /// Contents of a virtual file as of its open.
     snapshot: Option<(Arc<File>, u64)>,
-    /// The recipe a read-only handle of a stored file reads (it cannot change while open:
-    /// a writer here stages the file first, and reads then go to staging). None where
-    /// another node may rewrite it (`Inner::elsewhere`): each read looks the recipe up.
+    /// The recipe a read-only handle of a stored file reads: it holds while the file is
+    /// stored (a writer here stages the file first, reads then go to staging, and staging
+    /// drops this, so that once the rewrite is ingested each read looks the new recipe up).
+    /// None where another node may rewrite it (`Inner::elsewhere`): each read looks it up.
     head: Option<Arc<RecipeHead>>,
     /// Where this handle's last read ended: a read that starts there is sequential and
     /// worth reading ahead for; one that starts elsewhere (a record lookup) is not.

@@ -29,6 +29,9 @@ pub(super) struct Staged {
     /// Its ingest is committing (the map is not locked meanwhile): a change waits for the
     /// outcome, after which the file is stored (and staged again by the change) or not.
     pub(super) committing: bool,
+    /// Attribute updates in flight (`op_setattr`, without the map locked): they record the
+    /// staged size in the inode, so a commit waits for them.
+    pub(super) attr_updates: u32,
     /// When it was last written, on a mount without the writeback cache (which otherwise
     /// keeps a file's times in the kernel): its mtime and ctime until `persist` or a
     /// setattr records them.
@@ -37,7 +40,7 @@ pub(super) struct Staged {
 
 impl Staged {
     pub(super) fn new(file: File, size: u64, writers: u32) -> Staged {
-        Staged { file: Arc::new(file), size, gen: 0, writers, dirty: false, sync_failed: false, syncing: Arc::default(), busy: 0, committing: false, written_at: None }
+        Staged { file: Arc::new(file), size, gen: 0, writers, dirty: false, sync_failed: false, syncing: Arc::default(), busy: 0, committing: false, attr_updates: 0, written_at: None }
     }
 }
 
@@ -90,6 +93,13 @@ impl Inner {
                 return Err(Errno::ENOENT);
             }
             map.insert(ino, Staged::new(file, size, 0));
+            // Handles opened before: their recipe is the one the ingest of this rewrite will
+            // replace, and its pieces may stay in the store's cache, so reading it after the
+            // commit would be the old bytes without an error. They read staging from now on,
+            // and look the recipe up afterwards.
+            for h in self.handles.locked().values_mut().filter(|h| h.ino == ino) {
+                h.head = None;
+            }
             Ok(map)
         })();
         let mut gates = self.staging_gates.locked();
@@ -231,10 +241,18 @@ impl Inner {
             Err(e) if self.staged.locked().get(&ino).is_some_and(|s| s.gen == gen) => return Err(e),
             Err(_) => return Ok(()),
         };
-        {
+        loop {
             let mut map = self.staged.locked();
             match map.get_mut(&ino) {
-                Some(s) if s.gen == gen && s.writers == 0 && !s.dirty && s.busy == 0 && !s.committing => s.committing = true,
+                // An attribute update records the staged size: it finishes first (briefly).
+                Some(s) if s.attr_updates > 0 => {
+                    drop(map);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Some(s) if s.gen == gen && s.writers == 0 && !s.dirty && s.busy == 0 && !s.committing => {
+                    s.committing = true;
+                    break;
+                }
                 _ => return Ok(()),
             }
         }
