@@ -252,6 +252,25 @@ fn forget(notifier: &fuser::Notifier, followed: crate::store::Followed) {
     }
 }
 
+/// Raises the soft limit on open files to the hard one, as a file server should: each staged
+/// file (written, not yet ingested) holds a descriptor until its ingest, and a mount after a
+/// crash opens every one left. At the usual soft limit of 1,024 a few hundred of them, after
+/// the pack cache's share, made the mount fail (EMFILE); at the hard limit (524,288 under
+/// systemd) it takes that many. (Staged files keep their descriptors: a bound of their own
+/// is not built.)
+fn raise_open_file_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                log::warn!("raising the open file limit to {}: {}", lim.rlim_max, io::Error::last_os_error());
+            }
+        }
+    }
+}
+
 /// Opens the store, mounts it, and serves until unmounted. `ready` hears "ok" once the mount
 /// is live, or the error that prevented it.
 fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<File>) -> Result<i32> {
@@ -261,6 +280,7 @@ fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<Fi
         signals.add(s);
     }
     signals.thread_block().context("blocking signals")?;
+    raise_open_file_limit();
     let result = (|| -> Result<Session<Guarded>> {
         // Read-only on a bucket-backed store: a follower of the node that writes there.
         let store = Arc::new(if opts.read_only { Store::open_follower(store_path)? } else { Store::open(store_path, true)? });

@@ -23,12 +23,21 @@ impl WarcFs {
                 s.dirty = true;
             }
             let now = Timestamp::now();
-            // Hold the staged map so its size cannot change under this update; only the
-            // attributes asked for change. A commit in progress is waited for: its outcome
-            // says whether the file is still staged.
-            let mut map = inner.settled(ino);
-            let staged_size = map.get(&ino).map(|s| s.size);
-            let written_at = map.get(&ino).and_then(|s| s.written_at);
+            // Only the attributes asked for change. A commit in progress is waited for: its
+            // outcome says whether the file is still staged. A staged file's commit then
+            // waits for this update (`attr_updates`), whose staged size it must not undo;
+            // the map itself is not held across the update, which syncs the log and the
+            // index, so other files' requests go on meanwhile.
+            let (staged_size, written_at) = {
+                let mut map = inner.settled(ino);
+                match map.get_mut(&ino) {
+                    Some(s) => {
+                        s.attr_updates += 1;
+                        (Some(s.size), s.written_at)
+                    }
+                    None => (None, None),
+                }
+            };
             let updated = inner.store.update_inode(ino, |inode| {
             if let Some(m) = mode {
                 inode.mode = m & 0o7777;
@@ -62,13 +71,15 @@ impl WarcFs {
             }
             Ok::<(), Errno>(())
             });
-            if updated.is_ok() {
-                // The times just written hold the last write's (or a later one).
-                if let Some(s) = map.get_mut(&ino) {
-                    s.written_at = None;
+            if staged_size.is_some() {
+                if let Some(s) = inner.staged.locked().get_mut(&ino) {
+                    s.attr_updates -= 1;
+                    // The times just written hold the last write's (unless one came since).
+                    if updated.is_ok() && s.written_at == written_at {
+                        s.written_at = None;
+                    }
                 }
             }
-            drop(map);
             updated.map_err(|e| errno(&e))?
         })();
         match r {
