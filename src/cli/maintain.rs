@@ -90,7 +90,7 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
     // Damage is said on stderr and in the exit status, with --json too.
     if rep.chunks_damaged > 0 {
         eprintln!(
-            "{}: {} chunks do not decode to their digests, or their zstd dictionary is missing or damaged; gc copied them as they were. Run `warcfs fsck {}`",
+            "{}: {} chunks (or packs, by their first blob) are damaged: they do not read back intact, do not decode to their digests, or their zstd dictionary is missing or damaged; gc left or copied them as they were and went on with the rest. Run `warcfs fsck {}`",
             store.display(),
             rep.chunks_damaged,
             store.display()

@@ -260,7 +260,11 @@ impl Store {
         if rep.chunks_dropped > 0 {
             self.refuse_dropping_referenced()?;
         }
-        rep.chunks_damaged = self.rewrite_packs(&mut ns, &rewrite, settling)?;
+        let (damaged, kept) = self.rewrite_packs(&mut ns, &rewrite, settling)?;
+        rep.chunks_damaged = damaged + plan.damaged;
+        // A pack with a live blob that could not be read stays, that blob's entry with it.
+        rewrite.retain(|id| !kept.contains(id));
+        rep.packs_settled = plan.ids.iter().filter(|id| !kept.contains(id)).count() as u64;
         // Cached chunk places (and, after a dropped key is reused, chunk bytes) are stale now.
         self.cache.clear();
         // On an object store, the packs that replace them must be in the bucket first (a
@@ -337,10 +341,14 @@ impl Store {
 
     /// Copies the live blobs of the packs `ids` into new packs, in their old order (a file's
     /// chunks stay together), and moves their index entries there a sealed pack at a time.
-    /// Returns how many chunks settling found damaged (copied as they were).
-    fn rewrite_packs(&self, ns: &mut Ns, ids: &HashSet<u64>, settling: bool) -> Result<u64> {
+    /// Returns how many chunks were found damaged: settling copies one whose bytes do not
+    /// decode to its digest as it is; a blob that does not read back intact (its checksum)
+    /// is not copied, and its pack, returned in the set, must stay (one damaged chunk must
+    /// not stop every gc, nor be written anew under a checksum of its damage).
+    fn rewrite_packs(&self, ns: &mut Ns, ids: &HashSet<u64>, settling: bool) -> Result<(u64, HashSet<u64>)> {
+        let mut kept = HashSet::new();
         if ids.is_empty() {
-            return Ok(0);
+            return Ok((0, kept));
         }
         let runs = self.runs_dir()?;
         // Pack ‖ offset ‖ key ‖ the rest of the entry: sorted, the blobs in their old order.
@@ -371,7 +379,16 @@ impl Store {
             let be32 = |b: &[u8]| u32::from_be_bytes(b.try_into().expect("4 bytes"));
             let be64 = |b: &[u8]| u64::from_be_bytes(b.try_into().expect("8 bytes"));
             let e = crate::index::ChunkEntry { pack: be64(&r[..8]), offset: be64(&r[8..16]), stored_len: be32(&r[52..56]), raw_len: be32(&r[56..60]), codec: r[60], kind: r[61], refs: be64(&r[62..]) };
-            let (blob, stored) = self.packs.read_stored(e.pack, e.offset, &k, e.stored_len)?;
+            let (blob, stored) = match self.packs.read_stored(e.pack, e.offset, &k, e.stored_len) {
+                Ok(read) => read,
+                Err(err @ pack::PackError::Corrupt { .. }) => {
+                    log::warn!("gc: {err}; chunk {} left where it is, and its pack kept (run `warcfs fsck`)", k.short());
+                    damaged += 1;
+                    kept.insert(e.pack);
+                    continue;
+                }
+                Err(err) => return Err(err.into()),
+            };
             batch_bytes += e.raw_len as usize;
             // The blob's own codec (the header's, checked), as gc always copied it.
             blobs.push(settle::Blob { key: k, entry: crate::index::ChunkEntry { codec: blob.codec, ..e }, stored });
@@ -382,7 +399,7 @@ impl Store {
         }
         damaged += self.write_rewritten(ns, &mut out, &mut dicts, blobs, settling)?;
         self.seal_rewritten(ns, &mut out)?;
-        Ok(damaged)
+        Ok((damaged, kept))
     }
 
     /// Seals gc's open pack, if any, and moves the index entries of its blobs there.

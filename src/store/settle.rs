@@ -44,6 +44,9 @@ pub(super) struct Plan {
     /// Candidates gc did not get to: the first that did not fit in its room, and those
     /// after it (not looked at, so some may be settled already).
     pub left: u64,
+    /// Packs holding live chunks whose first blob's header is damaged: not settled, and
+    /// not looked at again (fsck names them); gc reports them as damage.
+    pub damaged: u64,
     /// The `settled_below` records to write once the packs are settled.
     below: BTreeMap<u16, u64>,
 }
@@ -143,10 +146,10 @@ impl Store {
                 Some(_) => {}
                 None => {
                     // Live chunks behind a first blob that does not read as one: left as it
-                    // is, for fsck to name, and the mark stays below it.
+                    // is, for fsck to name, and reported; the packs after it are settled
+                    // (stopping here left every later pack unsettled for good).
                     log::warn!("gc: pack {id:016x} holds live chunks, but its first blob's header is damaged: not settled (run `warcfs fsck`)");
-                    stop = true;
-                    continue;
+                    plan.damaged += 1;
                 }
             }
             *mark = id + 1;

@@ -897,6 +897,48 @@ fn settling_copies_a_damaged_chunk_as_it_is() {
     assert!(problems.iter().any(|p| p.contains(&key.short())), "{problems:?}");
 }
 
+/// A live blob that does not read back intact (its checksum) does not stop gc: its chunk
+/// stays where it is, in its pack, which gc keeps; the rest is settled, the damage counted,
+/// and the next gc gets as far (it stopped every gc before, for good).
+#[test]
+fn a_live_blob_that_fails_its_checksum_does_not_stop_gc() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let (a, b): (Vec<u8>, Vec<u8>) = ((0..100u32).flat_map(|r| warc_record(r, &site_page(r))).collect(), (0..100u32).flat_map(|r| warc_record(500 + r, &site_page(500 + r))).collect());
+    s.put_file(ROOT_INO, b"a.warc", &a, meta()).unwrap();
+    s.put_file(ROOT_INO, b"b.warc", &b, meta()).unwrap();
+    drop(s);
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    // A payload chunk's last stored byte flipped, its checksum left as it was: bit rot.
+    let (key, e) = s.index.chunk_iter().map(|i| i.unwrap()).find(|(_, e)| e.kind == crate::pack::ChunkKind::PayloadHead as u8).expect("a payload chunk");
+    let path = dir.path().join("packs").join(crate::pack::pack_name(e.pack));
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    let at = e.offset + (crate::pack::BLOB_HEADER_LEN as u64) + e.stored_len as u64 - 1;
+    let mut byte = [0u8];
+    f.read_exact_at(&mut byte, at).unwrap();
+    f.write_all_at(&[byte[0] ^ 0x55], at).unwrap();
+    drop(f);
+    for round in 0..2 {
+        let rep = s.gc().unwrap();
+        assert_eq!(rep.chunks_damaged, 1, "round {round}: {rep:?}");
+        assert_eq!(s.index.chunk(&key).unwrap().unwrap().pack, e.pack, "left where it is");
+        assert!(path.exists(), "its pack is kept");
+    }
+    assert!(blob_levels(dir.path()).iter().any(|&l| l > 0), "the other packs are settled");
+    let exact = [("/a.warc", &a), ("/b.warc", &b)]
+        .into_iter()
+        .filter(|(name, data)| {
+            let head = s.head(s.resolve(name).unwrap()).unwrap().unwrap();
+            let mut buf = vec![0u8; data.len()];
+            s.read_at(&head, 0, &mut buf).is_ok_and(|n| n == data.len() && buf == **data)
+        })
+        .count();
+    assert_eq!(exact, 1, "the file without the damaged chunk reads back");
+    let problems = s.fsck(true).unwrap().problems;
+    assert!(problems.iter().any(|p| p.contains(&crate::pack::pack_name(e.pack)[..16]) || p.contains(&key.short())), "{problems:?}");
+}
+
 /// A dictionary the index no longer names is damage, like a chunk's: gc copies the chunks
 /// compressed with it as they were, counts them, and settles the rest.
 #[test]
