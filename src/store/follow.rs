@@ -255,7 +255,25 @@ impl Store {
         let mut keep = Vec::new();
         let mut blocked: Option<Option<u16>> = None;
         let mut last: Option<(Option<u16>, Option<u64>)> = None;
-        for rec in std::mem::take(&mut st.waiting) {
+        let mut recs = std::mem::take(&mut st.waiting).into_iter();
+        // An error part-way (a piece of the other node's that does not read back, the bucket
+        // unreachable) keeps this record and the rest waiting: their packs count as taken in,
+        // so nothing would read them again, and a gc here would take the other node's new
+        // chunks, which no recipe in this index names yet, for garbage.
+        macro_rules! or_wait {
+            ($r:expr, $rec:expr) => {
+                match $r {
+                    Ok(v) => v,
+                    Err(e) => {
+                        keep.push($rec);
+                        keep.extend(recs);
+                        st.waiting = keep;
+                        return Err(e.into());
+                    }
+                }
+            };
+        }
+        while let Some(rec) = recs.next() {
             let Some(node) = rec.node.filter(|&n| n != self.node() || self.follower) else { continue };
             if blocked == Some(rec.node) {
                 keep.push(rec);
@@ -263,7 +281,7 @@ impl Store {
             }
             let prev = match last {
                 Some((n, l)) if n == rec.node => l,
-                _ => self.index.meta_u64_opt(&super::journal::applied_key(node))?,
+                _ => or_wait!(self.index.meta_u64_opt(&super::journal::applied_key(node)), rec),
             };
             if prev.is_some_and(|l| rec.seq <= l) {
                 continue;
@@ -275,7 +293,7 @@ impl Store {
                 continue;
             }
             let first = rec.checkpoint.filter(|c| c.last).map(|c| c.first_seq);
-            let missing = self.apply_foreign(node, rec.seq, &rec.ops, first)?;
+            let missing = or_wait!(self.apply_foreign(node, rec.seq, &rec.ops, first), rec);
             if !missing.is_empty() {
                 // A chunk it names is not here yet: this node's later records wait with it.
                 // Normally its pack is on its way up; one that waits for rounds may be in a
@@ -284,7 +302,7 @@ impl Store {
                 let rounds = st.stalled.entry((node, rec.seq)).or_insert(0);
                 *rounds += 1;
                 if *rounds == STALLED_ROUNDS {
-                    let found = self.find_chunks(&missing)?;
+                    let found = or_wait!(self.find_chunks(&missing), rec);
                     if found < missing.len() {
                         log::error!(
                             "{}: node {node:04x}'s record {} names {} chunks no pack in the bucket holds (the first: {}); its changes wait",

@@ -419,6 +419,41 @@ mod tests {
         assert_eq!(a.orphans_and_staged().unwrap().0, vec![open.ino]);
     }
 
+    /// A follow round that fails part-way (here a recipe piece of the other node's that does
+    /// not read back from the bucket) keeps the records it did not apply: once the piece
+    /// reads again, the next round applies them (found by a review: they were dropped, their
+    /// packs counted as taken in, so the file never appeared here, and a gc here would have
+    /// taken its chunks for garbage).
+    #[test]
+    fn a_follow_round_that_fails_keeps_the_records_it_did_not_apply() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, meta) = two_nodes(dir.path());
+        let data: Vec<u8> = (0..100_000u32).flat_map(|i| (i % 241).to_le_bytes()).collect();
+        let own = a.resolve("/three").unwrap();
+        let put = a.put_file(own, b"f.warc", &data, meta).unwrap();
+        a.publish().unwrap();
+        a.wait_uploaded(std::time::Duration::from_secs(30)).unwrap();
+        // The file's recipe piece, damaged in the bucket (its last stored byte).
+        let rid = a.head(put.ino).unwrap().unwrap().id;
+        let key = a.index.recipe_piece(rid, 0).unwrap().unwrap();
+        let e = a.index.chunk(&key).unwrap().unwrap();
+        let object = std::fs::OpenOptions::new().read(true).write(true).open(dir.path().join("bucket").join("packs").join(crate::pack::pack_name(e.pack))).unwrap();
+        let at = e.offset + (crate::pack::BLOB_HEADER_LEN as u64) + e.stored_len as u64 - 1;
+        let mut byte = [0u8];
+        object.read_exact_at(&mut byte, at).unwrap();
+        object.write_all_at(&[byte[0] ^ 0x55], at).unwrap();
+        assert!(b.follow().is_err(), "the damaged piece must stop the round");
+        assert!(b.head(put.ino).unwrap().is_none());
+        object.write_all_at(&byte, at).unwrap();
+        assert!(b.follow().unwrap().records > 0, "the record waited");
+        let head = b.head(put.ino).unwrap().expect("A's file, on B");
+        let mut buf = vec![0u8; data.len()];
+        assert_eq!(b.read_at(&head, 0, &mut buf).unwrap(), data.len());
+        assert!(buf == data);
+        assert!(b.fsck(false).unwrap().problems.is_empty());
+    }
+
     /// gc keeps the entry of an unused chunk whose pack stays: node B, whose rebuilt index
     /// holds it (it is in a listed pack), may dedup against it, and A must be able to take
     /// in B's record that names it.
