@@ -60,8 +60,11 @@ fn live_locks(remote: &Remote, owner: &str) -> io::Result<Vec<(String, Duration)
             continue;
         }
         let age = now.duration_since(modified).unwrap_or_default();
-        let pending = || remote.get(&format!("locks/{name}")).ok().flatten().is_some_and(|b| b.starts_with(PENDING.as_bytes()));
-        if age < LOCK_STALE || pending() {
+        // A stale lock's body that cannot be read is not taken for "nothing pending": that
+        // node may have left records that name chunks only its packs hold (a gc that went
+        // on would take them), so the caller fails instead and tries again later.
+        let pending = || -> io::Result<bool> { Ok(remote.get(&format!("locks/{name}"))?.is_some_and(|b| b.starts_with(PENDING.as_bytes()))) };
+        if age < LOCK_STALE || pending()? {
             out.push((name, age));
         }
     }
@@ -97,7 +100,12 @@ pub fn take_lock(remote: &Remote, owner: &str, what: &str) -> io::Result<()> {
 /// stop writing to the bucket.
 pub fn refresh_lock(remote: &Remote, owner: &str) -> io::Result<()> {
     let name = format!("locks/{owner}");
-    let body = remote.get(&name)?.unwrap_or_default();
+    // Gone: deleted by hand (the remedy for a node that is dead) or by whoever took over.
+    // Written again empty, it would lose its "pending" mark and let a gc in over this node's
+    // unpublished records later: this node stops writing instead.
+    let Some(body) = remote.get(&name)? else {
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{name} is gone from the bucket (deleted, or taken over): this node writes no more to it")));
+    };
     remote.put(&name, body)?;
     let mut live = live_locks(remote, owner)?;
     if !live.is_empty() && owner.starts_with(LEASE) {

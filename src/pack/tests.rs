@@ -193,4 +193,11 @@ fn leases_share_the_bucket_and_gc_excludes_every_other_node() {
     assert_eq!(fenced.kind(), io::ErrorKind::PermissionDenied, "{fenced}");
     lock::unlock(&r, "gc-0001").unwrap();
     lock::take_lock(&r, "lease-0002", "b").unwrap();
+    // A lease deleted by hand while its node runs is not written again (without its
+    // "pending" mark, it would later let a gc in over that node's unpublished records): the
+    // node is fenced.
+    std::fs::remove_file(bucket.join("locks/lease-0002")).unwrap();
+    let gone = lock::refresh_lock(&r, "lease-0002").unwrap_err();
+    assert_eq!(gone.kind(), io::ErrorKind::PermissionDenied, "{gone}");
+    assert!(!bucket.join("locks/lease-0002").exists());
 }
