@@ -195,10 +195,12 @@ impl Store {
             return Err(super::StoreError::Io { path: runs, err: std::io::Error::new(e.kind(), e.to_string()) });
         }
 
-        // Name the files of the problems found (paths of the whole namespace: only now).
+        // Name the files of the problems found (a walk of the namespace: only now, and
+        // holding the paths of those files only).
         if !problems.list.is_empty() {
-            let paths = self.paths()?;
-            let name_of = |ino: u64| paths.get(&ino).and_then(|p| p.first().cloned()).unwrap_or_else(|| format!("<inode {ino}>"));
+            let wanted: std::collections::HashSet<u64> = problems.list.iter().flat_map(|p| p.inos.iter().copied()).collect();
+            let paths = self.paths_of(&wanted)?;
+            let name_of = |ino: u64| paths.get(&ino).cloned().unwrap_or_else(|| format!("<inode {ino}>"));
             for p in problems.list {
                 let mut files: Vec<String> = p.inos.iter().map(|i| name_of(*i)).collect();
                 if p.others > 0 {
