@@ -33,6 +33,8 @@ use crate::LockExt;
 const RETRY_TIMEOUT: Duration = Duration::from_secs(20);
 /// Objects larger than this are uploaded in parts of this size.
 const PART: usize = 16 << 20;
+/// The most a small object (`Remote::get`) may hold: settings, a lock's or a node's body.
+const MAX_SMALL_OBJECT: u64 = 1 << 20;
 /// Cache granularity: a cold read fetches the 1 MiB blocks it touches (one GET per run).
 pub const BLOCK: u64 = 1 << 20;
 /// The smallest cache: a read of the largest blob must not evict its own blocks.
@@ -160,12 +162,20 @@ impl Remote {
         })
     }
 
-    /// The whole object, or None if there is none.
+    /// The whole object, or None if there is none: a small one (settings, locks, node
+    /// registrations, the gc generation), refused past `MAX_SMALL_OBJECT` before it is read.
     pub fn get(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
         let p = self.path(name);
-        let r = self.rt.block_on(async { self.store.get(&p).await?.bytes().await });
+        let r = self.rt.block_on(async {
+            let got = self.store.get(&p).await?;
+            if got.meta.size > MAX_SMALL_OBJECT {
+                return Ok(Err(got.meta.size));
+            }
+            got.bytes().await.map(Ok)
+        });
         match r {
-            Ok(b) => Ok(Some(b.to_vec())),
+            Ok(Ok(b)) => Ok(Some(b.to_vec())),
+            Ok(Err(size)) => Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: {name} holds {size} bytes, more than such an object can ({MAX_SMALL_OBJECT})", self.url))),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.err(name, e)),
         }
