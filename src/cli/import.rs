@@ -44,27 +44,27 @@ fn load(src: &Path) -> Result<Loaded> {
     Ok(Loaded { seen: seen(&md), file, split, meta })
 }
 
-/// One thing to copy: a source path and where it lands in the store.
+/// One thing to copy: a source path and where it lands in the store, as the names of the
+/// directories below the destination and its own name. Names are the filesystem's bytes,
+/// UTF-8 or not: a lossy conversion would turn two names into one, and one file would
+/// replace the other.
 enum Item {
-    Dir(String),
-    File { src: PathBuf, dir: String, name: String, size: u64 },
-    Symlink { src: PathBuf, dir: String, name: String },
+    Dir(Vec<Vec<u8>>),
+    File { src: PathBuf, dir: Vec<Vec<u8>>, name: Vec<u8>, size: u64 },
+    Symlink { src: PathBuf, dir: Vec<Vec<u8>>, name: Vec<u8> },
 }
 
-fn join(dir: &str, name: &str) -> String {
-    format!("{}/{name}", dir.trim_end_matches('/'))
-}
-
-fn plan(src: &Path, dest_dir: &str, items: &mut Vec<Item>) -> Result<()> {
+fn plan(src: &Path, dest_dir: &[Vec<u8>], items: &mut Vec<Item>) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
     let meta = fs::symlink_metadata(src).with_context(|| format!("{}: cannot read", src.display()))?;
     let name = src
         .file_name()
         .map(|n| n.to_owned())
         .or_else(|| src.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_owned())))
-        .map(|n| n.to_string_lossy().to_string())
+        .map(|n| n.as_bytes().to_vec())
         .with_context(|| format!("{}: has no file name", src.display()))?;
     if meta.is_dir() {
-        let here = join(dest_dir, &name);
+        let here = [dest_dir, std::slice::from_ref(&name)].concat();
         items.push(Item::Dir(here.clone()));
         let mut children: Vec<_> = fs::read_dir(src)
             .with_context(|| format!("{}: cannot list", src.display()))?
@@ -75,9 +75,9 @@ fn plan(src: &Path, dest_dir: &str, items: &mut Vec<Item>) -> Result<()> {
             plan(&c.path(), &here, items)?;
         }
     } else if meta.file_type().is_symlink() {
-        items.push(Item::Symlink { src: src.to_path_buf(), dir: dest_dir.to_string(), name });
+        items.push(Item::Symlink { src: src.to_path_buf(), dir: dest_dir.to_vec(), name });
     } else if meta.is_file() {
-        items.push(Item::File { src: src.to_path_buf(), dir: dest_dir.to_string(), name, size: meta.len() });
+        items.push(Item::File { src: src.to_path_buf(), dir: dest_dir.to_vec(), name, size: meta.len() });
     } else {
         log::warn!("{}: not a regular file, directory or symlink; skipped", src.display());
     }
@@ -87,10 +87,13 @@ fn plan(src: &Path, dest_dir: &str, items: &mut Vec<Item>) -> Result<()> {
 pub fn import(store: &Path, srcs: &[PathBuf], to: &str, quiet: bool) -> Result<i32> {
     let mut items: Vec<Item> = Vec::new();
     for src in srcs {
-        plan(src, to, &mut items)?;
+        plan(src, &[], &mut items)?;
     }
     let s = Store::open(store, true)?;
-    s.mkdir_p(to)?;
+    let base = s.mkdir_p(to)?;
+    fn names(dir: &[Vec<u8>]) -> Vec<&[u8]> {
+        dir.iter().map(Vec::as_slice).collect()
+    }
     let total: u64 = items.iter().map(|i| if let Item::File { size, .. } = i { *size } else { 0 }).sum();
     let bar = progress::bytes(quiet, total);
     let started = std::time::Instant::now();
@@ -115,22 +118,22 @@ pub fn import(store: &Path, srcs: &[PathBuf], to: &str, quiet: bool) -> Result<i
         for item in items {
             match item {
                 Item::Dir(path) => {
-                    s.mkdir_p(path)?;
+                    s.mkdir_in(base, &names(path))?;
                 }
                 Item::Symlink { src, dir, name } => {
                     let target = fs::read_link(src).with_context(|| format!("{}: cannot read link", src.display()))?;
-                    let d = s.resolve(dir)?;
+                    let d = s.mkdir_in(base, &names(dir))?;
                     use std::os::unix::ffi::OsStrExt;
-                    s.put_symlink(d, name.as_bytes(), target.as_os_str().as_bytes())?;
+                    s.put_symlink(d, name, target.as_os_str().as_bytes())?;
                 }
                 Item::File { src, dir, name, .. } => {
-                    bar.set_message(name.clone());
+                    bar.set_message(String::from_utf8_lossy(name).into_owned());
                     let loaded = rx.recv().context("file loader stopped")??;
-                    let d = s.resolve(dir)?;
+                    let d = s.mkdir_in(base, &names(dir))?;
                     let Loaded { file, seen: before, split, meta } = loaded;
                     let unchanged = || !crate::failpoint::armed("source_changed") && file.metadata().is_ok_and(|md| seen(&md) == before);
                     let rep = s
-                        .put_file_from(d, name.as_bytes(), &file, split, meta, unchanged)
+                        .put_file_from(d, name, &file, split, meta, unchanged)
                         .with_context(|| format!("{}: import failed", src.display()))?;
                     files += 1;
                     bytes_in += rep.size;
@@ -182,5 +185,33 @@ mod tests {
         let before = seen(&f.metadata().unwrap());
         fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(b"more").unwrap();
         assert_ne!(seen(&f.metadata().unwrap()), before, "an append changes the size");
+    }
+
+    /// Names that are not UTF-8 come in as the bytes they are: two that a lossy conversion
+    /// makes one (both `a\u{FFFD}`) stay two files, and a directory so named holds its own.
+    #[test]
+    fn names_that_are_not_utf8_stay_apart() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        let sub = src.join(std::ffi::OsStr::from_bytes(b"d\xe9j\xe0"));
+        fs::create_dir_all(&sub).unwrap();
+        fs::write(src.join(std::ffi::OsStr::from_bytes(b"a\xff")), b"first").unwrap();
+        fs::write(src.join(std::ffi::OsStr::from_bytes(b"a\xfe")), b"second").unwrap();
+        fs::write(sub.join(std::ffi::OsStr::from_bytes(b"\xe9t\xe9")), b"third").unwrap();
+        let store = dir.path().join("store");
+        assert_eq!(import(&store, &[src], "/in", true).unwrap(), 0);
+        let s = Store::open(&store, false).unwrap();
+        let at = |parent: u64, name: &[u8]| s.lookup(parent, name).unwrap().unwrap_or_else(|| panic!("{} missing", String::from_utf8_lossy(name)));
+        let top = at(s.resolve("/in").unwrap(), b"src");
+        let read = |ino: u64| {
+            let head = s.head(ino).unwrap().unwrap();
+            let mut buf = vec![0u8; head.size as usize];
+            s.read_at(&head, 0, &mut buf).unwrap();
+            buf
+        };
+        assert_eq!(read(at(top, b"a\xff")), b"first");
+        assert_eq!(read(at(top, b"a\xfe")), b"second");
+        assert_eq!(read(at(at(top, b"d\xe9j\xe0"), b"\xe9t\xe9")), b"third");
     }
 }

@@ -212,10 +212,22 @@ impl Store {
 
     /// Creates every missing directory along `path` and returns the last one's inode.
     pub fn mkdir_p(&self, path: &str) -> Result<u64> {
+        let names: Vec<&[u8]> = components(path)?.into_iter().map(str::as_bytes).collect();
+        self.mkdir_in(ROOT_INO, &names)
+    }
+
+    /// Creates every missing directory along `names` (names as bytes: any a filesystem
+    /// holds, UTF-8 or not) below directory `from`, and returns the last one's inode.
+    pub fn mkdir_in(&self, from: u64, names: &[&[u8]]) -> Result<u64> {
+        let path = names.iter().map(|n| String::from_utf8_lossy(n)).collect::<Vec<_>>().join("/");
+        let path = path.as_str();
         let mut w = self.ns.locked();
-        let mut ino = ROOT_INO;
-        for c in components(path)? {
-            match self.index.lookup(ino, c.as_bytes())? {
+        let mut ino = from;
+        for &c in names {
+            if c.is_empty() || c.contains(&b'/') || c == b"." || c == b".." {
+                return Err(StoreError::InvalidPath(path.to_string()));
+            }
+            match self.index.lookup(ino, c)? {
                 Some(child) => {
                     let inode = self.inode_or_missing(child, path)?;
                     if inode.kind != InodeKind::Dir {
@@ -224,13 +236,13 @@ impl Store {
                     ino = child;
                 }
                 None => {
-                    self.check_owns(ino, c.as_bytes())?;
+                    self.check_owns(ino, c)?;
                     let mut b = Batch::new();
                     let child = self.alloc(&mut w, &mut b, "ino")?;
                     let mut d = Inode::new(InodeKind::Dir, 0o755);
                     d.parent = ino;
                     b.put_inode(&self.index, child, &d);
-                    b.put_dirent(&self.index, ino, c.as_bytes(), child);
+                    b.put_dirent(&self.index, ino, c, child);
                     let mut parent = self.inode_or_missing(ino, path)?;
                     parent.nlink += 1;
                     parent.mtime = Timestamp::now();
