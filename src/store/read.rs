@@ -43,7 +43,8 @@ pub struct Ahead {
 }
 
 
-fn extent_bytes<'a>(chunk: &'a [u8], e: &Extent, key: &ChunkKey) -> Result<&'a [u8]> {
+/// The bytes of extent `e` of chunk `key`; an error if the chunk is shorter (damage).
+pub(super) fn extent_bytes<'a>(chunk: &'a [u8], e: &Extent, key: &ChunkKey) -> Result<&'a [u8]> {
     chunk
         .get(e.offset as usize..e.offset as usize + e.len as usize)
         .ok_or_else(|| StoreError::MissingChunk(format!("{} (slice {}+{} beyond its {} bytes)", key.short(), e.offset, e.len, chunk.len())))

@@ -83,7 +83,10 @@ impl Store {
                 if let Some(&v) = cache.get(k) {
                     return Ok(v);
                 }
-                let lit = self.index.chunk(k)?.is_some_and(|e| ChunkKind::from_u8(e.kind) == ChunkKind::Literal);
+                // A chunk the index does not know is damage, not "no headers here": the
+                // index would leave its records out and exit 0.
+                let e = self.index.chunk(k)?.ok_or_else(|| super::StoreError::MissingChunk(k.to_string()))?;
+                let lit = ChunkKind::from_u8(e.kind) == ChunkKind::Literal;
                 cache.insert(*k, lit);
                 Ok(lit)
             })
@@ -94,7 +97,7 @@ impl Store {
         let key = piece.keys[e.chunk as usize];
         let entry = self.index.chunk(&key)?.ok_or_else(|| super::StoreError::MissingChunk(key.to_string()))?;
         let chunk = self.chunk_bytes(&key, &entry)?;
-        Ok(chunk.get(e.offset as usize..(e.offset + e.len) as usize).unwrap_or(&[]).to_vec())
+        Ok(super::read::extent_bytes(&chunk, e, &key)?.to_vec())
     }
 
     /// Every WARC record of a stored file, found by walking its recipe's header chunks.
@@ -172,7 +175,7 @@ impl Store {
                     let key = piece.keys[e.chunk as usize];
                     let entry = self.index.chunk(&key)?.ok_or_else(|| super::StoreError::MissingChunk(key.to_string()))?;
                     let chunk = self.chunk_bytes(&key, &entry)?;
-                    text.extend_from_slice(chunk.get(e.offset as usize..(e.offset + e.len) as usize).unwrap_or(&[]));
+                    text.extend_from_slice(super::read::extent_bytes(&chunk, e, &key)?);
                 }
                 Ok(text.get(hlen..hlen.saturating_add(clen).min(text.len())).unwrap_or(&[]).to_vec())
             }

@@ -687,6 +687,26 @@ fn an_open_rolls_forward_only_its_own_nodes_records() {
     assert!(s.fsck(true).unwrap().problems.is_empty());
 }
 
+/// An index of a file whose header chunk is gone fails, naming the chunk: leaving that
+/// file's records out would be a partial answer with exit 0.
+#[test]
+fn an_index_of_a_file_with_a_header_chunk_gone_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let data: Vec<u8> = (0..40u32).flat_map(|r| warc_record(r, &site_page(r))).collect();
+    s.put_file(ROOT_INO, b"f.warc", &data, meta()).unwrap();
+    let head = s.head(s.resolve("/f.warc").unwrap()).unwrap().unwrap();
+    assert_eq!(s.records(&head).unwrap().len(), 40);
+    let (key, _) = s.index.chunk_iter().map(|i| i.unwrap()).find(|(_, e)| e.kind == crate::pack::ChunkKind::Literal as u8).expect("a header chunk");
+    let mut b = crate::index::Batch::new();
+    b.delete_chunk(&s.index, &key);
+    s.index.write(b).unwrap();
+    s.cache.clear();
+    let err = s.records(&head).unwrap_err().to_string();
+    assert!(err.contains(&key.to_string()[..12]), "{err}");
+    assert!(s.cdxj_each("/", StagedFiles::Refuse, &mut |_| Ok(())).is_err());
+}
+
 /// A piece whose length is not the span its file's recipe gives it is an error, not bytes
 /// from the wrong offsets (its data segments carry no checksum) or a short read.
 #[test]
