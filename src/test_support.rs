@@ -22,3 +22,15 @@ pub fn real_corpus_files() -> Vec<std::path::PathBuf> {
     assert!(out.len() > 20, "the real corpus is missing ({} files)", out.len());
     out
 }
+
+/// Flips the last stored byte of the blob of chunk entry `e` in the pack file `pack` (its
+/// checksum left as it was: bit rot), and returns a closure that mends it again.
+pub fn rot_last_stored_byte(pack: &std::path::Path, e: &crate::index::ChunkEntry) -> impl Fn() {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(pack).unwrap();
+    let at = e.offset + (crate::pack::BLOB_HEADER_LEN as u64) + e.stored_len as u64 - 1;
+    let mut byte = [0u8];
+    f.read_exact_at(&mut byte, at).unwrap();
+    f.write_all_at(&[byte[0] ^ 0x55], at).unwrap();
+    move || f.write_all_at(&byte, at).unwrap()
+}

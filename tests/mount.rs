@@ -1510,6 +1510,69 @@ fn a_reader_of_a_rewritten_file_reads_the_new_content() {
     m.unmount_clean();
 }
 
+// ---------------------------------------------------------------------------------------
+// 6. Bad mount input
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn bad_mount_input() {
+    become_subreaper();
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let mnt_a = tmp.path().join("a");
+    let mnt_b = tmp.path().join("b");
+    fs::create_dir(&mnt_b).unwrap();
+    let mnt_b_c = mnt_b.canonicalize().unwrap();
+    let mut doubled = Vec::new();
+
+    let missing = tmp.path().join("no-such-dir");
+    let line = fails_with(&["mount", &s(&store), &s(&missing)], &[&s(&missing)]);
+    eprintln!("missing mount point: {line}");
+    let file = tmp.path().join("plain-file");
+    fs::write(&file, b"x").unwrap();
+    let line = fails_with(&["mount", &s(&store), &s(&file)], &[&s(&file)]);
+    eprintln!("mount point is a file: {line}");
+
+    let line = fails_with(&["mount", &s(&store), &s(&mnt_b), "-o", "frobnicate"], &["frobnicate"]);
+    eprintln!("unknown option: {line}");
+    let line = fails_with(&["mount", &s(&store), &s(&mnt_b), "-o", "ro,bogus_opt"], &["bogus_opt"]);
+    eprintln!("unknown option in a list: {line}");
+    assert!(!is_mounted(&mnt_b_c));
+
+    let notstore = tmp.path().join("notstore");
+    fs::create_dir(&notstore).unwrap();
+    fs::write(notstore.join("data.txt"), b"not a store").unwrap();
+    let line = fails_with(&["mount", &s(&notstore), &s(&mnt_b)], &[&s(&notstore)]);
+    eprintln!("not a store: {line}");
+    if line.starts_with("warcfs: warcfs: ") {
+        doubled.push(line.clone());
+    }
+    assert!(!is_mounted(&mnt_b_c));
+
+    // A store that is already mounted: the second mount names the holder.
+    let m = Mounted::new(&store, &mnt_a);
+    let line = fails_with(&["mount", &s(&store), &s(&mnt_b)], &[&m.pid.to_string(), "in use"]);
+    eprintln!("already mounted: {line}");
+    if line.starts_with("warcfs: warcfs: ") {
+        doubled.push(line.clone());
+    }
+    assert!(!is_mounted(&mnt_b_c), "the failed second mount left {} mounted", mnt_b.display());
+    // The first mount is unaffected.
+    fs::write(m.path("hello.txt"), b"hello\n").unwrap();
+    assert_bytes(&m.path("hello.txt"), b"hello\n", "first mount after a refused second mount");
+    m.unmount_clean();
+
+    // -o ro: reads work, writes fail with EROFS.
+    let m = Mounted::with(&store, &mnt_a, &["ro"]);
+    assert_bytes(&m.path("hello.txt"), b"hello\n", "read-only mount");
+    assert_eq!(errno_of(fs::write(m.path("new.txt"), b"x")), Some(libc::EROFS), "create on a read-only mount");
+    assert_eq!(errno_of(OpenOptions::new().write(true).open(m.path("hello.txt"))), Some(libc::EROFS), "open for writing on a read-only mount");
+    m.unmount_clean();
+
+    // Regression (fixed): errors the daemon reported back came out as "warcfs: warcfs: ...".
+    assert!(doubled.is_empty(), "error lines with a doubled 'warcfs: ' prefix:\n{}", doubled.join("\n"));
+}
+
 /// Through the mount, a gzip member whose rebuild does not match its recorded CRC-32 is EIO
 /// for that read and a log line naming the file's inode and the offset, never wrong bytes;
 /// the next read (the failpoint used up) gets the exact file.

@@ -304,8 +304,17 @@ impl WarcFs {
     pub(super) fn register(&self, ino: u64, write: bool, recipe: Option<RecipeHead>, direct: bool, rebuilds_members: Option<bool>) -> u64 {
         let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
         let head = recipe.map(Arc::new);
+        let keeps_recipe = head.is_some();
         self.inner.handles.locked().insert(fh, Handle { ino, write, head, snapshot: None, next: 0, run: 0, jumped: false, direct, rebuilds_members });
         *self.inner.opens.locked().entry(ino).or_insert(0) += 1;
+        // Staged since the open looked (a writer came): the staging dropped the recipes of
+        // the handles there were then, so this one drops its own. (One lock at a time: the
+        // staging takes the staged map, then the handles.)
+        if keeps_recipe && self.inner.staged.locked().contains_key(&ino) {
+            if let Some(h) = self.inner.handles.locked().get_mut(&fh) {
+                h.head = None;
+            }
+        }
         fh
     }
 }

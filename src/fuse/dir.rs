@@ -3,6 +3,21 @@
 
 use super::*;
 
+/// An attribute update of a staged file in flight (`Staged::attr_updates`), counted down
+/// when dropped.
+struct AttrUpdate<'a> {
+    inner: &'a Inner,
+    ino: u64,
+}
+
+impl Drop for AttrUpdate<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.inner.staged.locked().get_mut(&self.ino) {
+            s.attr_updates = s.attr_updates.saturating_sub(1);
+        }
+    }
+}
+
 impl WarcFs {
     #[allow(clippy::too_many_arguments)] // the FUSE request's own arguments
     pub(super) fn op_setattr(&self, ino: INodeNo, mode: Option<u32>, uid: Option<u32>, gid: Option<u32>, size: Option<u64>, atime: Option<TimeOrNow>, mtime: Option<TimeOrNow>, ctime: Option<SystemTime>, reply: ReplyAttr) {
@@ -38,6 +53,9 @@ impl WarcFs {
                     None => (None, None),
                 }
             };
+            // Counted down however this ends (a panic in the update too: the ingest of this
+            // file would otherwise wait for it for good).
+            let _counted = staged_size.map(|_| AttrUpdate { inner, ino });
             let updated = inner.store.update_inode(ino, |inode| {
             if let Some(m) = mode {
                 inode.mode = m & 0o7777;
@@ -71,11 +89,10 @@ impl WarcFs {
             }
             Ok::<(), Errno>(())
             });
-            if staged_size.is_some() {
+            if staged_size.is_some() && updated.is_ok() {
                 if let Some(s) = inner.staged.locked().get_mut(&ino) {
-                    s.attr_updates -= 1;
                     // The times just written hold the last write's (unless one came since).
-                    if updated.is_ok() && s.written_at == written_at {
+                    if s.written_at == written_at {
                         s.written_at = None;
                     }
                 }

@@ -354,8 +354,9 @@ impl Store {
     /// At open: applies the records that reached a pack but not the index (the last change
     /// before a crash, or the parts of a checkpoint), in sequence order, and sets the next
     /// sequence number. Such records are only ever in the journal's open pack, so only the
-    /// packs this open recovered from `packs-tmp/` are read: a copy of a store's sealed
-    /// packs (a snapshot) never rolls forward past its own index.
+    /// packs recovered from `packs-tmp/` are read (by this open, or by one cut short before
+    /// it applied them: `open::recover_packs`): a copy of a store's sealed packs (a
+    /// snapshot) never rolls forward past its own index.
     pub(super) fn roll_forward(&self, recovered: &[u64]) -> Result<()> {
         let applied = self.index.meta_u64_opt(APPLIED_SEQ)?;
         // This node's own records only: another node's, which a gc here copied into a pack

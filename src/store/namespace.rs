@@ -459,7 +459,6 @@ impl Store {
         Ok(())
     }
 
-    /// Paths of every inode reachable from the root (hard links give several).
     /// A path of each of the inodes `wanted` that the tree reaches (the first the walk from
     /// the root finds), holding only those and the directories still to walk: fsck names a
     /// few thousand files at most, on a store of millions.

@@ -49,7 +49,9 @@ pub(super) fn recover_packs(root: &Path) -> Result<(u64, Vec<u64>)> {
     // Left by an open cut short: packs it sealed (an empty one it removed is skipped).
     let list = root.join(RECOVERING);
     let mut recovered: Vec<u64> = match fs::read_to_string(&list) {
-        Ok(text) => text.lines().filter_map(|l| u64::from_str_radix(l.trim(), 16).ok()).filter(|&id| packs_dir.join(pack::pack_name(id)).exists()).collect(),
+        // (Each sealed whole: on an object store it may have gone up, and from there into the
+        // cache, since; the pack reader finds it wherever it is.)
+        Ok(text) => text.lines().filter_map(|l| u64::from_str_radix(l.trim(), 16).ok()).collect(),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(StoreError::Io { path: list, err: e }),
     };
@@ -58,7 +60,18 @@ pub(super) fn recover_packs(root: &Path) -> Result<(u64, Vec<u64>)> {
         let entry = entry.map_err(io_at(&tmp_dir))?;
         let path = entry.path();
         match entry.file_name().to_str().and_then(pack::parse_pack_name) {
-            Some(id) => open.push((id, path)),
+            Some(id) => {
+                max_id = max_id.max(id);
+                // One without a whole blob holds no record: removed before the list could
+                // name a pack that is nowhere.
+                let (blobs, _) = fs::File::open(&path).and_then(|f| pack::scan(&f)).map_err(io_at(&path))?;
+                if blobs.is_empty() {
+                    fs::remove_file(&path).map_err(io_at(&path))?;
+                    log::info!("removed empty open pack {id:016x}");
+                } else {
+                    open.push((id, path));
+                }
+            }
             None => {
                 let _ = fs::remove_file(&path);
             }
@@ -69,7 +82,6 @@ pub(super) fn recover_packs(root: &Path) -> Result<(u64, Vec<u64>)> {
         pack::write_file_atomic(&list, ids.as_bytes()).map_err(io_at(&list))?;
     }
     for (id, path) in open {
-        max_id = max_id.max(id);
         match pack::recover_open_pack(&path, &packs_dir, id).map_err(io_at(&path))? {
             Some(n) => {
                 log::info!("recovered open pack {id:016x} with {n} blobs");

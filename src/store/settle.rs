@@ -29,7 +29,8 @@ pub(super) const LEVEL: u8 = super::chunks::ARCHIVAL_ZSTD_LEVEL as u8;
 pub const REMOTE_BUDGET: u64 = 4 << 30;
 
 /// Index meta records `settled_below_NNNN` (one per node prefix of pack ids, the top 16 bits,
-/// in hex): every pack of that prefix below the id is settled or holds no chunk. Not logged:
+/// in hex): every pack of that prefix below the id is settled, holds no chunk, or was found
+/// damaged (`Plan::damaged`). Not logged:
 /// an index rebuilt without them makes the next gc ask every pack's first blob once more.
 const SETTLED_BELOW: &str = "settled_below_";
 

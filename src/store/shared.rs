@@ -426,7 +426,6 @@ mod tests {
     /// taken its chunks for garbage).
     #[test]
     fn a_follow_round_that_fails_keeps_the_records_it_did_not_apply() {
-        use std::os::unix::fs::FileExt;
         let dir = tempfile::tempdir().unwrap();
         let (a, b, meta) = two_nodes(dir.path());
         let data: Vec<u8> = (0..100_000u32).flat_map(|i| (i % 241).to_le_bytes()).collect();
@@ -438,14 +437,10 @@ mod tests {
         let rid = a.head(put.ino).unwrap().unwrap().id;
         let key = a.index.recipe_piece(rid, 0).unwrap().unwrap();
         let e = a.index.chunk(&key).unwrap().unwrap();
-        let object = std::fs::OpenOptions::new().read(true).write(true).open(dir.path().join("bucket").join("packs").join(crate::pack::pack_name(e.pack))).unwrap();
-        let at = e.offset + (crate::pack::BLOB_HEADER_LEN as u64) + e.stored_len as u64 - 1;
-        let mut byte = [0u8];
-        object.read_exact_at(&mut byte, at).unwrap();
-        object.write_all_at(&[byte[0] ^ 0x55], at).unwrap();
+        let mend = crate::test_support::rot_last_stored_byte(&dir.path().join("bucket").join("packs").join(crate::pack::pack_name(e.pack)), &e);
         assert!(b.follow().is_err(), "the damaged piece must stop the round");
         assert!(b.head(put.ino).unwrap().is_none());
-        object.write_all_at(&byte, at).unwrap();
+        mend();
         assert!(b.follow().unwrap().records > 0, "the record waited");
         let head = b.head(put.ino).unwrap().expect("A's file, on B");
         let mut buf = vec![0u8; data.len()];

@@ -922,7 +922,6 @@ fn settling_copies_a_damaged_chunk_as_it_is() {
 /// and the next gc gets as far (it stopped every gc before, for good).
 #[test]
 fn a_live_blob_that_fails_its_checksum_does_not_stop_gc() {
-    use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().unwrap();
     let s = open(dir.path(), Verify::Bytes, digest::sha256);
     let (a, b): (Vec<u8>, Vec<u8>) = ((0..100u32).flat_map(|r| warc_record(r, &site_page(r))).collect(), (0..100u32).flat_map(|r| warc_record(500 + r, &site_page(500 + r))).collect());
@@ -933,12 +932,7 @@ fn a_live_blob_that_fails_its_checksum_does_not_stop_gc() {
     // A payload chunk's last stored byte flipped, its checksum left as it was: bit rot.
     let (key, e) = s.index.chunk_iter().map(|i| i.unwrap()).find(|(_, e)| e.kind == crate::pack::ChunkKind::PayloadHead as u8).expect("a payload chunk");
     let path = dir.path().join("packs").join(crate::pack::pack_name(e.pack));
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
-    let at = e.offset + (crate::pack::BLOB_HEADER_LEN as u64) + e.stored_len as u64 - 1;
-    let mut byte = [0u8];
-    f.read_exact_at(&mut byte, at).unwrap();
-    f.write_all_at(&[byte[0] ^ 0x55], at).unwrap();
-    drop(f);
+    let _never_mended = crate::test_support::rot_last_stored_byte(&path, &e);
     for round in 0..2 {
         let rep = s.gc().unwrap();
         assert_eq!(rep.chunks_damaged, 1, "round {round}: {rep:?}");
