@@ -870,18 +870,38 @@ fn gc_settles_only_what_the_disk_has_room_for() {
     assert_eq!(read_all(&s, "/f.warc"), data);
 }
 
+/// A store holding two WARC files of 100 records each, reopened: for the tests that damage
+/// one chunk and see what gc and fsck make of it.
+fn two_stored_files(dir: &Path) -> (Store, [(&'static str, Vec<u8>); 2]) {
+    let s = open(dir, Verify::Bytes, digest::sha256);
+    let file = |from: u32| (from..from + 100).flat_map(|r| warc_record(r, &site_page(r))).collect::<Vec<u8>>();
+    let files = [("/a.warc", file(0)), ("/b.warc", file(500))];
+    for (name, data) in &files {
+        s.put_file(ROOT_INO, &name.as_bytes()[1..], data, meta()).unwrap();
+    }
+    drop(s);
+    (open(dir, Verify::Bytes, digest::sha256), files)
+}
+
+/// How many of `files` read back exact.
+fn files_exact(s: &Store, files: &[(&str, Vec<u8>)]) -> usize {
+    files
+        .iter()
+        .filter(|(name, data)| {
+            let head = s.head(s.resolve(name).unwrap()).unwrap().unwrap();
+            let mut buf = vec![0u8; data.len()];
+            s.read_at(&head, 0, &mut buf).is_ok_and(|n| n == data.len() && buf == *data)
+        })
+        .count()
+}
+
 /// A chunk whose stored bytes are intact by their checksum but do not decode to its digest
 /// is copied as it is and counted: gc goes on, every other file reads back, fsck names it.
 #[test]
 fn settling_copies_a_damaged_chunk_as_it_is() {
     use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().unwrap();
-    let s = open(dir.path(), Verify::Bytes, digest::sha256);
-    let (a, b): (Vec<u8>, Vec<u8>) = ((0..100u32).flat_map(|r| warc_record(r, &site_page(r))).collect(), (0..100u32).flat_map(|r| warc_record(500 + r, &site_page(500 + r))).collect());
-    s.put_file(ROOT_INO, b"a.warc", &a, meta()).unwrap();
-    s.put_file(ROOT_INO, b"b.warc", &b, meta()).unwrap();
-    drop(s);
-    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let (s, files) = two_stored_files(dir.path());
     // A zstd payload chunk: its last stored byte changed, both checksums made to match (as
     // a bug writing wrong bytes would have left it).
     let (key, e) = s.index.chunk_iter().map(|i| i.unwrap()).find(|(_, e)| e.codec == crate::pack::Codec::Zstd as u8 && e.kind == crate::pack::ChunkKind::PayloadHead as u8).expect("a zstd payload chunk");
@@ -904,14 +924,7 @@ fn settling_copies_a_damaged_chunk_as_it_is() {
     assert_eq!(moved.stored_len, e.stored_len, "copied as it was");
     assert!(moved.pack != e.pack, "into a settled pack");
     // The file without the damaged chunk reads back (the other cannot).
-    let exact = [("/a.warc", &a), ("/b.warc", &b)]
-        .into_iter()
-        .filter(|(name, data)| {
-            let head = s.head(s.resolve(name).unwrap()).unwrap().unwrap();
-            let mut buf = vec![0u8; data.len()];
-            s.read_at(&head, 0, &mut buf).is_ok_and(|n| n == data.len() && buf == **data)
-        })
-        .count();
+    let exact = files_exact(&s, &files);
     assert_eq!(exact, 1);
     let problems = s.fsck(true).unwrap().problems;
     assert!(problems.iter().any(|p| p.contains(&key.short())), "{problems:?}");
@@ -923,12 +936,7 @@ fn settling_copies_a_damaged_chunk_as_it_is() {
 #[test]
 fn a_live_blob_that_fails_its_checksum_does_not_stop_gc() {
     let dir = tempfile::tempdir().unwrap();
-    let s = open(dir.path(), Verify::Bytes, digest::sha256);
-    let (a, b): (Vec<u8>, Vec<u8>) = ((0..100u32).flat_map(|r| warc_record(r, &site_page(r))).collect(), (0..100u32).flat_map(|r| warc_record(500 + r, &site_page(500 + r))).collect());
-    s.put_file(ROOT_INO, b"a.warc", &a, meta()).unwrap();
-    s.put_file(ROOT_INO, b"b.warc", &b, meta()).unwrap();
-    drop(s);
-    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let (s, files) = two_stored_files(dir.path());
     // A payload chunk's last stored byte flipped, its checksum left as it was: bit rot.
     let (key, e) = s.index.chunk_iter().map(|i| i.unwrap()).find(|(_, e)| e.kind == crate::pack::ChunkKind::PayloadHead as u8).expect("a payload chunk");
     let path = dir.path().join("packs").join(crate::pack::pack_name(e.pack));
@@ -940,14 +948,7 @@ fn a_live_blob_that_fails_its_checksum_does_not_stop_gc() {
         assert!(path.exists(), "its pack is kept");
     }
     assert!(blob_levels(dir.path()).iter().any(|&l| l > 0), "the other packs are settled");
-    let exact = [("/a.warc", &a), ("/b.warc", &b)]
-        .into_iter()
-        .filter(|(name, data)| {
-            let head = s.head(s.resolve(name).unwrap()).unwrap().unwrap();
-            let mut buf = vec![0u8; data.len()];
-            s.read_at(&head, 0, &mut buf).is_ok_and(|n| n == data.len() && buf == **data)
-        })
-        .count();
+    let exact = files_exact(&s, &files);
     assert_eq!(exact, 1, "the file without the damaged chunk reads back");
     let problems = s.fsck(true).unwrap().problems;
     assert!(problems.iter().any(|p| p.contains(&crate::pack::pack_name(e.pack)[..16]) || p.contains(&key.short())), "{problems:?}");
