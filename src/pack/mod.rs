@@ -507,6 +507,15 @@ pub fn scan(file: &File) -> io::Result<(Vec<BlobInfo>, u64)> {
 /// Turns a leftover open pack (from a crash) into a sealed one holding its whole blobs.
 /// Returns how many blobs it kept, or None if it held none and was removed.
 pub fn recover_open_pack(path: &Path, packs_dir: &Path, id: u64) -> io::Result<Option<usize>> {
+    match reopen_open_pack(path, id)? {
+        Some(open) => seal_recovered(open, packs_dir).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// A leftover open pack (from a crash) cut to its whole blobs, ready to seal; None if it held
+/// none (it is removed then).
+pub fn reopen_open_pack(path: &Path, id: u64) -> io::Result<Option<OpenPack>> {
     let file = OpenOptions::new().read(true).write(true).open(path)?;
     let (blobs, end) = scan(&file)?;
     if blobs.is_empty() {
@@ -515,7 +524,7 @@ pub fn recover_open_pack(path: &Path, packs_dir: &Path, id: u64) -> io::Result<O
         return Ok(None);
     }
     file.set_len(end)?;
-    let mut open = OpenPack {
+    Ok(Some(OpenPack {
         id,
         file,
         path: path.to_path_buf(),
@@ -525,11 +534,15 @@ pub fn recover_open_pack(path: &Path, packs_dir: &Path, id: u64) -> io::Result<O
         blobs,
         // Only sealed, never appended to: no blob is written with it.
         format: 0,
-    };
+    }))
+}
+
+/// Seals a pack `reopen_open_pack` gave; returns how many blobs it holds.
+pub fn seal_recovered(mut open: OpenPack, packs_dir: &Path) -> io::Result<usize> {
     open.sync()?;
     let n = open.blobs.len();
     open.seal(packs_dir)?;
-    Ok(Some(n))
+    Ok(n)
 }
 
 /// Writes bytes to a new file durably (write, fsync, rename, fsync dir).

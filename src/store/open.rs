@@ -62,14 +62,11 @@ pub(super) fn recover_packs(root: &Path) -> Result<(u64, Vec<u64>)> {
         match entry.file_name().to_str().and_then(pack::parse_pack_name) {
             Some(id) => {
                 max_id = max_id.max(id);
-                // One without a whole blob holds no record: removed before the list could
-                // name a pack that is nowhere.
-                let (blobs, _) = fs::File::open(&path).and_then(|f| pack::scan(&f)).map_err(io_at(&path))?;
-                if blobs.is_empty() {
-                    fs::remove_file(&path).map_err(io_at(&path))?;
-                    log::info!("removed empty open pack {id:016x}");
-                } else {
-                    open.push((id, path));
+                // Cut to its whole blobs; one without any holds no record, and is removed
+                // before the list could name a pack that is nowhere.
+                match pack::reopen_open_pack(&path, id).map_err(io_at(&path))? {
+                    Some(p) => open.push(p),
+                    None => log::info!("removed empty open pack {id:016x}"),
                 }
             }
             None => {
@@ -78,17 +75,14 @@ pub(super) fn recover_packs(root: &Path) -> Result<(u64, Vec<u64>)> {
         }
     }
     if !open.is_empty() {
-        let ids: String = recovered.iter().chain(open.iter().map(|(id, _)| id)).map(|id| format!("{id:016x}\n")).collect();
+        let ids: String = recovered.iter().chain(open.iter().map(|p| &p.id)).map(|id| format!("{id:016x}\n")).collect();
         pack::write_file_atomic(&list, ids.as_bytes()).map_err(io_at(&list))?;
     }
-    for (id, path) in open {
-        match pack::recover_open_pack(&path, &packs_dir, id).map_err(io_at(&path))? {
-            Some(n) => {
-                log::info!("recovered open pack {id:016x} with {n} blobs");
-                recovered.push(id);
-            }
-            None => log::info!("removed empty open pack {id:016x}"),
-        }
+    for p in open {
+        let id = p.id;
+        let n = pack::seal_recovered(p, &packs_dir).map_err(io_at(&tmp_dir))?;
+        log::info!("recovered open pack {id:016x} with {n} blobs");
+        recovered.push(id);
     }
     crate::failpoint::crash_at("packs_recovered");
     recovered.sort_unstable();
