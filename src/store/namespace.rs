@@ -219,19 +219,19 @@ impl Store {
     /// Creates every missing directory along `names` (names as bytes: any a filesystem
     /// holds, UTF-8 or not) below directory `from`, and returns the last one's inode.
     pub fn mkdir_in(&self, from: u64, names: &[&[u8]]) -> Result<u64> {
-        let path = names.iter().map(|n| String::from_utf8_lossy(n)).collect::<Vec<_>>().join("/");
-        let path = path.as_str();
+        // (For messages only: made when one is needed, not for every file an import puts.)
+        let path = || names.iter().map(|n| String::from_utf8_lossy(n)).collect::<Vec<_>>().join("/");
         let mut w = self.ns.locked();
         let mut ino = from;
         for &c in names {
             if c.is_empty() || c.contains(&b'/') || c == b"." || c == b".." {
-                return Err(StoreError::InvalidPath(path.to_string()));
+                return Err(StoreError::InvalidPath(path()));
             }
             match self.index.lookup(ino, c)? {
                 Some(child) => {
-                    let inode = self.inode_or_missing(child, path)?;
+                    let inode = self.index.inode::<Inode>(child)?.ok_or_else(|| StoreError::NotFound(path()))?;
                     if inode.kind != InodeKind::Dir {
-                        return Err(StoreError::NotADirectory(path.to_string()));
+                        return Err(StoreError::NotADirectory(path()));
                     }
                     ino = child;
                 }
@@ -243,7 +243,7 @@ impl Store {
                     d.parent = ino;
                     b.put_inode(&self.index, child, &d);
                     b.put_dirent(&self.index, ino, c, child);
-                    let mut parent = self.inode_or_missing(ino, path)?;
+                    let mut parent = self.index.inode::<Inode>(ino)?.ok_or_else(|| StoreError::NotFound(path()))?;
                     parent.nlink += 1;
                     parent.mtime = Timestamp::now();
                     parent.ctime = parent.mtime;
