@@ -443,7 +443,15 @@ impl Store {
     /// Before gc drops chunks whose refcount is 0, every recipe is read to prove none uses
     /// one: a refcount that went wrong must stop gc, not take bytes a file still needs.
     fn refuse_dropping_referenced(&self) -> Result<()> {
-        let refs = self.sorted_references(|_, _, described| described.map(|_| ()))?;
+        let refs = self.sorted_references(|ino, _, described| match described {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                // (`repair index` counts the chunks of a piece it could not read as 0.)
+                let path = self.paths_of(&HashSet::from([ino]))?.remove(&ino).unwrap_or_else(|| format!("inode {ino}"));
+                log::error!("gc stopped: the recipe of {path} cannot be read: {e}");
+                Err(StoreError::GcRefused(format!("the recipe of {path} cannot be read ({e}), so the chunks it uses cannot be told from garbage; nothing was deleted. Restore its pack from a backup, or see `warcfs fsck`")))
+            }
+        })?;
         let mut groups = RefGroups::new(refs, 1);
         for item in self.index.chunk_iter() {
             let (k, e) = item?;

@@ -10,7 +10,7 @@ use super::ingest::{Ingested, Presplit, Windows};
 use super::{Ns, Result, Store, StoreError};
 use crate::LockExt;
 use crate::digest::ChunkKey;
-use crate::index::Batch;
+use crate::index::{Batch, Index};
 use crate::recipe::{self, FileStats, Piece, RecipeHead, RefDelta};
 
 pub const ROOT_INO: u64 = 1;
@@ -463,24 +463,29 @@ impl Store {
     /// the root finds), holding only those and the directories still to walk: fsck names a
     /// few thousand files at most, on a store of millions.
     pub fn paths_of(&self, wanted: &HashSet<u64>) -> Result<HashMap<u64, String>> {
-        let mut out: HashMap<u64, String> = HashMap::new();
-        let mut stack = vec![(ROOT_INO, String::new())];
-        while let Some((dir, prefix)) = stack.pop() {
-            if out.len() == wanted.len() {
-                break;
+        paths_in(&self.index, wanted)
+    }
+}
+
+/// `Store::paths_of` in `index` (repair names files in the index it is building).
+pub(super) fn paths_in(index: &Index, wanted: &HashSet<u64>) -> Result<HashMap<u64, String>> {
+    let mut out: HashMap<u64, String> = HashMap::new();
+    let mut stack = vec![(ROOT_INO, String::new())];
+    while let Some((dir, prefix)) = stack.pop() {
+        if out.len() == wanted.len() {
+            break;
+        }
+        for (name, child) in index.dir_entries(dir)? {
+            let path = format!("{prefix}/{}", String::from_utf8_lossy(&name));
+            if wanted.contains(&child) {
+                out.entry(child).or_insert_with(|| path.clone());
             }
-            for (name, child) in self.index.dir_entries(dir)? {
-                let path = format!("{prefix}/{}", String::from_utf8_lossy(&name));
-                if wanted.contains(&child) {
-                    out.entry(child).or_insert_with(|| path.clone());
-                }
-                if let Some(inode) = self.index.inode::<Inode>(child)? {
-                    if inode.kind == InodeKind::Dir {
-                        stack.push((child, path));
-                    }
+            if let Some(inode) = index.inode::<Inode>(child)? {
+                if inode.kind == InodeKind::Dir {
+                    stack.push((child, path));
                 }
             }
         }
-        Ok(out)
     }
+    Ok(out)
 }

@@ -8,7 +8,8 @@
 //! 2. applies the log's records in sequence order, leaving out their chunk changes (chunks
 //!    are where step 1 found them): directories, names, attributes, recipes, counters;
 //! 3. counts every reference the recipes hold (each piece's chunk once per piece, each
-//!    distinct data chunk once per recipe) and writes the refcounts.
+//!    distinct data chunk once per recipe) and writes the refcounts. A piece it cannot read
+//!    is reported with its file, and costs that file only (`name_recipes`).
 //!
 //! It builds into `index.rebuilding/` and renames that to `index/` only when it is whole;
 //! an unreadable index is kept beside it (`index.unreadable.N`), never deleted. It refuses to
@@ -19,6 +20,7 @@ use std::fs;
 use std::path::Path;
 
 use super::journal::{CheckpointPart, MetaRecord, APPLIED_SEQ};
+use super::namespace::{paths_in, Inode};
 use super::{io_at, read_config, recover_packs, take_lock, Result, Store, StoreError, CONFIG_FILE, DICT_FORMAT_VERSION, FORMAT_VERSION, LOCAL_V3, REMOTE_FORMAT_VERSION, SHARED_FORMAT_VERSION, SHARED_V6, VERSIONS};
 use crate::digest::ChunkKey;
 use crate::index::{Batch, ChunkEntry, Index};
@@ -267,6 +269,10 @@ pub(super) fn build_index(
         pieces_of.push((rid, pno, key));
         Ok(())
     })?;
+    // A piece that cannot be read costs its file, not the index: the chunks only it named
+    // are counted 0, which gc never acts on while the file is there (it reads every recipe
+    // before it drops a chunk, and stops at one it cannot read).
+    let mut unreadable: Vec<(u64, String)> = Vec::new();
     let mut i = 0;
     while i < pieces_of.len() {
         let rid = pieces_of[i].0;
@@ -276,9 +282,11 @@ pub(super) fn build_index(
             *refs.entry(key).or_default() += 1;
             match idx.chunk(&key)? {
                 Some(e) => {
-                    let raw = packs.read(e.pack, e.offset, &key, e.stored_len)?;
-                    let piece = Piece::decode(&raw).map_err(|err| StoreError::Recipe { rid, piece: pno, what: format!("undecodable: {err}") })?;
-                    data.extend(recipe::distinct_keys(std::slice::from_ref(&piece)));
+                    let piece = packs.read(e.pack, e.offset, &key, e.stored_len).map_err(|err| err.to_string()).and_then(|raw| Piece::decode(&raw).map_err(|err| format!("undecodable: {err}")));
+                    match piece {
+                        Ok(piece) => data.extend(recipe::distinct_keys(std::slice::from_ref(&piece))),
+                        Err(err) => unreadable.push((rid, format!("piece {pno} of its recipe (chunk {}) cannot be read: {err}", key.short()))),
+                    }
                 }
                 None => rep.problems.push(format!("recipe {rid} piece {pno}: its chunk {} is in no pack", key.short())),
             }
@@ -288,6 +296,9 @@ pub(super) fn build_index(
         for k in data {
             *refs.entry(k).or_default() += 1;
         }
+    }
+    if !unreadable.is_empty() {
+        rep.problems.extend(name_recipes(&idx, unreadable)?);
     }
     let mut b = Batch::new();
     let mut in_batch = 0usize;
@@ -318,6 +329,30 @@ pub(super) fn build_index(
     fs::rename(&building, &index_dir).map_err(io_at(&index_dir))?;
     pack::sync_dir(root).map_err(io_at(root))?;
     Ok(listed)
+}
+
+/// Each of `problems` (recipe id, what is wrong with it) as a line naming the file whose
+/// recipe it is, with what a reader and gc make of it and how to get the file back.
+fn name_recipes(idx: &Index, problems: Vec<(u64, String)>) -> Result<Vec<String>> {
+    let rids: HashSet<u64> = problems.iter().map(|p| p.0).collect();
+    let mut ino_of: HashMap<u64, u64> = HashMap::new();
+    for item in idx.inode_iter::<Inode>() {
+        let (ino, inode) = item?;
+        if let Some(head) = inode.recipe.filter(|h| rids.contains(&h.id)) {
+            ino_of.insert(head.id, ino);
+        }
+    }
+    let paths = paths_in(idx, &ino_of.values().copied().collect())?;
+    Ok(problems
+        .into_iter()
+        .map(|(rid, what)| {
+            let file = match ino_of.get(&rid) {
+                Some(ino) => paths.get(ino).cloned().unwrap_or_else(|| format!("inode {ino}")),
+                None => format!("recipe {rid} (no file)"),
+            };
+            format!("{file}: {what}; its bytes there read as an error, and gc deletes nothing while it is stored (restore the pack from a backup, then move STORE/index aside and run `repair index` again)")
+        })
+        .collect())
 }
 
 /// A metadata log record found in a pack: seq, checkpoint part, pack, offset, key,

@@ -725,6 +725,43 @@ fn a_piece_of_another_length_than_its_span_is_refused() {
     assert_eq!(s.piece(&head, 0).unwrap().len(), data.len() as u64);
 }
 
+/// A recipe piece that cannot be read (bit rot in its pack) costs `repair index` that file,
+/// not the whole index: every other file comes back, the report names the file, gc deletes
+/// nothing while that file is there (the chunks only it used are counted 0, and gc reads
+/// every recipe before it drops a chunk), and once the pack is mended (from a backup) a
+/// second repair gives the file back whole.
+#[test]
+fn repair_goes_on_past_an_unreadable_recipe_piece() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, files) = two_stored_files(dir.path());
+    let head = s.head(s.resolve("/b.warc").unwrap()).unwrap().unwrap();
+    let key = s.index.recipe_piece(head.id, 0).unwrap().unwrap();
+    let e = s.index.chunk(&key).unwrap().unwrap();
+    drop(s);
+    let mend = crate::test_support::rot_last_stored_byte(&dir.path().join("packs").join(crate::pack::pack_name(e.pack)), &e);
+    std::fs::remove_dir_all(dir.path().join("index")).unwrap();
+    let rep = repair_index(dir.path()).unwrap();
+    assert!(rep.problems.iter().any(|p| p.contains("/b.warc") && p.contains("cannot be read")), "{rep:?}");
+    let s = Store::open(dir.path(), false).unwrap();
+    assert_eq!(files_exact(&s, &files[..1]), 1, "the other file reads back");
+    assert_eq!(files_exact(&s, &files[1..]), 0);
+    let keys = || s.index.chunk_iter().map(|i| i.unwrap().0).collect::<std::collections::HashSet<_>>();
+    let before = keys();
+    match s.gc() {
+        Err(StoreError::GcRefused(m)) => assert!(m.contains("/b.warc") && m.contains("nothing was deleted"), "{m}"),
+        other => panic!("gc must refuse: {:?}", other.map(|r| r.chunks_dropped)),
+    }
+    assert!(keys().is_superset(&before), "gc deleted nothing (its checkpoint of the namespace is new)");
+    drop(s);
+    mend();
+    std::fs::remove_dir_all(dir.path().join("index")).unwrap();
+    let rep = repair_index(dir.path()).unwrap();
+    assert!(rep.problems.is_empty(), "{rep:?}");
+    let s = Store::open(dir.path(), false).unwrap();
+    assert_eq!(files_exact(&s, &files), 2);
+    assert!(s.fsck(true).unwrap().problems.is_empty());
+}
+
 /// A store whose settings file is lost gets its own format version back from its packs, so
 /// that the warcfs that wrote it still opens it after `repair index`; packs from before
 /// blobs named it are taken as version 5, and a bucket's packs as their local counterpart.
