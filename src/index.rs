@@ -63,6 +63,11 @@ pub fn dirent_key(parent: u64, name: &[u8]) -> Vec<u8> {
     k
 }
 
+/// A chunk table key; one of another length is damage (every walk of the table says so).
+fn chunk_key(k: &[u8]) -> Result<ChunkKey> {
+    ChunkKey::from_bytes(k).ok_or(IndexError::Bad("chunk key"))
+}
+
 pub fn recipe_key(rid: u64, piece: u32) -> [u8; 12] {
     let mut k = [0u8; 12];
     k[..8].copy_from_slice(&rid.to_be_bytes());
@@ -315,9 +320,7 @@ impl Index {
             if !k.starts_with(digest) {
                 break;
             }
-            if let Some(key) = ChunkKey::from_bytes(&k) {
-                out.push((key, dec("chunk", &v)?));
-            }
+            out.push((chunk_key(&k)?, dec("chunk", &v)?));
         }
         Ok(out)
     }
@@ -353,9 +356,9 @@ impl Index {
     /// Every chunk, in key order (the byte order of `ChunkKey::to_bytes`): what fsck and gc
     /// merge with their sorted reference streams.
     pub fn chunk_iter(&self) -> impl Iterator<Item = Result<(ChunkKey, ChunkEntry)>> + '_ {
-        self.db.iterator_cf(self.cf("chunk"), IteratorMode::Start).filter_map(|item| match item {
-            Ok((k, v)) => ChunkKey::from_bytes(&k).map(|key| dec("chunk", &v).map(|e| (key, e))),
-            Err(e) => Some(Err(e.into())),
+        self.db.iterator_cf(self.cf("chunk"), IteratorMode::Start).map(|item| {
+            let (k, v) = item?;
+            Ok((chunk_key(&k)?, dec("chunk", &v)?))
         })
     }
 
@@ -585,6 +588,25 @@ mod tests {
         assert_eq!(idx.meta_u64("next_ino").unwrap(), 9);
         assert_eq!(idx.dir_entries(1).unwrap(), vec![(b"a".to_vec(), 2), (b"b".to_vec(), 3)]);
         assert_eq!(idx.lookup(2, b"c").unwrap(), Some(4));
+    }
+
+    /// A chunk key of the wrong length (a damaged index) is an error for every walk of the
+    /// chunk table, not a chunk left out: gc and fsck would otherwise work on part of it
+    /// and say nothing.
+    #[test]
+    fn a_malformed_chunk_key_is_an_error_not_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = Index::create(dir.path(), 2).unwrap();
+        let e = ChunkEntry { pack: 1, offset: 0, stored_len: 3, raw_len: 3, codec: 0, kind: 0, refs: 1 };
+        let mut b = Batch::new();
+        b.put_chunk(&idx, &ChunkKey { digest: [5; 32], seq: 0 }, &e);
+        idx.write(b).unwrap();
+        let mut bad = [5u8; 33].to_vec();
+        bad[32] = 9;
+        idx.db.put_cf(idx.cf("chunk"), &bad, enc(&e)).unwrap();
+        assert_eq!(idx.chunk_iter().filter(|r| r.is_err()).count(), 1, "the malformed key is reported");
+        assert!(idx.chunks_with_digest(&[5; 32]).is_err());
+        assert!(idx.for_each_chunk(|_, _| Ok(())).is_err());
     }
 
     fn logs(dir: &Path) -> Vec<u64> {

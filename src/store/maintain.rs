@@ -110,14 +110,24 @@ const GC_DEAD_SHARE: f64 = 0.10;
 /// ones they replace.
 const GC_UPLOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
-fn dir_bytes(path: &std::path::Path) -> u64 {
-    walkdir::WalkDir::new(path)
-        .into_iter()
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.metadata().ok())
-        .filter(|m| m.is_file())
-        .map(|m| m.len())
-        .sum()
+/// Bytes and files under `path` (none if it does not exist). A file removed during the walk
+/// (a staged file being stored) is not counted; any other error is the caller's, so that
+/// `stats` never gives part of an answer as the whole.
+fn dir_usage(path: &std::path::Path) -> Result<(u64, u64)> {
+    let gone = |e: &walkdir::Error| e.io_error().is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+    let (mut bytes, mut files) = (0u64, 0u64);
+    for entry in walkdir::WalkDir::new(path) {
+        let md = match entry.and_then(|e| e.metadata()) {
+            Ok(md) => md,
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(io_at(path)(e.into())),
+        };
+        if md.is_file() {
+            bytes += md.len();
+            files += 1;
+        }
+    }
+    Ok((bytes, files))
 }
 
 impl Store {
@@ -178,12 +188,11 @@ impl Store {
         })?;
         s.collisions = self.index.meta_u64("collisions")?;
         let sealed = self.packs.sealed_packs().map_err(io_at(&self.root.join("packs")))?;
-        s.stored_bytes = sealed.iter().map(|p| p.1).sum::<u64>() + dir_bytes(&self.root.join("packs-tmp"));
-        s.index_bytes = dir_bytes(&self.root.join("index"));
+        s.stored_bytes = sealed.iter().map(|p| p.1).sum::<u64>() + dir_usage(&self.root.join("packs-tmp"))?.0;
+        s.index_bytes = dir_usage(&self.root.join("index"))?.0;
         s.packs = sealed.len() as u64;
         s.uploads_waiting = self.uploads().0;
-        s.staged_bytes = dir_bytes(&self.root.join("staging"));
-        s.staged_files = fs::read_dir(self.root.join("staging")).map(|d| d.count() as u64).unwrap_or(0);
+        (s.staged_bytes, s.staged_files) = dir_usage(&self.root.join("staging"))?;
         Ok(s)
     }
 
