@@ -486,6 +486,52 @@ fn record_lookup_rebuilds_only_its_own_member() {
     assert!(num(&reads, "member_deflate_us") > 100 && num(&reads, "member_gather_us") > 0, "rebuild times missing from the read counters: {reads}");
 }
 
+/// Building `/.warcfs/index.cdxj` (seconds on a large store) holds no FUSE thread: with a
+/// build held (`WARCFS_HOLD=index_build`), more requests for the index than the daemon has
+/// threads wait for it, and a stored file still reads; they answer once it is built, with
+/// the index of the store as it is then. (The build ran under a mutex on the request's
+/// thread, so four such requests stalled every other file of the mount.)
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the hold exists in debug builds only")]
+fn a_build_of_the_index_file_holds_no_request_thread() {
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let real = real_corpus();
+    ok(&["import", &s(&store), &s(&real.join("iipc-jwarc/cc.warc.gz"))]);
+    let gate = tmp.path().join("gate");
+    let hold = format!("index_build:{}", s(&gate));
+    let m = Mounted::with_env(&store, &tmp.path().join("mnt"), &[], &[("WARCFS_HOLD", &hold)]);
+    let index = m.path(".warcfs/index.cdxj");
+    // Handles on the index, so that each fstat below is a request of its own (stats by
+    // path would wait in the kernel behind one lookup).
+    let handles: Vec<File> = (0..4).map(|_| File::open(&index).unwrap()).collect();
+    let before = handles[0].metadata().unwrap().len();
+    // The store changes: the next request for the index builds it again, held at the gate.
+    fs::copy(real.join("N0taN3rd-node-warc/parseMe.warc.gz"), m.path("parseMe.warc.gz")).unwrap();
+    wait_ingested(&store);
+    std::thread::sleep(Duration::from_millis(1100));
+    fs::write(&gate, b"").unwrap();
+    let waiting: Vec<_> = handles.into_iter().map(|f| std::thread::spawn(move || f.metadata().map(|md| md.len()))).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(waiting.iter().all(|t| !t.is_finished()), "the requests wait for the held build");
+    let path = m.path("cc.warc.gz");
+    let read = std::thread::spawn(move || fs::read(path));
+    let t0 = Instant::now();
+    while !read.is_finished() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let done = read.is_finished();
+    fs::remove_file(&gate).unwrap();
+    assert!(done, "a stored file must read while the index is being built");
+    assert_eq!(read.join().unwrap().unwrap(), fs::read(real.join("iipc-jwarc/cc.warc.gz")).unwrap());
+    for t in waiting {
+        t.join().unwrap().unwrap();
+    }
+    let now = fs::read_to_string(&index).unwrap();
+    assert!(now.len() as u64 > before && now.contains("http://stringjs.com/"), "the index of the store as it is now:\n{now}");
+    m.unmount_clean();
+}
+
 /// A bug that panics inside a request must cost that request an EIO and a log line, not the
 /// mount: the daemon is built with a failpoint (debug builds only) that panics in READ while
 /// it holds the table of open handles, so this also shows that the lock stays usable.

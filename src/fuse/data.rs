@@ -9,14 +9,17 @@ impl WarcFs {
             if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
                 return reply.error(Errno::EROFS);
             }
-            let bytes = match self.inner.index_file() {
-                Ok(b) => b,
-                Err(e) => return reply.error(e),
-            };
-            let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
-            self.inner.handles.locked().insert(fh, Handle { ino: INDEX_INO, write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, jumped: false, direct: true, rebuilds_members: None });
-            // Its size changes with the store: no page cache, every read comes here.
-            return reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
+            let inner = self.inner.clone();
+            return self.inner.with_index_file(Box::new(move |r| {
+                let bytes = match r {
+                    Ok(b) => b,
+                    Err(e) => return reply.error(e),
+                };
+                let fh = inner.next_fh.fetch_add(1, Ordering::Relaxed);
+                inner.handles.locked().insert(fh, Handle { ino: INDEX_INO, write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, jumped: false, direct: true, rebuilds_members: None });
+                // Its size changes with the store: no page cache, every read comes here.
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
+            }));
         }
         let inner = &self.inner;
         let ino = ino.0;

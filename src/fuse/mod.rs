@@ -127,13 +127,9 @@ struct Handle {
 /// An open directory's entries, "." and ".." first: (inode, kind, name).
 type Listing = Vec<(u64, FileType, Vec<u8>)>;
 
-/// The last generated `/.warcfs/index.cdxj`: store generation, when, and its bytes in an
-/// unlinked file under `STORE/cache/` (on disk, not in memory; gone with its last handle).
-type IndexFile = Option<(u64, std::time::Instant, Arc<File>, u64)>;
-
 struct Inner {
     store: Arc<Store>,
-    index_file: Mutex<IndexFile>,
+    index_file: Mutex<virt::IndexFile>,
     staging: PathBuf,
     staged: Mutex<HashMap<u64, Staged>>,
     /// One lock per inode being staged (its stored bytes copied into staging): the copy
@@ -283,7 +279,7 @@ impl WarcFs {
         fs::create_dir_all(&staging).map_err(|err| StoreError::Io { path: staging.clone(), err })?;
         let inner = Arc::new(Inner {
             store: store.clone(),
-            index_file: Mutex::new(None),
+            index_file: Mutex::new(virt::IndexFile::default()),
             staging,
             staged: Mutex::new(HashMap::new()),
             staging_gates: Mutex::new(HashMap::new()),
@@ -438,6 +434,12 @@ impl Filesystem for WarcFs {
             (CTL_INO, _) => return reply.error(Errno::ENOENT),
             _ => None,
         };
+        if virt == Some(INDEX_INO) {
+            return self.with_index_attr(move |r| match r {
+                Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+                Err(e) => reply.error(e),
+            });
+        }
         if let Some(v) = virt {
             return match self.inner.virtual_attr(v) {
                 Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
@@ -456,6 +458,12 @@ impl Filesystem for WarcFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if ino.0 == INDEX_INO {
+            return self.with_index_attr(move |r| match r {
+                Ok(attr) => reply.attr(&Duration::ZERO, &attr),
+                Err(e) => reply.error(e),
+            });
+        }
         if is_virtual(ino.0) {
             return match self.inner.virtual_attr(ino.0) {
                 Ok(attr) => reply.attr(&Duration::ZERO, &attr),
