@@ -822,6 +822,35 @@ fn a_record_claiming_more_than_its_file_is_indexed_not_allocated() {
     assert_cat_eq(&store, "/claims.warc.gz", &gz);
 }
 
+/// A record with no payload digest in a plain `.warc` is indexed from its block, which
+/// `warcfs index` read whole: a 600 MB block was a 600 MB allocation (a multi-GB one aborts
+/// the command). Under a 300 MB limit on the process's data, the line comes out with the
+/// digest cdxj-indexer computes.
+#[test]
+fn a_large_block_is_digested_as_it_is_read_not_held() {
+    use sha1::Digest as _;
+    let tmp = TempDir::new().unwrap();
+    let warc = tmp.path().join("big.warc");
+    let size: usize = 600 << 20;
+    let mut f = std::io::BufWriter::new(fs::File::create(&warc).unwrap());
+    write!(f, "WARC/1.0\r\nWARC-Type: resource\r\nWARC-Date: 2024-01-01T00:00:00Z\r\nWARC-Record-ID: <urn:uuid:1>\r\nWARC-Target-URI: http://x/big.bin\r\nContent-Type: application/octet-stream\r\nContent-Length: {size}\r\n\r\n").unwrap();
+    let mut h = sha1::Sha1::new();
+    let chunk = vec![7u8; 1 << 20];
+    for _ in 0..size >> 20 {
+        f.write_all(&chunk).unwrap();
+        h.update(&chunk);
+    }
+    f.write_all(b"\r\n\r\n").unwrap();
+    drop(f);
+    let digest = format!("sha1:{}", data_encoding::BASE32.encode(&h.finalize()));
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&warc)]);
+    let out = std::process::Command::new("bash").arg("-c").arg(format!("ulimit -d {}; exec \"$0\" index \"$1\"", 300 << 10)).arg(env!("CARGO_BIN_EXE_warcfs")).arg(&store).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains(&format!("\"digest\": \"{digest}\"")) && stdout.contains("\"filename\": \"big.warc\""), "{stdout}");
+}
+
 /// Imports a real `.warc.gz` and a directory with `failpoint` armed: the import fails with
 /// an error line naming the file and saying `says`, and commits nothing of the file; imported
 /// again without the failpoint, it is stored exact. Returns the store (in `tmp`).

@@ -10,6 +10,10 @@ use crate::digest::ChunkKey;
 use crate::pack::ChunkKind;
 use crate::recipe::{Extent, Piece, RecipeHead, Segment};
 
+/// A plain file's record block is read this much at a time for its index line (its HTTP
+/// header must lie within the first this many bytes, as it does in any real WARC).
+const BLOCK_HEAD: usize = 4 << 20;
+
 /// One WARC record of a stored file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordHead {
@@ -154,38 +158,74 @@ impl Store {
         Ok(out)
     }
 
-    /// The block of one record (the bytes after its WARC header): reads payload chunks, so
-    /// an index asks for it only when a record lacks a payload digest.
-    pub fn record_block(&self, head: &RecipeHead, r: &RecordHead) -> Result<Vec<u8>> {
+    /// The CDXJ line of a record whose header chunks do not hold what its line needs (no
+    /// payload digest: DNS and metadata records, mostly small). Reads its block: a gzip
+    /// member's text at once (a member kept as a member holds at most `MAX_MEMBER_TEXT`), a
+    /// plain file's record `BLOCK_HEAD` at a time, whatever length it states.
+    fn record_line(&self, head: &RecipeHead, r: &RecordHead, name: &str) -> Result<Option<String>> {
         let hlen = r.warc_header.len();
+        let stated = content_length(&r.warc_header).unwrap_or(0);
+        if let Some((pno, sno)) = r.member {
+            let piece = self.piece(head, pno)?;
+            let Segment::Member { plain, .. } = &piece.segments[sno as usize] else { return Ok(None) };
+            let mut text = Vec::new();
+            for e in plain {
+                let key = piece.keys[e.chunk as usize];
+                let entry = self.index.chunk(&key)?.ok_or_else(|| super::StoreError::MissingChunk(key.to_string()))?;
+                let chunk = self.chunk_bytes(&key, &entry)?;
+                text.extend_from_slice(super::read::extent_bytes(&chunk, e, &key)?);
+            }
+            let clen = usize::try_from(stated).unwrap_or(usize::MAX);
+            let block = text.get(hlen..hlen.saturating_add(clen).min(text.len())).unwrap_or(&[]);
+            return Ok(cdx::cdxj_line_from_block(&r.warc_header, block, r.offset, r.length, name));
+        }
         // The block as the record states it, but never past the end of the file: a stated
         // Content-Length bounds nothing until it is checked against what is there.
         let start = r.offset.saturating_add(hlen as u64);
-        let room = match r.member {
-            Some(_) => u64::MAX,
-            None => head.size.saturating_sub(start),
-        };
-        let clen = usize::try_from(content_length(&r.warc_header).unwrap_or(0).min(room)).unwrap_or(usize::MAX);
-        match r.member {
-            Some((pno, sno)) => {
-                let piece = self.piece(head, pno)?;
-                let Segment::Member { plain, .. } = &piece.segments[sno as usize] else { return Ok(Vec::new()) };
-                let mut text = Vec::new();
-                for e in plain {
-                    let key = piece.keys[e.chunk as usize];
-                    let entry = self.index.chunk(&key)?.ok_or_else(|| super::StoreError::MissingChunk(key.to_string()))?;
-                    let chunk = self.chunk_bytes(&key, &entry)?;
-                    text.extend_from_slice(super::read::extent_bytes(&chunk, e, &key)?);
+        let clen = stated.min(head.size.saturating_sub(start));
+        let mut block_head = vec![0u8; clen.min(BLOCK_HEAD as u64) as usize];
+        let n = self.read_full(head, start, &mut block_head)?;
+        block_head.truncate(n);
+        let mut failed = None;
+        let mut digest_from = |from: usize| {
+            use sha1::Digest as _;
+            let mut h = sha1::Sha1::new();
+            h.update(&block_head[from.min(block_head.len())..]);
+            let (mut at, end) = (start + (from as u64).max(block_head.len() as u64), start + clen);
+            let mut buf = vec![0u8; BLOCK_HEAD.min((end.saturating_sub(at)) as usize)];
+            while at < end {
+                let want = buf.len().min((end - at) as usize);
+                match self.read_full(head, at, &mut buf[..want]) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        h.update(&buf[..n]);
+                        at += n as u64;
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        return None;
+                    }
                 }
-                Ok(text.get(hlen..hlen.saturating_add(clen).min(text.len())).unwrap_or(&[]).to_vec())
             }
-            None => {
-                let mut buf = vec![0u8; clen];
-                let n = self.read_at(head, start, &mut buf)?;
-                buf.truncate(n);
-                Ok(buf)
+            Some(cdx::sha1_string(&h.finalize().into()))
+        };
+        let line = cdx::cdxj_line_from_block_head(&r.warc_header, &block_head, &mut digest_from, r.offset, r.length, name);
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(line),
+        }
+    }
+
+    /// `read_at` until `buf` is full or the file ends; how much it read.
+    fn read_full(&self, head: &RecipeHead, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.read_at(head, offset + done as u64, &mut buf[done..])? {
+                0 => break,
+                n => done += n,
             }
         }
+        Ok(done)
     }
 
     /// The CDXJ lines (unsorted) of every WARC under `root`, a directory or one file, a
@@ -228,8 +268,7 @@ impl Store {
                 let line = if r.indexable_from_headers() {
                     cdx::cdxj_line(&r.warc_header, r.http_header.as_deref(), r.offset, r.length, &name)
                 } else {
-                    let block = self.record_block(head, &r)?;
-                    cdx::cdxj_line_from_block(&r.warc_header, &block, r.offset, r.length, &name)
+                    self.record_line(head, &r, &name)?
                 };
                 if let Some(line) = line {
                     f(line).map_err(|err| super::StoreError::Io { path: "<index>".into(), err })?;

@@ -75,7 +75,7 @@ pub fn cdxj_line(
     length: u64,
     filename: &str,
 ) -> Option<String> {
-    line_impl(warc_header, http_header, false, offset, length, filename)
+    line_impl(warc_header, http_header, None, offset, length, filename)
 }
 
 /// Like [`cdxj_line`], but given the record's whole block (the Content-Length bytes after the
@@ -90,14 +90,32 @@ pub fn cdxj_line_from_block(
     length: u64,
     filename: &str,
 ) -> Option<String> {
-    line_impl(warc_header, Some(block), true, offset, length, filename)
+    let mut digest = |from: usize| Some(sha1_digest_string(&block[from.min(block.len())..]));
+    line_impl(warc_header, Some(block), Some(&mut digest), offset, length, filename)
 }
 
-/// `full_block`: `http_header` is the whole block and the payload digest may be computed.
+/// Like [`cdxj_line_from_block`] for a block that need not be held whole: `head` is its first
+/// bytes (the whole block, or at least as much as its HTTP header takes), and
+/// `digest_from(n)` gives the `sha1:` digest of the block from byte `n` on, as
+/// `sha1_digest_string` writes it (None if it cannot: the line then leaves the digest out,
+/// and the caller says why).
+pub fn cdxj_line_from_block_head(
+    warc_header: &[u8],
+    head: &[u8],
+    digest_from: &mut dyn FnMut(usize) -> Option<String>,
+    offset: u64,
+    length: u64,
+    filename: &str,
+) -> Option<String> {
+    line_impl(warc_header, Some(head), Some(digest_from), offset, length, filename)
+}
+
+/// `digest_from`: `http_header` is the block's start, and this gives the payload digest
+/// from an offset in the block.
 fn line_impl(
     warc_header: &[u8],
     http_header: Option<&[u8]>,
-    full_block: bool,
+    digest_from: Option<&mut dyn FnMut(usize) -> Option<String>>,
     offset: u64,
     length: u64,
     filename: &str,
@@ -224,10 +242,7 @@ fn line_impl(
     let digest = match get_header(&rec, "WARC-Payload-Digest") {
         Some(d) => Some(d.to_string()),
         None if rec_type == "revisit" => None,
-        None if full_block => {
-            let block = http_header.unwrap_or_default();
-            Some(sha1_digest_string(&block[payload_start.min(block.len())..]))
-        }
+        None if digest_from.is_some() => digest_from.and_then(|f| f(payload_start)),
         None if !http_parsed => get_header(&rec, "WARC-Block-Digest").and_then(sha1_base32),
         None => None,
     };
@@ -280,7 +295,12 @@ fn sha1_base32(v: &str) -> Option<String> {
 /// warcio's `Digester('sha1')`: `sha1:` + base32 of the SHA-1.
 fn sha1_digest_string(data: &[u8]) -> String {
     use sha1::Digest as _;
-    format!("sha1:{}", data_encoding::BASE32.encode(&sha1::Sha1::digest(data)))
+    sha1_string(&sha1::Sha1::digest(data).into())
+}
+
+/// A SHA-1 as cdxj-indexer prints a digest it computed: `sha1:` and base32.
+pub fn sha1_string(digest: &[u8; 20]) -> String {
+    format!("sha1:{}", data_encoding::BASE32.encode(digest))
 }
 
 /// Python `int(s)` for a header value; on error or negative warcio uses length 0.
