@@ -107,6 +107,17 @@ impl Store {
     /// Every WARC record of a stored file, found by walking its recipe's header chunks.
     pub fn records(&self, head: &RecipeHead) -> Result<Vec<RecordHead>> {
         let mut out = Vec::new();
+        self.each_warc_record(head, &mut |r| {
+            out.push(r);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// `records`, handed to `f` one at a time: a file of millions of records (a crawl of
+    /// many GB) is indexed without holding its headers at once (the mount's daemon builds
+    /// `/.warcfs/index.cdxj` this way).
+    pub fn each_warc_record(&self, head: &RecipeHead, f: &mut dyn FnMut(RecordHead) -> Result<()>) -> Result<()> {
         let mut kinds = HashMap::new();
         for pno in 0..head.pieces() {
             let piece = self.piece(head, pno)?;
@@ -122,7 +133,7 @@ impl Store {
                         }
                         if bytes.starts_with(b"WARC/") {
                             if let Some((warc_header, http_header, _)) = split_heads(&bytes) {
-                                out.push(RecordHead { offset: pos, length: *comp_len, warc_header, http_header, member: Some((pno, sno as u32)) });
+                                f(RecordHead { offset: pos, length: *comp_len, warc_header, http_header, member: Some((pno, sno as u32)) })?;
                             }
                         }
                     }
@@ -142,7 +153,7 @@ impl Store {
                                             // ends with the file, as warcio reads it.
                                             let offset = epos + at as u64;
                                             let length = len.min(head.size.saturating_sub(offset));
-                                            out.push(RecordHead { offset, length, warc_header, http_header, member: None });
+                                            f(RecordHead { offset, length, warc_header, http_header, member: None })?;
                                         }
                                     }
                                     from = at + 5;
@@ -155,7 +166,7 @@ impl Store {
                 pos += seg.len();
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The CDXJ line of a record whose header chunks do not hold what its line needs (no
@@ -262,7 +273,7 @@ impl Store {
                 }
             }
             let Some(head) = inode.recipe.as_ref().filter(|_| indexed) else { continue };
-            for r in self.records(head)? {
+            self.each_warc_record(head, &mut |r| {
                 // Header chunks suffice, unless the record names no payload digest (DNS and
                 // metadata records, mostly small): then the digest is computed from its block.
                 let line = if r.indexable_from_headers() {
@@ -273,7 +284,8 @@ impl Store {
                 if let Some(line) = line {
                     f(line).map_err(|err| super::StoreError::Io { path: "<index>".into(), err })?;
                 }
-            }
+                Ok(())
+            })?;
         }
         Ok(())
     }
