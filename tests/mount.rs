@@ -139,6 +139,11 @@ impl Mounted {
 
     /// Mounts with extra environment variables for the daemon.
     fn with_env(store: &Path, mnt: &Path, opts: &[&str], env: &[(&str, &str)]) -> Mounted {
+        Mounted::with_limit(store, mnt, opts, env, None)
+    }
+
+    /// `with_env`, the daemon's open-file limit (soft and hard) set to `nofile` if given.
+    fn with_limit(store: &Path, mnt: &Path, opts: &[&str], env: &[(&str, &str)], nofile: Option<u64>) -> Mounted {
         become_subreaper();
         fs::create_dir_all(mnt).unwrap();
         let mnt = mnt.canonicalize().unwrap();
@@ -147,7 +152,22 @@ impl Mounted {
             args.push("-o".into());
             args.push(o.to_string());
         }
-        let out = warcfs().args(&args).envs(env.iter().copied()).output().expect("spawn warcfs mount");
+        let mut cmd = warcfs();
+        cmd.args(&args).envs(env.iter().copied());
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit only, between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit { rlim_cur: n, rlim_max: n };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let out = cmd.output().expect("spawn warcfs mount");
         let r = Run { args: args.clone(), code: out.status.code(), stdout: out.stdout, stderr: String::from_utf8_lossy(&out.stderr).into_owned() };
         // From here on a guard owns whatever got mounted.
         let pid = fs::read_to_string(store.join("lock")).ok().and_then(|p| p.trim().parse::<i32>().ok()).unwrap_or(-1);
@@ -484,6 +504,33 @@ fn record_lookup_rebuilds_only_its_own_member() {
     m.unmount_clean();
     assert_eq!(rebuilt, picked.len() as u64, "looking up {} records rebuilt {rebuilt} members: neighbours were rebuilt too", picked.len());
     assert!(num(&reads, "member_deflate_us") > 100 && num(&reads, "member_gather_us") > 0, "rebuild times missing from the read counters: {reads}");
+}
+
+/// Files written through the mount wait for their ingest without holding a descriptor
+/// each: with the ingest held and the daemon's open files limited to 256, a copy of 600
+/// files in succeeds (it failed with EMFILE past about 240), and once the ingest goes on
+/// every file is stored exact.
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the hold exists in debug builds only")]
+fn files_waiting_for_their_ingest_hold_no_descriptor() {
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let gate = tmp.path().join("gate");
+    fs::write(&gate, b"").unwrap();
+    let hold = format!("ingest:{}", s(&gate));
+    let m = Mounted::with_limit(&store, &tmp.path().join("mnt"), &[], &[("WARCFS_HOLD", &hold)], Some(256));
+    fs::create_dir(m.path("d")).unwrap();
+    let body = |i: usize| format!("file {i}\n").repeat(1 + i % 7).into_bytes();
+    let failed: Vec<String> = (0..600).filter_map(|i| fs::write(m.path(&format!("d/f{i}")), body(i)).err().map(|e| format!("f{i}: {e}"))).collect();
+    assert!(failed.is_empty(), "{} of 600 writes failed, the first: {:?}", failed.len(), failed.first());
+    // Still staged (the ingest is held), and readable from staging.
+    assert_eq!(fs::read(m.path("d/f599")).unwrap(), body(599));
+    fs::remove_file(&gate).unwrap();
+    wait_ingested(&store);
+    for i in 0..600 {
+        assert_eq!(fs::read(m.path(&format!("d/f{i}"))).unwrap(), body(i), "f{i}");
+    }
+    m.unmount_clean();
 }
 
 /// Building `/.warcfs/index.cdxj` (seconds on a large store) holds no FUSE thread: with a

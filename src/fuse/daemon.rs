@@ -252,12 +252,9 @@ fn forget(notifier: &fuser::Notifier, followed: crate::store::Followed) {
     }
 }
 
-/// Raises the soft limit on open files to the hard one, as a file server should: each staged
-/// file (written, not yet ingested) holds a descriptor until its ingest, and a mount after a
-/// crash opens every one left. At the usual soft limit of 1,024 a few hundred of them, after
-/// the pack cache's share, made the mount fail (EMFILE); at the hard limit (524,288 under
-/// systemd) it takes that many. (Staged files keep their descriptors: a bound of their own
-/// is not built.)
+/// Raises the soft limit on open files to the hard one, as a file server should: every file
+/// open through the mount holds a staging descriptor (files waiting for their ingest let
+/// theirs go: `Staged::file`), besides the pack cache's share.
 fn raise_open_file_limit() {
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit and setrlimit read and write the struct we pass.

@@ -91,8 +91,15 @@ impl WarcFs {
         }
         let inner = &self.inner;
         let ino = ino.0;
-        let staged = inner.staged.locked().get(&ino).map(|s| (s.file.clone(), s.size));
+        let staged = match inner.staged_open(ino) {
+            Ok(map) => map.get(&ino).map(|s| (s.file(), s.size)),
+            Err(e) => return reply.error(e),
+        };
         if let Some((file, len)) = staged {
+            let file = match file {
+                Ok(f) => f,
+                Err(e) => return reply.error(e),
+            };
             let n = (len.saturating_sub(offset)).min(size as u64) as usize;
             return with_reply_buffer(n, |buf| {
                 let mut done = 0;
@@ -205,10 +212,14 @@ impl WarcFs {
                 Err(e) => return reply.error(e),
             };
             let Some(s) = map.get_mut(&ino) else { return reply.error(Errno::EIO) };
+            let file = match s.file() {
+                Ok(f) => f,
+                Err(e) => return reply.error(e),
+            };
             s.gen += 1;
             s.dirty = true;
             s.busy += 1;
-            s.file.clone()
+            file
         };
         // The bytes go in without the staged map locked: a write may wait long for the page
         // cache (dirty throttling), and every other file's requests need the map.
@@ -280,6 +291,8 @@ impl WarcFs {
                 self.queue(ino);
             }
         }
+        // Waiting for its ingest, a staged file holds no descriptor.
+        inner.let_go_if_idle(ino);
         // (Another node's orphan, on a shared store, is that node's to drop.)
         if last_open && inner.store.owns(ino) && inner.store.inode(ino).ok().flatten().is_some_and(|i| i.nlink == 0) {
             inner.discard_staged(ino);

@@ -301,11 +301,13 @@ impl WarcFs {
         }
         for ino in staged {
             let path = inner.staging_path(ino);
-            match OpenOptions::new().read(true).write(true).open(&path) {
-                Ok(file) => {
-                    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+            // Opened to see that it can be, then let go until it is wanted: hundreds of
+            // recovered files must not hold a descriptor each while they wait for their ingest.
+            match OpenOptions::new().read(true).write(true).open(&path).and_then(|f| f.metadata()) {
+                Ok(md) => {
+                    let size = md.len();
                     log::info!("recovering staged inode {ino} ({size} bytes)");
-                    inner.staged.locked().insert(ino, Staged::new(file, size, 0));
+                    inner.staged.locked().insert(ino, Staged::new(None, size, 0));
                     inner.store.ingests().queued.fetch_add(1, Ordering::Relaxed);
                     let _ = tx.send(ino);
                 }

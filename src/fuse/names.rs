@@ -119,7 +119,7 @@ impl WarcFs {
             Err(e) => return reply.error(io_errno(&e)),
         };
         let write = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
-        inner.staged.locked().insert(ino, Staged::new(file, 0, u32::from(write)));
+        inner.staged.locked().insert(ino, Staged::new(Some(file), 0, u32::from(write)));
         let fh = self.register(ino, write, None, false, None);
         reply.created(&TTL, &inner.attr(ino, &inode), Generation(0), FileHandle(fh), FopenFlags::empty());
     }

@@ -8,7 +8,11 @@ use super::*;
 
 /// A file whose current bytes live in the staging area.
 pub(super) struct Staged {
-    pub(super) file: Arc<File>,
+    /// Its staging file, open while something uses it. Let go once the file is idle (no
+    /// writer, nothing unsynced: `let_go_if_idle`) and opened again when wanted
+    /// (`staged_open`, `settled_open`): files waiting for their ingest hold no descriptor (a
+    /// copy of many files into the mount, faster than they are stored, ran out of them).
+    pub(super) file: Option<Arc<File>>,
     pub(super) size: u64,
     /// Bumped by every change, so an ingest of older bytes is never committed.
     pub(super) gen: u64,
@@ -39,8 +43,14 @@ pub(super) struct Staged {
 }
 
 impl Staged {
-    pub(super) fn new(file: File, size: u64, writers: u32) -> Staged {
-        Staged { file: Arc::new(file), size, gen: 0, writers, dirty: false, sync_failed: false, syncing: Arc::default(), busy: 0, committing: false, attr_updates: 0, written_at: None }
+    pub(super) fn new(file: Option<File>, size: u64, writers: u32) -> Staged {
+        Staged { file: file.map(Arc::new), size, gen: 0, writers, dirty: false, sync_failed: false, syncing: Arc::default(), busy: 0, committing: false, attr_updates: 0, written_at: None }
+    }
+
+    /// Its open staging file: the map was locked by `staged_open` or `settled_open`, which
+    /// open it if need be.
+    pub(super) fn file(&self) -> Result<Arc<File>, Errno> {
+        self.file.clone().ok_or(Errno::EIO)
     }
 }
 
@@ -57,6 +67,49 @@ impl Inner {
             map = self.staged.locked();
         }
         map
+    }
+
+    /// The staged map, locked, with the staging file of `ino` open if it is staged.
+    pub(super) fn staged_open(&self, ino: u64) -> Result<MutexGuard<'_, HashMap<u64, Staged>>, Errno> {
+        self.with_open(ino, || self.staged.locked())
+    }
+
+    /// `settled`, with the staging file of `ino` open if it is staged.
+    pub(super) fn settled_open(&self, ino: u64) -> Result<MutexGuard<'_, HashMap<u64, Staged>>, Errno> {
+        self.with_open(ino, || self.settled(ino))
+    }
+
+    /// The map as `lock` locks it, with the staging file of `ino` open if it is staged: one
+    /// let go (`let_go_if_idle`) is opened again without the map locked.
+    fn with_open<'a>(&'a self, ino: u64, lock: impl Fn() -> MutexGuard<'a, HashMap<u64, Staged>>) -> Result<MutexGuard<'a, HashMap<u64, Staged>>, Errno> {
+        let map = lock();
+        if map.get(&ino).is_none_or(|s| s.file.is_some()) {
+            return Ok(map);
+        }
+        drop(map);
+        let opened = OpenOptions::new().read(true).write(true).open(self.staging_path(ino));
+        let mut map = lock();
+        if let Some(s) = map.get_mut(&ino).filter(|s| s.file.is_none()) {
+            match opened {
+                Ok(f) => s.file = Some(Arc::new(f)),
+                Err(e) => {
+                    log::error!("staged inode {ino}: its staging file cannot be opened: {e}");
+                    return Err(io_errno(&e));
+                }
+            }
+        }
+        Ok(map)
+    }
+
+    /// Lets go of the staging file of `ino` if nothing uses it: no writer, no write, sync,
+    /// commit or attribute update in flight, nothing unsynced. (A reader or an ingest that
+    /// holds it keeps its own reference.)
+    pub(super) fn let_go_if_idle(&self, ino: u64) {
+        if let Some(s) = self.staged.locked().get_mut(&ino) {
+            if s.writers == 0 && s.busy == 0 && !s.dirty && !s.committing && s.attr_updates == 0 && Arc::strong_count(&s.syncing) == 1 {
+                s.file = None;
+            }
+        }
     }
 
     pub(super) fn staging_path(&self, ino: u64) -> PathBuf {
@@ -92,7 +145,7 @@ impl Inner {
             if !self.store.inode(ino).is_ok_and(|i| i.is_some()) {
                 return Err(Errno::ENOENT);
             }
-            map.insert(ino, Staged::new(file, size, 0));
+            map.insert(ino, Staged::new(Some(file), size, 0));
             // Handles opened before: their recipe is the one the ingest of this rewrite will
             // replace, and its pieces may stay in the store's cache, so reading it after the
             // commit would be the old bytes without an error. They read staging from now on,
@@ -111,10 +164,10 @@ impl Inner {
 
     /// The staged map, locked, if `ino` is in it (emptied first if `truncate`).
     pub(super) fn if_staged(&self, ino: u64, truncate: bool) -> Result<Option<MutexGuard<'_, HashMap<u64, Staged>>>, Errno> {
-        let mut map = self.settled(ino);
+        let mut map = self.settled_open(ino)?;
         let Some(s) = map.get_mut(&ino) else { return Ok(None) };
         if truncate && s.size != 0 {
-            s.file.set_len(0).map_err(|e| io_errno(&e))?;
+            s.file()?.set_len(0).map_err(|e| io_errno(&e))?;
             s.size = 0;
             s.gen += 1;
             s.dirty = true;
@@ -172,8 +225,11 @@ impl Inner {
             if !s.dirty {
                 return Ok(());
             }
+            // (Unsynced bytes came by a write, a truncate or a setattr, each through an open
+            // staging file, which is let go only once synced.)
+            let file = s.file()?;
             s.dirty = false;
-            (s.file.clone(), s.size, s.written_at)
+            (file, s.size, s.written_at)
         };
         if let Err(e) = crate::failpoint::io_error("persist_sync").and_then(|()| file.sync_data()) {
             log::error!("sync of staged inode {ino} failed: {e}; its fsyncs and closes get EIO until it is truncated, and the next mount recovers what reached the disk");
@@ -232,6 +288,18 @@ impl Inner {
                 Some(s) if s.writers == 0 => (s.file.clone(), s.gen),
                 _ => return Ok(()),
             }
+        };
+        // A file let go while it waited is opened for this ingest alone (without the map
+        // locked), and closed with it.
+        let path = self.staging_path(ino);
+        let file = match file {
+            Some(f) => f,
+            None => match File::open(&path) {
+                Ok(f) => Arc::new(f),
+                // Stored or removed meanwhile.
+                Err(_) if self.staged.locked().get(&ino).is_none_or(|s| s.gen != gen) => return Ok(()),
+                Err(err) => return Err(StoreError::Io { path, err }),
+            },
         };
         // Read a window at a time (see `Source for File`); a racing change bumps `gen`, and
         // then this ingest is dropped.
