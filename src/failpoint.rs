@@ -68,15 +68,18 @@ pub(crate) fn corrupt(name: &str, buf: &mut [u8]) {
 }
 
 /// Waits while the file `WARCFS_HOLD=name:PATH` names exists, when `name` is this place
-/// (debug builds only): for a state that a test must look at before this process moves on
-/// (a file staged on one node, seen from another before its ingest commits it).
+/// (debug builds only; several places as `name:PATH,name:PATH`): for a state that a test
+/// must look at before this process moves on (a file staged on one node, seen from another
+/// before its ingest commits it).
 #[inline(always)]
 pub(crate) fn hold(name: &str) {
     #[cfg(debug_assertions)]
-    if let Some((n, path)) = std::env::var("WARCFS_HOLD").ok().as_deref().and_then(|s| s.split_once(':')) {
-        if n == name {
-            while std::path::Path::new(path).exists() {
-                std::thread::sleep(std::time::Duration::from_millis(50));
+    if let Ok(spec) = std::env::var("WARCFS_HOLD") {
+        for (n, path) in spec.split(',').filter_map(|s| s.split_once(':')) {
+            if n == name {
+                while std::path::Path::new(path).exists() {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
             }
         }
     }

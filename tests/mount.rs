@@ -90,6 +90,12 @@ fn wait_exit(pid: i32, timeout: Duration) -> Option<Exit> {
 }
 
 /// Whether `mnt` (canonical) is a mount point in this mount namespace.
+/// Drops the kernel's clean cached pages, so that the next read of a file goes to its
+/// filesystem.
+fn drop_caches() {
+    fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+}
+
 fn is_mounted(mnt: &Path) -> bool {
     let want = mnt.to_str().unwrap();
     fs::read_to_string("/proc/self/mountinfo").unwrap().lines().any(|l| l.split(' ').nth(4) == Some(want))
@@ -530,6 +536,56 @@ fn files_waiting_for_their_ingest_hold_no_descriptor() {
     for i in 0..600 {
         assert_eq!(fs::read(m.path(&format!("d/f{i}"))).unwrap(), body(i), "f{i}");
     }
+    m.unmount_clean();
+}
+
+/// A staging file let go while its file waited is opened again by path, outside the staged
+/// map's lock; if the file was stored and staged anew meanwhile, the path names another file.
+/// Held there (`staged_reopen`) while the file is stored and written again, a reader must not
+/// bring the old staging file back: it would have been read, synced and stored in place of
+/// the new bytes, which the writer's close had reported durable.
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the holds exist in debug builds only")]
+fn a_reopened_staging_file_is_the_current_one() {
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let (ingest, reopen) = (tmp.path().join("ingest"), tmp.path().join("reopen"));
+    fs::write(&ingest, b"").unwrap();
+    fs::write(&reopen, b"").unwrap();
+    let holds = format!("ingest:{},staged_reopen:{}", s(&ingest), s(&reopen));
+    let m = Mounted::with_env(&store, &tmp.path().join("mnt"), &[], &[("WARCFS_HOLD", &holds)]);
+    let (v1, v2) = (b"first bytes\n".repeat(100), b"second bytes, kept\n".repeat(100));
+    let path = m.path("f.warc");
+    fs::write(&path, &v1).unwrap();
+    // A reader of the staged file, past the page cache (O_DIRECT: no page of the file is
+    // locked while its request waits, which any open would wait for): it opens the staging
+    // file by path and is held before it takes it.
+    let reader = std::thread::spawn({
+        let path = path.clone();
+        move || {
+            use std::os::unix::fs::OpenOptionsExt;
+            let f = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(path)?;
+            let mut buf = vec![0u8; 64 << 10];
+            let n = f.read_at(&mut buf, 0)?;
+            buf.truncate(n);
+            io::Result::Ok(buf)
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!reader.is_finished(), "the reader is held at the reopen");
+    // Meanwhile the file is stored, then written again (staged anew, its ingest held).
+    fs::remove_file(&ingest).unwrap();
+    wait_ingested(&store);
+    fs::write(&ingest, b"").unwrap();
+    fs::write(&path, &v2).unwrap();
+    let want = v2.clone();
+    fs::remove_file(&reopen).unwrap();
+    let got = reader.join().unwrap().unwrap();
+    assert!(got == v1 || got == want, "the reader gets one version or the other");
+    fs::remove_file(&ingest).unwrap();
+    wait_ingested(&store);
+    drop_caches();
+    assert!(fs::read(&path).unwrap() == want, "the bytes written last are the ones stored");
     m.unmount_clean();
 }
 

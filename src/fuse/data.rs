@@ -104,7 +104,7 @@ impl WarcFs {
             return with_reply_buffer(n, |buf| {
                 let mut done = 0;
                 while done < n {
-                    match file.read_at(&mut buf[done..], offset + done as u64) {
+                    match file.read_at(&mut buf[done..n], offset + done as u64) {
                         Ok(0) => break,
                         Ok(k) => done += k,
                         Err(e) => return reply.error(io_errno(&e)),

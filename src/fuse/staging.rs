@@ -13,6 +13,9 @@ pub(super) struct Staged {
     /// (`staged_open`, `settled_open`): files waiting for their ingest hold no descriptor (a
     /// copy of many files into the mount, faster than they are stored, ran out of them).
     pub(super) file: Option<Arc<File>>,
+    /// Which staging of the file this is (a file stored and staged again is another): a
+    /// descriptor opened by path is kept only by the staging it was opened for.
+    pub(super) id: u64,
     pub(super) size: u64,
     /// Bumped by every change, so an ingest of older bytes is never committed.
     pub(super) gen: u64,
@@ -44,7 +47,9 @@ pub(super) struct Staged {
 
 impl Staged {
     pub(super) fn new(file: Option<File>, size: u64, writers: u32) -> Staged {
-        Staged { file: file.map(Arc::new), size, gen: 0, writers, dirty: false, sync_failed: false, syncing: Arc::default(), busy: 0, committing: false, attr_updates: 0, written_at: None }
+        static STAGINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = STAGINGS.fetch_add(1, Ordering::Relaxed);
+        Staged { file: file.map(Arc::new), id, size, gen: 0, writers, dirty: false, sync_failed: false, syncing: Arc::default(), busy: 0, committing: false, attr_updates: 0, written_at: None }
     }
 
     /// Its open staging file: the map was locked by `staged_open` or `settled_open`, which
@@ -80,36 +85,46 @@ impl Inner {
     }
 
     /// The map as `lock` locks it, with the staging file of `ino` open if it is staged: one
-    /// let go (`let_go_if_idle`) is opened again without the map locked.
+    /// let go (`let_go_if_idle`) is opened again without the map locked, and kept only if the
+    /// file is still in the same staging (stored and staged anew meanwhile, the path names
+    /// another file). Descriptors are closed without the map locked.
     fn with_open<'a>(&'a self, ino: u64, lock: impl Fn() -> MutexGuard<'a, HashMap<u64, Staged>>) -> Result<MutexGuard<'a, HashMap<u64, Staged>>, Errno> {
-        let map = lock();
-        if map.get(&ino).is_none_or(|s| s.file.is_some()) {
-            return Ok(map);
-        }
-        drop(map);
-        let opened = OpenOptions::new().read(true).write(true).open(self.staging_path(ino));
-        let mut map = lock();
-        if let Some(s) = map.get_mut(&ino).filter(|s| s.file.is_none()) {
-            match opened {
-                Ok(f) => s.file = Some(Arc::new(f)),
-                Err(e) => {
-                    log::error!("staged inode {ino}: its staging file cannot be opened: {e}");
-                    return Err(io_errno(&e));
+        loop {
+            let map = lock();
+            let id = match map.get(&ino) {
+                Some(s) if s.file.is_none() => s.id,
+                _ => return Ok(map),
+            };
+            drop(map);
+            let opened = OpenOptions::new().read(true).write(true).open(self.staging_path(ino));
+            crate::failpoint::hold("staged_reopen");
+            let mut map = lock();
+            match (map.get_mut(&ino).filter(|s| s.id == id && s.file.is_none()), opened) {
+                (Some(s), Ok(f)) => {
+                    s.file = Some(Arc::new(f));
+                    return Ok(map);
+                }
+                (Some(_), Err(e)) => {
+                    drop(map);
+                    quiet::io_error("staging", e.raw_os_error(), format!("staged inode {ino}: its staging file cannot be opened: {e}"));
+                    return Err(Errno::EIO);
+                }
+                // Opened by another, stored, or staged anew meanwhile: look again.
+                (_, spare) => {
+                    drop(map);
+                    drop(spare);
                 }
             }
         }
-        Ok(map)
     }
 
     /// Lets go of the staging file of `ino` if nothing uses it: no writer, no write, sync,
     /// commit or attribute update in flight, nothing unsynced. (A reader or an ingest that
-    /// holds it keeps its own reference.)
+    /// holds it keeps its own reference; the descriptor is closed without the map locked.)
     pub(super) fn let_go_if_idle(&self, ino: u64) {
-        if let Some(s) = self.staged.locked().get_mut(&ino) {
-            if s.writers == 0 && s.busy == 0 && !s.dirty && !s.committing && s.attr_updates == 0 && Arc::strong_count(&s.syncing) == 1 {
-                s.file = None;
-            }
-        }
+        let idle = |s: &&mut Staged| s.writers == 0 && s.busy == 0 && !s.dirty && !s.committing && s.attr_updates == 0 && Arc::strong_count(&s.syncing) == 1;
+        let let_go = self.staged.locked().get_mut(&ino).filter(idle).and_then(|s| s.file.take());
+        drop(let_go);
     }
 
     pub(super) fn staging_path(&self, ino: u64) -> PathBuf {

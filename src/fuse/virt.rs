@@ -82,7 +82,12 @@ impl Inner {
                 (ready, st.building)
             };
             for (_, w) in ready {
-                w(built.clone());
+                // A bug in one answer must not leave the others (and every later request for
+                // the index) waiting: `building` is already as it should be.
+                let r = built.clone();
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || w(r))).is_err() {
+                    log::error!("answering a request for /.warcfs/index.cdxj: a bug (a panic, above)");
+                }
             }
             if !again {
                 return;

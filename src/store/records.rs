@@ -246,7 +246,32 @@ impl Store {
     pub fn cdxj_each(&self, root: &str, staged: StagedFiles, f: &mut dyn FnMut(String) -> std::io::Result<()>) -> Result<()> {
         let ino = self.resolve(root)?;
         let inode = self.inode(ino)?.ok_or_else(|| super::StoreError::NotFound(root.to_string()))?;
-        let mut files: Vec<(String, Inode)> = Vec::new();
+        // Each file is indexed as the walk meets it: a store of millions of files is not
+        // listed whole first (the mount's daemon builds `/.warcfs/index.cdxj` this way).
+        let mut index_file = |name: &str, inode: &Inode| -> Result<()> {
+            let indexed = [".warc", ".warc.gz"].iter().any(|ext| name.ends_with(ext));
+            if indexed && inode.staged {
+                // Its recipe is older than its bytes: an index of it would be wrong.
+                return match staged {
+                    StagedFiles::Refuse => Err(super::StoreError::Staged(name.to_string())),
+                    StagedFiles::Skip => Ok(()),
+                };
+            }
+            let Some(head) = inode.recipe.as_ref().filter(|_| indexed) else { return Ok(()) };
+            self.each_warc_record(head, &mut |r| {
+                // Header chunks suffice, unless the record names no payload digest (DNS and
+                // metadata records, mostly small): then the digest is computed from its block.
+                let line = if r.indexable_from_headers() {
+                    cdx::cdxj_line(&r.warc_header, r.http_header.as_deref(), r.offset, r.length, name)
+                } else {
+                    self.record_line(head, &r, name)?
+                };
+                if let Some(line) = line {
+                    f(line).map_err(|err| super::StoreError::Io { path: "<index>".into(), err })?;
+                }
+                Ok(())
+            })
+        };
         if inode.kind == InodeKind::Dir {
             let mut stack = vec![(ino, String::new())];
             while let Some((dir, prefix)) = stack.pop() {
@@ -254,38 +279,14 @@ impl Store {
                     let name = format!("{prefix}{}", String::from_utf8_lossy(&e.name));
                     match e.inode.kind {
                         InodeKind::Dir => stack.push((e.ino, format!("{name}/"))),
-                        InodeKind::File => files.push((name, e.inode)),
+                        InodeKind::File => index_file(&name, &e.inode)?,
                         _ => {}
                     }
                 }
             }
         } else {
             let name = super::components(root)?.last().map(|c| c.to_string()).unwrap_or_default();
-            files.push((name, inode));
-        }
-        for (name, inode) in files {
-            let indexed = [".warc", ".warc.gz"].iter().any(|ext| name.ends_with(ext));
-            if indexed && inode.staged {
-                // Its recipe is older than its bytes: an index of it would be wrong.
-                match staged {
-                    StagedFiles::Refuse => return Err(super::StoreError::Staged(name)),
-                    StagedFiles::Skip => continue,
-                }
-            }
-            let Some(head) = inode.recipe.as_ref().filter(|_| indexed) else { continue };
-            self.each_warc_record(head, &mut |r| {
-                // Header chunks suffice, unless the record names no payload digest (DNS and
-                // metadata records, mostly small): then the digest is computed from its block.
-                let line = if r.indexable_from_headers() {
-                    cdx::cdxj_line(&r.warc_header, r.http_header.as_deref(), r.offset, r.length, &name)
-                } else {
-                    self.record_line(head, &r, &name)?
-                };
-                if let Some(line) = line {
-                    f(line).map_err(|err| super::StoreError::Io { path: "<index>".into(), err })?;
-                }
-                Ok(())
-            })?;
+            index_file(&name, &inode)?;
         }
         Ok(())
     }
