@@ -195,7 +195,7 @@ impl Store {
         let start = r.offset.saturating_add(hlen as u64);
         let clen = stated.min(head.size.saturating_sub(start));
         let mut block_head = vec![0u8; clen.min(BLOCK_HEAD as u64) as usize];
-        let n = self.read_full(head, start, &mut block_head)?;
+        let n = self.read_at(head, start, &mut block_head)?;
         block_head.truncate(n);
         let mut failed = None;
         let mut digest_from = |from: usize| {
@@ -206,7 +206,7 @@ impl Store {
             let mut buf = vec![0u8; BLOCK_HEAD.min((end.saturating_sub(at)) as usize)];
             while at < end {
                 let want = buf.len().min((end - at) as usize);
-                match self.read_full(head, at, &mut buf[..want]) {
+                match self.read_at(head, at, &mut buf[..want]) {
                     Ok(0) => break,
                     Ok(n) => {
                         h.update(&buf[..n]);
@@ -225,18 +225,6 @@ impl Store {
             Some(e) => Err(e),
             None => Ok(line),
         }
-    }
-
-    /// `read_at` until `buf` is full or the file ends; how much it read.
-    fn read_full(&self, head: &RecipeHead, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let mut done = 0;
-        while done < buf.len() {
-            match self.read_at(head, offset + done as u64, &mut buf[done..])? {
-                0 => break,
-                n => done += n,
-            }
-        }
-        Ok(done)
     }
 
     /// The CDXJ lines (unsorted) of every WARC under `root`, a directory or one file, a
