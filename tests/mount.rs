@@ -521,9 +521,9 @@ fn record_lookup_rebuilds_only_its_own_member() {
 fn files_waiting_for_their_ingest_hold_no_descriptor() {
     let tmp = TempDir::new().unwrap();
     let store = tmp.path().join("store");
-    let gate = tmp.path().join("gate");
-    fs::write(&gate, b"").unwrap();
-    let hold = format!("ingest:{}", s(&gate));
+    let gate = Gate(tmp.path().join("gate"));
+    gate.close();
+    let hold = gate.hold("ingest");
     let m = Mounted::with_limit(&store, &tmp.path().join("mnt"), &[], &[("WARCFS_HOLD", &hold)], Some(256));
     fs::create_dir(m.path("d")).unwrap();
     let body = |i: usize| format!("file {i}\n").repeat(1 + i % 7).into_bytes();
@@ -531,7 +531,7 @@ fn files_waiting_for_their_ingest_hold_no_descriptor() {
     assert!(failed.is_empty(), "{} of 600 writes failed, the first: {:?}", failed.len(), failed.first());
     // Still staged (the ingest is held), and readable from staging.
     assert_eq!(fs::read(m.path("d/f599")).unwrap(), body(599));
-    fs::remove_file(&gate).unwrap();
+    gate.open();
     wait_ingested(&store);
     for i in 0..600 {
         assert_eq!(fs::read(m.path(&format!("d/f{i}"))).unwrap(), body(i), "f{i}");
@@ -549,10 +549,10 @@ fn files_waiting_for_their_ingest_hold_no_descriptor() {
 fn a_reopened_staging_file_is_the_current_one() {
     let tmp = TempDir::new().unwrap();
     let store = tmp.path().join("store");
-    let (ingest, reopen) = (tmp.path().join("ingest"), tmp.path().join("reopen"));
-    fs::write(&ingest, b"").unwrap();
-    fs::write(&reopen, b"").unwrap();
-    let holds = format!("ingest:{},staged_reopen:{}", s(&ingest), s(&reopen));
+    let (ingest, reopen) = (Gate(tmp.path().join("ingest")), Gate(tmp.path().join("reopen")));
+    ingest.close();
+    reopen.close();
+    let holds = format!("{},{}", ingest.hold("ingest"), reopen.hold("staged_reopen"));
     let m = Mounted::with_env(&store, &tmp.path().join("mnt"), &[], &[("WARCFS_HOLD", &holds)]);
     let (v1, v2) = (b"first bytes\n".repeat(100), b"second bytes, kept\n".repeat(100));
     let path = m.path("f.warc");
@@ -574,15 +574,15 @@ fn a_reopened_staging_file_is_the_current_one() {
     std::thread::sleep(Duration::from_millis(500));
     assert!(!reader.is_finished(), "the reader is held at the reopen");
     // Meanwhile the file is stored, then written again (staged anew, its ingest held).
-    fs::remove_file(&ingest).unwrap();
+    ingest.open();
     wait_ingested(&store);
-    fs::write(&ingest, b"").unwrap();
+    ingest.close();
     fs::write(&path, &v2).unwrap();
     let want = v2.clone();
-    fs::remove_file(&reopen).unwrap();
+    reopen.open();
     let got = reader.join().unwrap().unwrap();
     assert!(got == v1 || got == want, "the reader gets one version or the other");
-    fs::remove_file(&ingest).unwrap();
+    ingest.open();
     wait_ingested(&store);
     drop_caches();
     assert!(fs::read(&path).unwrap() == want, "the bytes written last are the ones stored");
@@ -601,8 +601,8 @@ fn a_build_of_the_index_file_holds_no_request_thread() {
     let store = tmp.path().join("store");
     let real = real_corpus();
     ok(&["import", &s(&store), &s(&real.join("iipc-jwarc/cc.warc.gz"))]);
-    let gate = tmp.path().join("gate");
-    let hold = format!("index_build:{}", s(&gate));
+    let gate = Gate(tmp.path().join("gate"));
+    let hold = gate.hold("index_build");
     let m = Mounted::with_env(&store, &tmp.path().join("mnt"), &[], &[("WARCFS_HOLD", &hold)]);
     let index = m.path(".warcfs/index.cdxj");
     // Handles on the index, so that each fstat below is a request of its own (stats by
@@ -613,7 +613,7 @@ fn a_build_of_the_index_file_holds_no_request_thread() {
     fs::copy(real.join("N0taN3rd-node-warc/parseMe.warc.gz"), m.path("parseMe.warc.gz")).unwrap();
     wait_ingested(&store);
     std::thread::sleep(Duration::from_millis(1100));
-    fs::write(&gate, b"").unwrap();
+    gate.close();
     let waiting: Vec<_> = handles.into_iter().map(|f| std::thread::spawn(move || f.metadata().map(|md| md.len()))).collect();
     std::thread::sleep(Duration::from_millis(500));
     assert!(waiting.iter().all(|t| !t.is_finished()), "the requests wait for the held build");
@@ -624,7 +624,7 @@ fn a_build_of_the_index_file_holds_no_request_thread() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let done = read.is_finished();
-    fs::remove_file(&gate).unwrap();
+    gate.open();
     assert!(done, "a stored file must read while the index is being built");
     assert_eq!(read.join().unwrap().unwrap(), fs::read(real.join("iipc-jwarc/cc.warc.gz")).unwrap());
     for t in waiting {
@@ -1644,7 +1644,7 @@ fn a_reader_of_a_rewritten_file_reads_the_new_content() {
         close_checked(writer).unwrap();
         wait_ingested(&store);
         // Not from the kernel's cache (the writer's pages are there): from the daemon.
-        fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+        drop_caches();
         let mut got = vec![0u8; old.len().max(new.len()) + 1];
         let mut n = 0;
         while n < got.len() {

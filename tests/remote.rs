@@ -759,25 +759,6 @@ fn mount_held(c: &Cluster, store: &Path, mnt: &Path, gate: &Path) -> MountGuard 
     MountGuard { mnt: mnt.to_path_buf(), store: store.to_path_buf() }
 }
 
-/// While its file exists, a daemon started with `WARCFS_HOLD=ingest:FILE` ingests nothing.
-struct Gate(PathBuf);
-
-impl Gate {
-    fn close(&self) {
-        fs::write(&self.0, b"").unwrap();
-    }
-
-    fn open(&self) {
-        let _ = fs::remove_file(&self.0);
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        self.open();
-    }
-}
-
 fn ls_with(c: &Cluster, store: &Path, dir: &str) -> Vec<(String, u64)> {
     parse_ls(&c.ok(&["ls", &s(store), dir]).out()).into_iter().map(|(name, e)| (name, e.size)).collect()
 }

@@ -437,3 +437,29 @@ pub fn store_with_sample(tmp: &Path, sample: &str) -> (PathBuf, PathBuf) {
     ok(&["import", &s(&store), &s(&src)]);
     (store, src)
 }
+
+/// While its file exists, a daemon started with `WARCFS_HOLD=place:FILE` waits at that place
+/// (debug builds): a test closes it, looks at the state there, and opens it again. Opened
+/// when dropped, so a failing test does not leave a daemon waiting.
+pub struct Gate(pub PathBuf);
+
+impl Gate {
+    pub fn close(&self) {
+        fs::write(&self.0, b"").unwrap();
+    }
+
+    pub fn open(&self) {
+        let _ = fs::remove_file(&self.0);
+    }
+
+    /// `WARCFS_HOLD`'s entry for holding `place` at this gate.
+    pub fn hold(&self, place: &str) -> String {
+        format!("{place}:{}", s(&self.0))
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.open();
+    }
+}
