@@ -17,10 +17,16 @@ use crate::recipe::RefDelta;
 
 /// Compressed chunks are kept only if they save at least 3 %.
 const MIN_SAVING_PERCENT: usize = 3;
-/// Chunks, and recipe pieces on a store gc settles (`settle` recompresses both at its level):
-/// recipe pieces at level 9 here took 5 % of an import's CPU, and settled the store after gc
-/// is the same size.
-const ZSTD_LEVEL: i32 = 3;
+/// Chunks, and recipe pieces, on a store gc settles (`settle` recompresses both at its
+/// level, so what ingest writes stays only until the next gc). On the crawl corpus level 1
+/// instead of 3 took 5 % less of an import's CPU (zstd's share of it from 13 % to 7 %) for a
+/// store 3 % larger before gc and the same after (docs/BENCHMARKS.md); negative levels
+/// gained no more that the runs could tell, for 14-23 % more before gc. Recipe pieces at
+/// level 9 here took 5 % of an import's CPU for the same store after gc.
+pub(super) const ZSTD_LEVEL: i32 = 1;
+/// Chunks on a store several nodes write, which gc does not settle: what ingest writes is
+/// what stays.
+pub(super) const UNSETTLED_ZSTD_LEVEL: i32 = 3;
 /// The level for bytes kept for years: gc settles chunks at it (`settle::LEVEL`), and ingest
 /// writes recipe pieces at it on a store several nodes write, which gc does not settle
 /// (small, bytes per file rather than per payload, and much smaller with the effort).
@@ -346,7 +352,11 @@ impl Store {
                     let (i, dict) = new[n];
                     let (data, kind) = items[i];
                     let with_dict = dict.and_then(|d| dicts.shared(d)).and_then(|shared| shared.compress(z.for_dictionary()?, data)).map(|z| (Codec::ZstdDict, z));
-                    let level = level.unwrap_or(if kind == ChunkKind::Recipe && shared { ARCHIVAL_ZSTD_LEVEL } else { ZSTD_LEVEL });
+                    let level = level.unwrap_or(match (kind, shared) {
+                        (ChunkKind::Recipe, true) => ARCHIVAL_ZSTD_LEVEL,
+                        (_, true) => UNSETTLED_ZSTD_LEVEL,
+                        (_, false) => ZSTD_LEVEL,
+                    });
                     with_dict.or_else(|| z.at(level)?.compress(data).ok().map(|z| (Codec::Zstd, z)))
                 };
                 let init = Compressors::default;

@@ -31,11 +31,12 @@ const SAMPLE_MAX: usize = 32 << 10;
 const DICT_SIZE: usize = 112 << 10;
 /// Raw bytes compressed with one dictionary before the writer samples for the next.
 const RENEW_AFTER: u64 = 4 << 30;
-const LEVEL: i32 = 3;
 
 /// The writer's dictionaries: samples, the one being committed, the one in use.
 pub(super) struct Dicts {
     enabled: bool,
+    /// The zstd level chunks are compressed at with a dictionary (the store's ingest level).
+    level: i32,
     samples: Vec<u8>,
     sizes: Vec<usize>,
     /// Trained and stored by the ingest in progress, which compresses with it; in use for
@@ -56,16 +57,17 @@ struct Active {
 
 impl Active {
     /// None if zstd cannot prepare the bytes (a damaged dictionary).
-    fn new(digest: Digest, bytes: &[u8]) -> Option<Active> {
-        let cdict = zstd::zstd_safe::CDict::try_create(bytes, LEVEL)?;
+    fn new(digest: Digest, bytes: &[u8], level: i32) -> Option<Active> {
+        let cdict = zstd::zstd_safe::CDict::try_create(bytes, level)?;
         Some(Active { digest, cdict, compressed: 0 })
     }
 }
 
 impl Dicts {
-    /// `enabled`: the store's format has dictionaries (5 on) and compresses chunks.
-    pub fn new(enabled: bool) -> Dicts {
-        Dicts { enabled, samples: Vec::new(), sizes: Vec::new(), candidate: None, awaiting: None, active: None }
+    /// `enabled`: the store's format has dictionaries (5 on) and compresses chunks, at zstd
+    /// `level`.
+    pub fn new(enabled: bool, level: i32) -> Dicts {
+        Dicts { enabled, level, samples: Vec::new(), sizes: Vec::new(), candidate: None, awaiting: None, active: None }
     }
 
     fn wanted(&self) -> bool {
@@ -107,7 +109,7 @@ impl Dicts {
     /// Notes the dictionary just stored (`digest`) by the ingest in progress, which
     /// compresses with it from now on.
     pub fn stored(&mut self, digest: Digest, bytes: &[u8]) {
-        self.candidate = if self.enabled { Active::new(digest, bytes) } else { None };
+        self.candidate = if self.enabled { Active::new(digest, bytes, self.level) } else { None };
     }
 
     /// A new ingest begins: the dictionary the last one stored is used no more until that
@@ -132,7 +134,7 @@ impl Dicts {
         if !self.enabled {
             return true;
         }
-        self.active = Active::new(digest, bytes);
+        self.active = Active::new(digest, bytes, self.level);
         self.active.is_some()
     }
 
@@ -230,13 +232,15 @@ impl<'a> Shared<'a> {
 mod tests {
     use super::*;
 
+    const TEST_LEVEL: i32 = 3;
+
     fn page(i: usize) -> Vec<u8> {
         format!("<html><head><title>Page {i}</title><link rel=stylesheet href=/site.css></head><body><nav><a href=/>Home</a> <a href=/about>About</a></nav><p>Item {} costs {} and ships in {} days.</p></body></html>", i * 7919 % 1000, i % 97, i % 13).into_bytes()
     }
 
     #[test]
     fn trains_once_enough_is_sampled_and_compresses_only_once_active() {
-        let mut d = Dicts::new(true);
+        let mut d = Dicts::new(true, TEST_LEVEL);
         let mut i = 0;
         while d.train().is_none() {
             assert!(d.compress(&page(i)).is_none(), "no dictionary before one is committed");
@@ -261,7 +265,7 @@ mod tests {
     fn a_dictionary_frame_names_its_dictionary_and_decodes_back() {
         let samples: Vec<Vec<u8>> = (0..2000).map(page).collect();
         let bytes = zstd::dict::from_samples(&samples, 16 << 10).unwrap();
-        let mut d = Dicts::new(true);
+        let mut d = Dicts::new(true, TEST_LEVEL);
         d.stored([9; 32], &bytes);
         d.activate(&[8; 32]);
         assert_eq!(d.forget_candidate(), None);
@@ -274,7 +278,7 @@ mod tests {
         let p = page(5000);
         let z = d.compress(&p).unwrap();
         assert_eq!(crate::pack::dict_of(&z), Some([9; 32]));
-        let plain = zstd::bulk::compress(&p, LEVEL).unwrap();
+        let plain = zstd::bulk::compress(&p, TEST_LEVEL).unwrap();
         assert!(z.len() - 32 < plain.len(), "the dictionary helps: {} vs {}", z.len() - 32, plain.len());
         let dict = crate::pack::prepare_dictionary(&bytes).unwrap();
         let back = crate::pack::decode_stored(crate::pack::Codec::ZstdDict as u8, &z, p.len() as u32, Some(&dict)).unwrap();
@@ -286,7 +290,7 @@ mod tests {
     fn other_threads_compress_as_the_writer_does() {
         let samples: Vec<Vec<u8>> = (0..2000).map(page).collect();
         let bytes = zstd::dict::from_samples(&samples, 16 << 10).unwrap();
-        let mut d = Dicts::new(true);
+        let mut d = Dicts::new(true, TEST_LEVEL);
         assert_eq!(d.in_use(), None);
         d.stored([5; 32], &bytes);
         assert_eq!(d.in_use(), Some(InUse::Candidate));
@@ -301,7 +305,7 @@ mod tests {
 
     #[test]
     fn disabled_never_samples() {
-        let mut d = Dicts::new(false);
+        let mut d = Dicts::new(false, TEST_LEVEL);
         for i in 0..100_000 {
             d.sample(&page(i));
         }

@@ -446,7 +446,8 @@ impl Store {
             }
         };
         let follower = opts.follower && config.backend.is_some();
-        let dicts = dict::Dicts::new(!follower && config.version >= DICT_FORMAT_VERSION && config.compression == Compression::Zstd);
+        let level = if several_writers(config.version) { chunks::UNSETTLED_ZSTD_LEVEL } else { chunks::ZSTD_LEVEL };
+        let dicts = dict::Dicts::new(!follower && config.version >= DICT_FORMAT_VERSION && config.compression == Compression::Zstd, level);
         let index = std::sync::Arc::new(index);
         packs.set_dict_locator(dict_locator(&index));
         let store = Store {
@@ -532,7 +533,7 @@ impl Store {
             index,
             packs,
             cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
-            writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, dicts: dict::Dicts::new(false) }),
+            writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, dicts: dict::Dicts::new(false, chunks::ZSTD_LEVEL) }),
             journal: Mutex::new(journal::Journal { open: None, next_seq: 0, poisoned: false }),
             next_pack: 0.into(),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
