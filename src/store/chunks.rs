@@ -54,8 +54,26 @@ pub(super) struct Added {
     pub(super) dict: Option<ChunkKey>,
 }
 
-/// What `find_chunk` found: the chunk, or the seq a new copy takes (and whether others share
-/// its digest: a collision).
+/// Whether a chunk of kind `a` may stand for equal bytes of kind `b`. A chunk's
+/// kind is kept in its index entry and read from there: `records` finds a file's headers by
+/// their blocks' kind, a metadata log record's refcount is set to 0 when a checkpoint
+/// supersedes it, a dictionary is live for good. So equal bytes of another kind are another
+/// chunk, under the digest's next seq (as a collision's): a payload equal to a log record
+/// would otherwise be collected with it, a header block equal to a payload would not be found
+/// as headers. Payloads and unparsed bytes are one kind for this: content-defined chunks of
+/// bytes, alike at a payload's start, in its middle or outside any record.
+fn kinds_share(a: ChunkKind, b: ChunkKind) -> bool {
+    let data = |k: ChunkKind| matches!(k, ChunkKind::Raw | ChunkKind::Payload | ChunkKind::PayloadHead);
+    a == b || (data(a) && data(b))
+}
+
+/// `kinds_share` of a stored chunk and new bytes of kind `kind`.
+fn same_kind(stored: &ChunkEntry, kind: ChunkKind) -> bool {
+    kinds_share(ChunkKind::from_u8(stored.kind), kind)
+}
+
+/// What `find_chunk` found: the chunk, or the seq a new copy takes (and whether others of its
+/// kind share its digest: a collision).
 enum Lookup {
     Found(ChunkKey),
     New { seq: u32, collides: bool },
@@ -76,7 +94,8 @@ enum Batched {
     /// The same bytes as an earlier new chunk of the batch (by index).
     SameAs(usize),
     /// The digest of an earlier new chunk of the batch but other bytes (a collision, or a
-    /// verify mode that cannot tell): stored on its own once those before it are.
+    /// verify mode that cannot tell) or another kind: stored on its own once those before it
+    /// are.
     Later,
 }
 
@@ -149,15 +168,17 @@ impl Store {
     /// among the chunks this ingest appended (`pending`, not in the index yet) and those the
     /// index holds. Needs no writer, so that `store_chunks` asks it of a batch's chunks on
     /// two threads.
-    fn find_chunk(&self, pending: &[(ChunkKey, ChunkEntry)], data: &[u8], digest: Digest) -> Result<Lookup> {
+    fn find_chunk(&self, pending: &[(ChunkKey, ChunkEntry)], data: &[u8], digest: Digest, kind: ChunkKind) -> Result<Lookup> {
         let mut candidates: Vec<(ChunkKey, ChunkEntry)> = pending.to_vec();
         // A point lookup of seq 0 answers most misses from the bloom filter; only a hit (or
         // a collision chain) needs the range scan.
         let first = ChunkKey { digest, seq: 0 };
         if candidates.is_empty() {
             if let Some(e) = self.index.chunk(&first)? {
+                // (Without a verify, the first of the digest is taken if it is of the kind.)
+                let scan = self.config.verify != Verify::Off || !same_kind(&e, kind);
                 candidates.push((first, e));
-                if self.config.verify != Verify::Off {
+                if scan {
                     candidates = self.index.chunks_with_digest(&digest)?;
                 }
             }
@@ -168,7 +189,7 @@ impl Store {
                 }
             }
         }
-        for (key, entry) in &candidates {
+        for (key, entry) in candidates.iter().filter(|(_, e)| same_kind(e, kind)) {
             let same = match self.config.verify {
                 Verify::Off => true,
                 Verify::Size => entry.raw_len as usize == data.len(),
@@ -189,7 +210,7 @@ impl Store {
             }
         }
         let seq = candidates.iter().map(|(k, _)| k.seq + 1).max().unwrap_or(0);
-        Ok(Lookup::New { seq, collides: !candidates.is_empty() })
+        Ok(Lookup::New { seq, collides: candidates.iter().any(|(_, e)| same_kind(e, kind)) })
     }
 
     /// The chunk `data` is in the store (`Plan::Found`), or the key it takes as a new one
@@ -291,7 +312,7 @@ impl Store {
         let pending = &w.pending;
         let work = |_: &mut (), i: usize| {
             let digest = (self.digest)(items[i].0);
-            let found = (!pending.contains_key(&digest)).then(|| self.find_chunk(&[], items[i].0, digest));
+            let found = (!pending.contains_key(&digest)).then(|| self.find_chunk(&[], items[i].0, digest, items[i].1));
             (digest, found)
         };
         let (digests, mut found): (Vec<Digest>, Vec<Option<Result<Lookup>>>) = on_two_threads(items.len(), || (), work).into_iter().flatten().unzip();
@@ -302,17 +323,19 @@ impl Store {
         let mut first_new: HashMap<Digest, usize> = HashMap::new();
         for (i, (&(data, kind), &digest)) in items.iter().zip(&digests).enumerate() {
             if let Some(&j) = first_new.get(&digest) {
-                let same = match self.config.verify {
-                    Verify::Off => true,
-                    Verify::Size => items[j].0.len() == data.len(),
-                    Verify::Bytes => items[j].0 == data,
-                };
+                // Bytes of another kind wait too: they take the digest's next seq.
+                let same = kinds_share(items[j].1, kind)
+                    && match self.config.verify {
+                        Verify::Off => true,
+                        Verify::Size => items[j].0.len() == data.len(),
+                        Verify::Bytes => items[j].0 == data,
+                    };
                 plans.push(if same { Batched::SameAs(j) } else { Batched::Later });
                 continue;
             }
             let found = match (found[i].take(), w.pending.get(&digest)) {
                 (Some(found), None) => found?,
-                (_, pending) => self.find_chunk(pending.map_or(&[], |p| p.as_slice()), data, digest)?,
+                (_, pending) => self.find_chunk(pending.map_or(&[], |p| p.as_slice()), data, digest, kind)?,
             };
             let planned = match self.plan(w, data, kind, digest, found)? {
                 Plan::Found(key) => Batched::Found(key),

@@ -198,8 +198,7 @@ impl Store {
                     pack::MAX_STORED >> 20
                 )));
             }
-            // SHA-256 whatever the store's digest: a record's key must never meet a chunk's.
-            let key = ChunkKey { digest: crate::digest::sha256(&raw), seq: 0 };
+            let key = self.record_key(&raw)?;
             let dir = self.root.join("packs-tmp");
             if j.open.is_none() {
                 let id = self.alloc_pack_id();
@@ -230,6 +229,21 @@ impl Store {
             let entry = ChunkEntry { pack: open.id, offset: info.offset, stored_len: info.stored_len, raw_len: info.raw_len, codec: info.codec, kind: info.kind, refs: 1 };
             Ok((key, entry, seq))
         }
+    }
+
+    /// The key of a log record of bytes `raw`: their SHA-256 whatever the store's digest (tests
+    /// weaken that one so that chunks collide), at seq 0 unless a chunk holds that digest
+    /// already. Such a chunk (its bytes this very record's, sequence number and all: crafted)
+    /// keeps its key, and the record takes the digest's next seq, as bytes of another kind do
+    /// (`chunks::kinds_share`): superseding the record must never touch the chunk. (A chunk
+    /// of those bytes still waiting for its commit is not seen here.)
+    pub(super) fn record_key(&self, raw: &[u8]) -> Result<ChunkKey> {
+        let digest = crate::digest::sha256(raw);
+        let seq = match self.index.chunk(&ChunkKey { digest, seq: 0 })? {
+            None => 0,
+            Some(_) => self.index.chunks_with_digest(&digest)?.iter().map(|(k, _)| k.seq + 1).max().unwrap_or(1),
+        };
+        Ok(ChunkKey { digest, seq })
     }
 
     /// Writes a checkpoint of the namespace (under the namespace lock, so it is the state

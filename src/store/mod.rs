@@ -640,3 +640,5 @@ impl Drop for Store {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod kind_tests;

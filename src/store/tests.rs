@@ -19,11 +19,11 @@ fn open_config(dir: &Path, config: Config, digest: DigestFn) -> Store {
     Store::open_with(dir, &opts, digest).unwrap()
 }
 
-fn meta() -> FileMeta {
+pub(super) fn meta() -> FileMeta {
     FileMeta { mode: 0o644, mtime: Timestamp::now() }
 }
 
-fn read_all(s: &Store, name: &str) -> Vec<u8> {
+pub(super) fn read_all(s: &Store, name: &str) -> Vec<u8> {
     let ino = s.resolve(name).unwrap();
     let head = s.inode(ino).unwrap().unwrap().recipe.unwrap();
     let mut out = Vec::new();
