@@ -15,7 +15,7 @@ use std::thread;
 use super::chunks::{Added, Pending};
 use super::ready::{Proof, Ready};
 pub use super::ready::Presplit;
-use super::source::{each_window, io_err, split_window};
+use super::source::{each_window, io_err, plain_room, split_window_in, Spare};
 pub use super::source::{Source, Windows, WINDOWS};
 use super::{Result, Store, StoreError, Writer};
 use crate::digest::ChunkKey;
@@ -74,7 +74,7 @@ struct Proven<'a> {
 /// makes each window ready to store with how much of it it used (None if nothing: the
 /// window is read again, larger), while this thread `store`s the window before. The
 /// hand-over waits for `store`, so at most two windows are held at once.
-fn windows_ahead<'s, S, T, P, F>(src: &'s S, total: u64, win: Windows, mut prepare: P, mut store: F) -> Result<()>
+fn windows_ahead<'s, S, T, P, F>(src: &'s S, total: u64, win: Windows, spare: &Spare, mut prepare: P, mut store: F) -> Result<()>
 where
     S: Source + ?Sized + Sync,
     T: Send,
@@ -84,7 +84,7 @@ where
     let (tx, rx) = std::sync::mpsc::sync_channel::<Result<T>>(0);
     thread::scope(|s| {
         let ahead = s.spawn(move || {
-            let r = each_window(src, total, win, |offset, data, last| {
+            let r = each_window(src, total, win, spare, |offset, data, last| {
                 let Some((ready, used)) = prepare(offset, data, last) else { return Ok(0) };
                 if tx.send(Ok(ready)).is_err() {
                     // The ingest stopped on an error of its own.
@@ -154,18 +154,30 @@ impl Store {
         let mut rb = RecipeBuilder::new();
         let total = src.size().map_err(io_err)?;
         let win = Windows { bytes: win.bytes.max(1), max_bytes: win.max_bytes.max(win.bytes), plain: win.plain.max(1) };
+        // Each window's buffers go back here once it is stored, for the windows after it.
+        let spare = Spare::default();
+        let give = |data: Cow<'s, [u8]>| {
+            if let Cow::Owned(buf) = data {
+                spare.give(buf);
+            }
+        };
         if gzip::looks_gzip(&src.window(0, 3).map_err(io_err)?) {
             // Finding and inflating the members of a window, and proving their parses, on
             // threads of their own while this one stores the window before.
             let mut arc_mode = false;
             let longest = super::longest_parses(self.config.version);
             let prepare = |offset, data: Cow<'s, [u8]>, last| {
-                let sw = split.take_for(offset, &data).unwrap_or_else(|| split_window(&data, last, win));
+                let sw = split.take_for(offset, &data).unwrap_or_else(|| split_window_in(&data, last, win, spare.take(plain_room(data.len(), win))));
                 let ready = Ready::make(&data, sw, offset == 0, &mut arc_mode, longest);
                 let consumed = ready.sw.consumed;
                 (consumed > 0).then_some((Proven { data, ready }, consumed))
             };
-            windows_ahead(src, total, win, prepare, |p: Proven<'s>| self.ingest_members(w, &mut ctx, &mut rb, p))?;
+            windows_ahead(src, total, win, &spare, prepare, |mut p: Proven<'s>| {
+                let r = self.ingest_members(w, &mut ctx, &mut rb, &mut p);
+                give(p.data);
+                spare.give(p.ready.sw.plain);
+                r
+            })?;
         } else {
             // Segmenting a window on a thread of its own while this one stores the one before.
             let mut arc_mode = false;
@@ -173,9 +185,10 @@ impl Store {
                 let (seg, consumed) = warc::segment_window(&data, offset == 0, last, &mut arc_mode);
                 (consumed > 0).then_some(((data, seg, consumed), consumed))
             };
-            windows_ahead(src, total, win, prepare, |(data, seg, consumed)| {
+            windows_ahead(src, total, win, &spare, prepare, |(data, seg, consumed)| {
                 let exts = self.chunk_segments(w, &mut ctx, &data[..consumed], &seg)?;
                 rb.push_data(&exts.into_iter().map(|(_, s)| s).collect::<Vec<_>>());
+                give(data);
                 Ok(())
             })?;
         }
@@ -194,11 +207,11 @@ impl Store {
     }
 
     /// Stores one window of a gzip file, its members' parses proven.
-    fn ingest_members(&self, w: &mut Writer, ctx: &mut Ctx, rb: &mut RecipeBuilder, window: Proven<'_>) -> Result<()> {
-        let Proven { data, ready: Ready { sw, seg, mut parses } } = window;
+    fn ingest_members(&self, w: &mut Writer, ctx: &mut Ctx, rb: &mut RecipeBuilder, window: &mut Proven<'_>) -> Result<()> {
+        let Proven { data, ready: Ready { sw, seg, parses } } = window;
         let data = &data[..sw.consumed];
         let (plain, regions) = (&sw.plain[..], &sw.regions[..]);
-        let exts = self.chunk_segments(w, ctx, plain, &seg)?;
+        let exts = self.chunk_segments(w, ctx, plain, seg)?;
         // The shared parse tails, stored at once (their digests and compression on two
         // threads); those in the longest form (an optimal parser's) at its level.
         let mut tails_of = |longest: bool| -> Result<std::vec::IntoIter<ChunkKey>> {

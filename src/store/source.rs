@@ -18,6 +18,45 @@ pub trait Source {
     /// Up to `len` bytes at `offset` (fewer only at the end): borrowed when the source is
     /// in memory, read into a buffer of their own otherwise (which can go to another thread).
     fn window(&self, offset: u64, len: usize) -> std::io::Result<Cow<'_, [u8]>>;
+    /// `window`, read into `buf` (a buffer an earlier window was read into) if the bytes
+    /// need one.
+    fn window_in(&self, offset: u64, len: usize, buf: Vec<u8>) -> std::io::Result<Cow<'_, [u8]>> {
+        drop(buf);
+        self.window(offset, len)
+    }
+}
+
+/// Buffers an ingest is done with (the bytes of a window, their text), for its next windows:
+/// a fresh buffer of megabytes is fresh pages, each zeroed by the kernel as it is first
+/// touched. That was about 5 % of an import's CPU (docs/BENCHMARKS.md). At most `KEPT` of
+/// at most `MAX_KEPT` bytes each: two windows are in flight at once.
+#[derive(Default)]
+pub(super) struct Spare(std::sync::Mutex<Vec<Vec<u8>>>);
+
+impl Spare {
+    const KEPT: usize = 4;
+    const MAX_KEPT: usize = 64 << 20;
+
+    /// A buffer of at least `capacity` bytes if one is kept (its bytes as they were left,
+    /// so that a read over them need not zero them first), else a new, empty one.
+    pub(super) fn take(&self, capacity: usize) -> Vec<u8> {
+        use crate::LockExt;
+        let mut kept = self.0.locked();
+        match kept.iter().position(|b| b.capacity() >= capacity) {
+            Some(i) => kept.swap_remove(i),
+            None => Vec::new(),
+        }
+    }
+
+    pub(super) fn give(&self, buf: Vec<u8>) {
+        use crate::LockExt;
+        if buf.capacity() <= Self::MAX_KEPT {
+            let mut kept = self.0.locked();
+            if kept.len() < Self::KEPT {
+                kept.push(buf);
+            }
+        }
+    }
 }
 
 impl Source for [u8] {
@@ -39,8 +78,13 @@ impl Source for std::fs::File {
     }
 
     fn window(&self, offset: u64, len: usize) -> std::io::Result<Cow<'_, [u8]>> {
+        self.window_in(offset, len, Vec::new())
+    }
+
+    fn window_in(&self, offset: u64, len: usize, mut buf: Vec<u8>) -> std::io::Result<Cow<'_, [u8]>> {
         use std::os::unix::fs::FileExt;
-        let mut buf = vec![0u8; len];
+        // Zeroes only what the buffer did not hold before: the read overwrites the rest.
+        buf.resize(len, 0);
         let mut done = 0;
         while done < len {
             match self.read_at(&mut buf[done..], offset + done as u64) {
@@ -84,11 +128,20 @@ pub(super) struct SplitWindow {
 
 /// Finds and inflates the gzip members of one window.
 pub(super) fn split_window(data: &[u8], last: bool, win: Windows) -> SplitWindow {
-    // Room for the window's text at once: grown by doubling, the buffer was copied whole at
-    // every step (realloc within malloc's heaps), nearly twice the text a window. Bounded
-    // whatever the window asked for; a window with more text grows as before.
-    let room = data.len().saturating_mul(4).min(win.plain).min(MAX_MEMBER_PLAIN as usize);
-    let mut plain = Vec::with_capacity(room + (1 << 20));
+    split_window_in(data, last, win, Vec::new())
+}
+
+/// Room for the text of a window of `len` bytes at once: grown by doubling, the buffer was
+/// copied whole at every step (realloc within malloc's heaps), nearly twice the text a
+/// window. Bounded whatever the window asked for; a window with more text grows as before.
+pub(super) fn plain_room(len: usize, win: Windows) -> usize {
+    len.saturating_mul(4).min(win.plain).min(MAX_MEMBER_PLAIN as usize) + (1 << 20)
+}
+
+/// `split_window`, the text written into `plain` (a buffer an earlier window's text was in).
+pub(super) fn split_window_in(data: &[u8], last: bool, win: Windows, mut plain: Vec<u8>) -> SplitWindow {
+    plain.clear();
+    plain.reserve(plain_room(data.len(), win));
     let (regions, consumed) = gzip::split_window(data, last, win.plain.max(1), MAX_MEMBER_PLAIN as usize, &mut plain);
     SplitWindow { len: data.len(), regions, plain, consumed }
 }
@@ -101,14 +154,14 @@ pub(super) fn io_err(err: std::io::Error) -> StoreError {
 /// is to be taken as the last, and returns how much of it it used; the next window starts
 /// there. A window of which nothing could be used (its first member or record goes on past
 /// it) is read again, larger.
-pub(super) fn each_window<'s, S: Source + ?Sized>(src: &'s S, total: u64, win: Windows, mut take: impl FnMut(u64, Cow<'s, [u8]>, bool) -> Result<usize>) -> Result<()> {
+pub(super) fn each_window<'s, S: Source + ?Sized>(src: &'s S, total: u64, win: Windows, spare: &Spare, mut take: impl FnMut(u64, Cow<'s, [u8]>, bool) -> Result<usize>) -> Result<()> {
     let mut offset = 0u64;
     let mut want = win.bytes;
     while offset < total {
         // Never past the size taken at the start, even if the file grew since: the recipe
         // must describe exactly `total` bytes (a grown file is ingested again).
         let len = want.min((total - offset).min(usize::MAX as u64) as usize);
-        let data = src.window(offset, len).map_err(io_err)?;
+        let data = src.window_in(offset, len, spare.take(len)).map_err(io_err)?;
         if data.is_empty() {
             return Err(io_err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file got shorter during its ingest")));
         }
