@@ -1,5 +1,5 @@
 //! Locks that stay usable after a panic (the mount contains panics per request), and work
-//! shared out to a few scoped threads.
+//! shared out to the process's two pairs of worker threads.
 
 /// Locks that outlive a panic. A panic inside the mount is contained (its request gets EIO,
 /// see `fuse::guard`) and the mutexes it held must stay usable: std would poison them, and
@@ -20,45 +20,59 @@ pub(crate) fn wait_on<'a, T>(cv: &std::sync::Condvar, guard: std::sync::MutexGua
     cv.wait(guard).unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Runs `work` on each index of `order` on `threads` threads of scope `s`, each taking the
-/// next index as it comes free (so `order` decides what is left for the end) with state of
-/// its own from `init`. `join_each` gathers the results.
-pub(crate) fn spawn_each<'scope, 'env, S, T, I, W>(s: &'scope std::thread::Scope<'scope, 'env>, threads: usize, order: &'env [usize], init: &'env I, work: &'env W) -> Vec<std::thread::ScopedJoinHandle<'scope, Vec<(usize, T)>>>
-where
-    I: Fn() -> S + Sync,
-    W: Fn(&mut S, usize) -> T + Sync,
-    T: Send + 'scope,
-{
-    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    (0..threads)
-        .map(|_| {
-            let next = next.clone();
-            s.spawn(move || {
-                let mut state = init();
-                let mut done = Vec::new();
-                while let Some(&i) = order.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-                    done.push((i, work(&mut state, i)));
-                }
-                done
-            })
-        })
-        .collect()
+/// The two pairs of worker threads of the process, started once: ingest proves a window's
+/// parses on one while it stores the window before on the other, as it did with threads of
+/// their own for each call. (One pair for both made a call of each wait for the other's to
+/// end on both threads.)
+#[derive(Clone, Copy)]
+pub(crate) enum Workers {
+    Proving,
+    Storing,
 }
 
-/// The results of `spawn_each`'s threads, by index (`n` indices); a thread's panic goes on
-/// in the caller.
-pub(crate) fn join_each<T>(handles: Vec<std::thread::ScopedJoinHandle<'_, Vec<(usize, T)>>>, n: usize) -> Vec<Option<T>> {
-    let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
-    for h in handles {
-        for (i, r) in h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)) {
-            out[i] = Some(r);
+fn pool(workers: Workers) -> Option<&'static rayon::ThreadPool> {
+    static POOLS: std::sync::OnceLock<[Option<rayon::ThreadPool>; 2]> = std::sync::OnceLock::new();
+    let pools = POOLS.get_or_init(|| {
+        ["prove", "store"].map(|name| {
+            let built = rayon::ThreadPoolBuilder::new().num_threads(2).thread_name(move |i| format!("warcfs-{name}-{i}")).build();
+            // Without them, work runs on the caller's thread: slower, never wrong.
+            built.map_err(|e| log::warn!("cannot start worker threads ({e}); working on one thread")).ok()
+        })
+    });
+    pools[workers as usize].as_ref()
+}
+
+/// Runs `work` on each index of `order` on a pair of worker threads (`Workers`), each taking
+/// the next index as it comes free (so `order` decides what is left for the end), with state
+/// of its own from `init`; the results by index (`n` indices; None where none was given). A
+/// panic goes on in the caller. Threads of their own for each call (500 for an import of the
+/// crawl corpus) were each a new stack and a new malloc arena to fault in, with the
+/// thread-local tables of the parse made afresh (docs/BENCHMARKS.md).
+pub(crate) fn each_of<S, T: Send>(workers: Workers, order: &[usize], n: usize, init: impl Fn() -> S + Sync, work: impl Fn(&mut S, usize) -> T + Sync) -> Vec<Option<T>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let run = || {
+        let mut state = None;
+        let mut done = Vec::new();
+        while let Some(&i) = order.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+            let state = state.get_or_insert_with(&init);
+            done.push((i, work(state, i)));
         }
+        done
+    };
+    let done = match pool(workers) {
+        Some(pool) => pool.broadcast(|_| run()),
+        None => vec![run()],
+    };
+    let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    for (i, r) in done.into_iter().flatten() {
+        out[i] = Some(r);
     }
     out
 }
 
-/// `work` on each of `0..n` on two scoped threads (this one alone for fewer than two), each
-/// with state of its own from `init`; the results in order (None only if a thread gave none).
+/// `work` on each of `0..n` on the storing pair of worker threads (`each_of`; this one
+/// alone for fewer than two), each with state of its own from `init`; the results in order
+/// (None only if a thread gave none).
 pub(crate) fn on_two_threads<S, T: Send>(n: usize, init: impl Fn() -> S + Sync, work: impl Fn(&mut S, usize) -> T + Sync) -> Vec<Option<T>> {
     if n == 0 {
         return Vec::new();
@@ -68,5 +82,5 @@ pub(crate) fn on_two_threads<S, T: Send>(n: usize, init: impl Fn() -> S + Sync, 
         return (0..n).map(|i| Some(work(&mut state, i))).collect();
     }
     let order: Vec<usize> = (0..n).collect();
-    std::thread::scope(|s| join_each(spawn_each(s, 2, &order, &init, &work), n))
+    each_of(Workers::Storing, &order, n, init, work)
 }

@@ -107,7 +107,27 @@ pub(super) struct Compressors {
     levels: Vec<(i32, zstd::bulk::Compressor<'static>)>,
 }
 
+thread_local! {
+    /// This thread's contexts, kept from call to call: the storing workers live as long as
+    /// the process (`sync::Workers`), and a context made afresh is its tables to fault in
+    /// again, for every batch of every window.
+    static COMPRESSORS: std::cell::RefCell<Compressors> = std::cell::RefCell::new(Compressors::default());
+}
+
 impl Compressors {
+    /// `f` with this thread's contexts. Those of levels above ingest's are not kept (tens of
+    /// MiB each at levels 9 and 15, asked for by gc and by rare files).
+    pub(super) fn with<R>(f: impl FnOnce(&mut Compressors) -> R) -> R {
+        COMPRESSORS.with(|z| match z.try_borrow_mut() {
+            Ok(mut z) => {
+                let r = f(&mut z);
+                z.levels.retain(|(l, _)| *l <= UNSETTLED_ZSTD_LEVEL);
+                r
+            }
+            Err(_) => f(&mut Compressors::default()),
+        })
+    }
+
     pub(super) fn for_dictionary(&mut self) -> Option<&mut zstd::zstd_safe::CCtx<'static>> {
         if self.cctx.is_none() {
             self.cctx = zstd::zstd_safe::CCtx::try_create();
@@ -371,7 +391,7 @@ impl Store {
             Compression::Zstd => {
                 let dicts = &w.dicts;
                 let shared = self.is_shared();
-                let work = |z: &mut Compressors, n: usize| {
+                let work = |_: &mut (), n: usize| Compressors::with(|z| {
                     let (i, dict) = new[n];
                     let (data, kind) = items[i];
                     let with_dict = dict.and_then(|d| dicts.shared(d)).and_then(|shared| shared.compress(z.for_dictionary()?, data)).map(|z| (Codec::ZstdDict, z));
@@ -381,9 +401,8 @@ impl Store {
                         (_, false) => ZSTD_LEVEL,
                     });
                     with_dict.or_else(|| z.at(level)?.compress(data).ok().map(|z| (Codec::Zstd, z)))
-                };
-                let init = Compressors::default;
-                on_two_threads(new.len(), init, work).into_iter().map(Option::flatten).collect()
+                });
+                on_two_threads(new.len(), || (), work).into_iter().map(Option::flatten).collect()
             }
             Compression::None => new.iter().map(|_| None).collect(),
         };

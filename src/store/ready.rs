@@ -5,13 +5,11 @@
 //! (`ingest::windows_ahead`); an importer splits a file's first window earlier still, while
 //! the file before is stored (`Presplit`).
 
-use std::thread;
-
 use super::source::{split_window, SplitWindow, MAX_MEMBER_PLAIN, WINDOWS};
 use crate::format::deflate;
 use crate::format::gzip::{self, Member, Region};
 use crate::format::warc::{self, SpanKind};
-use crate::sync::{join_each, spawn_each};
+use crate::sync::{each_of, Workers};
 
 /// A member's parse is shared from this many plain bytes into its payload on: by then the
 /// writer's parse has (nearly always) stopped depending on the headers before the payload,
@@ -170,7 +168,7 @@ fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation, longes
         let trailer = (m.parse.is_none() && gzip::trailer_for(text) != m.trailer).then_some(m.trailer);
         Some(Proof { stored, crc, trailer })
     };
-    let proofs = thread::scope(|s| join_each(spawn_each(s, 2, &order, &|| (), &work), members.len()));
+    let proofs = each_of(Workers::Proving, &order, members.len(), || (), work);
     proofs.into_iter().map(Option::flatten).collect()
 }
 
