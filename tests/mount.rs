@@ -432,7 +432,9 @@ fn cp_corpus_into_mount_then_remount_is_byte_identical() {
     assert!(members > 1000 && raw * 100 <= members, "gzip members kept raw should be few: {raw} of {members}");
     assert!(num(&st, "unique_payloads") < num(&st, "payloads"), "cross-crawl duplicates should dedup: {st}");
     let stored = num(&st, "stored_bytes");
-    assert!((stored as f64) < 0.5 * logical as f64, "stored_bytes {stored} should be much smaller than logical {logical}: {st}");
+    // The packs as ingest writes them (zstd level 1 until gc settles them): 50.0 % of the
+    // files at 8369b7c, where level 3 gave just under half.
+    assert!((stored as f64) < 0.55 * logical as f64, "stored_bytes {stored} should be much smaller than logical {logical}: {st}");
     let rstored = num(&rst, "stored_bytes");
     assert!(stored.abs_diff(rstored) * 10 <= rstored, "stored bytes via the mount ({stored}) vs import ({rstored}) differ by > 10 %");
     assert_fsck_clean(&store);

@@ -22,6 +22,9 @@ pub type DictLocator = Box<dyn Fn(&ChunkKey) -> io::Result<Option<(u64, u64, u32
 /// Dictionaries kept ready to decode with (a store makes one per 4 GiB of new data or so,
 /// and preparing one costs more than decoding a chunk with it).
 const DICTS_KEPT: usize = 16;
+/// The most a thread's blob buffer keeps between reads: a payload chunk's largest (4 MiB)
+/// and its header.
+const BLOB_KEPT: usize = (4 << 20) + BLOB_HEADER_LEN;
 
 /// Read access to sealed packs (and the open one, through the store), with open file handles
 /// kept so that reads are one `pread` each.
@@ -422,9 +425,16 @@ impl PackReader {
             if buf.len() < len {
                 buf.resize(len, 0);
             }
-            let info = self.read_blob(pack, offset, key, stored_len, &mut buf[..len])?;
-            decode(&info, &buf[BLOB_HEADER_LEN..len])
-                .map_err(|e| PackError::Corrupt { pack, offset, what: format!("cannot decode chunk {}: {e}", key.short()) })
+            let info = self.read_blob(pack, offset, key, stored_len, &mut buf[..len]);
+            let r = info.and_then(|info| {
+                decode(&info, &buf[BLOB_HEADER_LEN..len]).map_err(|e| PackError::Corrupt { pack, offset, what: format!("cannot decode chunk {}: {e}", key.short()) })
+            });
+            // Threads that live as long as the process (the mount's, ingest's workers) keep
+            // no more than a payload chunk's worth after an outsized blob.
+            if buf.len() > BLOB_KEPT {
+                *buf = Vec::new();
+            }
+            r
         })
     }
 

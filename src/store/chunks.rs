@@ -19,9 +19,10 @@ use crate::recipe::RefDelta;
 const MIN_SAVING_PERCENT: usize = 3;
 /// Chunks, and recipe pieces, on a store gc settles (`settle` recompresses both at its
 /// level, so what ingest writes stays only until the next gc). On the crawl corpus level 1
-/// instead of 3 took 5 % less of an import's CPU (zstd's share of it from 13 % to 7 %) for a
-/// store 3 % larger before gc and the same after (docs/BENCHMARKS.md); negative levels
-/// gained no more that the runs could tell, for 14-23 % more before gc. Recipe pieces at
+/// instead of 3 took 5-7 % less of an import's CPU (zstd's share of it from 13 % to 7 %) for
+/// packs 3 % larger before gc and 0.1 % after (a chunk level 1 shrinks by less than 3 % is
+/// kept raw, and settling leaves raw chunks as they are); level -3 took 4-6 % less again for
+/// packs 20 % larger before gc (docs/BENCHMARKS.md, nineteenth session). Recipe pieces at
 /// level 9 here took 5 % of an import's CPU for the same store after gc.
 pub(super) const ZSTD_LEVEL: i32 = 1;
 /// Chunks on a store several nodes write, which gc does not settle: what ingest writes is
@@ -115,15 +116,12 @@ thread_local! {
 }
 
 impl Compressors {
-    /// `f` with this thread's contexts. Those of levels above ingest's are not kept (tens of
-    /// MiB each at levels 9 and 15, asked for by gc and by rare files).
+    /// `f` with this thread's contexts: for the dictionary and ingest's levels only (those
+    /// of levels 9 and 15, tens of MiB each and asked for by gc and by rare files, are the
+    /// caller's to keep for as long as it needs them).
     pub(super) fn with<R>(f: impl FnOnce(&mut Compressors) -> R) -> R {
         COMPRESSORS.with(|z| match z.try_borrow_mut() {
-            Ok(mut z) => {
-                let r = f(&mut z);
-                z.levels.retain(|(l, _)| *l <= UNSETTLED_ZSTD_LEVEL);
-                r
-            }
+            Ok(mut z) => f(&mut z),
             Err(_) => f(&mut Compressors::default()),
         })
     }
@@ -391,18 +389,20 @@ impl Store {
             Compression::Zstd => {
                 let dicts = &w.dicts;
                 let shared = self.is_shared();
-                let work = |_: &mut (), n: usize| Compressors::with(|z| {
+                // `call`: contexts of the levels above ingest's, for this call only.
+                let work = |call: &mut Compressors, n: usize| {
                     let (i, dict) = new[n];
                     let (data, kind) = items[i];
-                    let with_dict = dict.and_then(|d| dicts.shared(d)).and_then(|shared| shared.compress(z.for_dictionary()?, data)).map(|z| (Codec::ZstdDict, z));
+                    let with_dict = dict.and_then(|d| dicts.shared(d)).and_then(|shared| Compressors::with(|z| shared.compress(z.for_dictionary()?, data))).map(|z| (Codec::ZstdDict, z));
                     let level = level.unwrap_or(match (kind, shared) {
                         (ChunkKind::Recipe, true) => ARCHIVAL_ZSTD_LEVEL,
                         (_, true) => UNSETTLED_ZSTD_LEVEL,
                         (_, false) => ZSTD_LEVEL,
                     });
-                    with_dict.or_else(|| z.at(level)?.compress(data).ok().map(|z| (Codec::Zstd, z)))
-                });
-                on_two_threads(new.len(), || (), work).into_iter().map(Option::flatten).collect()
+                    let compress = |z: &mut Compressors| z.at(level)?.compress(data).ok().map(|z| (Codec::Zstd, z));
+                    with_dict.or_else(|| if level <= UNSETTLED_ZSTD_LEVEL { Compressors::with(compress) } else { compress(call) })
+                };
+                on_two_threads(new.len(), Compressors::default, work).into_iter().map(Option::flatten).collect()
             }
             Compression::None => new.iter().map(|_| None).collect(),
         };
@@ -490,9 +490,11 @@ impl Store {
                 // Another ingest committed the same new chunk after this one stored its own
                 // copy (ingests run one at a time, but commit later): one entry, both
                 // references; this copy is garbage in its pack. Unless the two differ
-                // behind one digest: then nothing of this commit may count.
+                // behind one digest, or are of kinds that do not share (`kinds_share`: the
+                // other was not in the index when this one was planned): then nothing of
+                // this commit may count, and storing the file again takes the next seq.
                 (Some(committed), Some(ours)) => {
-                    if !self.same_chunk(&key, &committed, &ours)? {
+                    if !kinds_share(ChunkKind::from_u8(committed.kind), ChunkKind::from_u8(ours.kind)) || !self.same_chunk(&key, &committed, &ours)? {
                         return Err(StoreError::ConcurrentCollision(key.to_string()));
                     }
                     committed

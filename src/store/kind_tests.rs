@@ -73,3 +73,30 @@ fn a_header_block_equal_to_a_payload_is_still_found_as_headers() {
     assert_eq!(read_all(&s, "/b.warc"), b);
     assert!(s.fsck(true).unwrap().problems.is_empty());
 }
+
+#[test]
+fn a_commit_does_not_join_a_chunk_of_another_kind_committed_meanwhile() {
+    // File B's ingest stores its header block before file A, whose payload holds the same
+    // bytes, commits: neither saw the other's chunk, and both took seq 0.
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let b = [warc_record(1, b"one"), warc_record(2, b"two")].concat();
+    let seg = crate::format::warc::segment_window(&b, true, true, &mut false).0;
+    let block: Vec<u8> = seg.spans.iter().filter(|sp| sp.kind == crate::format::warc::SpanKind::Header).flat_map(|sp| b[sp.start as usize..(sp.start + sp.len) as usize].to_vec()).collect();
+    let a = warc_record(3, &block);
+    let ingest = |data: &[u8]| {
+        let mut w = s.writer.locked();
+        s.ingest_windows(&mut w, data, crate::store::ingest::Presplit::none(), crate::store::ingest::WINDOWS).unwrap()
+    };
+    let (ia, ib) = (ingest(&a), ingest(&b));
+    s.commit_file(&mut s.ns.locked(), ROOT_INO, b"a.warc", ia, meta()).unwrap();
+    let err = s.commit_file(&mut s.ns.locked(), ROOT_INO, b"b.warc", ib, meta()).unwrap_err();
+    assert!(matches!(err, StoreError::ConcurrentCollision(_)), "{err}");
+    assert!(s.resolve("/b.warc").is_err(), "nothing of b's commit counts");
+    // Stored again, it takes the digest's next seq for its block.
+    s.put_file(ROOT_INO, b"b.warc", &b, meta()).unwrap();
+    assert_eq!(s.records(&head(&s, "/b.warc")).unwrap().len(), 2);
+    assert_eq!(read_all(&s, "/a.warc"), a);
+    assert_eq!(read_all(&s, "/b.warc"), b);
+    assert!(s.fsck(true).unwrap().problems.is_empty());
+}

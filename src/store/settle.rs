@@ -180,13 +180,13 @@ impl Store {
         let work: Vec<&Blob> = blobs.iter().collect();
         let done = crate::sync::on_two_threads(
             work.len(),
-            || (),
-            |_, i| -> Result<Settled> {
+            Compressors::default,
+            |z, i| -> Result<Settled> {
                 let b = work[i];
                 if !b.recompressed() {
                     return Ok(Settled::Kept);
                 }
-                Compressors::with(|z| self.recompress(dicts, z, b))
+                self.recompress(dicts, z, b)
             },
         );
         drop(work);

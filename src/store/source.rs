@@ -28,8 +28,8 @@ pub trait Source {
 
 /// Buffers an ingest is done with (the bytes of a window, their text), for its next windows:
 /// a fresh buffer of megabytes is fresh pages, each zeroed by the kernel as it is first
-/// touched. That was about 5 % of an import's CPU (docs/BENCHMARKS.md). At most `KEPT` of
-/// at most `MAX_KEPT` bytes each: two windows are in flight at once.
+/// touched: a sixth of an import's page faults (docs/BENCHMARKS.md, nineteenth session). At
+/// most `KEPT` of at most `MAX_KEPT` bytes each: two windows are in flight at once.
 #[derive(Default)]
 pub(super) struct Spare(std::sync::Mutex<Vec<Vec<u8>>>);
 
