@@ -51,16 +51,20 @@ fn a_log_record_takes_the_next_seq_past_a_chunk_of_its_bytes() {
     assert_eq!(s.record_key(&raw).unwrap(), ChunkKey { digest, seq: 1 });
 }
 
+/// A WARC file `b`, the header block ingest makes of it (its header spans, end to end), and
+/// a crawl `a` that fetched those bytes: its payload is one chunk equal to the block.
+fn a_payload_equal_to_a_header_block() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let b = [warc_record(1, b"one"), warc_record(2, b"two")].concat();
+    let seg = crate::format::warc::segment_window(&b, true, true, &mut false).0;
+    let block: Vec<u8> = seg.spans.iter().filter(|sp| sp.kind == crate::format::warc::SpanKind::Header).flat_map(|sp| b[sp.start as usize..(sp.start + sp.len) as usize].to_vec()).collect();
+    (warc_record(3, &block), b, block)
+}
+
 #[test]
 fn a_header_block_equal_to_a_payload_is_still_found_as_headers() {
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path());
-    let b = [warc_record(1, b"one"), warc_record(2, b"two")].concat();
-    // The header block ingest makes of `b`: its header spans, end to end.
-    let seg = crate::format::warc::segment_window(&b, true, true, &mut false).0;
-    let block: Vec<u8> = seg.spans.iter().filter(|sp| sp.kind == crate::format::warc::SpanKind::Header).flat_map(|sp| b[sp.start as usize..(sp.start + sp.len) as usize].to_vec()).collect();
-    // A crawl that fetched those bytes: its payload is one chunk equal to the block.
-    let a = warc_record(3, &block);
+    let (a, b, block) = a_payload_equal_to_a_header_block();
     s.put_file(ROOT_INO, b"a.warc", &a, meta()).unwrap();
     s.put_file(ROOT_INO, b"b.warc", &b, meta()).unwrap();
     let (ka, kb) = (s.piece(&head(&s, "/a.warc"), 0).unwrap().keys.clone(), s.piece(&head(&s, "/b.warc"), 0).unwrap().keys.clone());
@@ -80,10 +84,7 @@ fn a_commit_does_not_join_a_chunk_of_another_kind_committed_meanwhile() {
     // bytes, commits: neither saw the other's chunk, and both took seq 0.
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path());
-    let b = [warc_record(1, b"one"), warc_record(2, b"two")].concat();
-    let seg = crate::format::warc::segment_window(&b, true, true, &mut false).0;
-    let block: Vec<u8> = seg.spans.iter().filter(|sp| sp.kind == crate::format::warc::SpanKind::Header).flat_map(|sp| b[sp.start as usize..(sp.start + sp.len) as usize].to_vec()).collect();
-    let a = warc_record(3, &block);
+    let (a, b, _) = a_payload_equal_to_a_header_block();
     let ingest = |data: &[u8]| {
         let mut w = s.writer.locked();
         s.ingest_windows(&mut w, data, crate::store::ingest::Presplit::none(), crate::store::ingest::WINDOWS).unwrap()
