@@ -236,7 +236,9 @@ impl Store {
     /// already. Such a chunk (its bytes this very record's, sequence number and all: crafted)
     /// keeps its key, and the record takes the digest's next seq, as bytes of another kind do
     /// (`chunks::kinds_share`): superseding the record must never touch the chunk. (A chunk
-    /// of those bytes still waiting for its commit is not seen here.)
+    /// of those bytes still waiting for its commit is not seen here; both are written under
+    /// the namespace lock, and that commit then finds the record's entry and refuses to join
+    /// it, `commit_with`: the file is stored again under the next seq.)
     pub(super) fn record_key(&self, raw: &[u8]) -> Result<ChunkKey> {
         let digest = crate::digest::sha256(raw);
         let seq = match self.index.chunk(&ChunkKey { digest, seq: 0 })? {
