@@ -281,6 +281,27 @@ fn windowed_ingest_finds_what_whole_file_ingest_finds() {
     assert!(s.fsck(true).unwrap().problems.is_empty());
 }
 
+#[test]
+fn windows_read_from_a_file_are_those_read_from_memory() {
+    // A file's windows are read into buffers (reused from window to window: `source::Spare`);
+    // in memory they are borrowed. Small windows: many of them, and windows that grow when
+    // a member does not fit.
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let small = Windows { bytes: 4 << 10, max_bytes: 256 << 20, plain: 8 << 10 };
+    for (i, path) in crate::test_support::real_corpus_files().iter().enumerate() {
+        let data = std::fs::read(path).unwrap();
+        let file = std::fs::File::open(path).unwrap();
+        let in_memory = s.ingest_windows(&mut s.writer.locked(), &data[..], Presplit::none(), small).unwrap();
+        let from_file = s.ingest_windows(&mut s.writer.locked(), &file, Presplit::none(), small).unwrap();
+        assert_eq!(from_file.stats, in_memory.stats, "{}", path.display());
+        assert_eq!(from_file.piece_keys, in_memory.piece_keys, "{}: the same recipe", path.display());
+        s.commit_file(&mut s.ns.locked(), ROOT_INO, format!("f{i}").as_bytes(), from_file, meta()).unwrap();
+        assert_eq!(read_all(&s, &format!("/f{i}")), data, "{}", path.display());
+    }
+    assert!(s.fsck(true).unwrap().problems.is_empty());
+}
+
 /// A real multi-member WARC (pywb's sample): its bytes, its plain text, and each gzip
 /// member's (offset, compressed length).
 fn iana_members() -> (Vec<u8>, Vec<u8>, Vec<(u64, u64)>) {
