@@ -108,24 +108,7 @@ pub(super) struct Compressors {
     levels: Vec<(i32, zstd::bulk::Compressor<'static>)>,
 }
 
-thread_local! {
-    /// This thread's contexts, kept from call to call: the storing workers live as long as
-    /// the process (`sync::Workers`), and a context made afresh is its tables to fault in
-    /// again, for every batch of every window.
-    static COMPRESSORS: std::cell::RefCell<Compressors> = std::cell::RefCell::new(Compressors::default());
-}
-
 impl Compressors {
-    /// `f` with this thread's contexts: for the dictionary and ingest's levels only (those
-    /// of levels 9 and 15, tens of MiB each and asked for by gc and by rare files, are the
-    /// caller's to keep for as long as it needs them).
-    pub(super) fn with<R>(f: impl FnOnce(&mut Compressors) -> R) -> R {
-        COMPRESSORS.with(|z| match z.try_borrow_mut() {
-            Ok(mut z) => f(&mut z),
-            Err(_) => f(&mut Compressors::default()),
-        })
-    }
-
     pub(super) fn for_dictionary(&mut self) -> Option<&mut zstd::zstd_safe::CCtx<'static>> {
         if self.cctx.is_none() {
             self.cctx = zstd::zstd_safe::CCtx::try_create();
@@ -389,18 +372,16 @@ impl Store {
             Compression::Zstd => {
                 let dicts = &w.dicts;
                 let shared = self.is_shared();
-                // `call`: contexts of the levels above ingest's, for this call only.
-                let work = |call: &mut Compressors, n: usize| {
+                let work = |z: &mut Compressors, n: usize| {
                     let (i, dict) = new[n];
                     let (data, kind) = items[i];
-                    let with_dict = dict.and_then(|d| dicts.shared(d)).and_then(|shared| Compressors::with(|z| shared.compress(z.for_dictionary()?, data))).map(|z| (Codec::ZstdDict, z));
+                    let with_dict = dict.and_then(|d| dicts.shared(d)).and_then(|shared| shared.compress(z.for_dictionary()?, data)).map(|z| (Codec::ZstdDict, z));
                     let level = level.unwrap_or(match (kind, shared) {
                         (ChunkKind::Recipe, true) => ARCHIVAL_ZSTD_LEVEL,
                         (_, true) => UNSETTLED_ZSTD_LEVEL,
                         (_, false) => ZSTD_LEVEL,
                     });
-                    let compress = |z: &mut Compressors| z.at(level)?.compress(data).ok().map(|z| (Codec::Zstd, z));
-                    with_dict.or_else(|| if level <= UNSETTLED_ZSTD_LEVEL { Compressors::with(compress) } else { compress(call) })
+                    with_dict.or_else(|| z.at(level)?.compress(data).ok().map(|z| (Codec::Zstd, z)))
                 };
                 on_two_threads(new.len(), Compressors::default, work).into_iter().map(Option::flatten).collect()
             }
