@@ -84,3 +84,37 @@ pub(crate) fn on_two_threads<S, T: Send>(n: usize, init: impl Fn() -> S + Sync, 
     let order: Vec<usize> = (0..n).collect();
     each_of(Workers::Storing, &order, n, init, work)
 }
+
+/// Buffers one stage of work is done with, for the next: a fresh buffer of megabytes is
+/// fresh pages, each zeroed by the kernel as it is first touched. At most `kept` of them, and
+/// none of more than `max_bytes` (one an outsized member or window grew is let go).
+pub(crate) struct Spare {
+    buffers: std::sync::Mutex<Vec<Vec<u8>>>,
+    kept: usize,
+    max_bytes: usize,
+}
+
+impl Spare {
+    pub(crate) fn new(kept: usize, max_bytes: usize) -> Spare {
+        Spare { buffers: std::sync::Mutex::new(Vec::new()), kept, max_bytes }
+    }
+
+    /// A buffer of at least `capacity` bytes if one is kept (its bytes as they were left,
+    /// so that a read over them need not zero them first), else a new, empty one.
+    pub(crate) fn take(&self, capacity: usize) -> Vec<u8> {
+        let mut buffers = self.buffers.locked();
+        match buffers.iter().position(|b| b.capacity() >= capacity) {
+            Some(i) => buffers.swap_remove(i),
+            None => Vec::new(),
+        }
+    }
+
+    pub(crate) fn give(&self, buf: Vec<u8>) {
+        if buf.capacity() <= self.max_bytes {
+            let mut buffers = self.buffers.locked();
+            if buffers.len() < self.kept {
+                buffers.push(buf);
+            }
+        }
+    }
+}

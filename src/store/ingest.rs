@@ -15,7 +15,8 @@ use std::thread;
 use super::chunks::{Added, Pending};
 use super::ready::{Proof, Ready};
 pub use super::ready::Presplit;
-use super::source::{each_window, io_err, plain_room, split_window_in, Spare};
+use super::source::{each_window, io_err, plain_room, split_window_in, window_spares};
+use crate::sync::Spare;
 pub use super::source::{Source, Windows, WINDOWS};
 use super::{Result, Store, StoreError, Writer};
 use crate::digest::ChunkKey;
@@ -155,7 +156,7 @@ impl Store {
         let total = src.size().map_err(io_err)?;
         let win = Windows { bytes: win.bytes.max(1), max_bytes: win.max_bytes.max(win.bytes), plain: win.plain.max(1) };
         // Each window's buffers go back here once it is stored, for the windows after it.
-        let spare = Spare::default();
+        let spare = window_spares();
         let give = |data: Cow<'s, [u8]>| {
             if let Cow::Owned(buf) = data {
                 spare.give(buf);

@@ -512,11 +512,11 @@ impl Store {
             next: usize,
             in_flight: u64,
             failed: bool,
-            /// Buffers the writer is done with, for the next tasks: a fresh one of megabytes
-            /// is fresh pages, each a fault to fill.
-            spare: Vec<Vec<u8>>,
         }
-        let state = Mutex::new(Progress { tasks: Vec::new(), loaded: false, done: Vec::new(), next: 0, in_flight: 0, failed: false, spare: Vec::new() });
+        let state = Mutex::new(Progress { tasks: Vec::new(), loaded: false, done: Vec::new(), next: 0, in_flight: 0, failed: false });
+        // Buffers the writer is done with, for the next tasks: a few, and none grown past a
+        // task's usual size by one huge member.
+        let spare = crate::sync::Spare::new(4, 2 * TASK as usize);
         let changed = Condvar::new();
         let io_err = |err| StoreError::Io { path: "<output>".into(), err };
         let fail = |e| {
@@ -547,7 +547,7 @@ impl Store {
             Ok(())
         };
         let work = || loop {
-            let (i, t, buf) = {
+            let (i, t) = {
                 let mut st = state.locked();
                 loop {
                     if st.failed || (st.loaded && st.next >= st.tasks.len()) {
@@ -562,7 +562,7 @@ impl Store {
                 st.next += 1;
                 let t = st.tasks[i];
                 st.in_flight = st.in_flight.saturating_add(t.len);
-                (i, t, st.spare.pop())
+                (i, t)
             };
             // A panic here (a bug) must still fill the slot: the writer waits for it, and in
             // the mount that writer may hold the staged map (copy on write), which would
@@ -571,7 +571,7 @@ impl Store {
                 crate::failpoint::panic_at("copy_to");
                 let piece = self.piece(head, t.pno)?;
                 // A hint only: lengths come from the recipe, which may be damaged.
-                let mut v = buf.unwrap_or_default();
+                let mut v = spare.take(0);
                 v.reserve(t.len.min(2 * TASK) as usize);
                 if t.members {
                     for sno in t.sno..t.b {
@@ -614,12 +614,9 @@ impl Store {
                 out.write_all(&bytes).map_err(io_err).map_err(fail)?;
                 written += bytes.len() as u64;
                 bytes.clear();
+                spare.give(bytes);
                 let mut st = state.locked();
                 st.in_flight = st.in_flight.saturating_sub(len);
-                // A few, and none grown past a task's usual size by one huge member.
-                if st.spare.len() < 4 && bytes.capacity() <= 2 * TASK as usize {
-                    st.spare.push(bytes);
-                }
                 drop(st);
                 changed.notify_all();
                 i += 1;

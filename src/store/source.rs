@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 
 use super::{Result, StoreError};
+use crate::sync::Spare;
 use crate::format::gzip::{self, Region};
 
 /// Members whose plain text is larger are kept raw: a read inside one would have to rebuild
@@ -26,37 +27,11 @@ pub trait Source {
     }
 }
 
-/// Buffers an ingest is done with (the bytes of a window, their text), for its next windows:
-/// a fresh buffer of megabytes is fresh pages, each zeroed by the kernel as it is first
-/// touched: a sixth of an import's page faults (docs/BENCHMARKS.md, nineteenth session). At
-/// most `KEPT` of at most `MAX_KEPT` bytes each: two windows are in flight at once.
-#[derive(Default)]
-pub(super) struct Spare(std::sync::Mutex<Vec<Vec<u8>>>);
-
-impl Spare {
-    const KEPT: usize = 4;
-    const MAX_KEPT: usize = 64 << 20;
-
-    /// A buffer of at least `capacity` bytes if one is kept (its bytes as they were left,
-    /// so that a read over them need not zero them first), else a new, empty one.
-    pub(super) fn take(&self, capacity: usize) -> Vec<u8> {
-        use crate::LockExt;
-        let mut kept = self.0.locked();
-        match kept.iter().position(|b| b.capacity() >= capacity) {
-            Some(i) => kept.swap_remove(i),
-            None => Vec::new(),
-        }
-    }
-
-    pub(super) fn give(&self, buf: Vec<u8>) {
-        use crate::LockExt;
-        if buf.capacity() <= Self::MAX_KEPT {
-            let mut kept = self.0.locked();
-            if kept.len() < Self::KEPT {
-                kept.push(buf);
-            }
-        }
-    }
+/// The buffers an ingest is done with (the bytes of a window, their text), for its next
+/// windows: a sixth of an import's page faults were fresh ones (docs/BENCHMARKS.md,
+/// nineteenth session). Two windows are in flight at once.
+pub(super) fn window_spares() -> Spare {
+    Spare::new(4, 64 << 20)
 }
 
 impl Source for [u8] {
