@@ -152,6 +152,8 @@ pub fn import(store: &Path, srcs: &[PathBuf], to: &str, quiet: bool) -> Result<i
     s.wait_uploaded(UPLOAD_WAIT)?;
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
+    let (named, refused) = s.named_tails();
+    log::debug!("{named} gzip members named the parse tail of an earlier copy of their payload ({refused} refused)");
     println!(
         "imported {files} files, {bytes_in} bytes in ({}), {new_bytes} new bytes stored ({}); {members} gzip members, {raw_members} kept raw; {:.1} MB/s",
         human(bytes_in),

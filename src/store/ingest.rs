@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use std::thread;
 
 use super::chunks::{Added, Pending};
-use super::ready::{Proof, Ready};
+use super::ready::{prove_member, Proof, Proofs, Ready, TailFrom};
 pub use super::ready::Presplit;
 use super::source::{each_window, io_err, plain_room, split_window_in, window_spares};
 use crate::sync::Spare;
@@ -107,6 +107,25 @@ where
     })
 }
 
+/// The chunks of the payload at plain range [a, b) (whole chunks that tile it, as
+/// `chunk_segments` cuts a payload), given slices sorted by plain offset; None if they do
+/// not tile it.
+fn payload_slices(exts: &[(u64, Slice)], a: u64, b: u64) -> Option<Vec<Slice>> {
+    let mut at = a;
+    let mut out = Vec::new();
+    for &(start, slice) in &exts[exts.partition_point(|(s, _)| *s < a)..] {
+        if at == b {
+            break;
+        }
+        if start != at || slice.1 != 0 {
+            return None;
+        }
+        at += slice.2 as u64;
+        out.push(slice);
+    }
+    (at == b).then_some(out)
+}
+
 /// The slices covering plain range [a, b), given slices sorted by plain offset; `cursor`
 /// only moves forward because members come in plain-offset order.
 fn slices_in(exts: &[(u64, Slice)], cursor: &mut usize, a: u64, b: u64) -> Vec<Slice> {
@@ -169,7 +188,7 @@ impl Store {
             let longest = super::longest_parses(self.config.version);
             let prepare = |offset, data: Cow<'s, [u8]>, last| {
                 let sw = split.take_for(offset, &data).unwrap_or_else(|| split_window_in(&data, last, win, spare.take(plain_room(data.len(), win))));
-                let ready = Ready::make(&data, sw, offset == 0, &mut arc_mode, longest);
+                let ready = Ready::make(&data, sw, offset == 0, &mut arc_mode, longest, &self.tails);
                 let consumed = ready.sw.consumed;
                 (consumed > 0).then_some((Proven { data, ready }, consumed))
             };
@@ -213,6 +232,7 @@ impl Store {
         let data = &data[..sw.consumed];
         let (plain, regions) = (&sw.plain[..], &sw.regions[..]);
         let exts = self.chunk_segments(w, ctx, plain, seg)?;
+        self.confirm_named_tails(w, data, sw, &exts, parses)?;
         // The shared parse tails, stored at once (their digests and compression on two
         // threads); those in the longest form (an optimal parser's) at its level.
         let mut tails_of = |longest: bool| -> Result<std::vec::IntoIter<ChunkKey>> {
@@ -235,7 +255,7 @@ impl Store {
                     member_no += 1;
                     ctx.stats.gzip_members += 1;
                     let (s, e) = (m.start as usize, (m.start + m.comp_len) as usize);
-                    let Some(Proof { stored: parse, crc, trailer }) = proof else {
+                    let Some(Proof { stored: parse, crc, trailer, tail: from, place }) = proof else {
                         ctx.stats.gzip_members_raw += 1;
                         raw_run = Some(raw_run.map_or((s, e), |(a, _)| (a, e)));
                         continue;
@@ -246,12 +266,24 @@ impl Store {
                     }
                     let slices = slices_in(&exts, &mut cursor, m.plain_start, m.plain_start + m.plain_len);
                     let header = data[s..s + m.header_len].to_vec();
-                    let parse_tail = match &parse.tail {
-                        Some(_) => Some(if parse.longest { longest_tail_keys.next() } else { tail_keys.next() }.ok_or_else(|| StoreError::Bug("a parse tail without its chunk".into()))?),
-                        None => None,
+                    let parse_tail = match (&parse.tail, &from) {
+                        (Some(_), _) => Some(if parse.longest { longest_tail_keys.next() } else { tail_keys.next() }.ok_or_else(|| StoreError::Bug("a parse tail without its chunk".into()))?),
+                        (None, TailFrom::Named(k)) => Some(k.tail),
+                        (None, TailFrom::Encoded(_)) => None,
                     };
+                    let tail_len = match (&parse.tail, &from) {
+                        (Some(t), _) => t.len() as u64,
+                        (None, TailFrom::Named(k)) => k.tail_len,
+                        (None, TailFrom::Encoded(_)) => 0,
+                    };
+                    // A tail encoded here, for the copies of its payload to come.
+                    if let (TailFrom::Encoded(Some(identity)), Some(tail), Some((a, b))) = (from, parse_tail, place.payload) {
+                        if let Some(payload) = payload_slices(&exts, a, b) {
+                            self.tails.remember(identity, payload.into(), tail, tail_len);
+                        }
+                    }
                     ctx.longest |= parse.longest;
-                    ctx.stats.parse_bytes += parse.prefix.len() as u64 + parse.tail.as_ref().map_or(0, |t| t.len() as u64);
+                    ctx.stats.parse_bytes += parse.prefix.len() as u64 + tail_len;
                     rb.push_member(MemberParts { header, parse: parse.prefix, parse_tail, trailer, comp_len: m.comp_len, crc }, &slices);
                 }
             }
@@ -261,6 +293,31 @@ impl Store {
             rb.push_data(&sl);
         }
         Ok(())
+    }
+
+    /// Checks each tail a member of this window named (`TailFrom::Named`) against what the
+    /// window stored: the member's payload chunks must be the ones the tail was stored with,
+    /// and the tail's chunk still a parse tail in the index or among this ingest's new
+    /// chunks. A member that fails either is proven again here, its tail encoded (its parse
+    /// recorded again too: the window no longer holds it).
+    fn confirm_named_tails(&self, w: &Writer, data: &[u8], sw: &super::source::SplitWindow, exts: &[(u64, Slice)], parses: &mut Proofs) -> Result<()> {
+        let members = sw.regions.iter().filter_map(|r| if let Region::Member(m) = r { Some(m) } else { None });
+        for (m, proof) in members.zip(parses.iter_mut()) {
+            let Some(Proof { tail: TailFrom::Named(known), place, .. }) = proof else { continue };
+            let ok = place.payload.and_then(|(a, b)| payload_slices(exts, a, b)).is_some_and(|s| *s == *known.payload) && self.holds_tail(w, &known.tail)?;
+            self.tails.count(ok);
+            if !ok {
+                let place = *place;
+                *proof = prove_member(data, &sw.plain, m, place, super::longest_parses(self.config.version), None);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `key` is a parse tail in the index or among this ingest's new chunks.
+    fn holds_tail(&self, w: &Writer, key: &ChunkKey) -> Result<bool> {
+        let is_tail = |e: &crate::index::ChunkEntry| e.kind == ChunkKind::Parse as u8;
+        Ok(w.pending.get(&key.digest).is_some_and(|v| v.iter().any(|(k, e)| k == key && is_tail(e))) || self.index.chunk(key)?.is_some_and(|e| is_tail(&e)))
     }
 
     /// Stores plain text as segmented into headers, payloads and unparsed bytes; returns

@@ -219,6 +219,8 @@ impl Store {
         let purged = self.packs.purge_trash(grace).map_err(io_at(&self.root))?;
         let mut ns = self.ns.locked();
         let mut w = self.writer.locked();
+        // (It names chunks this pass may collect; ingests wait for the writer meanwhile.)
+        self.tails.clear();
         self.seal_open(&mut w)?;
         self.seal_journal(&mut self.journal.locked())?;
         let packs_dir = self.root.join("packs");

@@ -36,6 +36,7 @@ mod shared;
 mod space;
 mod snapshot;
 mod source;
+mod tails;
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -256,6 +257,8 @@ pub struct Store {
     space: Space,
     /// A mount's background ingests, as it counts them.
     ingests: IngestCounters,
+    /// Parse tails this process stored, for the copies of their payloads (`tails`).
+    tails: tails::KnownTails,
     /// This node follows a bucket another node writes (`open_follower`): no change allowed.
     follower: bool,
     follow: Mutex<follow::FollowState>,
@@ -308,6 +311,12 @@ impl Default for OpenOptionsStore {
 }
 
 impl Store {
+    /// How many members this process's ingests stored with a parse tail named from an
+    /// earlier copy of their payload, and how many such namings the store refused (`tails`).
+    pub fn named_tails(&self) -> (u64, u64) {
+        self.tails.counts()
+    }
+
     /// Creates a new store at `root`; fails if one is already there.
     pub fn init(root: &Path, config: Config) -> Result<Store> {
         if root.join(CONFIG_FILE).exists() {
@@ -464,6 +473,7 @@ impl Store {
             limits: ScanLimits::default(),
             space: Space::new(root.to_path_buf(), space::DEFAULT_MIN_FREE),
             ingests: IngestCounters::default(),
+            tails: tails::KnownTails::default(),
             follower,
             follow: Mutex::new(follow::FollowState::seeded(seen.iter().map(|p| p.0))),
             published: Mutex::new(std::time::Instant::now()),
@@ -541,6 +551,7 @@ impl Store {
             limits: ScanLimits::default(),
             space: Space::new(root.to_path_buf(), space::DEFAULT_MIN_FREE),
             ingests: IngestCounters::default(),
+            tails: tails::KnownTails::default(),
             follower: false,
             follow: Mutex::new(follow::FollowState::default()),
             published: Mutex::new(std::time::Instant::now()),
@@ -642,3 +653,5 @@ impl Drop for Store {
 mod tests;
 #[cfg(test)]
 mod kind_tests;
+#[cfg(test)]
+mod tail_tests;

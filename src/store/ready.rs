@@ -10,6 +10,8 @@ use crate::format::deflate;
 use crate::format::gzip::{self, Member, Region};
 use crate::format::warc::{self, SpanKind};
 use crate::sync::{each_of, Workers};
+use super::tails::{KnownTail, KnownTails};
+use std::sync::Arc;
 
 /// A member's parse is shared from this many plain bytes into its payload on: by then the
 /// writer's parse has (nearly always) stopped depending on the headers before the payload,
@@ -18,17 +20,53 @@ const PARSE_SHARED_FROM: u64 = 4 << 10;
 /// The most text whose matches a member keeps in its recipe (about 10-20 KiB of parse).
 const PARSE_INLINE_TEXT: u64 = 64 << 10;
 
+/// Text after a payload, to its member's end, that a tail's identity carries (a record's
+/// closing CRLFs): a member that goes on past it (into other records) names no tail.
+const MAX_AFTER_PAYLOAD: u64 = 64;
+
+/// Where a member's parse is cut, and the payload whose copies may share its tail: its
+/// plain range in the window's text, when it starts inside the member and ends at most
+/// MAX_AFTER_PAYLOAD before the member does.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Place {
+    pub cut: deflate::Cut,
+    pub payload: Option<(u64, u64)>,
+}
+
+/// How a proven member's parse tail is stored.
+pub(super) enum TailFrom {
+    /// Encoded here (in `stored.tail`, if the parse has one), with what its bytes follow
+    /// from when copies of its payload may name it (`tails`).
+    Encoded(Option<Box<[u8]>>),
+    /// A tail stored before, named by this member's parse (which then has no `stored.tail`):
+    /// its identity is this member's, byte for byte; whether its payload is, the ingest
+    /// checks against the member's own chunks.
+    Named(Arc<KnownTail>),
+}
+
+/// A member whose parse is proven: the parse in its stored form, the CRC-32 of the member's
+/// compressed bytes (what a rebuild is checked against), its trailer where the text does
+/// not give it (a lying CRC or ISIZE, which zlib's inflate took), and how its tail is stored.
+pub(super) struct Proof {
+    pub stored: deflate::Stored,
+    pub crc: u32,
+    pub trailer: Option<[u8; 8]>,
+    pub tail: TailFrom,
+    pub place: Place,
+}
+
 /// A member's parse, recorded while inflating it (by `split_window`, or here when that left it
 /// to zlib) and proven to replay to its exact bytes in the form it is stored in; None
-/// if it does not (the member is then kept raw).
-fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64, longest: bool) -> Option<deflate::Stored> {
+/// if it does not (the member is then kept raw). With `known`, a tail stored before for the
+/// same identity is named rather than encoded again.
+pub(super) fn prove_member(data: &[u8], window_plain: &[u8], m: &Member, place: Place, longest: bool, known: Option<&KnownTails>) -> Option<Proof> {
     if !m.plain_kept || m.plain_len > MAX_MEMBER_PLAIN {
         return None;
     }
     let d0 = m.start as usize + m.header_len;
     let stream = data.get(d0..d0 + m.deflate_len as usize)?;
     let p0 = m.plain_start as usize;
-    let plain = plain.get(p0..p0 + m.plain_len as usize)?;
+    let plain = window_plain.get(p0..p0 + m.plain_len as usize)?;
     // The inflater recorded most members' parses already.
     let recorded;
     let parse = match &m.parse {
@@ -38,29 +76,45 @@ fn record_member(data: &[u8], plain: &[u8], m: &Member, cut_at: u64, longest: bo
             &recorded
         }
     };
-    // The proof: the stored form, read back and replayed, gives the member's exact bytes.
+    let crc = crc32fast::hash(data.get(m.start as usize..(m.start + m.comp_len) as usize)?);
+    // warcfs's inflater took its text only with a trailer that matches it; zlib's may not.
+    let trailer = (m.parse.is_none() && gzip::trailer_for(plain) != m.trailer).then_some(m.trailer);
+    let proven = |back: &deflate::Parse| {
+        let mut again = Vec::with_capacity(stream.len());
+        deflate::replay(back, plain, &mut again).is_ok() && again == stream
+    };
     // An optimal parser's choices weigh its whole block, headers included, so its parse of a
     // payload differs from one copy to the next (zopfli's and 7-Zip's in 2 % of the tokens
     // after the cut): a tail would share nothing and cost a chunk of its own, so its matches
     // stay in the recipe as far as any member's may. (A match with no candidate within the
     // longest form's walk leaves the ranked form, cut where every other member is.)
     let optimal = longest && deflate::is_optimal(parse, plain);
-    let cut = if optimal { PARSE_INLINE_TEXT } else { cut_at };
+    let identity = match (optimal, place.payload, known) {
+        (false, Some((_, end)), Some(_)) => deflate::tail_identity(parse, plain, place.cut).map(|mut id| {
+            id.extend_from_slice(&window_plain[end as usize..p0 + plain.len()]);
+            // Payloads that differ only in literals (a date, a token of the same length)
+            // share every match: told apart here, they are not proven again in the ingest.
+            id.extend_from_slice(&crc32fast::hash(&plain[place.cut.base..]).to_le_bytes());
+            id.into_boxed_slice()
+        }),
+        _ => None,
+    };
+    if let Some(k) = identity.as_deref().and_then(|id| known?.find(id)) {
+        // The proof of the prefix as stored, and of the member's matches replayed: the tail
+        // named holds these matches from the cut on (see `tails`).
+        if let Ok(Some((stored, back))) = deflate::encode_prefix_read_back(parse, plain, place.cut) {
+            if proven(&back) {
+                return Some(Proof { stored, crc, trailer, tail: TailFrom::Named(k), place });
+            }
+        }
+    }
+    // The proof: the stored form, read back and replayed, gives the member's exact bytes.
+    let first_cut = if optimal { deflate::Cut::at(PARSE_INLINE_TEXT as usize) } else { place.cut };
     // (Passing `optimal` rather than `longest` spares zlib's members a second test.)
-    let (stored, back) = deflate::encode_read_back(parse, plain, Some(cut as usize), optimal).ok()?;
-    let (stored, back) = if optimal && !stored.longest { deflate::encode_read_back(parse, plain, Some(cut_at as usize), false).ok()? } else { (stored, back) };
-    let mut again = Vec::with_capacity(stream.len());
-    deflate::replay(&back, plain, &mut again).ok()?;
-    (again == stream).then_some(stored)
-}
-
-/// A member whose parse is proven: the parse in its stored form, the CRC-32 of the member's
-/// compressed bytes (what a rebuild is checked against), and its trailer where the text does
-/// not give it (a lying CRC or ISIZE, which zlib's inflate took).
-pub(super) struct Proof {
-    pub stored: deflate::Stored,
-    pub crc: u32,
-    pub trailer: Option<[u8; 8]>,
+    let (stored, back) = deflate::encode_read_back_at(parse, plain, Some(first_cut), optimal).ok()?;
+    let (stored, back) = if optimal && !stored.longest { deflate::encode_read_back_at(parse, plain, Some(place.cut), false).ok()? } else { (stored, back) };
+    let identity = identity.filter(|_| stored.tail.is_some() && !stored.longest);
+    proven(&back).then_some(Proof { stored, crc, trailer, tail: TailFrom::Encoded(identity), place })
 }
 
 /// Each member's proof, in member order; None for a member kept raw.
@@ -80,12 +134,12 @@ impl Ready {
     /// window of which nothing could be used is left as it is (the ingest reads it again,
     /// larger). With `longest` (a store of format 7 or 8), an optimal parser's members'
     /// parses are stored in the longest form.
-    pub(super) fn make(data: &[u8], mut sw: SplitWindow, first: bool, arc_mode: &mut bool, longest: bool) -> Ready {
+    pub(super) fn make(data: &[u8], mut sw: SplitWindow, first: bool, arc_mode: &mut bool, longest: bool, known: &KnownTails) -> Ready {
         if sw.consumed == 0 {
             return Ready { sw, seg: warc::Segmentation::default(), parses: Vec::new() };
         }
         let seg = warc::segment_window(&sw.plain, first, true, arc_mode).0;
-        let parses = prove_members(&data[..sw.consumed], &sw, &seg, longest);
+        let parses = prove_members(&data[..sw.consumed], &sw, &seg, longest, known);
         // The parses as recorded are done with: the window waits for its storing without them.
         for r in &mut sw.regions {
             if let Region::Member(m) = r {
@@ -145,7 +199,7 @@ impl Presplit {
 /// Records and proves the parse of every member of `sw` (whose regions tile `data`) on two
 /// threads: most of the CPU of ingest. Largest members first, so one slow member does not
 /// finish alone at the end.
-fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation, longest: bool) -> Proofs {
+fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation, longest: bool, known: &KnownTails) -> Proofs {
     let plain = &sw.plain[..];
     let members: Vec<&Member> = sw
         .regions
@@ -157,16 +211,10 @@ fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation, longes
         .collect();
     let mut order: Vec<usize> = (0..members.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(members[i].plain_len));
-    let cuts = parse_cuts(&members, seg);
+    let places = places(&members, seg);
     let work = |_: &mut (), i: usize| {
         crate::failpoint::panic_at("prove");
-        let m = members[i];
-        let stored = record_member(data, plain, m, cuts[i], longest)?;
-        let crc = crc32fast::hash(&data[m.start as usize..(m.start + m.comp_len) as usize]);
-        // warcfs's inflater took its text only with a trailer that matches it; zlib's may not.
-        let text = &plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize];
-        let trailer = (m.parse.is_none() && gzip::trailer_for(text) != m.trailer).then_some(m.trailer);
-        Some(Proof { stored, crc, trailer })
+        prove_member(data, plain, members[i], places[i], longest, Some(known))
     };
     let proofs = each_of(Workers::Proving, &order, members.len(), || (), work);
     proofs.into_iter().map(Option::flatten).collect()
@@ -176,20 +224,24 @@ fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation, longes
 /// into the first payload that starts in it, or its start if it begins inside a payload
 /// (its window then sees nothing but payload). Never past PARSE_INLINE_TEXT: what comes
 /// before the cut is kept in the recipe, whose pieces must stay small whatever a member
-/// holds (one without a payload, a huge header).
-fn parse_cuts(members: &[&Member], seg: &warc::Segmentation) -> Vec<u64> {
+/// holds (one without a payload, a huge header). The tail's text starts at the payload's
+/// start (`Cut::base`), and so does what its copies must share (`Place::payload`).
+pub(super) fn places(members: &[&Member], seg: &warc::Segmentation) -> Vec<Place> {
     let payloads: Vec<(u64, u64)> = seg.spans.iter().filter(|s| s.kind == SpanKind::Payload).map(|s| (s.start, s.start + s.len)).collect();
     members
         .iter()
         .map(|m| {
             let (ps, pe) = (m.plain_start, m.plain_start + m.plain_len);
             let i = payloads.partition_point(|&(_, end)| end <= ps);
-            let cut = match payloads.get(i).filter(|&&(a, _)| a < pe) {
-                Some(&(a, _)) if a < ps => 0,
-                Some(&(a, _)) => a - ps + PARSE_SHARED_FROM,
-                None => PARSE_INLINE_TEXT,
+            let (at, base) = match payloads.get(i).filter(|&&(a, _)| a < pe) {
+                Some(&(a, _)) if a < ps => (0, 0),
+                Some(&(a, _)) => (a - ps + PARSE_SHARED_FROM, a - ps),
+                None => (PARSE_INLINE_TEXT, 0),
             };
-            cut.min(PARSE_INLINE_TEXT)
+            let at = at.min(PARSE_INLINE_TEXT);
+            let cut = deflate::Cut { at: at as usize, base: base.min(at) as usize };
+            let payload = payloads.get(i).filter(|&&(a, e)| a >= ps && a < pe && e <= pe && pe - e <= MAX_AFTER_PAYLOAD).copied();
+            Place { cut, payload }
         })
         .collect()
 }

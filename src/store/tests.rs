@@ -54,7 +54,7 @@ pub(super) fn warc_record(id: u32, body: &[u8]) -> Vec<u8> {
     r
 }
 
-fn gzip_member(data: &[u8], level: u32) -> Vec<u8> {
+pub(super) fn gzip_member(data: &[u8], level: u32) -> Vec<u8> {
     use std::io::Write;
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
     e.write_all(data).unwrap();

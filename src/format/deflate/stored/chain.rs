@@ -51,9 +51,15 @@ impl Drop for Chain {
 }
 
 impl Chain {
+    /// The hash table's size (as bits) for a text of `len` bytes: sized to the text, so
+    /// small members do not pay for clearing large ones. It decides which positions share a
+    /// chain, and so how far down a source lies.
+    pub(super) fn table_bits(len: usize) -> u32 {
+        len.clamp(256, 1 << 15).next_power_of_two().trailing_zeros()
+    }
+
     pub(super) fn new(len: usize) -> Chain {
-        // Tables sized to the text, so small members do not pay for clearing large ones.
-        let hbits = len.clamp(256, 1 << 15).next_power_of_two().trailing_zeros();
+        let hbits = Chain::table_bits(len);
         let slots = len.clamp(1, WINDOW).next_power_of_two();
         let (mut head, mut prev) = TABLES.with(|t| t.take());
         head.clear();

@@ -149,7 +149,8 @@ impl<'a> Columns<'a> {
 /// With `proof`, each source is also resolved from the ref just written, as a reader
 /// resolves it, on this chain at this point (where a reader's chain is in the same state):
 /// what `read_back` checks the stored bytes against.
-fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], chain: &mut Chain, mut proof: Option<&mut Vec<Resolved>>) -> Result<()> {
+/// A match whose source lies before `base` is stored as its distance (`Cut::base`).
+fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, base: usize, plain: &[u8], chain: &mut Chain, mut proof: Option<&mut Vec<Resolved>>) -> Result<()> {
     let (mut gaps, mut refs, mut lens) = (Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()), Vec::with_capacity(ms.len()));
     let end = ms.last().map_or(from as usize, |m| m.pos as usize + m.len as usize).max(from as usize);
     // Whether each match is as long as its source allows (its length then implied), worked
@@ -176,7 +177,7 @@ fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, plain: &[u8], cha
         // A stated length (an optimal parser's, such as zopfli's) keeps the long walk: its
         // sources lie further down, and distances would cost a fifth more of its parse.
         let steps = if maximal { STORED_REF_STEPS } else { RANK_STEPS };
-        let located = if sparse {
+        let located = if sparse || pos - dist < base {
             None
         } else {
             chain.insert_to(plain, pos);
@@ -377,7 +378,7 @@ pub struct Stored {
 /// store of format 7 or 8), an optimal parser's matches are written in the longest form
 /// (see `put_longest`).
 pub fn encode(p: &Parse, plain: &[u8], cut_at: Option<usize>, longest: bool) -> Stored {
-    match encode_with(p, plain, cut_at, longest && is_optimal(p, plain), None) {
+    match encode_with(p, plain, cut_at.map(Cut::at), longest && is_optimal(p, plain), None, false) {
         Ok(s) => s,
         Err(_) => unreachable!("only a proof's resolution can fail"),
     }
@@ -391,24 +392,110 @@ pub fn encode(p: &Parse, plain: &[u8], cut_at: Option<usize>, longest: bool) -> 
 /// if `longest`: a store of format 7 or 8; an older warcfs cannot read it) is read back by
 /// `decode` itself. An error if the bytes do not read back as written.
 pub fn encode_read_back(p: &Parse, plain: &[u8], cut_at: Option<usize>, longest: bool) -> Result<(Stored, Parse)> {
+    encode_read_back_at(p, plain, cut_at.map(Cut::at), longest)
+}
+
+/// `encode_read_back`, cut as `cut` says.
+pub fn encode_read_back_at(p: &Parse, plain: &[u8], cut: Option<Cut>, longest: bool) -> Result<(Stored, Parse)> {
     if longest && is_optimal(p, plain) {
-        let stored = encode_with(p, plain, cut_at, true, None)?;
+        let stored = encode_with(p, plain, cut, true, None, false)?;
         let back = decode(&stored.prefix, stored.tail.as_deref(), plain)?;
         return Ok((stored, back));
     }
     let mut proof = Vec::with_capacity(p.matches.len());
-    let stored = encode_with(p, plain, cut_at, false, Some(&mut proof))?;
-    let back = read_back(&stored, plain, &proof)?;
+    let stored = encode_with(p, plain, cut, false, Some(&mut proof), false)?;
+    let back = read_back(&stored, plain, &proof, None)?;
     // The proof stands for what a reader does; every debug build (the tests) checks that.
     debug_assert_eq!(decode(&stored.prefix, stored.tail.as_deref(), plain).as_ref(), Ok(&back));
     Ok((stored, back))
 }
 
+/// `encode_read_back` of the prefix alone, for a parse whose tail is stored already: the
+/// caller found a tail of the same `tail_identity` over the same text from `cut.base` on, so
+/// that tail's bytes are the ones `encode` would write (its matches are those of `p` from
+/// the cut on, which the parse read back takes as they are). None if `p` has no tail.
+pub fn encode_prefix_read_back(p: &Parse, plain: &[u8], cut: Cut) -> Result<Option<(Stored, Parse)>> {
+    let (_, k) = cut_of(p, plain, Some(cut));
+    if k == p.matches.len() {
+        return Ok(None);
+    }
+    let mut proof = Vec::with_capacity(k);
+    let stored = encode_with(p, plain, Some(cut), false, Some(&mut proof), true)?;
+    let back = read_back(&stored, plain, &proof, Some(&p.matches[k..]))?;
+    Ok(Some((stored, back)))
+}
+
+/// Where a parse is cut into its prefix and its tail: at the first match boundary from `at`
+/// on. `base` (at most `at`; ingest gives the payload's start) is where the text the tail
+/// depends on starts: the tail's matches whose sources lie before it (in the headers, which
+/// differ from one copy of a payload to the next) are stored as distances, so the tail's
+/// bytes follow from the text from `base` on and its own matches (`tail_identity`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cut {
+    pub at: usize,
+    pub base: usize,
+}
+
+impl Cut {
+    pub fn at(at: usize) -> Cut {
+        Cut { at, base: 0 }
+    }
+}
+
+/// The cut offset and the number of matches before it; (the text's length, every match)
+/// when what would follow the cut is too small a tail.
+fn cut_of(p: &Parse, plain: &[u8], cut: Option<Cut>) -> (usize, usize) {
+    let (cut, k) = match cut {
+        Some(Cut { at, .. }) => {
+            let k = p.matches.partition_point(|m| (m.pos as usize) < at);
+            let cut = match k.checked_sub(1).map(|i| p.matches[i]) {
+                Some(m) if m.pos as usize + m.len as usize > at => m.pos as usize + m.len as usize,
+                _ => at,
+            };
+            (cut.min(plain.len()), k)
+        }
+        None => (plain.len(), p.matches.len()),
+    };
+    if p.matches.len() - k >= MIN_TAIL_MATCHES {
+        (cut, k)
+    } else {
+        (plain.len(), p.matches.len())
+    }
+}
+
+/// What the ranked bytes of `p`'s tail (cut as `encode` cuts it at `cut`) follow from,
+/// besides the text from `cut.base` on: the chain's table size (which the text's whole
+/// length sets), the text's length and the cut counted from `cut.base`, and the tail's
+/// matches as written (gap, distance, length, as varints). A walk from a match to its source
+/// passes only positions between the two, and sources before `cut.base` are stored as
+/// distances; so two members with equal identities and equal text from `cut.base` on store
+/// the same tail, byte for byte. None if `p` has no tail or `cut.base` lies past the cut.
+pub fn tail_identity(p: &Parse, plain: &[u8], cut: Cut) -> Option<Vec<u8>> {
+    let (at, k) = cut_of(p, plain, Some(cut));
+    if k == p.matches.len() || cut.base > at {
+        return None;
+    }
+    let tail = &p.matches[k..];
+    let mut id = Vec::with_capacity(16 + tail.len() * 4);
+    put_varint(&mut id, Chain::table_bits(plain.len()) as u64);
+    put_varint(&mut id, (plain.len() - cut.base) as u64);
+    put_varint(&mut id, (at - cut.base) as u64);
+    let mut from = at as u32;
+    for m in tail {
+        put_varint(&mut id, (m.pos - from) as u64);
+        put_varint(&mut id, m.dist as u64);
+        put_varint(&mut id, m.len as u64);
+        from = m.pos + m.len as u32;
+    }
+    Some(id)
+}
+
 /// `stored` read as `decode` reads it, each source taken from `written` (the refs as the
-/// encoder wrote them, in order, and what they resolved to).
-fn read_back(stored: &Stored, plain: &[u8], written: &[Resolved]) -> Result<Parse> {
+/// encoder wrote them, in order, and what they resolved to); with `named`, `stored` has
+/// no tail of its own and these are its matches.
+fn read_back(stored: &Stored, plain: &[u8], written: &[Resolved], named: Option<&[Match]>) -> Result<Parse> {
     let mut sources = Sources::Written(written.iter());
-    let back = decode_with(&stored.prefix, stored.tail.as_deref(), plain, &mut sources)?;
+    let back = decode_with(&stored.prefix, stored.tail.as_deref(), plain, &mut sources, named)?;
     match sources {
         Sources::Written(rest) if rest.len() == 0 => Ok(back),
         _ => Err(ParseError::Damaged("reads back other than written")),
@@ -417,7 +504,8 @@ fn read_back(stored: &Stored, plain: &[u8], written: &[Resolved]) -> Result<Pars
 
 /// With `longest` (the caller found `p` an optimal parser's), both sections are written in
 /// the longest form where they can be (no `proof` is taken then).
-fn encode_with(p: &Parse, plain: &[u8], cut_at: Option<usize>, longest: bool, mut proof: Option<&mut Vec<Resolved>>) -> Result<Stored> {
+/// With `named`, the tail is not written (`encode_prefix_read_back`).
+fn encode_with(p: &Parse, plain: &[u8], cut: Option<Cut>, longest: bool, mut proof: Option<&mut Vec<Resolved>>, named: bool) -> Result<Stored> {
     let mut prefix = Vec::with_capacity(64 + p.matches.len() * 4);
     put_varint(&mut prefix, p.blocks.len() as u64);
     let mut prev = 0u32;
@@ -441,18 +529,8 @@ fn encode_with(p: &Parse, plain: &[u8], cut_at: Option<usize>, longest: bool, mu
         }
     }
     prefix.push(p.end_pad);
-    let (cut, k) = match cut_at {
-        Some(at) => {
-            let k = p.matches.partition_point(|m| (m.pos as usize) < at);
-            let cut = match k.checked_sub(1).map(|i| p.matches[i]) {
-                Some(m) if m.pos as usize + m.len as usize > at => m.pos as usize + m.len as usize,
-                _ => at,
-            };
-            (cut.min(plain.len()), k)
-        }
-        None => (plain.len(), p.matches.len()),
-    };
-    let (cut, k) = if p.matches.len() - k >= MIN_TAIL_MATCHES { (cut, k) } else { (plain.len(), p.matches.len()) };
+    let base = cut.map_or(0, |c| c.base);
+    let (cut, k) = cut_of(p, plain, cut);
     put_varint(&mut prefix, cut as u64);
     if longest {
         // Both sections in the longest form, or (a match where no candidate is found) the
@@ -470,10 +548,10 @@ fn encode_with(p: &Parse, plain: &[u8], cut_at: Option<usize>, longest: bool, mu
         }
     }
     let mut chain = Chain::new(plain.len());
-    put_matches(&mut prefix, &p.matches[..k], 0, plain, &mut chain, proof.as_deref_mut())?;
-    let tail = if k < p.matches.len() {
+    put_matches(&mut prefix, &p.matches[..k], 0, 0, plain, &mut chain, proof.as_deref_mut())?;
+    let tail = if k < p.matches.len() && !named {
         let mut t = Vec::with_capacity((p.matches.len() - k) * 2);
-        put_matches(&mut t, &p.matches[k..], cut as u32, plain, &mut chain, proof)?;
+        put_matches(&mut t, &p.matches[k..], cut as u32, base, plain, &mut chain, proof)?;
         Some(t)
     } else {
         None
@@ -484,11 +562,12 @@ fn encode_with(p: &Parse, plain: &[u8], cut_at: Option<usize>, longest: bool, mu
 /// Decodes a stored parse of `plain`. Every count and offset is bounded by the text's
 /// length before it sizes anything.
 pub fn decode(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8]) -> Result<Parse> {
-    decode_with(prefix, tail, plain, &mut Sources::Chain(Chain::new(plain.len())))
+    decode_with(prefix, tail, plain, &mut Sources::Chain(Chain::new(plain.len())), None)
 }
 
-/// `decode`, with each match's source taken from `sources`.
-fn decode_with(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8], sources: &mut Sources) -> Result<Parse> {
+/// `decode`, with each match's source taken from `sources`; `named`: the tail's matches,
+/// when `tail` is not given (`read_back`).
+fn decode_with(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8], sources: &mut Sources, named: Option<&[Match]>) -> Result<Parse> {
     let mut c = Cursor { b: prefix, i: 0 };
     let n = c.bounded((plain.len() as u64 + 1) << 4)? as usize;
     let mut p = Parse { blocks: Vec::with_capacity(n.min(1 << 16)), ..Parse::default() };
@@ -523,11 +602,13 @@ fn decode_with(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8], sources: &mut S
     if p.matches.last().is_some_and(|m| m.pos as u64 + m.len as u64 > cut) {
         return Err(ParseError::Damaged("prefix match past the cut"));
     }
-    match tail {
-        Some(t) if get_matches(t, cut, plain, sources, &mut p.matches)? != t.len() => return Err(ParseError::Damaged("trailing bytes")),
-        Some(_) => {}
-        None if cut != plain.len() as u64 => return Err(ParseError::Damaged("tail missing")),
-        None => {}
+    match (tail, named) {
+        (None, Some(ms)) if cut < plain.len() as u64 && ms.first().is_some_and(|m| m.pos as u64 >= cut) => p.matches.extend_from_slice(ms),
+        (_, Some(_)) => return Err(ParseError::Damaged("reads back other than written")),
+        (Some(t), None) if get_matches(t, cut, plain, sources, &mut p.matches)? != t.len() => return Err(ParseError::Damaged("trailing bytes")),
+        (Some(_), None) => {}
+        (None, None) if cut != plain.len() as u64 => return Err(ParseError::Damaged("tail missing")),
+        (None, None) => {}
     }
     for bi in derived {
         let start = bi.checked_sub(1).map_or(0, |i| p.blocks[i].end) as usize;

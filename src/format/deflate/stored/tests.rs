@@ -97,8 +97,8 @@ fn the_proof_refuses_bytes_other_than_written() {
     let text: Vec<u8> = (0..60_000u32).map(|i| b"<td class=\"n\">1</td>\n"[(i as usize * 5 + (i as usize >> 7)) % 21]).collect();
     let (_, p) = zlib9(&text);
     let mut proof = Vec::new();
-    let s = encode_with(&p, &text, None, false, Some(&mut proof)).unwrap();
-    assert_eq!(read_back(&s, &text, &proof).unwrap(), p);
+    let s = encode_with(&p, &text, None, false, Some(&mut proof), false).unwrap();
+    assert_eq!(read_back(&s, &text, &proof, None).unwrap(), p);
     assert!(proof.len() > 100, "{}", proof.len());
     // Another ref, position or length column at one match: the same columns' lengths, other
     // bytes.
@@ -107,13 +107,13 @@ fn the_proof_refuses_bytes_other_than_written() {
     for change in [|w: &mut Resolved| w.r += 3, |w: &mut Resolved| w.pos += 1, |w: &mut Resolved| w.lc = 1] {
         let mut other = proof.clone();
         change(&mut other[i]);
-        assert_eq!(read_back(&s, &text, &other), Err(ParseError::Damaged(bad)));
+        assert_eq!(read_back(&s, &text, &other, None), Err(ParseError::Damaged(bad)));
     }
     // One match fewer, or one more, than the bytes hold.
-    assert_eq!(read_back(&s, &text, &proof[..proof.len() - 1]), Err(ParseError::Damaged(bad)));
+    assert_eq!(read_back(&s, &text, &proof[..proof.len() - 1], None), Err(ParseError::Damaged(bad)));
     let mut more = proof.clone();
     more.push(Resolved::new(text.len() - 3, 0, 0, (1, None)).unwrap());
-    assert_eq!(read_back(&s, &text, &more), Err(ParseError::Damaged(bad)));
+    assert_eq!(read_back(&s, &text, &more, None), Err(ParseError::Damaged(bad)));
 }
 
 /// Bytes that look random (no three repeat by chance often enough to matter).
@@ -210,7 +210,7 @@ fn a_reader_skipping_the_chain_under_distances_reads_what_was_written() {
     let (_, p) = zlib9(&text);
     assert!(p.matches.len() * 1024 > 50 * text.len(), "{} matches in {} bytes", p.matches.len(), text.len());
     let mut proof = Vec::new();
-    let s = encode_with(&p, &text, None, false, Some(&mut proof)).unwrap();
+    let s = encode_with(&p, &text, None, false, Some(&mut proof), false).unwrap();
     let ranked: Vec<&Resolved> = proof.iter().filter(|w| w.r % 3 != 2).collect();
     let far = ranked.iter().filter(|w| (w.pos as usize) >= end && w.dist as usize > WINDOW * 3 / 4).count();
     assert!(far >= 3, "{far} ranks name sources more than three quarters of a window back");
@@ -235,7 +235,7 @@ fn sparse_text_is_stored_with_distances() {
     push_markup(&mut text, 6000, 13);
     let (d, p) = zlib9(&text);
     let mut proof = Vec::new();
-    let s = encode_with(&p, &text, Some(cut), false, Some(&mut proof)).unwrap();
+    let s = encode_with(&p, &text, Some(Cut::at(cut)), false, Some(&mut proof), false).unwrap();
     assert!(s.tail.is_some());
     let (sparse, dense): (Vec<&Resolved>, Vec<&Resolved>) = proof.iter().partition(|w| (w.pos as usize) < cut);
     assert!(sparse.len() >= 10 && sparse.iter().all(|w| w.r % 3 == 2), "sparse text: distances ({} matches)", sparse.len());
@@ -271,7 +271,7 @@ fn implied_lengths_are_stored_as_distances_up_to_a_denser_rule() {
     assert!((25..45).contains(&per_kib), "{per_kib} matches a KiB");
     let stored_refs = |p: &Parse| {
         let mut proof = Vec::new();
-        let s = encode_with(p, &text, None, false, Some(&mut proof)).unwrap();
+        let s = encode_with(p, &text, None, false, Some(&mut proof), false).unwrap();
         assert_eq!(decode(&s.prefix, s.tail.as_deref(), &text).unwrap(), *p);
         proof.iter().map(|w| w.r % 3).collect::<Vec<_>>()
     };
@@ -348,4 +348,58 @@ fn a_damaged_longest_form_is_an_error_not_a_panic() {
             assert!(q.matches.iter().all(|m| m.pos as usize + m.len as usize <= text.len() && m.dist as usize <= m.pos as usize));
         }
     }
+}
+
+/// Two copies of a payload behind headers of one length that differ where the payload's
+/// matches walk (one header has a more recent candidate for a source the payload takes from
+/// the other's headers): cut at the payload, with its start as the base, their tails are the
+/// same bytes, as their identities say; with the headers' sources ranked (base 0), they
+/// differ, and so would their chunks.
+#[test]
+fn a_tail_based_at_its_payload_is_the_same_behind_other_headers() {
+    let headers = [&b"X-Link: http://a.example/ zzzzzz\r\n\r\n"[..], &b"X-Link: http://a.example/ httpzz\r\n\r\n"[..]];
+    assert_eq!(headers[0].len(), headers[1].len());
+    let mut payload = markup(1500, 11);
+    payload.extend_from_slice(b" see http://a.example/ again ");
+    push_markup(&mut payload, 6000, 12);
+    let texts: Vec<Vec<u8>> = headers.iter().map(|h| [*h, &payload[..]].concat()).collect();
+    let base = headers[0].len();
+    let cut = Cut { at: base + 4096, base };
+    let parses: Vec<Parse> = texts.iter().map(|t| zlib9(t).1).collect();
+    // The payload takes "http://a.example/" from the headers (it holds no earlier copy).
+    assert!(parses[0].matches.iter().any(|m| m.pos as usize > cut.at && (m.pos as usize) - (m.dist as usize) < base), "a tail match reaches back into the headers");
+    let ids: Vec<Vec<u8>> = parses.iter().zip(&texts).map(|(p, t)| tail_identity(p, t, cut).unwrap()).collect();
+    assert_eq!(ids[0], ids[1], "the writer's matches after the cut are the same");
+    let tail = |p: &Parse, t: &[u8], cut: Cut| encode_read_back_at(p, t, Some(cut), false).unwrap().0.tail.unwrap();
+    assert_eq!(tail(&parses[0], &texts[0], cut), tail(&parses[1], &texts[1], cut));
+    let ranked = Cut { base: 0, ..cut };
+    assert_ne!(tail(&parses[0], &texts[0], ranked), tail(&parses[1], &texts[1], ranked), "ranks over the headers differ");
+    // Either copy's stored form reads back and replays to its own member.
+    for (p, t) in parses.iter().zip(&texts) {
+        let (stored, back) = encode_read_back_at(p, t, Some(cut), false).unwrap();
+        assert_eq!(&back, p);
+        assert_eq!(decode(&stored.prefix, stored.tail.as_deref(), t).unwrap(), *p);
+    }
+}
+
+/// A parse whose tail is stored already proves its prefix alone: the same prefix bytes the
+/// whole encoding writes, read back with the tail's matches taken as they are.
+#[test]
+fn a_prefix_proven_alone_is_the_prefix_of_the_whole() {
+    let mut text = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
+    let base = text.len();
+    push_markup(&mut text, 8000, 5);
+    let (_, p) = zlib9(&text);
+    let cut = Cut { at: base + 4096, base };
+    let (whole, _) = encode_read_back_at(&p, &text, Some(cut), false).unwrap();
+    let (prefix, back) = encode_prefix_read_back(&p, &text, cut).unwrap().unwrap();
+    assert_eq!((prefix.prefix, prefix.tail), (whole.prefix, None));
+    assert_eq!(back, p);
+    // Without a tail (cut past every match) there is nothing to name.
+    assert!(encode_prefix_read_back(&p, &text, Cut::at(text.len())).unwrap().is_none());
+    assert!(tail_identity(&p, &text, Cut::at(text.len())).is_none());
+    // Another parse's identity differs with its matches.
+    let (_, q) = zlib9(&[&text[..text.len() - 1], b"!"].concat());
+    let other = tail_identity(&q, &text, cut);
+    assert!(other.is_some() && other != tail_identity(&p, &text, cut) || q.matches == p.matches);
 }

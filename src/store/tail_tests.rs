@@ -1,0 +1,93 @@
+//! A copy of a payload names the parse tail stored with an earlier copy (`tails`) only when
+//! its own payload chunks are that copy's and the tail's chunk is still there; otherwise it
+//! is proven in full. Every file reads back byte for byte either way.
+
+use super::tests::{gzip_member, meta, read_all, warc_record};
+use super::*;
+use crate::pack::ChunkKind;
+
+fn store(dir: &std::path::Path) -> Store {
+    let opts = OpenOptionsStore { create: true, config: Config { verify: Verify::Bytes, ..Config::default() }, follower: false };
+    Store::open_with(dir, &opts, crate::digest::sha256).unwrap()
+}
+
+/// About 40 KB of markup, many short matches: a parse with a tail well past 4 KiB.
+fn body(seed: u64) -> Vec<u8> {
+    let words = ["<td>", "</td>", "<a href=\"/", "item", "\">", "</a>", "price ", "12", "7", " class=\"n\"", "<tr>\n", "</tr>\n"];
+    let mut x = seed | 1;
+    let mut out = Vec::new();
+    for _ in 0..8000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(words[(x >> 24) as usize % words.len()].as_bytes());
+    }
+    out
+}
+
+/// A `.warc.gz` of one member per record, the records numbered from `first` (one digit, so
+/// that every copy's headers have one length) with the given bodies.
+fn crawl(first: u32, bodies: &[&[u8]]) -> Vec<u8> {
+    bodies.iter().enumerate().flat_map(|(i, b)| gzip_member(&warc_record(first + i as u32, b), 9)).collect()
+}
+
+fn put(s: &Store, name: &str, data: &[u8]) {
+    s.put_file(ROOT_INO, name.as_bytes(), data, meta()).unwrap();
+    assert_eq!(read_all(s, &format!("/{name}")), data, "{name} reads back");
+}
+
+fn tails_refs(s: &Store) -> Vec<u64> {
+    s.index.chunk_iter().map(|r| r.unwrap().1).filter(|e| e.kind == ChunkKind::Parse as u8).map(|e| e.refs).collect()
+}
+
+#[test]
+fn copies_of_a_payload_name_the_tail_stored_with_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let (x, y) = (body(1), body(2));
+    put(&s, "a.warc.gz", &crawl(1, &[&x, &y]));
+    assert_eq!(s.tails.counts(), (0, 0));
+    assert_eq!(tails_refs(&s), [1, 1]);
+    // Other record ids and dates in the headers, the same payloads.
+    put(&s, "b.warc.gz", &crawl(5, &[&y, &x]));
+    assert_eq!(s.tails.counts(), (2, 0), "both members named a stored tail");
+    assert_eq!(tails_refs(&s), [2, 2], "one chunk per tail, referenced by both files");
+    assert!(s.fsck(true).unwrap().problems.is_empty());
+}
+
+#[test]
+fn a_named_tail_is_refused_unless_its_payload_and_its_chunk_are_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let (x, y) = (body(1), body(2));
+    put(&s, "a.warc.gz", &crawl(1, &[&x, &y]));
+    let known = s.tails.entries();
+    assert_eq!(known.len(), 2);
+    // x's identity now names y's payload and tail: a copy of x must not take y's tail.
+    s.tails.replace(&known[0], known[1].payload.clone(), known[1].tail);
+    put(&s, "b.warc.gz", &crawl(3, &[&x]));
+    assert_eq!(s.tails.counts(), (0, 1), "refused: the payload is another");
+    // x's identity and payload, a tail chunk the store does not hold.
+    let gone = ChunkKey { digest: [9; 32], seq: 0 };
+    s.tails.replace(&known[0], known[0].payload.clone(), gone);
+    put(&s, "c.warc.gz", &crawl(4, &[&x]));
+    assert_eq!(s.tails.counts(), (0, 2), "refused: the tail's chunk is not there");
+    // Proven in full, each stored x's tail again (the same bytes: the same chunk).
+    assert_eq!(tails_refs(&s), [3, 1]);
+    assert!(s.fsck(true).unwrap().problems.is_empty());
+}
+
+#[test]
+fn gc_forgets_the_tails_it_may_collect() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let x = body(1);
+    put(&s, "a.warc.gz", &crawl(1, &[&x]));
+    s.remove("/a.warc.gz", false).unwrap();
+    s.gc().unwrap();
+    assert!(tails_refs(&s).is_empty(), "the tail is collected with its file");
+    put(&s, "b.warc.gz", &crawl(2, &[&x]));
+    assert_eq!(s.tails.counts(), (0, 0), "nothing named, nothing to refuse");
+    assert_eq!(tails_refs(&s), [1]);
+    assert!(s.fsck(true).unwrap().problems.is_empty());
+}
