@@ -107,6 +107,56 @@ where
     })
 }
 
+/// `windows_ahead` with a window made ready in two steps, each on a thread of its own:
+/// `prepare` (a gzip window's members found and inflated: one thread's work, member after
+/// member) a window ahead of `finish` (the members' parses proven, on the proving workers),
+/// a window ahead of `store`. So inflating overlaps both the proofs and the storing; three
+/// windows are held at once.
+fn windows_ahead_in_two<'s, S, T, U, P, G, F>(src: &'s S, total: u64, win: Windows, spare: &Spare, mut prepare: P, mut finish: G, mut store: F) -> Result<()>
+where
+    S: Source + ?Sized + Sync,
+    T: Send,
+    U: Send,
+    P: FnMut(u64, Cow<'s, [u8]>, bool) -> Option<(T, usize)> + Send,
+    G: FnMut(T) -> U + Send,
+    F: FnMut(U) -> Result<()>,
+{
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<U>>(0);
+    thread::scope(|s| {
+        let ahead = s.spawn(move || {
+            let (half, halves) = std::sync::mpsc::sync_channel::<T>(0);
+            thread::scope(|s| {
+                let finished = tx.clone();
+                let middle = s.spawn(move || {
+                    for t in halves {
+                        if finished.send(Ok(finish(t))).is_err() {
+                            break;
+                        }
+                    }
+                });
+                let r = each_window(src, total, win, spare, |offset, data, last| {
+                    let Some((t, used)) = prepare(offset, data, last) else { return Ok(0) };
+                    if half.send(t).is_err() {
+                        // The ingest stopped on an error of its own.
+                        return Err(io_err(std::io::ErrorKind::Interrupted.into()));
+                    }
+                    Ok(used)
+                });
+                // The windows handed over are finished (and stored) before an error here.
+                drop(half);
+                middle.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                if let Err(e) = r {
+                    let _ = tx.send(Err(e));
+                }
+            });
+        });
+        let stored = rx.iter().try_for_each(|ready| store(ready?));
+        drop(rx);
+        ahead.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        stored
+    })
+}
+
 /// The chunks of the payload at plain range [a, b) (whole chunks that tile it, as
 /// `chunk_segments` cuts a payload), given slices sorted by plain offset; None if they do
 /// not tile it.
@@ -188,11 +238,14 @@ impl Store {
             let longest = super::longest_parses(self.config.version);
             let prepare = |offset, data: Cow<'s, [u8]>, last| {
                 let sw = split.take_for(offset, &data).unwrap_or_else(|| split_window_in(&data, last, win, spare.take(plain_room(data.len(), win))));
-                let ready = Ready::make(&data, sw, offset == 0, &mut arc_mode, longest, &self.tails);
-                let consumed = ready.sw.consumed;
-                (consumed > 0).then_some((Proven { data, ready }, consumed))
+                let consumed = sw.consumed;
+                (consumed > 0).then_some(((offset, data, sw), consumed))
             };
-            windows_ahead(src, total, win, &spare, prepare, |mut p: Proven<'s>| {
+            let finish = |(offset, data, sw): (u64, Cow<'s, [u8]>, _)| {
+                let ready = Ready::make(&data, sw, offset == 0, &mut arc_mode, longest, &self.tails);
+                Proven { data, ready }
+            };
+            windows_ahead_in_two(src, total, win, &spare, prepare, finish, |mut p: Proven<'s>| {
                 let r = self.ingest_members(w, &mut ctx, &mut rb, &mut p);
                 give(p.data);
                 spare.give(p.ready.sw.plain);

@@ -86,12 +86,13 @@ pub struct Windows {
     pub plain: usize,
 }
 
-/// 16 MiB since a window waits, made ready, for its storing (two or three windows are held
-/// at once: made ready ahead, being stored, a next file's first split by an importer):
-/// measured on the corpus, against 32 MiB, import peak RSS 452-501 against 530-650 MB and a
-/// mount's cp + ingest peak 328 against 489 MiB, import 4.54 against about 5.0 s (8 MiB:
-/// no faster, 326-352 MB).
-pub const WINDOWS: Windows = Windows { bytes: 16 << 20, max_bytes: 256 << 20, plain: 16 << 20 };
+/// 12 MiB since a gzip window is inflated, proven and stored on three threads at once
+/// (`ingest::windows_ahead_in_two`; with a next file's first split by an importer, four
+/// windows are held). Measured on the corpus against two steps of 16 MiB: import 0.945x wall
+/// for the same peak RSS (364 against 361 MiB); 16 MiB in three steps 0.944x for 436 MiB,
+/// 8 MiB 0.99x. (16 MiB was chosen against 32 MiB in two steps: import peak RSS 452-501
+/// against 530-650 MB, a mount's cp + ingest peak 328 against 489 MiB.)
+pub const WINDOWS: Windows = Windows { bytes: 12 << 20, max_bytes: 256 << 20, plain: 12 << 20 };
 
 pub(super) struct SplitWindow {
     /// The length of the window split.
