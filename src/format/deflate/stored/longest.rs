@@ -100,16 +100,22 @@ pub(super) fn get_longest(b: &[u8], from: u64, plain: &[u8], chain: &mut Chain, 
     Columns::end(b, &gaps, &refs, &lens)
 }
 
+/// Matches `is_optimal` looks at: the first this many. An optimal parser shortens about a
+/// fifth of its matches throughout (zopfli, 7-Zip), zlib none; looking at every match (a
+/// random read of the text for each) took 1.4 % of an import's CPU.
+const OPTIMAL_SAMPLE: usize = 4096;
+
 /// Whether `p` looks like an optimal parser's (its matches then take the longest form): at
-/// least one match in 64 shorter than its source allows (zlib's and GNU gzip's never are).
+/// least one in 64 of its first OPTIMAL_SAMPLE matches shorter than its source allows
+/// (zlib's and GNU gzip's never are).
 pub fn is_optimal(p: &Parse, plain: &[u8]) -> bool {
-    let shortened = p
-        .matches
+    let sample = &p.matches[..p.matches.len().min(OPTIMAL_SAMPLE)];
+    let shortened = sample
         .iter()
         .filter(|m| {
             let (pos, len, dist) = (m.pos as usize, m.len as usize, m.dist as usize);
             pos + len < plain.len() && len < 258 && plain[pos + len] == plain[pos + len - dist]
         })
         .count();
-    !p.matches.is_empty() && shortened * 64 >= p.matches.len()
+    !sample.is_empty() && shortened * 64 >= sample.len()
 }
