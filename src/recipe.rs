@@ -191,6 +191,9 @@ pub struct MemberParts {
     pub crc: u32,
 }
 
+/// A slice of a chunk: (chunk, offset in the chunk, length).
+pub type Slice = (ChunkKey, u32, u32);
+
 /// Builds recipe pieces from segments as ingest produces them.
 #[derive(Default)]
 pub struct RecipeBuilder {
@@ -238,7 +241,7 @@ impl RecipeBuilder {
 
     /// Appends verbatim bytes given as (chunk, offset, len) slices; splits long runs across
     /// pieces and merges with a preceding Data segment.
-    pub fn push_data(&mut self, slices: &[(ChunkKey, u32, u32)]) {
+    pub fn push_data(&mut self, slices: &[Slice]) {
         for &(key, offset, len) in slices {
             if len == 0 {
                 continue;
@@ -260,7 +263,7 @@ impl RecipeBuilder {
         }
     }
 
-    pub fn push_member(&mut self, m: MemberParts, plain: &[(ChunkKey, u32, u32)]) {
+    pub fn push_member(&mut self, m: MemberParts, plain: &[Slice]) {
         let inline = m.header.len() + m.parse.len();
         self.maybe_cut(plain.len() + 2, inline);
         self.cur_inline += inline;

@@ -32,8 +32,7 @@ const LITERAL_BLOCK: usize = 64 << 10;
 /// FastCDC sizes (min, average, max) for payloads and for unparsed bytes.
 const PAYLOAD_CDC: (u32, u32, u32) = (256 << 10, 1 << 20, 4 << 20);
 const RAW_CDC: (u32, u32, u32) = (16 << 10, 64 << 10, 256 << 10);
-/// A slice of a chunk: (chunk, offset in chunk, length).
-pub(super) type Slice = (ChunkKey, u32, u32);
+pub(super) use crate::recipe::Slice;
 
 /// The result of ingesting one file, ready to commit.
 pub(super) struct Ingested {
@@ -71,48 +70,14 @@ struct Proven<'a> {
     ready: Ready,
 }
 
-/// Walks `src` a window at a time (`each_window`) on a thread of its own, where `prepare`
-/// makes each window ready to store with how much of it it used (None if nothing: the
-/// window is read again, larger), while this thread `store`s the window before. The
-/// hand-over waits for `store`, so at most two windows are held at once.
-fn windows_ahead<'s, S, T, P, F>(src: &'s S, total: u64, win: Windows, spare: &Spare, mut prepare: P, mut store: F) -> Result<()>
-where
-    S: Source + ?Sized + Sync,
-    T: Send,
-    P: FnMut(u64, Cow<'s, [u8]>, bool) -> Option<(T, usize)> + Send,
-    F: FnMut(T) -> Result<()>,
-{
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<T>>(0);
-    thread::scope(|s| {
-        let ahead = s.spawn(move || {
-            let r = each_window(src, total, win, spare, |offset, data, last| {
-                let Some((ready, used)) = prepare(offset, data, last) else { return Ok(0) };
-                if tx.send(Ok(ready)).is_err() {
-                    // The ingest stopped on an error of its own.
-                    return Err(io_err(std::io::ErrorKind::Interrupted.into()));
-                }
-                Ok(used)
-            });
-            if let Err(e) = r {
-                let _ = tx.send(Err(e));
-            }
-        });
-        let stored = rx.iter().try_for_each(|ready| store(ready?));
-        // Dropped before the join: after an early return the thread's next hand-over fails,
-        // and it stops instead of waiting for a taker.
-        drop(rx);
-        // Its panic (a parser bug) goes on here, with its own message.
-        ahead.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-        stored
-    })
-}
-
-/// `windows_ahead` with a window made ready in two steps, each on a thread of its own:
-/// `prepare` (a gzip window's members found and inflated: one thread's work, member after
-/// member) a window ahead of `finish` (the members' parses proven, on the proving workers),
-/// a window ahead of `store`. So inflating overlaps both the proofs and the storing; three
-/// windows are held at once.
-fn windows_ahead_in_two<'s, S, T, U, P, G, F>(src: &'s S, total: u64, win: Windows, spare: &Spare, mut prepare: P, mut finish: G, mut store: F) -> Result<()>
+/// Walks `src` a window at a time (`each_window`), making each ready to store in two steps,
+/// each on a thread of its own, while this thread `store`s the window before: `prepare`
+/// (for a gzip window, its members found and inflated: one thread's work, member after
+/// member) gives the window's part and how much of the window it used (None if nothing: the
+/// window is read again, larger), a window ahead of `finish` (the members' parses proven, on
+/// the proving workers). So inflating overlaps both the proofs and the storing. The
+/// hand-overs wait for their takers, so three windows are held at once.
+fn windows_ahead<'s, S, T, U, P, G, F>(src: &'s S, total: u64, win: Windows, spare: &Spare, mut prepare: P, mut finish: G, mut store: F) -> Result<()>
 where
     S: Source + ?Sized + Sync,
     T: Send,
@@ -245,20 +210,21 @@ impl Store {
                 let ready = Ready::make(&data, sw, offset == 0, &mut arc_mode, longest, &self.tails);
                 Proven { data, ready }
             };
-            windows_ahead_in_two(src, total, win, &spare, prepare, finish, |mut p: Proven<'s>| {
+            windows_ahead(src, total, win, &spare, prepare, finish, |mut p: Proven<'s>| {
                 let r = self.ingest_members(w, &mut ctx, &mut rb, &mut p);
                 give(p.data);
                 spare.give(p.ready.sw.plain);
                 r
             })?;
         } else {
-            // Segmenting a window on a thread of its own while this one stores the one before.
+            // Segmenting a window on a thread of its own while this one stores the one before
+            // (nothing to prove: the second step passes it on).
             let mut arc_mode = false;
             let prepare = |offset, data: Cow<'s, [u8]>, last| {
                 let (seg, consumed) = warc::segment_window(&data, offset == 0, last, &mut arc_mode);
                 (consumed > 0).then_some(((data, seg, consumed), consumed))
             };
-            windows_ahead(src, total, win, &spare, prepare, |(data, seg, consumed)| {
+            windows_ahead(src, total, win, &spare, prepare, |segmented| segmented, |(data, seg, consumed)| {
                 let exts = self.chunk_segments(w, &mut ctx, &data[..consumed], &seg)?;
                 rb.push_data(&exts.into_iter().map(|(_, s)| s).collect::<Vec<_>>());
                 give(data);
@@ -357,20 +323,31 @@ impl Store {
         let members = sw.regions.iter().filter_map(|r| if let Region::Member(m) = r { Some(m) } else { None });
         for (m, proof) in members.zip(parses.iter_mut()) {
             let Some(Proof { tail: TailFrom::Named(known), place, .. }) = proof else { continue };
-            let ok = place.payload.and_then(|(a, b)| payload_slices(exts, a, b)).is_some_and(|s| *s == *known.payload) && self.holds_tail(w, &known.tail)?;
+            let ok = place.payload.and_then(|(a, b)| payload_slices(exts, a, b)).is_some_and(|s| *s == *known.payload) && self.holds_tail(w, &known.tail, known.tail_len)?;
             self.tails.count(ok);
             if !ok {
-                let place = *place;
+                let (place, identity) = (*place, known.identity().into());
                 *proof = prove_member(data, &sw.plain, m, place, super::longest_parses(self.config.version), None);
+                // Its tail, stored now, takes the place of the one refused for the copies
+                // to come.
+                if let Some(p) = proof.as_mut().filter(|p| p.stored.tail.is_some() && !p.stored.longest) {
+                    p.tail = TailFrom::Encoded(Some(identity));
+                }
             }
         }
         Ok(())
     }
 
-    /// Whether `key` is a parse tail in the index or among this ingest's new chunks.
-    fn holds_tail(&self, w: &Writer, key: &ChunkKey) -> Result<bool> {
-        let is_tail = |e: &crate::index::ChunkEntry| e.kind == ChunkKind::Parse as u8;
-        Ok(w.pending.get(&key.digest).is_some_and(|v| v.iter().any(|(k, e)| k == key && is_tail(e))) || self.index.chunk(key)?.is_some_and(|e| is_tail(&e)))
+    /// Whether `key` is a parse tail of `len` bytes in the index or among this ingest's new
+    /// chunks; under `--verify bytes`, one whose stored copy also reads back (as `find_chunk`
+    /// asks of a copy it would join: an unreadable one must not absorb new members).
+    fn holds_tail(&self, w: &Writer, key: &ChunkKey, len: u64) -> Result<bool> {
+        let entry = match w.pending.get(&key.digest).and_then(|v| v.iter().find(|(k, _)| k == key)) {
+            Some((_, e)) => Some(e.clone()),
+            None => self.index.chunk(key)?,
+        };
+        let Some(e) = entry.filter(|e| e.kind == ChunkKind::Parse as u8 && e.raw_len as u64 == len) else { return Ok(false) };
+        Ok(self.config.verify != super::Verify::Bytes || self.chunk_bytes(key, &e).is_ok_and(|b| b.len() as u64 == len))
     }
 
     /// Stores plain text as segmented into headers, payloads and unparsed bytes; returns

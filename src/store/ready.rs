@@ -1,9 +1,9 @@
 //! A window of a file made ready to store: its gzip members found and inflated (`source`),
 //! its text segmented into WARC/ARC records, and every member's deflate parse recorded and
 //! proven to replay to the member's exact bytes in the form it will be stored in. None of it
-//! needs the store, so it runs ahead of storing, on a thread of its own
-//! (`ingest::windows_ahead`); an importer splits a file's first window earlier still, while
-//! the file before is stored (`Presplit`).
+//! needs the store, so it runs ahead of storing, on threads of its own (split on one, proven
+//! from another: `ingest::windows_ahead`); an importer splits a file's first window earlier
+//! still, while the file before is stored (`Presplit`).
 
 use super::source::{split_window, SplitWindow, MAX_MEMBER_PLAIN, WINDOWS};
 use crate::format::deflate;
@@ -240,7 +240,9 @@ pub(super) fn places(members: &[&Member], seg: &warc::Segmentation) -> Vec<Place
             };
             let at = at.min(PARSE_INLINE_TEXT);
             let cut = deflate::Cut { at: at as usize, base: base.min(at) as usize };
-            let payload = payloads.get(i).filter(|&&(a, e)| a >= ps && a < pe && e <= pe && pe - e <= MAX_AFTER_PAYLOAD).copied();
+            // (A payload that starts past PARSE_INLINE_TEXT has header text after the cut:
+            // no chunk of its payload would stand for that, so its tail is never named.)
+            let payload = payloads.get(i).filter(|&&(a, e)| a >= ps && a < pe && a - ps == cut.base as u64 && e <= pe && pe - e <= MAX_AFTER_PAYLOAD).copied();
             Place { cut, payload }
         })
         .collect()

@@ -87,7 +87,7 @@ pub struct Windows {
 }
 
 /// 12 MiB since a gzip window is inflated, proven and stored on three threads at once
-/// (`ingest::windows_ahead_in_two`; with a next file's first split by an importer, four
+/// (`ingest::windows_ahead`; with a next file's first split by an importer, four
 /// windows are held). Measured on the corpus against two steps of 16 MiB: import 0.945x wall
 /// for the same peak RSS (364 against 361 MiB); 16 MiB in three steps 0.944x for 436 MiB,
 /// 8 MiB 0.99x. (16 MiB was chosen against 32 MiB in two steps: import peak RSS 452-501

@@ -11,8 +11,9 @@
 //! entry's (chunk keys, which the chunk store proves as the verify mode asks, as it proves
 //! any duplicate). Both are checked before a tail is named: the identity where the window is
 //! proven (`ready`), the chunks where it is stored (`ingest`), with the tail's chunk still
-//! in the index or among the ingest's new ones. A member that fails the second check is
-//! proven again in full there.
+//! in the index or among the ingest's new ones (and read back, under `--verify bytes`). A
+//! member that fails the second check is proven again in full there, and its tail takes the
+//! refused entry's place.
 //!
 //! Memory is bounded (`MAX_BYTES`), oldest entries going first; gc empties it, since it may
 //! collect the chunks it names. A new process starts with none, so a tail's first copy in
@@ -23,8 +24,8 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::ingest::Slice;
 use crate::digest::ChunkKey;
+use crate::recipe::Slice;
 use crate::LockExt;
 
 /// What the entries may take, identities and payload slices: the corpus's 4,700 distinct
@@ -45,6 +46,11 @@ pub(super) struct KnownTail {
 }
 
 impl KnownTail {
+    /// The identity it was stored for (see the module's comment).
+    pub(super) fn identity(&self) -> &[u8] {
+        &self.identity
+    }
+
     fn bytes(&self) -> usize {
         self.identity.len() + self.payload.len() * std::mem::size_of::<Slice>() + ENTRY_OVERHEAD
     }

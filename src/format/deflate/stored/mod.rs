@@ -155,20 +155,7 @@ fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, base: usize, plai
     let end = ms.last().map_or(from as usize, |m| m.pos as usize + m.len as usize).max(from as usize);
     // Whether each match is as long as its source allows (its length then implied), worked
     // out once: the sparse rule asks it of them all first.
-    // A recorded match copies what it says (its text was checked or written by it), so one
-    // byte past its end tells: measuring its whole extension cost a match's length in
-    // compares, 3 % of an import.
-    let maximal: Vec<bool> = ms
-        .iter()
-        .map(|m| {
-            let (pos, len, dist) = (m.pos as usize, m.len as usize, m.dist as usize);
-            let cap = (plain.len() - pos).min(258);
-            debug_assert!(len > cap || plain[pos..pos + len] == plain[pos - dist..pos - dist + len]);
-            // (A match past the text, which no recorded parse has, is not maximal: the proof
-            // then finds it out, as before.)
-            len == cap || (len < cap && plain[pos + len] != plain[pos + len - dist])
-        })
-        .collect();
+    let maximal: Vec<bool> = ms.iter().map(|m| is_maximal(m, plain)).collect();
     let under = |per_kib: u64| (ms.len() as u64) * 1024 < (end - from as usize) as u64 * per_kib;
     let sparse = under(SPARSE_PER_KIB) || (under(SPARSE_IMPLIED_PER_KIB) && maximal.iter().all(|&m| m));
     for (m, &maximal) in ms.iter().zip(&maximal) {
@@ -199,6 +186,18 @@ fn put_matches(out: &mut Vec<u8>, ms: &[Match], mut from: u32, base: usize, plai
     }
     put_columns(out, ms.len(), &gaps, &refs, &lens);
     Ok(())
+}
+
+/// Whether `m` is as long as its source allows (its length is then implied). A recorded
+/// match copies what it says (its text was checked or written by it), so one byte past its
+/// end tells: measuring its whole extension cost a match's length in compares, 3 % of an
+/// import. (A match past the text, which no recorded parse has, is not maximal: the proof
+/// then finds it out.)
+fn is_maximal(m: &Match, plain: &[u8]) -> bool {
+    let (pos, len, dist) = (m.pos as usize, m.len as usize, m.dist as usize);
+    let cap = (plain.len() - pos).min(258);
+    debug_assert!(len > cap || plain[pos..pos + len] == plain[pos - dist..pos - dist + len]);
+    len == cap || (len < cap && plain[pos + len] != plain[pos + len - dist])
 }
 
 /// A match's ref as written, and where `resolve` found its source from it. Packed (16
@@ -466,9 +465,11 @@ fn cut_of(p: &Parse, plain: &[u8], cut: Option<Cut>) -> (usize, usize) {
 /// What the ranked bytes of `p`'s tail (cut as `encode` cuts it at `cut`) follow from,
 /// besides the text from `cut.base` on: the chain's table size (which the text's whole
 /// length sets), the text's length and the cut counted from `cut.base`, and the tail's
-/// matches as written (gap, distance, length, as varints). A walk from a match to its source
-/// passes only positions between the two, and sources before `cut.base` are stored as
-/// distances; so two members with equal identities and equal text from `cut.base` on store
+/// matches as written (gap, distance, length with whether it is maximal, as varints). A walk
+/// from a match to its source passes only positions between the two, sources before
+/// `cut.base` are stored as distances, and the one header byte such a match's stored form
+/// rests on (the one past its source's end, which says whether it is maximal) is in the
+/// identity; so two members with equal identities and equal text from `cut.base` on store
 /// the same tail, byte for byte. None if `p` has no tail or `cut.base` lies past the cut.
 pub fn tail_identity(p: &Parse, plain: &[u8], cut: Cut) -> Option<Vec<u8>> {
     let (at, k) = cut_of(p, plain, Some(cut));
@@ -484,7 +485,9 @@ pub fn tail_identity(p: &Parse, plain: &[u8], cut: Cut) -> Option<Vec<u8>> {
     for m in tail {
         put_varint(&mut id, (m.pos - from) as u64);
         put_varint(&mut id, m.dist as u64);
-        put_varint(&mut id, m.len as u64);
+        // Whether a match is maximal decides its length column and the sparse rule; for a
+        // source just before `cut.base` that rests on a byte of the headers.
+        put_varint(&mut id, (m.len as u64) << 1 | is_maximal(m, plain) as u64);
         from = m.pos + m.len as u32;
     }
     Some(id)

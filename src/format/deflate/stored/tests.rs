@@ -403,3 +403,33 @@ fn a_prefix_proven_alone_is_the_prefix_of_the_whole() {
     let other = tail_identity(&q, &text, cut);
     assert!(other.is_some() && other != tail_identity(&p, &text, cut) || q.matches == p.matches);
 }
+
+/// A tail match whose source ends just before the payload (in the headers) is maximal or not
+/// by the header byte past its source: that decides its stored length, so it is part of the
+/// identity. Two copies whose headers differ only in that byte store other tails, and their
+/// identities differ too.
+#[test]
+fn a_tail_identity_holds_what_header_bytes_its_form_rests_on() {
+    let headers = [&b"K: abcdefgh1 \r\n\r\n"[..], &b"K: abcdefgh2 \r\n\r\n"[..]];
+    let base = headers[0].len();
+    // After 6 KiB of matches of its own, the payload copies "abcdefgh" from the headers,
+    // followed by '1': as long as the source allows behind the first header, not behind the
+    // second.
+    let mut payload = b"xyz".to_vec();
+    payload.extend(std::iter::repeat_n(b"xyz".as_slice(), 2000).flatten());
+    let at = base + payload.len();
+    payload.extend_from_slice(b"abcdefgh1-");
+    let texts: Vec<Vec<u8>> = headers.iter().map(|h| [*h, &payload[..]].concat()).collect();
+    // Matches of 3 over the xyz runs, then the one of 8 from the headers.
+    let mut matches: Vec<Match> = (base + 3..at).step_by(3).map(|pos| Match { pos: pos as u32, len: 3, dist: 3 }).collect();
+    assert_eq!(matches.last().unwrap().pos as usize + 3, at, "the xyz runs end where the copy from the headers begins");
+    matches.push(Match { pos: at as u32, len: 8, dist: (at - 3) as u16 });
+    let p = Parse { blocks: vec![Block { kind: BlockKind::Fixed, last: true, end: texts[0].len() as u32 }], matches, end_pad: 0 };
+    let cut = Cut { at: base + 2048, base };
+    for t in &texts {
+        assert_eq!(t[at..at + 8], t[3..11], "the match copies what it says");
+    }
+    let tails: Vec<Vec<u8>> = texts.iter().map(|t| encode_read_back_at(&p, t, Some(cut), false).unwrap().0.tail.unwrap()).collect();
+    assert_ne!(tails[0], tails[1], "the header byte past the source decides the stored form");
+    assert_ne!(tail_identity(&p, &texts[0], cut), tail_identity(&p, &texts[1], cut));
+}
