@@ -121,3 +121,20 @@ fn gc_forgets_the_tails_it_may_collect() {
     assert_eq!(tails_refs(&s), [1]);
     assert!(s.fsck(true).unwrap().problems.is_empty());
 }
+
+/// Two copies of a payload in one file, windows apart: the second names the tail the first
+/// stored, which is not committed yet (among the ingest's new chunks).
+#[test]
+fn a_copy_later_in_the_same_file_names_a_tail_not_yet_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let (x, y) = (body(1), body(2));
+    let data = crawl(1, &[&x, &y, &x]);
+    let win = crate::store::ingest::Windows { bytes: 4 << 10, max_bytes: 1 << 20, plain: 4 << 10 };
+    s.put_file_windows(ROOT_INO, b"a.warc.gz", &data, crate::store::ingest::Presplit::none(), win, meta()).unwrap();
+    assert_eq!(s.tails.counts(), (1, 0));
+    assert_eq!(read_all(&s, "/a.warc.gz"), data);
+    // (A file counts once for each chunk it names, however often.)
+    assert_eq!(tails_refs(&s), [1, 1], "two tails: x's, named twice, and y's");
+    assert!(s.fsck(true).unwrap().problems.is_empty());
+}
