@@ -28,8 +28,8 @@ use crate::digest::ChunkKey;
 use crate::recipe::Slice;
 use crate::LockExt;
 
-/// What the entries may take, identities and payload slices: the corpus's 4,700 distinct
-/// tails take about 20 MB.
+/// What the entries may take, identities and payload slices: the corpus's 5,844 distinct
+/// tails took 36.2 MB after its import.
 const MAX_BYTES: usize = 64 << 20;
 /// What an entry costs besides its bytes (the maps' slots, the allocations).
 const ENTRY_OVERHEAD: usize = 96;
