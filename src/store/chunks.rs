@@ -244,14 +244,22 @@ impl Store {
         // Blobs name a dictionary by digest, found at seq 0, as kind Dict: one that landed
         // otherwise (a collision) is not used.
         let is_dict = |e: &ChunkEntry| e.kind == ChunkKind::Dict as u8;
-        let stored_as_dict = key.seq == 0
-            && (w.pending.get(&key.digest).is_some_and(|v| v.iter().any(|(k, e)| *k == key && is_dict(e))) || self.index.chunk(&key)?.is_some_and(|e| is_dict(&e)));
+        let stored_as_dict = key.seq == 0 && self.stored_entry(w, &key)?.is_some_and(|e| is_dict(&e));
         // Its chunks may be read back (a verify) before it is in the index.
         if stored_as_dict && self.packs.pin_dictionary(key.digest, &bytes) {
             w.dicts.stored(key.digest, &bytes);
             added.dict = Some(key);
         }
         Ok(())
+    }
+
+    /// The entry of chunk `key`: among those this ingest appended (`w.pending`, not in the
+    /// index yet), else in the index.
+    pub(super) fn stored_entry(&self, w: &Writer, key: &ChunkKey) -> Result<Option<ChunkEntry>> {
+        match w.pending.get(&key.digest).and_then(|v| v.iter().find(|(k, _)| k == key)) {
+            Some((_, e)) => Ok(Some(e.clone())),
+            None => Ok(self.index.chunk(key)?),
+        }
     }
 
     /// Appends a new chunk (`compressed` as the codec and bytes to store, None to store it

@@ -285,15 +285,13 @@ impl Store {
                     }
                     let slices = slices_in(&exts, &mut cursor, m.plain_start, m.plain_start + m.plain_len);
                     let header = data[s..s + m.header_len].to_vec();
-                    let parse_tail = match (&parse.tail, &from) {
-                        (Some(_), _) => Some(if parse.longest { longest_tail_keys.next() } else { tail_keys.next() }.ok_or_else(|| StoreError::Bug("a parse tail without its chunk".into()))?),
-                        (None, TailFrom::Named(k)) => Some(k.tail),
-                        (None, TailFrom::Encoded(_)) => None,
-                    };
-                    let tail_len = match (&parse.tail, &from) {
-                        (Some(t), _) => t.len() as u64,
-                        (None, TailFrom::Named(k)) => k.tail_len,
-                        (None, TailFrom::Encoded(_)) => 0,
+                    let (parse_tail, tail_len) = match (&parse.tail, &from) {
+                        (Some(t), _) => {
+                            let key = if parse.longest { longest_tail_keys.next() } else { tail_keys.next() };
+                            (Some(key.ok_or_else(|| StoreError::Bug("a parse tail without its chunk".into()))?), t.len() as u64)
+                        }
+                        (None, TailFrom::Named(k)) => (Some(k.tail), k.tail_len),
+                        (None, TailFrom::Encoded(_)) => (None, 0),
                     };
                     // A tail encoded here, for the copies of its payload to come.
                     if let (TailFrom::Encoded(Some(identity)), Some(tail), Some((a, b))) = (from, parse_tail, place.payload) {
@@ -342,11 +340,7 @@ impl Store {
     /// chunks; under `--verify bytes`, one whose stored copy also reads back (as `find_chunk`
     /// asks of a copy it would join: an unreadable one must not absorb new members).
     fn holds_tail(&self, w: &Writer, key: &ChunkKey, len: u64) -> Result<bool> {
-        let entry = match w.pending.get(&key.digest).and_then(|v| v.iter().find(|(k, _)| k == key)) {
-            Some((_, e)) => Some(e.clone()),
-            None => self.index.chunk(key)?,
-        };
-        let Some(e) = entry.filter(|e| e.kind == ChunkKind::Parse as u8 && e.raw_len as u64 == len) else { return Ok(false) };
+        let Some(e) = self.stored_entry(w, key)?.filter(|e| e.kind == ChunkKind::Parse as u8 && e.raw_len as u64 == len) else { return Ok(false) };
         Ok(self.config.verify != super::Verify::Bytes || self.chunk_bytes(key, &e).is_ok_and(|b| b.len() as u64 == len))
     }
 

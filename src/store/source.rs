@@ -29,7 +29,8 @@ pub trait Source {
 
 /// The buffers an ingest is done with (the bytes of a window, their text), for its next
 /// windows: a sixth of an import's page faults were fresh ones (docs/BENCHMARKS.md,
-/// nineteenth session). Two windows are in flight at once.
+/// nineteenth session). Three windows are in flight at once (`ingest::windows_ahead`); a
+/// buffer not kept is a new one the next time.
 pub(super) fn window_spares() -> Spare {
     Spare::new(4, 64 << 20)
 }

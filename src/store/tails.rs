@@ -70,8 +70,8 @@ pub(super) struct KnownTails {
     entries: Mutex<Entries>,
     hasher: RandomState,
     /// Members whose tail was named, and those whose naming the store refused.
-    pub(super) named: AtomicU64,
-    pub(super) refused: AtomicU64,
+    named: AtomicU64,
+    refused: AtomicU64,
 }
 
 impl KnownTails {
