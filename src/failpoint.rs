@@ -2,7 +2,8 @@
 //! place, an I/O error where the disk would have to fail, or damaged bytes. Armed only in debug builds, by
 //! the process's environment: `WARCFS_FAILPOINTS=read=2,persist_sync=1` makes the first two
 //! passes through `panic_at("read")` panic and the first through `io_error("persist_sync")`
-//! fail. Release builds compile them all to nothing.
+//! fail; `load=1+1` lets the first pass through `load` by and fails the second. Release
+//! builds compile them all to nothing.
 //!
 //! `WARCFS_HOLD=name:FILE` holds a process at `hold(name)` while FILE exists, so that a test
 //! can look at a state (a file staged on one node) that would otherwise pass too soon.
@@ -16,15 +17,20 @@ fn fires(name: &str) -> bool {
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
-    static ARMED: OnceLock<HashMap<String, AtomicU64>> = OnceLock::new();
+    // (passes to let through first, passes that fire then)
+    static ARMED: OnceLock<HashMap<String, (AtomicU64, AtomicU64)>> = OnceLock::new();
     let armed = ARMED.get_or_init(|| {
         let spec = std::env::var("WARCFS_FAILPOINTS").unwrap_or_default();
         spec.split(',')
             .filter_map(|p| p.split_once('='))
-            .filter_map(|(n, c)| Some((n.trim().to_string(), AtomicU64::new(c.trim().parse().ok()?))))
+            .filter_map(|(n, c)| {
+                let (skip, count) = c.trim().split_once('+').unwrap_or(("0", c.trim()));
+                Some((n.trim().to_string(), (AtomicU64::new(skip.parse().ok()?), AtomicU64::new(count.parse().ok()?))))
+            })
             .collect()
     });
-    armed.get(name).is_some_and(|left| left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok())
+    let take = |n: &AtomicU64| n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+    armed.get(name).is_some_and(|(skip, left)| !take(skip) && take(left))
 }
 
 #[cfg(not(debug_assertions))]

@@ -895,6 +895,56 @@ fn a_bug_while_proving_parses_is_that_files_error() {
     assert_cat_eq(&store, "/example-wget-1-14.warc.gz", &c);
 }
 
+/// A store in `tmp` where `name` is a directory (a file imported under that name fails at
+/// its commit: "is a directory"), made by importing a directory of that name.
+fn store_with_dir_named(tmp: &TempDir, name: &str) -> PathBuf {
+    let store = tmp.path().join("store");
+    let dir = tmp.path().join("src").join(name);
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("inside"), b"x").unwrap();
+    ok(&["import", &s(&store), &s(&dir)]);
+    store
+}
+
+#[test]
+fn a_file_whose_commit_fails_stops_the_import_and_the_file_before_it_stays_stored() {
+    // A file's commit is made while the next file's first windows are proven (import's
+    // overlap of the two): each failure must still be its own file's, and a file before it
+    // stored as if they had been imported one after another.
+    let real = real_corpus();
+    let (a, b) = (real.join("webrecorder-warcio/example.warc.gz"), real.join("webrecorder-pywb/example-wget-1-14.warc.gz"));
+    // The second file's commit fails: the first is stored, the second is not.
+    let tmp = TempDir::new().unwrap();
+    let store = store_with_dir_named(&tmp, "example-wget-1-14.warc.gz");
+    let r = run(&["import", &s(&store), &s(&a), &s(&b)]);
+    assert!(!r.ok(), "{}", r.describe());
+    let line = r.stderr.lines().find(|l| l.contains("import failed")).unwrap_or_default();
+    assert!(line.contains("example-wget-1-14.warc.gz") && line.contains("is a directory") && !line.contains("example.warc.gz"), "{}", r.describe());
+    assert_cat_eq(&store, "/example.warc.gz", &a);
+    assert_fsck_clean(&store, false);
+    // The first file's commit fails (made during the second's ingest): the error names the
+    // first, and the second, ingested after it, is not stored either.
+    let tmp = TempDir::new().unwrap();
+    let store = store_with_dir_named(&tmp, "example-wget-1-14.warc.gz");
+    let r = run(&["import", &s(&store), &s(&b), &s(&a)]);
+    assert!(!r.ok(), "{}", r.describe());
+    let line = r.stderr.lines().find(|l| l.contains("import failed")).unwrap_or_default();
+    assert!(line.contains("example-wget-1-14.warc.gz") && line.contains("is a directory"), "{}", r.describe());
+    assert!(!ls(&store, "/").iter().any(|(n, _)| n == "example.warc.gz"), "a file after one whose commit failed must not be committed\n{}", r.describe());
+    assert_fsck_clean(&store, false);
+    // The file before one that cannot be opened (a failpoint at the second file's open,
+    // made by the loader while the first is ingested) is stored too.
+    if cfg!(debug_assertions) {
+        let tmp = TempDir::new().unwrap();
+        let store = tmp.path().join("store");
+        let r = run_env(&["import", &s(&store), &s(&a), &s(&b)], &[("WARCFS_FAILPOINTS", "load=1+1")]);
+        assert!(!r.ok() && r.stderr.contains("example-wget-1-14.warc.gz: cannot open"), "{}", r.describe());
+        assert_cat_eq(&store, "/example.warc.gz", &a);
+        assert!(!ls(&store, "/").iter().any(|(n, _)| n == "example-wget-1-14.warc.gz"), "{}", r.describe());
+        assert_fsck_clean(&store, false);
+    }
+}
+
 /// Runs `warcfs ARGS...` with the soft descriptor limit lowered to `nofile`.
 fn run_limited(nofile: u32, args: &[&str]) -> Run {
     let mut c = std::process::Command::new("sh");

@@ -33,7 +33,7 @@ fn seen(md: &fs::Metadata) -> Seen {
 fn load(src: &Path) -> Result<Loaded> {
     use crate::store::Source;
     use std::os::unix::fs::PermissionsExt;
-    let file = fs::File::open(src).with_context(|| format!("{}: cannot open", src.display()))?;
+    let file = crate::failpoint::io_error("load").and_then(|()| fs::File::open(src)).with_context(|| format!("{}: cannot open", src.display()))?;
     let md = file.metadata().with_context(|| format!("{}: cannot stat", src.display()))?;
     let first = file.window(0, crate::store::FIRST_WINDOW).with_context(|| format!("{}: cannot read", src.display()))?;
     let split = crate::store::Presplit::from_window(&first, md.len());
@@ -115,36 +115,63 @@ pub fn import(store: &Path, srcs: &[PathBuf], to: &str, quiet: bool) -> Result<i
                 }
             }
         });
-        for item in items {
-            match item {
-                Item::Dir(path) => {
-                    s.mkdir_in(base, &names(path))?;
+        // The file ingested last, its commit left to the next file's ingest (which makes it
+        // while its first windows are proven: `Store::put_file_after`) or made before
+        // anything else changes the namespace.
+        let mut waiting: Option<(crate::store::Ingest, &Path)> = None;
+        let mut counted = |rep: crate::store::PutReport| {
+            files += 1;
+            bytes_in += rep.size;
+            new_bytes += rep.new_bytes;
+            members += rep.stats.gzip_members;
+            raw_members += rep.stats.gzip_members_raw;
+            bar.inc(rep.size);
+        };
+        let commit = |w: Option<(crate::store::Ingest, &Path)>| -> Result<Option<crate::store::PutReport>> {
+            w.map(|(ingest, src)| s.commit_put(ingest).with_context(|| format!("{}: import failed", src.display()))).transpose()
+        };
+        let mut each = || -> Result<()> {
+            for item in items {
+                if !matches!(item, Item::File { .. }) {
+                    if let Some(rep) = commit(waiting.take())? {
+                        counted(rep);
+                    }
                 }
-                Item::Symlink { src, dir, name } => {
-                    let target = fs::read_link(src).with_context(|| format!("{}: cannot read link", src.display()))?;
-                    let d = s.mkdir_in(base, &names(dir))?;
-                    use std::os::unix::ffi::OsStrExt;
-                    s.put_symlink(d, name, target.as_os_str().as_bytes())?;
-                }
-                Item::File { src, dir, name, .. } => {
-                    bar.set_message(String::from_utf8_lossy(name).into_owned());
-                    let loaded = rx.recv().context("file loader stopped")??;
-                    let d = s.mkdir_in(base, &names(dir))?;
-                    let Loaded { file, seen: before, split, meta } = loaded;
-                    let unchanged = || !crate::failpoint::armed("source_changed") && file.metadata().is_ok_and(|md| seen(&md) == before);
-                    let rep = s
-                        .put_file_from(d, name, &file, split, meta, unchanged)
-                        .with_context(|| format!("{}: import failed", src.display()))?;
-                    files += 1;
-                    bytes_in += rep.size;
-                    new_bytes += rep.new_bytes;
-                    members += rep.stats.gzip_members;
-                    raw_members += rep.stats.gzip_members_raw;
-                    bar.inc(rep.size);
+                match item {
+                    Item::Dir(path) => {
+                        s.mkdir_in(base, &names(path))?;
+                    }
+                    Item::Symlink { src, dir, name } => {
+                        let target = fs::read_link(src).with_context(|| format!("{}: cannot read link", src.display()))?;
+                        let d = s.mkdir_in(base, &names(dir))?;
+                        use std::os::unix::ffi::OsStrExt;
+                        s.put_symlink(d, name, target.as_os_str().as_bytes())?;
+                    }
+                    Item::File { src, dir, name, .. } => {
+                        bar.set_message(String::from_utf8_lossy(name).into_owned());
+                        let loaded = rx.recv().context("file loader stopped")??;
+                        let d = s.mkdir_in(base, &names(dir))?;
+                        let Loaded { file, seen: before, split, meta } = loaded;
+                        let unchanged = || !crate::failpoint::armed("source_changed") && file.metadata().is_ok_and(|md| seen(&md) == before);
+                        let (earlier, earlier_src) = waiting.take().map_or((None, None), |(i, p)| (Some(i), Some(p)));
+                        let (committed, this) = s.put_file_after(earlier, d, name, &file, split, meta, unchanged);
+                        if let (Some(r), Some(p)) = (committed, earlier_src) {
+                            counted(r.with_context(|| format!("{}: import failed", p.display()))?);
+                        }
+                        waiting = Some((this.with_context(|| format!("{}: import failed", src.display()))?, src.as_path()));
+                    }
                 }
             }
+            Ok(())
+        };
+        let r = each();
+        // The file waiting is committed whatever stopped the loop (a file after it that
+        // cannot be read): it was stored whole. Its own failure comes first, as it would
+        // have one file after another.
+        if let Some(rep) = commit(waiting.take())? {
+            counted(rep);
         }
-        Ok(())
+        r
     })?;
     s.flush()?;
     // On an object store the import is done when its packs are there (they are safe in

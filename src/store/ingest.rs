@@ -17,6 +17,7 @@ use super::ready::{prove_member, Proof, Proofs, Ready, TailFrom};
 pub use super::ready::Presplit;
 use super::source::{each_window, io_err, plain_room, split_window_in, window_spares};
 use crate::sync::Spare;
+use crate::LockExt;
 pub use super::source::{Source, Windows, WINDOWS};
 use super::{Result, Store, StoreError, Writer};
 use crate::digest::ChunkKey;
@@ -52,6 +53,42 @@ pub(super) struct Ingested {
     pub dict: Option<ChunkKey>,
 }
 
+/// Where an ingest's writer comes from.
+pub(super) enum WriterFrom<'a> {
+    /// The caller's, locked for the whole ingest.
+    Held(&'a mut Writer),
+    /// Locked by the ingest itself once its first windows are being made ready, after it
+    /// has run this with no lock held: the commit of the file before (`put_file_after`),
+    /// which so overlaps this file's first proofs and ends before any of its chunks is
+    /// looked up. An error from it ends the ingest.
+    After(Box<dyn FnOnce() -> Result<()> + 'a>),
+}
+
+/// The writer as an ingest holds it.
+enum WriterHeld<'a> {
+    Lent(&'a mut Writer),
+    Locked(std::sync::MutexGuard<'a, Writer>),
+}
+
+impl std::ops::Deref for WriterHeld<'_> {
+    type Target = Writer;
+    fn deref(&self) -> &Writer {
+        match self {
+            WriterHeld::Lent(w) => w,
+            WriterHeld::Locked(w) => w,
+        }
+    }
+}
+
+impl std::ops::DerefMut for WriterHeld<'_> {
+    fn deref_mut(&mut self) -> &mut Writer {
+        match self {
+            WriterHeld::Lent(w) => w,
+            WriterHeld::Locked(w) => w,
+        }
+    }
+}
+
 struct Ctx {
     stats: FileStats,
     added: Added,
@@ -76,15 +113,19 @@ struct Proven<'a> {
 /// member) gives the window's part and how much of the window it used (None if nothing: the
 /// window is read again, larger), a window ahead of `finish` (the members' parses proven, on
 /// the proving workers). So inflating overlaps both the proofs and the storing. The
-/// hand-overs wait for their takers, so three windows are held at once.
-fn windows_ahead<'s, S, T, U, P, G, F>(src: &'s S, total: u64, win: Windows, spare: &Spare, mut prepare: P, mut finish: G, mut store: F) -> Result<()>
+/// hand-overs wait for their takers, so three windows are held at once. This thread first
+/// runs `begin` (it makes what `store` needs: the writer) while the first windows are made
+/// ready, and gives back what it made once every window is stored.
+#[allow(clippy::too_many_arguments)]
+fn windows_ahead<'s, S, T, U, X, P, G, B, F>(src: &'s S, total: u64, win: Windows, spare: &Spare, mut prepare: P, mut finish: G, begin: B, mut store: F) -> Result<X>
 where
     S: Source + ?Sized + Sync,
     T: Send,
     U: Send,
     P: FnMut(u64, Cow<'s, [u8]>, bool) -> Option<(T, usize)> + Send,
     G: FnMut(T) -> U + Send,
-    F: FnMut(U) -> Result<()>,
+    B: FnOnce() -> Result<X>,
+    F: FnMut(&mut X, U) -> Result<()>,
 {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Result<U>>(0);
     thread::scope(|s| {
@@ -115,7 +156,8 @@ where
                 }
             });
         });
-        let stored = rx.iter().try_for_each(|ready| store(ready?));
+        // (An error here drops `rx`: the threads ahead stop at their next hand-over.)
+        let stored = begin().and_then(|mut x| rx.iter().try_for_each(|ready| store(&mut x, ready?)).map(|()| x));
         drop(rx);
         ahead.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         stored
@@ -173,18 +215,39 @@ impl Store {
     /// the file then stays staged (readable, byte-exact) instead of the ingest worker dying
     /// with it.
     pub(super) fn ingest_windows<S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
-        super::bug_as_error("ingest", || self.ingest_windows_unguarded(w, src, split, win))
+        self.ingest_from(WriterFrom::Held(w), src, split, win)
     }
 
-    fn ingest_windows_unguarded<'s, S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &'s S, mut split: Presplit, win: Windows) -> Result<Ingested> {
-        // Chunks of an ingest that failed are garbage, never shared (nor is a dictionary it
-        // stored).
-        w.pending.clear();
-        w.collisions = 0;
-        // (The one it stored stays pinned: its commit may still read chunks named by it.)
-        if let Some(d) = w.dicts.forget_candidate() {
-            self.packs.unpin_dictionary(&d);
-        }
+    /// `ingest_windows`, the writer as `from` says. One the ingest locks itself is locked
+    /// inside the unwind: a panic leaves it poisoned, which is cleared here (what it guards
+    /// is left as after any failed ingest).
+    pub(super) fn ingest_from<S: Source + ?Sized + Sync>(&self, from: WriterFrom<'_>, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
+        let r = super::bug_as_error("ingest", || self.ingest_windows_unguarded(from, src, split, win));
+        self.writer.clear_poison();
+        r
+    }
+
+    fn ingest_windows_unguarded<'a, 's, S: Source + ?Sized + Sync>(&'a self, from: WriterFrom<'a>, src: &'s S, mut split: Presplit, win: Windows) -> Result<Ingested> {
+        // What storing needs, made on this thread while the first windows are split and
+        // proven (`windows_ahead`).
+        let begin = move || -> Result<WriterHeld<'a>> {
+            let mut w = match from {
+                WriterFrom::Held(w) => WriterHeld::Lent(w),
+                WriterFrom::After(first) => {
+                    first()?;
+                    WriterHeld::Locked(self.writer.locked())
+                }
+            };
+            // Chunks of an ingest that failed are garbage, never shared (nor is a dictionary
+            // it stored).
+            w.pending.clear();
+            w.collisions = 0;
+            // (The one it stored stays pinned: its commit may still read chunks named by it.)
+            if let Some(d) = w.dicts.forget_candidate() {
+                self.packs.unpin_dictionary(&d);
+            }
+            Ok(w)
+        };
         let mut ctx = Ctx { stats: FileStats::default(), added: Added::default(), longest: false };
         let mut rb = RecipeBuilder::new();
         let total = src.size().map_err(io_err)?;
@@ -196,7 +259,7 @@ impl Store {
                 spare.give(buf);
             }
         };
-        if gzip::looks_gzip(&src.window(0, 3).map_err(io_err)?) {
+        let mut w = if gzip::looks_gzip(&src.window(0, 3).map_err(io_err)?) {
             // Finding and inflating the members of a window, and proving their parses, on
             // threads of their own while this one stores the window before.
             let mut arc_mode = false;
@@ -210,12 +273,12 @@ impl Store {
                 let ready = Ready::make(&data, sw, offset == 0, &mut arc_mode, longest, &self.tails);
                 Proven { data, ready }
             };
-            windows_ahead(src, total, win, &spare, prepare, finish, |mut p: Proven<'s>| {
+            windows_ahead(src, total, win, &spare, prepare, finish, begin, |w: &mut WriterHeld<'a>, mut p: Proven<'s>| {
                 let r = self.ingest_members(w, &mut ctx, &mut rb, &mut p);
                 give(p.data);
                 spare.give(p.ready.sw.plain);
                 r
-            })?;
+            })?
         } else {
             // Segmenting a window on a thread of its own while this one stores the one before
             // (nothing to prove: the second step passes it on).
@@ -224,13 +287,14 @@ impl Store {
                 let (seg, consumed) = warc::segment_window(&data, offset == 0, last, &mut arc_mode);
                 (consumed > 0).then_some(((data, seg, consumed), consumed))
             };
-            windows_ahead(src, total, win, &spare, prepare, |segmented| segmented, |(data, seg, consumed)| {
+            windows_ahead(src, total, win, &spare, prepare, |segmented| segmented, begin, |w: &mut WriterHeld<'a>, (data, seg, consumed)| {
                 let exts = self.chunk_segments(w, &mut ctx, &data[..consumed], &seg)?;
                 rb.push_data(&exts.into_iter().map(|(_, s)| s).collect::<Vec<_>>());
                 give(data);
                 Ok(())
-            })?;
-        }
+            })?
+        };
+        let w: &mut Writer = &mut w;
         let (pieces, starts, size) = rb.finish();
         if size != total {
             return Err(io_err(std::io::Error::other(format!("the recipe covers {size} of the file's {total} bytes"))));

@@ -68,7 +68,7 @@ pub use remote::CLOSE_UPLOAD_WAIT;
 pub use remote::{init_remote, Joined};
 use open::{creation_leftover, open_index, recover_packs, remove_dead_runs, set_mode, take_lock};
 pub(crate) use open::read_config;
-pub use namespace::{components, DirEntry, FileMeta, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
+pub use namespace::{components, DirEntry, FileMeta, Ingest, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
 pub use cache::{ReadCache, ReadCounters};
 pub use records::{RecordHead, StagedFiles};
 pub use repair::{repair_index, RepairReport};
@@ -199,6 +199,8 @@ pub enum StoreError {
     Member { offset: u64, len: u64, what: String },
     #[error("chunk {0} is referenced but not in the index")]
     MissingChunk(String),
+    #[error("not stored: the file before it could not be stored ({0})")]
+    EarlierFailed(String),
     #[error("internal error (a bug in warcfs; please report it): {0}")]
     Bug(String),
 }

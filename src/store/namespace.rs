@@ -129,6 +129,15 @@ pub struct PutReport {
     pub stats: FileStats,
 }
 
+/// A file ingested and not yet committed (`Store::put_file_after`): its chunks are in
+/// packs, nothing names them until `Store::commit_put`.
+pub struct Ingest {
+    dir: u64,
+    name: Vec<u8>,
+    ingested: Ingested,
+    meta: FileMeta,
+}
+
 /// Splits a store path into components; rejects `..`.
 pub fn components(path: &str) -> Result<Vec<&str>> {
     let mut out = Vec::new();
@@ -280,17 +289,64 @@ impl Store {
         meta: FileMeta,
         unchanged: impl FnOnce() -> bool,
     ) -> Result<PutReport> {
+        let (_, this) = self.put_file_after(None, dir, name, src, split, meta, unchanged);
+        self.commit_put(this?)
+    }
+
+    /// `put_file_from` but for the commit, which is left to the next call (`before`) or to
+    /// `commit_put`: an importer's files one after another, each file's commit made while
+    /// the next one's first windows are split and proven instead of before they start (its
+    /// index work is a few percent of an import, on one core). `before` is committed before
+    /// any chunk of this file is looked up, so what is stored is what one file after
+    /// another would store. Gives `before`'s commit (None without one) and this file,
+    /// ingested; if `before`'s commit failed, this file is not ingested.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_file_after<S: super::Source + ?Sized + Sync>(
+        &self,
+        before: Option<Ingest>,
+        dir: u64,
+        name: &[u8],
+        src: &S,
+        split: Presplit,
+        meta: FileMeta,
+        unchanged: impl FnOnce() -> bool,
+    ) -> (Option<Result<PutReport>>, Result<Ingest>) {
+        let mut before = before;
+        let mut committed: Option<Result<PutReport>> = None;
         // Before the ingest, which may take minutes, not only at the commit.
-        self.check_owns(dir, name)?;
-        let ingested = {
-            let mut w = self.writer.locked();
-            self.ingest_windows(&mut w, src, split, super::ingest::WINDOWS)?
-        };
-        if !unchanged() {
-            return Err(StoreError::SourceChanged(String::from_utf8_lossy(name).into_owned()));
+        let ingested = self.check_owns(dir, name).and_then(|()| {
+            let first = || {
+                let Some(b) = before.take() else { return Ok(()) };
+                let r = self.commit_put(b);
+                let failed = r.as_ref().err().map(|e| e.to_string());
+                committed = Some(r);
+                match failed {
+                    Some(e) => Err(StoreError::EarlierFailed(e)),
+                    None => Ok(()),
+                }
+            };
+            self.ingest_from(super::ingest::WriterFrom::After(Box::new(first)), src, split, super::ingest::WINDOWS)
+        });
+        // An ingest that stopped before its first window leaves `before` to commit here.
+        if let Some(b) = before.take() {
+            committed = Some(self.commit_put(b));
+            if committed.as_ref().is_some_and(|r| r.is_err()) {
+                return (committed, Err(StoreError::EarlierFailed("see the file before".into())));
+            }
         }
+        let this = ingested.and_then(|ingested| {
+            if !unchanged() {
+                return Err(StoreError::SourceChanged(String::from_utf8_lossy(name).into_owned()));
+            }
+            Ok(Ingest { dir, name: name.to_vec(), ingested, meta })
+        });
+        (committed, this)
+    }
+
+    /// Commits a file `put_file_after` ingested.
+    pub fn commit_put(&self, p: Ingest) -> Result<PutReport> {
         let mut ns = self.ns.locked();
-        self.commit_file(&mut ns, dir, name, ingested, meta)
+        self.commit_file(&mut ns, p.dir, &p.name, p.ingested, p.meta)
     }
 
     /// `put_file` ingesting `win` at a time (tests use tiny windows).
