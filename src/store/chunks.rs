@@ -43,6 +43,9 @@ pub(super) const LONGEST_PARSE_ZSTD_LEVEL: i32 = 15;
 const BATCH_BYTES: usize = 8 << 20;
 /// Chunk entries a commit looks up in one call.
 const LOOKUP_BATCH: usize = 4096;
+/// The largest buffer a thread keeps for reading chunks back (`read_back`): a payload chunk's
+/// largest (FastCDC's maximum, 4 MiB) and some.
+const READ_BACK_KEPT: usize = 8 << 20;
 
 /// Chunks appended to packs but not yet in the index, by digest.
 pub(super) type Pending = HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>>;
@@ -196,8 +199,8 @@ impl Store {
                 Verify::Size => entry.raw_len as usize == data.len(),
                 Verify::Bytes => {
                     entry.raw_len as usize == data.len()
-                        && match self.chunk_bytes(key, entry) {
-                            Ok(bytes) => bytes.as_slice() == data,
+                        && match self.read_back(key, entry, |bytes| bytes == data) {
+                            Ok(same) => same,
                             // A stored copy that cannot be read must not absorb new copies.
                             Err(e) => {
                                 log::warn!("dedup candidate {} unreadable, storing a fresh copy: {e}", key.short());
@@ -212,6 +215,34 @@ impl Store {
         }
         let seq = candidates.iter().map(|(k, _)| k.seq + 1).max().unwrap_or(0);
         Ok(Lookup::New { seq, collides: candidates.iter().any(|(_, e)| same_kind(e, kind)) })
+    }
+
+    /// `check` of the bytes of a stored chunk, read back to join it (under verify = bytes):
+    /// from the read cache if it holds them, else decoded into this thread's buffer and not
+    /// kept. An ingest reads back every copy it dedups (a quarter of a crawl's bytes, or
+    /// more): through the cache each was a new buffer of up to 4 MiB, faulted in page by page
+    /// (a tenth of the CPU of importing a plain crawl), and pushed out what readers use.
+    pub(super) fn read_back(&self, key: &ChunkKey, entry: &ChunkEntry, check: impl FnOnce(&[u8]) -> bool) -> Result<bool> {
+        thread_local! {
+            static READ_BACK: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+        }
+        if let Some(bytes) = self.cache.chunks.locked().get(key) {
+            return Ok(check(&bytes));
+        }
+        let n = entry.raw_len as usize;
+        if n > crate::pack::MAX_RAW as usize {
+            return Err(StoreError::MissingChunk(format!("{} (an entry of {n} bytes)", key.short())));
+        }
+        let mut buf = READ_BACK.with(|b| b.take());
+        // Grown, never shrunk below what it held: a later chunk of that size is not zeroed again.
+        if buf.len() < n {
+            buf.resize(n, 0);
+        }
+        let r = self.packs.read_into(entry.pack, entry.offset, key, entry.stored_len, &mut buf[..n]).map(|()| check(&buf[..n]));
+        if buf.len() <= READ_BACK_KEPT {
+            READ_BACK.with(|b| b.set(buf));
+        }
+        Ok(r?)
     }
 
     /// The chunk `data` is in the store (`Plan::Found`), or the key it takes as a new one

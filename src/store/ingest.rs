@@ -405,7 +405,7 @@ impl Store {
     /// asks of a copy it would join: an unreadable one must not absorb new members).
     fn holds_tail(&self, w: &Writer, key: &ChunkKey, len: u64) -> Result<bool> {
         let Some(e) = self.stored_entry(w, key)?.filter(|e| e.kind == ChunkKind::Parse as u8 && e.raw_len as u64 == len) else { return Ok(false) };
-        Ok(self.config.verify != super::Verify::Bytes || self.chunk_bytes(key, &e).is_ok_and(|b| b.len() as u64 == len))
+        Ok(self.config.verify != super::Verify::Bytes || self.read_back(key, &e, |b| b.len() as u64 == len).unwrap_or(false))
     }
 
     /// Stores plain text as segmented into headers, payloads and unparsed bytes; returns
