@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use super::{exit, human, progress};
-use crate::store::{FileMeta, Store, Timestamp};
+use crate::store::{FileMeta, Spares, Store, Timestamp};
 
 /// A source file opened, with the gzip members of its first window already split. It is
 /// read with `pread`, a window at a time: never mapped (a file truncated under a mapping is
@@ -30,13 +30,14 @@ fn seen(md: &fs::Metadata) -> Seen {
     Seen(md.len(), md.mtime(), md.mtime_nsec(), md.ctime(), md.ctime_nsec())
 }
 
-fn load(src: &Path) -> Result<Loaded> {
+fn load(src: &Path, spares: &Spares) -> Result<Loaded> {
     use crate::store::Source;
     use std::os::unix::fs::PermissionsExt;
     let file = crate::failpoint::io_error("load").and_then(|()| fs::File::open(src)).with_context(|| format!("{}: cannot open", src.display()))?;
     let md = file.metadata().with_context(|| format!("{}: cannot stat", src.display()))?;
-    let first = file.window(0, crate::store::FIRST_WINDOW).with_context(|| format!("{}: cannot read", src.display()))?;
-    let split = crate::store::Presplit::from_window(&first, md.len());
+    let want = crate::store::FIRST_WINDOW.min(md.len().min(usize::MAX as u64) as usize);
+    let first = file.window_in(0, want, spares.for_window(want)).with_context(|| format!("{}: cannot read", src.display()))?;
+    let split = crate::store::Presplit::from_window_in(&first, md.len(), spares);
     let meta = FileMeta {
         mode: md.permissions().mode() & 0o7777,
         mtime: md.modified().map(Timestamp::from).unwrap_or_else(|_| Timestamp::now()),
@@ -101,6 +102,10 @@ pub fn import(store: &Path, srcs: &[PathBuf], to: &str, quiet: bool) -> Result<i
     // Finding and inflating gzip members needs no store: a second thread does it for the
     // next file while this one ingests the current one.
     let (tx, rx) = crossbeam_channel::bounded::<Result<Loaded>>(1);
+    // The windows' buffers, from one file to the next and from the loader to the ingest:
+    // fresh ones are fresh pages, each zeroed by the kernel as it is first touched.
+    let spares = Spares::new();
+    let spares = &spares;
     std::thread::scope(|scope| -> Result<()> {
         // Owned here, so that an error below drops it and the loader's next send fails:
         // the loader stops instead of waiting forever for a reader (the scope joins it).
@@ -109,7 +114,7 @@ pub fn import(store: &Path, srcs: &[PathBuf], to: &str, quiet: bool) -> Result<i
         scope.spawn(move || {
             for item in items {
                 if let Item::File { src, .. } = item {
-                    if tx.send(load(src)).is_err() {
+                    if tx.send(load(src, spares)).is_err() {
                         break;
                     }
                 }
@@ -154,7 +159,7 @@ pub fn import(store: &Path, srcs: &[PathBuf], to: &str, quiet: bool) -> Result<i
                         let Loaded { file, seen: before, split, meta } = loaded;
                         let unchanged = || !crate::failpoint::armed("source_changed") && file.metadata().is_ok_and(|md| seen(&md) == before);
                         let (earlier, earlier_src) = waiting.take().map_or((None, None), |(i, p)| (Some(i), Some(p)));
-                        let (committed, this) = s.put_file_after(earlier, d, name, &file, split, meta, unchanged);
+                        let (committed, this) = s.put_file_after(earlier, d, name, &file, split, meta, unchanged, spares);
                         if let (Some(r), Some(p)) = (committed, earlier_src) {
                             counted(r.with_context(|| format!("{}: import failed", p.display()))?);
                         }

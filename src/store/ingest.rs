@@ -15,7 +15,7 @@ use std::thread;
 use super::chunks::{Added, Pending};
 use super::ready::{prove_member, Proof, Proofs, Ready, TailFrom};
 pub use super::ready::Presplit;
-use super::source::{each_window, io_err, plain_room, split_window_in, window_spares};
+use super::source::{each_window, io_err, plain_room, split_window_in, Spares};
 use crate::sync::Spare;
 use crate::LockExt;
 pub use super::source::{Source, Windows, WINDOWS};
@@ -215,19 +215,20 @@ impl Store {
     /// the file then stays staged (readable, byte-exact) instead of the ingest worker dying
     /// with it.
     pub(super) fn ingest_windows<S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
-        self.ingest_from(WriterFrom::Held(w), src, split, win)
+        self.ingest_from(WriterFrom::Held(w), src, split, win, &Spares::new())
     }
 
-    /// `ingest_windows`, the writer as `from` says. One the ingest locks itself is locked
-    /// inside the unwind: a panic leaves it poisoned, which is cleared here (what it guards
-    /// is left as after any failed ingest).
-    pub(super) fn ingest_from<S: Source + ?Sized + Sync>(&self, from: WriterFrom<'_>, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
-        let r = super::bug_as_error("ingest", || self.ingest_windows_unguarded(from, src, split, win));
+    /// `ingest_windows`, the writer as `from` says, the windows' buffers taken from and
+    /// given back to `spare` (an importer's, kept from one file to the next). One the ingest
+    /// locks itself is locked inside the unwind: a panic leaves it poisoned, which is
+    /// cleared here (what it guards is left as after any failed ingest).
+    pub(super) fn ingest_from<S: Source + ?Sized + Sync>(&self, from: WriterFrom<'_>, src: &S, split: Presplit, win: Windows, spare: &Spares) -> Result<Ingested> {
+        let r = super::bug_as_error("ingest", || self.ingest_windows_unguarded(from, src, split, win, spare));
         self.writer.clear_poison();
         r
     }
 
-    fn ingest_windows_unguarded<'a, 's, S: Source + ?Sized + Sync>(&'a self, from: WriterFrom<'a>, src: &'s S, mut split: Presplit, win: Windows) -> Result<Ingested> {
+    fn ingest_windows_unguarded<'a, 's, S: Source + ?Sized + Sync>(&'a self, from: WriterFrom<'a>, src: &'s S, mut split: Presplit, win: Windows, spare: &Spares) -> Result<Ingested> {
         // What storing needs, made on this thread while the first windows are split and
         // proven (`windows_ahead`).
         let begin = move || -> Result<WriterHeld<'a>> {
@@ -252,11 +253,10 @@ impl Store {
         let mut rb = RecipeBuilder::new();
         let total = src.size().map_err(io_err)?;
         let win = Windows { bytes: win.bytes.max(1), max_bytes: win.max_bytes.max(win.bytes), plain: win.plain.max(1) };
-        // Each window's buffers go back here once it is stored, for the windows after it.
-        let spare = window_spares();
+        // Each window's buffers go back to `spare` once it is stored, for the windows after it.
         let give = |data: Cow<'s, [u8]>| {
             if let Cow::Owned(buf) = data {
-                spare.give(buf);
+                spare.data.give(buf);
             }
         };
         let mut w = if gzip::looks_gzip(&src.window(0, 3).map_err(io_err)?) {
@@ -265,7 +265,7 @@ impl Store {
             let mut arc_mode = false;
             let longest = super::longest_parses(self.config.version);
             let prepare = |offset, data: Cow<'s, [u8]>, last| {
-                let sw = split.take_for(offset, &data).unwrap_or_else(|| split_window_in(&data, last, win, spare.take(plain_room(data.len(), win))));
+                let sw = split.take_for(offset, &data).unwrap_or_else(|| split_window_in(&data, last, win, spare.text.take(plain_room(data.len(), win))));
                 let consumed = sw.consumed;
                 (consumed > 0).then_some(((offset, data, sw), consumed))
             };
@@ -273,10 +273,10 @@ impl Store {
                 let ready = Ready::make(&data, sw, offset == 0, &mut arc_mode, longest, &self.tails);
                 Proven { data, ready }
             };
-            windows_ahead(src, total, win, &spare, prepare, finish, begin, |w: &mut WriterHeld<'a>, mut p: Proven<'s>| {
+            windows_ahead(src, total, win, &spare.data, prepare, finish, begin, |w: &mut WriterHeld<'a>, mut p: Proven<'s>| {
                 let r = self.ingest_members(w, &mut ctx, &mut rb, &mut p);
                 give(p.data);
-                spare.give(p.ready.sw.plain);
+                spare.text.give(p.ready.sw.plain);
                 r
             })?
         } else {
@@ -287,7 +287,7 @@ impl Store {
                 let (seg, consumed) = warc::segment_window(&data, offset == 0, last, &mut arc_mode);
                 (consumed > 0).then_some(((data, seg, consumed), consumed))
             };
-            windows_ahead(src, total, win, &spare, prepare, |segmented| segmented, begin, |w: &mut WriterHeld<'a>, (data, seg, consumed)| {
+            windows_ahead(src, total, win, &spare.data, prepare, |segmented| segmented, begin, |w: &mut WriterHeld<'a>, (data, seg, consumed)| {
                 let exts = self.chunk_segments(w, &mut ctx, &data[..consumed], &seg)?;
                 rb.push_data(&exts.into_iter().map(|(_, s)| s).collect::<Vec<_>>());
                 give(data);

@@ -56,6 +56,7 @@ pub use ahead::ReadAhead;
 pub use config::{Compression, Config, Verify, Writers};
 pub use fsops::{FileUsage, Prepared};
 pub use ingest::{Presplit, Source};
+pub use source::Spares;
 /// How much of a file ingest reads first (and an importer splits ahead, see `Presplit`).
 pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
 pub use fsck::{FsckReport, MAX_PROBLEMS};

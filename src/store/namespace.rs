@@ -289,7 +289,7 @@ impl Store {
         meta: FileMeta,
         unchanged: impl FnOnce() -> bool,
     ) -> Result<PutReport> {
-        let (_, this) = self.put_file_after(None, dir, name, src, split, meta, unchanged);
+        let (_, this) = self.put_file_after(None, dir, name, src, split, meta, unchanged, &super::Spares::new());
         self.commit_put(this?)
     }
 
@@ -299,7 +299,9 @@ impl Store {
     /// index work is a few percent of an import, on one core). `before` is committed before
     /// any chunk of this file is looked up, so what is stored is what one file after
     /// another would store. Gives `before`'s commit (None without one) and this file,
-    /// ingested; if `before`'s commit failed, this file is not ingested.
+    /// ingested; if `before`'s commit failed, this file is not ingested. The windows'
+    /// buffers come from `spares` and go back to it, for the next file's (fresh buffers are
+    /// fresh pages, each zeroed by the kernel as it is first touched).
     #[allow(clippy::too_many_arguments)]
     pub fn put_file_after<S: super::Source + ?Sized + Sync>(
         &self,
@@ -310,6 +312,7 @@ impl Store {
         split: Presplit,
         meta: FileMeta,
         unchanged: impl FnOnce() -> bool,
+        spares: &super::Spares,
     ) -> (Option<Result<PutReport>>, Result<Ingest>) {
         let mut before = before;
         let mut committed: Option<Result<PutReport>> = None;
@@ -325,7 +328,7 @@ impl Store {
                     None => Ok(()),
                 }
             };
-            self.ingest_from(super::ingest::WriterFrom::After(Box::new(first)), src, split, super::ingest::WINDOWS)
+            self.ingest_from(super::ingest::WriterFrom::After(Box::new(first)), src, split, super::ingest::WINDOWS, spares)
         });
         // An ingest that stopped before its first window leaves `before` to commit here.
         if let Some(b) = before.take() {

@@ -5,7 +5,7 @@
 //! from another: `ingest::windows_ahead`); an importer splits a file's first window earlier
 //! still, while the file before is stored (`Presplit`).
 
-use super::source::{split_window, SplitWindow, MAX_MEMBER_PLAIN, WINDOWS};
+use super::source::{plain_room, split_window_in, SplitWindow, Spares, MAX_MEMBER_PLAIN, WINDOWS};
 use crate::format::deflate;
 use crate::format::gzip::{self, Member, Region};
 use crate::format::warc::{self, SpanKind};
@@ -55,7 +55,7 @@ pub(super) struct Proof {
     pub place: Place,
 }
 
-/// A member's parse, recorded while inflating it (by `split_window`, or here when that left it
+/// A member's parse, recorded while inflating it (by `split_window_in`, or here when that left it
 /// to zlib) and proven to replay to its exact bytes in the form it is stored in; None
 /// if it does not (the member is then kept raw). With `known`, a tail stored before for the
 /// same identity is named rather than encoded again.
@@ -169,13 +169,18 @@ impl Presplit {
     /// parser bug met by this input) leaves the split to the ingest, which makes it that
     /// file's error: the caller's thread is not the ingest's, and must not die of it.
     pub fn from_window(window: &[u8], total: u64) -> Presplit {
+        Presplit::from_window_in(window, total, &Spares::new())
+    }
+
+    /// `from_window`, the text written into a buffer from `spares` (an importer's).
+    pub fn from_window_in(window: &[u8], total: u64, spares: &Spares) -> Presplit {
         if !gzip::looks_gzip(window) {
             return Presplit::none();
         }
         let n = window.len().min(WINDOWS.bytes);
         let split = super::bug_as_error("presplit", || {
             crate::failpoint::panic_at("presplit");
-            Ok(split_window(&window[..n], n as u64 == total, WINDOWS))
+            Ok(split_window_in(&window[..n], n as u64 == total, WINDOWS, spares.text.take(plain_room(n, WINDOWS))))
         });
         match split {
             Ok(sw) => Presplit { first: Some(sw) },

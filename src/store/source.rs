@@ -27,12 +27,33 @@ pub trait Source {
     }
 }
 
-/// The buffers an ingest is done with (the bytes of a window, their text), for its next
-/// windows: a sixth of an import's page faults were fresh ones (docs/BENCHMARKS.md,
-/// nineteenth session). Three windows are in flight at once (`ingest::windows_ahead`); a
-/// buffer not kept is a new one the next time.
-pub(super) fn window_spares() -> Spare {
-    Spare::new(4, 64 << 20)
+/// The buffers an ingest is done with, for its next windows (and an importer's next file):
+/// a sixth of an import's page faults were fresh ones (docs/BENCHMARKS.md, nineteenth
+/// session). Three windows are in flight at once (`ingest::windows_ahead`); a buffer not
+/// kept is a new one the next time. The bytes of windows and their text apart: a text is a
+/// little larger than a window's bytes (`plain_room`), so in one pool the windows took the
+/// texts' buffers and every text a new one.
+/// An importer keeps one for all its files, its loader's first windows included.
+pub struct Spares {
+    pub(super) data: Spare,
+    pub(super) text: Spare,
+}
+
+impl Spares {
+    pub fn new() -> Spares {
+        Spares { data: Spare::new(4, 64 << 20), text: Spare::new(4, 64 << 20) }
+    }
+
+    /// A buffer for `len` bytes of a file's window (`Source::window_in`).
+    pub fn for_window(&self, len: usize) -> Vec<u8> {
+        self.data.take(len)
+    }
+}
+
+impl Default for Spares {
+    fn default() -> Spares {
+        Spares::new()
+    }
 }
 
 impl Source for [u8] {
@@ -103,10 +124,6 @@ pub(super) struct SplitWindow {
     pub(super) consumed: usize,
 }
 
-/// Finds and inflates the gzip members of one window.
-pub(super) fn split_window(data: &[u8], last: bool, win: Windows) -> SplitWindow {
-    split_window_in(data, last, win, Vec::new())
-}
 
 /// Room for the text of a window of `len` bytes at once: grown by doubling, the buffer was
 /// copied whole at every step (realloc within malloc's heaps), nearly twice the text a
@@ -115,7 +132,8 @@ pub(super) fn plain_room(len: usize, win: Windows) -> usize {
     len.saturating_mul(4).min(win.plain).min(MAX_MEMBER_PLAIN as usize) + (1 << 20)
 }
 
-/// `split_window`, the text written into `plain` (a buffer an earlier window's text was in).
+/// Finds and inflates the gzip members of one window, their text written into `plain` (a
+/// buffer an earlier window's text was in, or a new one).
 pub(super) fn split_window_in(data: &[u8], last: bool, win: Windows, mut plain: Vec<u8>) -> SplitWindow {
     plain.clear();
     plain.reserve(plain_room(data.len(), win));
