@@ -27,13 +27,14 @@ pub trait Source {
     }
 }
 
-/// The buffers an ingest is done with, for its next windows (and an importer's next file):
-/// a sixth of an import's page faults were fresh ones (docs/BENCHMARKS.md, nineteenth
-/// session). Three windows are in flight at once (`ingest::windows_ahead`); a buffer not
-/// kept is a new one the next time. The bytes of windows and their text apart: a text is a
-/// little larger than a window's bytes (`plain_room`), so in one pool the windows took the
-/// texts' buffers and every text a new one.
-/// An importer keeps one for all its files, its loader's first windows included.
+/// The buffers an ingest is done with, for its next windows: a fresh buffer is fresh
+/// pages, each zeroed by the kernel as it is first touched (a sixth of an import's page
+/// faults were so: docs/BENCHMARKS.md, nineteenth session). Three windows are in flight at
+/// once (`ingest::windows_ahead`); a buffer not kept is a new one the next time. The bytes of
+/// windows and their text are kept apart, each for its own size (a text's room is a little
+/// larger, `plain_room`). An importer keeps one for all its files, the first windows its
+/// loader reads and splits ahead included: 105k page faults an import of the corpus became
+/// 80k, about one for each page of its peak memory.
 pub struct Spares {
     pub(super) data: Spare,
     pub(super) text: Spare,
@@ -123,7 +124,6 @@ pub(super) struct SplitWindow {
     pub(super) plain: Vec<u8>,
     pub(super) consumed: usize,
 }
-
 
 /// Room for the text of a window of `len` bytes at once: grown by doubling, the buffer was
 /// copied whole at every step (realloc within malloc's heaps), nearly twice the text a
