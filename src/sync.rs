@@ -100,11 +100,15 @@ impl Spare {
     }
 
     /// A buffer of at least `capacity` bytes if one is kept (its bytes as they were left,
-    /// so that a read over them need not zero them first), else a new, empty one.
+    /// so that a read over them need not zero them first; the smallest that will do), else
+    /// a new, empty one.
     pub(crate) fn take(&self, capacity: usize) -> Vec<u8> {
+        if capacity == 0 {
+            return Vec::new();
+        }
         let mut buffers = self.buffers.locked();
-        match buffers.iter().position(|b| b.capacity() >= capacity) {
-            Some(i) => buffers.swap_remove(i),
+        match buffers.iter().enumerate().filter(|(_, b)| b.capacity() >= capacity).min_by_key(|(_, b)| b.capacity()) {
+            Some((i, _)) => buffers.swap_remove(i),
             None => Vec::new(),
         }
     }
@@ -116,5 +120,25 @@ impl Spare {
                 buffers.push(buf);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Spare;
+
+    #[test]
+    fn a_spare_buffer_is_the_smallest_that_will_do_and_none_is_lost_to_an_empty_ask() {
+        let spare = Spare::new(3, 1 << 20);
+        for cap in [30_000, 10_000, 20_000] {
+            spare.give(Vec::with_capacity(cap));
+        }
+        // Too large to keep: let go.
+        spare.give(Vec::with_capacity(2 << 20));
+        assert_eq!(spare.take(0).capacity(), 0);
+        assert!((20_000..30_000).contains(&spare.take(15_000).capacity()));
+        assert!((10_000..20_000).contains(&spare.take(1).capacity()));
+        assert!(spare.take(30_000).capacity() >= 30_000);
+        assert_eq!(spare.take(1).capacity(), 0, "all three were taken");
     }
 }

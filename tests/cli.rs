@@ -942,6 +942,24 @@ fn a_file_whose_commit_fails_stops_the_import_and_the_file_before_it_stays_store
         assert_cat_eq(&store, "/example.warc.gz", &a);
         assert!(!ls(&store, "/").iter().any(|(n, _)| n == "example-wget-1-14.warc.gz"), "{}", r.describe());
         assert_fsck_clean(&store, false);
+        // The second file's ingest stops before it would commit the first (an I/O error at
+        // its start): the first is committed all the same.
+        let tmp = TempDir::new().unwrap();
+        let store = tmp.path().join("store");
+        let r = run_env(&["import", &s(&store), &s(&a), &s(&b)], &[("WARCFS_FAILPOINTS", "ingest_start=1+1")]);
+        let line = r.stderr.lines().find(|l| l.contains("import failed")).unwrap_or_default();
+        assert!(!r.ok() && line.contains("example-wget-1-14.warc.gz"), "{}", r.describe());
+        assert_cat_eq(&store, "/example.warc.gz", &a);
+        assert_fsck_clean(&store, false);
+        // A bug met by the first file's commit (made inside the second's ingest) is the
+        // first file's error, and the second is not stored.
+        let tmp = TempDir::new().unwrap();
+        let store = tmp.path().join("store");
+        let r = run_env(&["import", &s(&store), &s(&a), &s(&b)], &[("WARCFS_FAILPOINTS", "commit=1")]);
+        let line = r.stderr.lines().find(|l| l.contains("import failed")).unwrap_or_default();
+        assert!(!r.ok() && line.contains("example.warc.gz") && line.contains("commit panicked"), "{}", r.describe());
+        assert!(ls(&store, "/").iter().all(|(n, _)| !n.ends_with(".warc.gz")), "{}", r.describe());
+        assert_fsck_clean(&store, false);
     }
 }
 

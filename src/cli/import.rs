@@ -38,6 +38,10 @@ fn load(src: &Path, spares: &Spares) -> Result<Loaded> {
     let want = crate::store::FIRST_WINDOW.min(md.len().min(usize::MAX as u64) as usize);
     let first = file.window_in(0, want, spares.for_window(want)).with_context(|| format!("{}: cannot read", src.display()))?;
     let split = crate::store::Presplit::from_window_in(&first, md.len(), spares);
+    // (The ingest reads the window again, from the page cache: the split is what it takes.)
+    if let std::borrow::Cow::Owned(buf) = first {
+        spares.give_window(buf);
+    }
     let meta = FileMeta {
         mode: md.permissions().mode() & 0o7777,
         mtime: md.modified().map(Timestamp::from).unwrap_or_else(|_| Timestamp::now()),

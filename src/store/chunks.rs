@@ -226,7 +226,9 @@ impl Store {
         thread_local! {
             static READ_BACK: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
         }
-        if let Some(bytes) = self.cache.chunks.locked().get(key) {
+        // (The cache's lock is let go before the comparison.)
+        let cached = self.cache.chunks.locked().get(key);
+        if let Some(bytes) = cached {
             return Ok(check(&bytes));
         }
         let n = entry.raw_len as usize;

@@ -251,7 +251,7 @@ impl Store {
         };
         let mut ctx = Ctx { stats: FileStats::default(), added: Added::default(), longest: false };
         let mut rb = RecipeBuilder::new();
-        let total = src.size().map_err(io_err)?;
+        let total = crate::failpoint::io_error("ingest_start").and_then(|()| src.size()).map_err(io_err)?;
         let win = Windows { bytes: win.bytes.max(1), max_bytes: win.max_bytes.max(win.bytes), plain: win.plain.max(1) };
         // Each window's buffers go back to `spare` once it is stored, for the windows after it.
         let give = |data: Cow<'s, [u8]>| {

@@ -276,9 +276,9 @@ impl Store {
         self.put_file_windows(dir, name, data, split, super::ingest::WINDOWS, meta)
     }
 
-    /// `put_file` from any source read a window at a time (an importer's file, read with
-    /// `pread`: memory stays bounded whatever its size, and a file truncated meanwhile is
-    /// a short read, not a SIGBUS). `unchanged` is asked after the ingest and before the
+    /// `put_file` from any source read a window at a time (a file read with `pread`: memory
+    /// stays bounded whatever its size, and a file truncated meanwhile is a short read, not
+    /// a SIGBUS; an importer of many files uses `put_file_after`). `unchanged` is asked after the ingest and before the
     /// commit: if the source changed while it was read, nothing is committed.
     pub fn put_file_from<S: super::Source + ?Sized + Sync>(
         &self,
@@ -298,8 +298,8 @@ impl Store {
     /// the next one's first windows are split and proven instead of before they start (its
     /// index work is a few percent of an import, on one core). `before` is committed before
     /// any chunk of this file is looked up, so what is stored is what one file after
-    /// another would store. Gives `before`'s commit (None without one) and this file,
-    /// ingested; if `before`'s commit failed, this file is not ingested. The windows'
+    /// another would store. Gives `before`'s commit (None only without a `before`) and this
+    /// file, ingested; if `before`'s commit failed, this file is not ingested. The windows'
     /// buffers come from `spares` and go back to it, for the next file's (fresh buffers are
     /// fresh pages, each zeroed by the kernel as it is first touched).
     #[allow(clippy::too_many_arguments)]
@@ -320,7 +320,9 @@ impl Store {
         let ingested = self.check_owns(dir, name).and_then(|()| {
             let first = || {
                 let Some(b) = before.take() else { return Ok(()) };
-                let r = self.commit_put(b);
+                // Its own unwind: a bug met by that commit is that file's error, not this
+                // one's (it runs inside this file's ingest).
+                let r = super::bug_as_error("commit", || self.commit_put(b));
                 let failed = r.as_ref().err().map(|e| e.to_string());
                 committed = Some(r);
                 match failed {
@@ -363,6 +365,7 @@ impl Store {
     }
 
     pub(super) fn commit_file(&self, w: &mut Ns, dir: u64, name: &[u8], ing: Ingested, meta: FileMeta) -> Result<PutReport> {
+        crate::failpoint::panic_at("commit");
         self.check_owns(dir, name)?;
         let display = String::from_utf8_lossy(name).to_string();
         let mut b = Batch::new();

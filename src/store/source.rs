@@ -27,6 +27,11 @@ pub trait Source {
     }
 }
 
+/// The largest buffer `Spares` keeps: a window's bytes or text (12-26 MiB) and some, not one
+/// an outsized member or record grew (up to 256 MiB), which an importer would otherwise hold
+/// for the rest of its files.
+const SPARE_MAX: usize = 32 << 20;
+
 /// The buffers an ingest is done with, for its next windows: a fresh buffer is fresh
 /// pages, each zeroed by the kernel as it is first touched (a sixth of an import's page
 /// faults were so: docs/BENCHMARKS.md, nineteenth session). Three windows are in flight at
@@ -42,12 +47,17 @@ pub struct Spares {
 
 impl Spares {
     pub fn new() -> Spares {
-        Spares { data: Spare::new(4, 64 << 20), text: Spare::new(4, 64 << 20) }
+        Spares { data: Spare::new(4, SPARE_MAX), text: Spare::new(4, SPARE_MAX) }
     }
 
     /// A buffer for `len` bytes of a file's window (`Source::window_in`).
     pub fn for_window(&self, len: usize) -> Vec<u8> {
         self.data.take(len)
+    }
+
+    /// A window's buffer (from `for_window`) back, for the next.
+    pub fn give_window(&self, buf: Vec<u8>) {
+        self.data.give(buf);
     }
 }
 
