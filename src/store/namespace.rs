@@ -278,30 +278,17 @@ impl Store {
 
     /// `put_file` from any source read a window at a time (a file read with `pread`: memory
     /// stays bounded whatever its size, and a file truncated meanwhile is a short read, not
-    /// a SIGBUS; an importer of many files uses `put_file_after`). `unchanged` is asked after the ingest and before the
-    /// commit: if the source changed while it was read, nothing is committed.
-    pub fn put_file_from<S: super::Source + ?Sized + Sync>(
-        &self,
-        dir: u64,
-        name: &[u8],
-        src: &S,
-        split: Presplit,
-        meta: FileMeta,
-        unchanged: impl FnOnce() -> bool,
-    ) -> Result<PutReport> {
-        let (_, this) = self.put_file_after(None, dir, name, src, split, meta, unchanged, &super::Spares::new());
-        self.commit_put(this?)
-    }
-
-    /// `put_file_from` but for the commit, which is left to the next call (`before`) or to
+    /// a SIGBUS), but for the commit, which is left to the next call (`before`) or to
     /// `commit_put`: an importer's files one after another, each file's commit made while
     /// the next one's first windows are split and proven instead of before they start (its
     /// index work is a few percent of an import, on one core). `before` is committed before
     /// any chunk of this file is looked up, so what is stored is what one file after
-    /// another would store. Gives `before`'s commit (None only without a `before`) and this
-    /// file, ingested; if `before`'s commit failed, this file is not ingested. The windows'
-    /// buffers come from `spares` and go back to it, for the next file's (fresh buffers are
-    /// fresh pages, each zeroed by the kernel as it is first touched).
+    /// another would store. `unchanged` is asked after the ingest: if the source changed
+    /// while it was read, the file is an error and nothing of it is committed. Gives
+    /// `before`'s commit (None only without a `before`) and this file, ingested; if
+    /// `before`'s commit failed, this file is not ingested. The windows' buffers come from
+    /// `spares` and go back to it, for the next file's (fresh buffers are fresh pages, each
+    /// zeroed by the kernel as it is first touched).
     #[allow(clippy::too_many_arguments)]
     pub fn put_file_after<S: super::Source + ?Sized + Sync>(
         &self,
