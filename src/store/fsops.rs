@@ -236,9 +236,7 @@ impl Store {
 
     /// Ingests `src` as the next content of a file; commit with `Prepared::commit_into`.
     pub fn prepare<S: super::Source + ?Sized + Sync>(&self, src: &S) -> Result<Prepared<'_>> {
-        let mut w = self.writer.locked();
-        let ing = self.ingest(&mut w, src)?;
-        drop(w);
+        let ing = self.ingest(src)?;
         Ok(Prepared { store: self, ing })
     }
 

@@ -10,6 +10,7 @@
 //! shareable tail of a parse is a chunk. Each chunk is found or stored by `chunks`.
 
 use std::borrow::Cow;
+use std::sync::MutexGuard;
 use std::thread;
 
 use super::chunks::{Added, Pending};
@@ -51,42 +52,6 @@ pub(super) struct Ingested {
     /// A zstd dictionary this ingest trained and stored (`dict`): committed with it, in use
     /// once committed.
     pub dict: Option<ChunkKey>,
-}
-
-/// Where an ingest's writer comes from.
-pub(super) enum WriterFrom<'a> {
-    /// The caller's, locked for the whole ingest.
-    Held(&'a mut Writer),
-    /// Locked by the ingest itself once its first windows are being made ready, after it
-    /// has run this with no lock held: the commit of the file before (`put_file_after`),
-    /// which so overlaps this file's first proofs and ends before any of its chunks is
-    /// looked up. An error from it ends the ingest.
-    After(Box<dyn FnOnce() -> Result<()> + 'a>),
-}
-
-/// The writer as an ingest holds it.
-enum WriterHeld<'a> {
-    Lent(&'a mut Writer),
-    Locked(std::sync::MutexGuard<'a, Writer>),
-}
-
-impl std::ops::Deref for WriterHeld<'_> {
-    type Target = Writer;
-    fn deref(&self) -> &Writer {
-        match self {
-            WriterHeld::Lent(w) => w,
-            WriterHeld::Locked(w) => w,
-        }
-    }
-}
-
-impl std::ops::DerefMut for WriterHeld<'_> {
-    fn deref_mut(&mut self) -> &mut Writer {
-        match self {
-            WriterHeld::Lent(w) => w,
-            WriterHeld::Locked(w) => w,
-        }
-    }
 }
 
 struct Ctx {
@@ -204,41 +169,38 @@ fn slices_in(exts: &[(u64, Slice)], cursor: &mut usize, a: u64, b: u64) -> Vec<S
 }
 
 impl Store {
-    pub(super) fn ingest<S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &S) -> Result<Ingested> {
-        self.ingest_windows(w, src, Presplit::none(), WINDOWS)
+    pub(super) fn ingest<S: Source + ?Sized + Sync>(&self, src: &S) -> Result<Ingested> {
+        self.ingest_windows(src, Presplit::none(), WINDOWS)
     }
 
     /// Ingests `src` a window at a time. A panic anywhere in it (a parser bug met by some
-    /// input, in this thread or in those that make windows ready) becomes this file's error:
-    /// the caller holds the writer's lock outside the unwind, so the lock is not poisoned, and
-    /// the next ingest clears what this one left, as after any failed ingest. In the mount,
-    /// the file then stays staged (readable, byte-exact) instead of the ingest worker dying
-    /// with it.
-    pub(super) fn ingest_windows<S: Source + ?Sized + Sync>(&self, w: &mut Writer, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
-        self.ingest_from(WriterFrom::Held(w), src, split, win, &Spares::new())
+    /// input, in this thread or in those that make windows ready) becomes this file's error,
+    /// and the next ingest clears what this one left, as after any failed ingest. In the
+    /// mount, the file then stays staged (readable, byte-exact) instead of the ingest worker
+    /// dying with it.
+    pub(super) fn ingest_windows<S: Source + ?Sized + Sync>(&self, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
+        self.ingest_after(|| Ok(()), src, split, win, &Spares::new())
     }
 
-    /// `ingest_windows`, the writer as `from` says, the windows' buffers taken from and
-    /// given back to `spare` (an importer's, kept from one file to the next). One the ingest
-    /// locks itself is locked inside the unwind: a panic leaves it poisoned, which is
+    /// `ingest_windows`, the windows' buffers taken from and given back to `spare` (an
+    /// importer's, kept from one file to the next). The writer is locked once the first
+    /// windows are being made ready, after `first` has run on this thread with no lock held:
+    /// the commit of the file before (`put_file_after`), which so overlaps this file's first
+    /// proofs and ends before any of its chunks is looked up; an error from it ends the
+    /// ingest. The writer is locked inside the unwind: a panic leaves it poisoned, which is
     /// cleared here (what it guards is left as after any failed ingest).
-    pub(super) fn ingest_from<S: Source + ?Sized + Sync>(&self, from: WriterFrom<'_>, src: &S, split: Presplit, win: Windows, spare: &Spares) -> Result<Ingested> {
-        let r = super::bug_as_error("ingest", || self.ingest_windows_unguarded(from, src, split, win, spare));
+    pub(super) fn ingest_after<S: Source + ?Sized + Sync>(&self, first: impl FnOnce() -> Result<()>, src: &S, split: Presplit, win: Windows, spare: &Spares) -> Result<Ingested> {
+        let r = super::bug_as_error("ingest", || self.ingest_windows_unguarded(first, src, split, win, spare));
         self.writer.clear_poison();
         r
     }
 
-    fn ingest_windows_unguarded<'a, 's, S: Source + ?Sized + Sync>(&'a self, from: WriterFrom<'a>, src: &'s S, mut split: Presplit, win: Windows, spare: &Spares) -> Result<Ingested> {
+    fn ingest_windows_unguarded<'a, 's, S: Source + ?Sized + Sync>(&'a self, first: impl FnOnce() -> Result<()>, src: &'s S, mut split: Presplit, win: Windows, spare: &Spares) -> Result<Ingested> {
         // What storing needs, made on this thread while the first windows are split and
         // proven (`windows_ahead`).
-        let begin = move || -> Result<WriterHeld<'a>> {
-            let mut w = match from {
-                WriterFrom::Held(w) => WriterHeld::Lent(w),
-                WriterFrom::After(first) => {
-                    first()?;
-                    WriterHeld::Locked(self.writer.locked())
-                }
-            };
+        let begin = move || -> Result<MutexGuard<'a, Writer>> {
+            first()?;
+            let mut w = self.writer.locked();
             // Chunks of an ingest that failed are garbage, never shared (nor is a dictionary
             // it stored).
             w.pending.clear();
@@ -273,7 +235,7 @@ impl Store {
                 let ready = Ready::make(&data, sw, offset == 0, &mut arc_mode, longest, &self.tails);
                 Proven { data, ready }
             };
-            windows_ahead(src, total, win, &spare.data, prepare, finish, begin, |w: &mut WriterHeld<'a>, mut p: Proven<'s>| {
+            windows_ahead(src, total, win, &spare.data, prepare, finish, begin, |w: &mut MutexGuard<'a, Writer>, mut p: Proven<'s>| {
                 let r = self.ingest_members(w, &mut ctx, &mut rb, &mut p);
                 give(p.data);
                 spare.text.give(p.ready.sw.plain);
@@ -287,7 +249,7 @@ impl Store {
                 let (seg, consumed) = warc::segment_window(&data, offset == 0, last, &mut arc_mode);
                 (consumed > 0).then_some(((data, seg, consumed), consumed))
             };
-            windows_ahead(src, total, win, &spare.data, prepare, |segmented| segmented, begin, |w: &mut WriterHeld<'a>, (data, seg, consumed)| {
+            windows_ahead(src, total, win, &spare.data, prepare, |segmented| segmented, begin, |w: &mut MutexGuard<'a, Writer>, (data, seg, consumed)| {
                 let exts = self.chunk_segments(w, &mut ctx, &data[..consumed], &seg)?;
                 rb.push_data(&exts.into_iter().map(|(_, s)| s).collect::<Vec<_>>());
                 give(data);

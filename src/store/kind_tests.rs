@@ -85,10 +85,7 @@ fn a_commit_does_not_join_a_chunk_of_another_kind_committed_meanwhile() {
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path());
     let (a, b, _) = a_payload_equal_to_a_header_block();
-    let ingest = |data: &[u8]| {
-        let mut w = s.writer.locked();
-        s.ingest_windows(&mut w, data, crate::store::ingest::Presplit::none(), crate::store::ingest::WINDOWS).unwrap()
-    };
+    let ingest = |data: &[u8]| s.ingest_windows(data, crate::store::ingest::Presplit::none(), crate::store::ingest::WINDOWS).unwrap();
     let (ia, ib) = (ingest(&a), ingest(&b));
     s.commit_file(&mut s.ns.locked(), ROOT_INO, b"a.warc", ia, meta()).unwrap();
     let err = s.commit_file(&mut s.ns.locked(), ROOT_INO, b"b.warc", ib, meta()).unwrap_err();

@@ -317,7 +317,7 @@ impl Store {
                     None => Ok(()),
                 }
             };
-            self.ingest_from(super::ingest::WriterFrom::After(Box::new(first)), src, split, super::ingest::WINDOWS, spares)
+            self.ingest_after(first, src, split, super::ingest::WINDOWS, spares)
         });
         // An ingest that stopped before its first window leaves `before` to commit here.
         if let Some(b) = before.take() {
@@ -343,10 +343,7 @@ impl Store {
 
     /// `put_file` ingesting `win` at a time (tests use tiny windows).
     pub(super) fn put_file_windows(&self, dir: u64, name: &[u8], data: &[u8], split: Presplit, win: Windows, meta: FileMeta) -> Result<PutReport> {
-        let ingested = {
-            let mut w = self.writer.locked();
-            self.ingest_windows(&mut w, data, split, win)?
-        };
+        let ingested = self.ingest_windows(data, split, win)?;
         let mut ns = self.ns.locked();
         self.commit_file(&mut ns, dir, name, ingested, meta)
     }

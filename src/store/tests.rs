@@ -292,8 +292,8 @@ fn windows_read_from_a_file_are_those_read_from_memory() {
     for (i, path) in crate::test_support::real_corpus_files().iter().enumerate() {
         let data = std::fs::read(path).unwrap();
         let file = std::fs::File::open(path).unwrap();
-        let in_memory = s.ingest_windows(&mut s.writer.locked(), &data[..], Presplit::none(), small).unwrap();
-        let from_file = s.ingest_windows(&mut s.writer.locked(), &file, Presplit::none(), small).unwrap();
+        let in_memory = s.ingest_windows(&data[..], Presplit::none(), small).unwrap();
+        let from_file = s.ingest_windows(&file, Presplit::none(), small).unwrap();
         assert_eq!(from_file.stats, in_memory.stats, "{}", path.display());
         assert_eq!(from_file.piece_keys, in_memory.piece_keys, "{}: the same recipe", path.display());
         s.commit_file(&mut s.ns.locked(), ROOT_INO, format!("f{i}").as_bytes(), from_file, meta()).unwrap();
@@ -435,10 +435,9 @@ fn a_panic_in_an_ingest_is_that_files_error_and_the_store_goes_on() {
     let src = PanickingSource { bytes: iana.clone(), calls: Default::default(), panic_at: 6 };
     let small = Windows { bytes: 16 << 10, max_bytes: 256 << 20, plain: 16 << 10 };
     {
-        let mut w = s.writer.locked();
-        let r = s.ingest_windows(&mut w, &src, Presplit::none(), small);
+        let r = s.ingest_windows(&src, Presplit::none(), small);
         assert!(matches!(r, Err(StoreError::Bug(_))), "a panic at window 6 should be a Bug error");
-        assert!(!w.pending.is_empty(), "the case should panic after chunks were appended");
+        assert!(!s.writer.locked().pending.is_empty(), "the case should panic after chunks were appended");
     }
     s.put_file(ROOT_INO, b"iana.warc.gz", &iana, meta()).unwrap();
     assert_eq!(read_all(&s, "/iana.warc.gz"), iana);
@@ -492,10 +491,7 @@ fn two_ingests_of_one_new_payload_committed_in_turn_share_one_chunk() {
         let s = open(dir.path(), verify, digest::sha256);
         let body: Vec<u8> = (0..200_000u32).map(|i| (i * 13 % 253) as u8).collect();
         let (a, b) = (warc_record(1, &body), warc_record(2, &body));
-        let ingest = |data: &[u8]| {
-            let mut w = s.writer.locked();
-            s.ingest_windows(&mut w, data, Presplit::none(), crate::store::ingest::WINDOWS).unwrap()
-        };
+        let ingest = |data: &[u8]| s.ingest_windows(data, Presplit::none(), crate::store::ingest::WINDOWS).unwrap();
         let (ia, ib) = (ingest(&a), ingest(&b));
         s.commit_file(&mut s.ns.locked(), ROOT_INO, b"a", ia, meta()).unwrap();
         s.commit_file(&mut s.ns.locked(), ROOT_INO, b"b", ib, meta()).unwrap();
