@@ -303,28 +303,19 @@ impl Store {
     ) -> (Option<Result<PutReport>>, Result<Ingest>) {
         let mut before = before;
         let mut committed: Option<Result<PutReport>> = None;
+        // Made once, by the ingest as it starts or here if it stopped before that. In its own
+        // unwind: a bug met by that commit is that file's error, not this one's.
+        let mut commit_before = || {
+            let Some(b) = before.take() else { return Ok(()) };
+            let r = super::bug_as_error("commit", || self.commit_put(b));
+            let failed = r.as_ref().err().map(|e| e.to_string());
+            committed = Some(r);
+            failed.map_or(Ok(()), |e| Err(StoreError::EarlierFailed(e)))
+        };
         // Before the ingest, which may take minutes, not only at the commit.
-        let ingested = self.check_owns(dir, name).and_then(|()| {
-            let first = || {
-                let Some(b) = before.take() else { return Ok(()) };
-                // Its own unwind: a bug met by that commit is that file's error, not this
-                // one's (it runs inside this file's ingest).
-                let r = super::bug_as_error("commit", || self.commit_put(b));
-                let failed = r.as_ref().err().map(|e| e.to_string());
-                committed = Some(r);
-                match failed {
-                    Some(e) => Err(StoreError::EarlierFailed(e)),
-                    None => Ok(()),
-                }
-            };
-            self.ingest_after(first, src, split, super::ingest::WINDOWS, spares)
-        });
-        // An ingest that stopped before its first window leaves `before` to commit here.
-        if let Some(b) = before.take() {
-            committed = Some(self.commit_put(b));
-            if committed.as_ref().is_some_and(|r| r.is_err()) {
-                return (committed, Err(StoreError::EarlierFailed("see the file before".into())));
-            }
+        let ingested = self.check_owns(dir, name).and_then(|()| self.ingest_after(&mut commit_before, src, split, super::ingest::WINDOWS, spares));
+        if let Err(e) = commit_before() {
+            return (committed, Err(e));
         }
         let this = ingested.and_then(|ingested| {
             if !unchanged() {
