@@ -349,7 +349,8 @@ impl WarcFs {
         let ahead = ReadAhead::start(store.clone(), 2).map_err(|err| StoreError::Io { path: "read-ahead threads".into(), err })?;
         // The index's tables, read in while the mount starts: a replay tool's first lookups
         // then wait for one cold read each, not for RocksDB's blocks too. Bounded: a huge
-        // index is read in only as far as INDEX_WARM_BYTES (the kernel may drop it again).
+        // index is read in only as far as INDEX_WARM_BYTES (the kernel may drop it again),
+        // and a chunk table into RocksDB's own cache only if it fits half of it.
         store.warm_index(INDEX_WARM_BYTES);
         Ok(WarcFs { inner, tx: Some(tx), worker: Some(worker), ahead: Some(ahead) })
     }

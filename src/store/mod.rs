@@ -509,7 +509,8 @@ impl Store {
         Ok(store)
     }
 
-    /// Starts reading the index into the page cache (`Index::warm`), up to `budget` bytes.
+    /// Starts reading the index into the page cache, up to `budget` bytes, and a small chunk
+    /// table into RocksDB's block cache (`Index::warm`).
     pub fn warm_index(&self, budget: u64) {
         self.index.warm(budget);
     }
