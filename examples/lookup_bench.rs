@@ -19,6 +19,8 @@ fn main() -> Result<()> {
     let s = Store::open_for_reading(&store)?;
     let text = std::fs::read_to_string(records).with_context(|| format!("{records}: cannot read"))?;
     let mut times = Vec::new();
+    // Lookups that found their recipe piece loaded already.
+    let mut no_piece = Vec::new();
     let mut buf = Vec::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -27,18 +29,24 @@ fn main() -> Result<()> {
         if only_gz && !name.ends_with(".gz") {
             continue;
         }
+        let loaded = s.read_counters().pieces_loaded;
         let t = std::time::Instant::now();
         let ino = s.resolve(&format!("/{name}"))?;
         let inode = s.inode(ino)?.context("no inode")?;
         let head = inode.recipe.context("no recipe")?;
         buf.resize(len, 0);
         let n = s.read_at(&head, off, &mut buf)?;
-        times.push(t.elapsed().as_secs_f64() * 1e6);
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        times.push(us);
+        if s.read_counters().pieces_loaded == loaded {
+            no_piece.push(us);
+        }
         anyhow::ensure!(n == len, "{name}: short read");
     }
     anyhow::ensure!(!times.is_empty(), "{records}: no records to look up");
     let mean = times.iter().sum::<f64>() / times.len() as f64;
     times.sort_by(|a, b| a.total_cmp(b));
+    no_piece.sort_by(|a, b| a.total_cmp(b));
     let c = s.read_counters();
     let m = c.members_rebuilt.max(1);
     println!(
@@ -53,5 +61,8 @@ fn main() -> Result<()> {
         c.chunks_read,
         c.pieces_loaded
     );
+    if !no_piece.is_empty() {
+        println!("{} lookups that loaded no recipe piece: p50 {:.1} us", no_piece.len(), no_piece[no_piece.len() / 2]);
+    }
     Ok(())
 }
