@@ -294,7 +294,8 @@ impl Index {
     }
 
     /// Bytes of RocksDB's block cache the chunk table's blocks take now.
-    pub fn chunk_cache_usage(&self) -> u64 {
+    #[cfg(test)]
+    fn chunk_cache_usage(&self) -> u64 {
         self.db.property_int_value_cf(self.cf("chunk"), "rocksdb.block-cache-usage").ok().flatten().unwrap_or(0)
     }
 

@@ -1,5 +1,5 @@
-//! Locks that stay usable after a panic (the mount contains panics per request), and work
-//! shared out to the process's two pairs of worker threads.
+//! Locks that stay usable after a panic (the mount contains panics per request), work
+//! shared out to the process's two pairs of worker threads, and buffers kept for reuse.
 
 /// Locks that outlive a panic. A panic inside the mount is contained (its request gets EIO,
 /// see `fuse::guard`) and the mutexes it held must stay usable: std would poison them, and
@@ -18,6 +18,22 @@ impl<T> LockExt<T> for std::sync::Mutex<T> {
 /// `Condvar::wait` that, like `LockExt::locked`, carries on past a poisoned lock.
 pub(crate) fn wait_on<'a, T>(cv: &std::sync::Condvar, guard: std::sync::MutexGuard<'a, T>) -> std::sync::MutexGuard<'a, T> {
     cv.wait(guard).unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs `f` on `len` bytes of the calling thread's buffer in `slot`, grown as needed and
+/// never shrunk (its bytes as the last use left them: a buffer reused is not zeroed again),
+/// and keeps it for the thread's next use unless it grew past `keep_max`. A fresh buffer
+/// for every use would cost a page fault and a zeroed page for each 4 KiB it touches.
+pub(crate) fn with_thread_buffer<R>(slot: &'static std::thread::LocalKey<std::cell::Cell<Vec<u8>>>, len: usize, keep_max: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    let mut buf = slot.with(|b| b.take());
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
+    let r = f(&mut buf[..len]);
+    if buf.len() <= keep_max {
+        slot.with(|b| b.set(buf));
+    }
+    r
 }
 
 /// The two pairs of worker threads of the process, started once: ingest proves a window's
@@ -125,7 +141,20 @@ impl Spare {
 
 #[cfg(test)]
 mod tests {
-    use super::Spare;
+    use super::{with_thread_buffer, Spare};
+
+    #[test]
+    fn a_thread_buffer_is_reused_with_its_bytes_and_not_kept_past_its_bound() {
+        thread_local! {
+            static SLOT: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+        }
+        with_thread_buffer(&SLOT, 100, 1000, |b| b.fill(7));
+        // The same buffer, its bytes as they were left.
+        assert!(with_thread_buffer(&SLOT, 50, 1000, |b| b.len() == 50 && b.iter().all(|&x| x == 7)));
+        // Grown past the bound: used, then let go.
+        assert_eq!(with_thread_buffer(&SLOT, 2000, 1000, |b| b.len()), 2000);
+        assert_eq!(SLOT.with(|b| b.take()).capacity(), 0);
+    }
 
     #[test]
     fn a_spare_buffer_is_the_smallest_that_will_do_and_none_is_lost_to_an_empty_ask() {

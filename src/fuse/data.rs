@@ -339,13 +339,7 @@ impl WarcFs {
 /// 1 MiB buffer per read request costs page faults and zeroing comparable to the copy itself.
 fn with_reply_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
     thread_local! {
-        static REPLY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        static REPLY: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
     }
-    REPLY.with(|cell| {
-        let mut buf = cell.borrow_mut();
-        if buf.len() < len {
-            buf.resize(len, 0);
-        }
-        f(&mut buf[..len])
-    })
+    crate::sync::with_thread_buffer(&REPLY, len, usize::MAX, f)
 }

@@ -235,15 +235,7 @@ impl Store {
         if n > crate::pack::MAX_RAW as usize {
             return Err(StoreError::MissingChunk(format!("{} (an entry of {n} bytes)", key.short())));
         }
-        let mut buf = READ_BACK.with(|b| b.take());
-        // Grown, never shrunk below what it held: a later chunk of that size is not zeroed again.
-        if buf.len() < n {
-            buf.resize(n, 0);
-        }
-        let r = self.packs.read_into(entry.pack, entry.offset, key, entry.stored_len, &mut buf[..n]).map(|()| check(&buf[..n]));
-        if buf.len() <= READ_BACK_KEPT {
-            READ_BACK.with(|b| b.set(buf));
-        }
+        let r = crate::sync::with_thread_buffer(&READ_BACK, n, READ_BACK_KEPT, |buf| self.packs.read_into(entry.pack, entry.offset, key, entry.stored_len, buf).map(|()| check(buf)));
         Ok(r?)
     }
 

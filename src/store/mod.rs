@@ -509,8 +509,8 @@ impl Store {
         Ok(store)
     }
 
-    /// Starts reading the index into the page cache, up to `budget` bytes, and a small chunk
-    /// table into RocksDB's block cache (`Index::warm`).
+    /// Has the kernel start reading the index into the page cache, up to `budget` bytes, and
+    /// reads a small chunk table into RocksDB's block cache before it returns (`Index::warm`).
     pub fn warm_index(&self, budget: u64) {
         self.index.warm(budget);
     }

@@ -292,7 +292,7 @@ impl Store {
     #[allow(clippy::too_many_arguments)]
     pub fn put_file_after<S: super::Source + ?Sized + Sync>(
         &self,
-        before: Option<Ingest>,
+        mut before: Option<Ingest>,
         dir: u64,
         name: &[u8],
         src: &S,
@@ -301,7 +301,6 @@ impl Store {
         unchanged: impl FnOnce() -> bool,
         spares: &super::Spares,
     ) -> (Option<Result<PutReport>>, Result<Ingest>) {
-        let mut before = before;
         let mut committed: Option<Result<PutReport>> = None;
         // Made once, by the ingest as it starts or here if it stopped before that. In its own
         // unwind: a bug met by that commit is that file's error, not this one's.
