@@ -1745,6 +1745,42 @@ fn a_member_that_does_not_rebuild_is_eio_and_a_log_line() {
     m.unmount_clean();
 }
 
+/// A read-only mount asks the kernel for no writeback cache, so a reader's close is not a
+/// FLUSH round trip (with the cache the kernel sends one at every close, whatever the open
+/// said). Seen through a failpoint that fails every FLUSH: on a read-write mount a reader's
+/// `close` reports it (EIO), on a read-only one nothing reaches it. Either way the bytes read
+/// are the file's.
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the failpoint exists in debug builds only")]
+fn a_read_only_mount_sends_no_flush_at_a_readers_close() {
+    let tmp = TempDir::new().unwrap();
+    let (store, src) = store_with_sample(tmp.path(), "webrecorder-warcio/example.warc.gz");
+    let want = fs::read(&src).unwrap();
+    // Open, read it all, close; the close's own result.
+    let read_and_close = |path: &Path| -> (Vec<u8>, io::Result<()>) {
+        let mut f = fs::File::open(path).unwrap();
+        let mut got = Vec::new();
+        io::Read::read_to_end(&mut f, &mut got).unwrap();
+        // SAFETY: the descriptor is ours (taken from the File) and closed once.
+        let rc = unsafe { libc::close(f.into_raw_fd()) };
+        (got, if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) })
+    };
+    let failing = [("WARCFS_FAILPOINTS", "flush=1000")];
+    let mnt = tmp.path().join("mnt");
+    for (opts, flushed) in [(&[][..], true), (&["ro"][..], false)] {
+        let m = Mounted::with_env(&store, &mnt, opts, &failing);
+        let (got, closed) = read_and_close(&m.path("example.warc.gz"));
+        assert!(got == want, "-o {opts:?}: the bytes read are not the file's");
+        match (flushed, closed) {
+            (true, Err(e)) => assert_eq!(e.raw_os_error(), Some(libc::EIO), "-o {opts:?}: {e}"),
+            (true, Ok(())) => panic!("-o {opts:?}: the failing FLUSH did not reach the close: is the failpoint armed?"),
+            (false, Ok(())) => {}
+            (false, Err(e)) => panic!("-o {opts:?}: a reader's close on a read-only mount was sent a FLUSH: {e}"),
+        }
+        m.unmount_clean();
+    }
+}
+
 /// What a walk of a mounted tree sees of one path: kind, mode, size, mtime, link count, and
 /// its bytes (files) or target (symlinks).
 type Seen = (String, u32, u64, i64, u64, Vec<u8>);

@@ -290,7 +290,7 @@ fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<Fi
         }
         init_logging(store_path, ready.is_none())?;
         super::control::serve(store.clone()).context("control socket")?;
-        let fs = WarcFs::new(store)?;
+        let fs = WarcFs::new(store, opts.read_only)?;
         let mut options = vec![
             MountOption::FSName(store_path.canonicalize().unwrap_or(store_path.to_path_buf()).display().to_string()),
             MountOption::Subtype("warcfs".into()),

@@ -66,7 +66,8 @@ impl WarcFs {
         let recipe = recipe.filter(|_| !inner.elsewhere);
         let fh = self.register(ino, write, recipe, direct, rebuilds_members);
         // A reader has nothing to persist at close. (With the writeback cache the kernel sends
-        // FLUSH anyway: measured, it ignores this flag then; it matters only without it.)
+        // FLUSH anyway: measured, it ignores this flag then; it matters only without it: on
+        // read-only mounts and shared stores.)
         let noflush = if write { FopenFlags::empty() } else { FopenFlags::FOPEN_NOFLUSH };
         let flags = noflush | match (keep, direct) {
             (false, _) => FopenFlags::empty(),
@@ -247,6 +248,10 @@ impl WarcFs {
     }
 
     pub(super) fn op_flush(&self, ino: INodeNo, fh: FileHandle, reply: ReplyEmpty) {
+        // (A test arms this to see which closes the kernel sends a FLUSH for.)
+        if crate::failpoint::io_error("flush").is_err() {
+            return reply.error(Errno::EIO);
+        }
         let write = self.inner.handles.locked().get(&fh.0).is_some_and(|h| h.write);
         if write {
             if let Err(e) = self.inner.persist(ino.0) {

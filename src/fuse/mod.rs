@@ -157,6 +157,9 @@ pub struct WarcFs {
     worker: Option<JoinHandle<()>>,
     /// Rebuilds the gzip members sequential readers of stored files will read next.
     ahead: Option<ReadAhead>,
+    /// Mounted `ro`: the kernel refuses every write, so the writeback cache has nothing to
+    /// hold and is not asked for (see `init`).
+    read_only: bool,
 }
 
 fn errno(e: &StoreError) -> Errno {
@@ -273,8 +276,9 @@ impl Inner {
 const INDEX_WARM_BYTES: u64 = 256 << 20;
 
 impl WarcFs {
-    /// Wraps an open store; recovers staged files and orphans left by a crash.
-    pub fn new(store: Arc<Store>) -> Result<WarcFs, StoreError> {
+    /// Wraps an open store; recovers staged files and orphans left by a crash. `read_only`:
+    /// the mount is `ro`.
+    pub fn new(store: Arc<Store>, read_only: bool) -> Result<WarcFs, StoreError> {
         let staging = store.root().join("staging");
         fs::create_dir_all(&staging).map_err(|err| StoreError::Io { path: staging.clone(), err })?;
         let inner = Arc::new(Inner {
@@ -352,7 +356,7 @@ impl WarcFs {
         // index is read in only as far as INDEX_WARM_BYTES (the kernel may drop it again),
         // and a chunk table into RocksDB's own cache only if it fits half of it.
         store.warm_index(INDEX_WARM_BYTES);
-        Ok(WarcFs { inner, tx: Some(tx), worker: Some(worker), ahead: Some(ahead) })
+        Ok(WarcFs { inner, tx: Some(tx), worker: Some(worker), ahead: Some(ahead), read_only })
     }
 
     fn queue(&self, ino: u64) {
@@ -411,7 +415,12 @@ impl Filesystem for WarcFs {
         // never show, and reads would stop at the old one). There every attribute comes from
         // here, and the kernel drops what it cached of a file another node changed
         // (`FUSE_AUTO_INVAL_DATA`, and the follower's notices: `daemon::bucket_thread`).
-        let writeback = if self.inner.elsewhere { InitFlags::empty() } else { InitFlags::FUSE_WRITEBACK_CACHE };
+        // A read-only mount has nothing to write back, and the cache would cost its readers
+        // two round trips a file: with it the kernel sends FLUSH at every close whatever the
+        // open said (`FOPEN_NOFLUSH` is ignored) and asks GETATTR at a `stat` after a read.
+        // Without it a replay tool's open-seek-read-close is OPEN and READ (measured:
+        // docs/BENCHMARKS.md, twenty-third session).
+        let writeback = if self.inner.elsewhere || self.read_only { InitFlags::empty() } else { InitFlags::FUSE_WRITEBACK_CACHE };
         let wanted = writeback | InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_AUTO_INVAL_DATA | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         let _ = config.add_capabilities(wanted & config.capabilities());
         let direct_mmap = config.capabilities().contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
