@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use super::cache::{bump, InFlight, ReadCounters};
+use super::cache::{bump, ReadCounters};
 use super::{Result, Store, StoreError};
 use crate::LockExt;
 use crate::digest::ChunkKey;
@@ -67,20 +67,12 @@ fn extents_within(extents: &[Extent], seg_start: u64, from: u64, to: u64) -> imp
 impl Store {
     /// The bytes of one chunk, from the cache or its pack.
     pub(crate) fn chunk_bytes(&self, key: &ChunkKey, entry: &ChunkEntry) -> Result<Arc<Vec<u8>>> {
-        {
-            let mut loading = self.cache.loading.locked();
-            loop {
-                if let Some(v) = self.cache.chunks.locked().get(key) {
-                    return Ok(v);
-                }
-                if loading.insert(*key) {
-                    break;
-                }
-                loading = crate::wait_on(&self.cache.loaded, loading);
-            }
-        }
-        // Whatever happens below (even a panic), later askers must not wait forever.
-        let _done = InFlight { set: &self.cache.loading, done: &self.cache.loaded, key: *key };
+        // Whatever happens below (even a panic), later askers must not wait forever: the
+        // flight ends when dropped.
+        let _flight = match self.cache.loading.cached_or_begin(*key, || self.cache.chunks.locked().get(key)) {
+            Ok(v) => return Ok(v),
+            Err(flight) => flight,
+        };
         bump(&self.cache.counters.chunks_read);
         let r = self.packs.read(entry.pack, entry.offset, key, entry.stored_len).map(Arc::new);
         if let Ok(bytes) = &r {
@@ -255,21 +247,13 @@ impl Store {
     /// many ask at once). `advised` as for `gather_with`.
     fn member_cached(&self, head: &RecipeHead, pno: u32, sno: u32, piece: &Piece, advised: bool) -> Result<Arc<Vec<u8>>> {
         let k = (head.id, pno, sno);
-        {
-            let mut building = self.cache.building.locked();
-            loop {
-                if let Some(m) = self.cache.members.locked().get(&k) {
-                    bump(&self.cache.counters.member_hits);
-                    return Ok(m);
-                }
-                if !building.contains(&k) {
-                    building.insert(k);
-                    break;
-                }
-                building = crate::wait_on(&self.cache.built, building);
+        let _flight = match self.cache.building.cached_or_begin(k, || self.cache.members.locked().get(&k)) {
+            Ok(m) => {
+                bump(&self.cache.counters.member_hits);
+                return Ok(m);
             }
-        }
-        let _done = InFlight { set: &self.cache.building, done: &self.cache.built, key: k };
+            Err(flight) => flight,
+        };
         let r = self.rebuild_member(head, pno, sno as usize, piece, advised).map(Arc::new);
         if let Ok(m) = &r {
             self.cache.members.locked().put(k, m.clone(), m.len());
