@@ -155,6 +155,8 @@ impl WarcFs {
                     direct && !offset.is_multiple_of(4096) && (!sequential || (finishing && inner.store.inside_member(&head, offset)));
                 let r = if lookup {
                     inner.store.read_some(&head, offset, &mut buf[..n])
+                } else if sequential && run >= crate::store::STREAMING_RUN {
+                    inner.store.read_streaming(&head, offset, &mut buf[..n])
                 } else {
                     inner.store.read_at(&head, offset, &mut buf[..n])
                 };

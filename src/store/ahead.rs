@@ -55,6 +55,9 @@ struct State {
     planned: HashMap<u64, u64>,
     /// Planned work, in order: the reader it is for, the file, the job.
     jobs: VecDeque<(u64, Arc<RecipeHead>, Ahead)>,
+    /// Where each reader last said it would read next: a job for a member it has passed
+    /// (it rebuilt that one itself, and streaming it dropped it from the cache) is skipped.
+    at: HashMap<u64, u64>,
     closed: bool,
 }
 
@@ -82,6 +85,7 @@ impl ReadAhead {
         let window = window_for(run, members);
         let mut st = self.shared.state.locked();
         st.reported.insert(reader, (head, offset, window));
+        st.at.insert(reader, offset);
         drop(st);
         self.shared.wake.notify_one();
     }
@@ -90,6 +94,7 @@ impl ReadAhead {
     pub fn forget(&self, reader: u64) {
         let mut st = self.shared.state.locked();
         st.reported.remove(&reader);
+        st.at.remove(&reader);
         if st.planned.remove(&reader).is_some() {
             st.jobs.retain(|(r, _, _)| *r != reader);
         }
@@ -121,7 +126,10 @@ fn work(shared: &Shared) {
         if st.closed {
             return;
         }
-        if let Some((_, head, job)) = st.jobs.pop_front() {
+        if let Some((reader, head, job)) = st.jobs.pop_front() {
+            if st.at.get(&reader).is_some_and(|&at| at >= job.end) {
+                continue;
+            }
             drop(st);
             // The reader will hit the same error (or bug) itself and report it; this is only
             // a hint, and a worker lost to a panic would end read-ahead for every reader.

@@ -46,6 +46,13 @@ impl<K: Hash + Eq, V> SizedLru<K, V> {
         }
     }
 
+    /// Drops `k`'s entry, if there is one.
+    pub(super) fn remove(&mut self, k: &K) {
+        if let Some((_, s)) = self.map.pop(k) {
+            self.bytes -= s;
+        }
+    }
+
     pub(super) fn clear(&mut self) {
         self.map.clear();
         self.bytes = 0;
@@ -176,6 +183,19 @@ impl<K: Hash + Eq + Copy> Flights<K> {
     }
 }
 
+impl<K: Hash + Eq + Copy> Flights<K> {
+    /// A new flight for `key`, unless `cached` finds its result or one is under way already:
+    /// for work ahead of need (read-ahead), which has nothing to wait for.
+    pub(super) fn begin_unless_under_way(&self, key: K, cached: impl Fn() -> bool) -> Option<Flight<'_, K>> {
+        let mut gates = self.gates.locked();
+        if cached() || gates.contains_key(&key) {
+            return None;
+        }
+        gates.insert(key, Arc::new(Gate::default()));
+        Some(Flight { flights: self, key })
+    }
+}
+
 /// One flight under way: ends when dropped (after a success, a failure or a panic alike),
 /// waking those waiting for it; they then find the result, or carry out the work themselves
 /// after a failure.
@@ -235,6 +255,20 @@ mod tests {
             assert!(waiter.join().unwrap(), "the waiter should carry out the work itself");
         });
         // And nothing is left in flight.
+        assert!(flights.gates.locked().is_empty());
+    }
+
+    #[test]
+    fn work_ahead_of_need_is_not_begun_twice_nor_after_its_result() {
+        let flights = Flights::<u32>::new();
+        let Err(reader) = flights.cached_or_begin(3, || None::<()>) else { panic!("the first asker carries out the work") };
+        assert!(flights.begin_unless_under_way(3, || false).is_none(), "under way already");
+        assert!(flights.begin_unless_under_way(4, || true).is_none(), "its result is there");
+        drop(reader);
+        let ahead = flights.begin_unless_under_way(3, || false).expect("neither: begun");
+        // A reader asking meanwhile would wait for it, not begin it again.
+        assert!(flights.begin_unless_under_way(3, || false).is_none());
+        drop(ahead);
         assert!(flights.gates.locked().is_empty());
     }
 }

@@ -52,7 +52,7 @@ use crate::digest::{self, ChunkKey, Digest, DigestFn};
 use crate::index::{ChunkEntry, Index, IndexError};
 use crate::pack::{self, OpenPack, PackError, PackReader};
 
-pub use ahead::ReadAhead;
+pub use ahead::{ReadAhead, START_AFTER as STREAMING_RUN};
 pub use config::{Compression, Config, Verify, Writers};
 pub use fsops::{FileUsage, Prepared};
 pub use ingest::{Presplit, Source};

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use super::cache::{bump, ReadCounters};
+use super::cache::{bump, Flight, MemberKey, ReadCounters};
 use super::{Result, Store, StoreError};
 use crate::LockExt;
 use crate::digest::ChunkKey;
@@ -40,6 +40,8 @@ const SEQUENTIAL_GAP: u64 = 1 << 20;
 pub struct Ahead {
     pub piece: u32,
     pub segment: u32,
+    /// Where the member ends in the file: a reader already past it needs it no more.
+    pub end: u64,
 }
 
 
@@ -247,17 +249,23 @@ impl Store {
     /// many ask at once). `advised` as for `gather_with`.
     fn member_cached(&self, head: &RecipeHead, pno: u32, sno: u32, piece: &Piece, advised: bool) -> Result<Arc<Vec<u8>>> {
         let k = (head.id, pno, sno);
-        let _flight = match self.cache.building.cached_or_begin(k, || self.cache.members.locked().get(&k)) {
+        match self.cache.building.cached_or_begin(k, || self.cache.members.locked().get(&k)) {
             Ok(m) => {
                 bump(&self.cache.counters.member_hits);
-                return Ok(m);
+                Ok(m)
             }
-            Err(flight) => flight,
-        };
+            Err(flight) => self.rebuild_into_cache(head, pno, sno, piece, advised, flight),
+        }
+    }
+
+    /// Rebuilds member `sno` of piece `pno` into the cache, as the `flight` taken for it.
+    fn rebuild_into_cache(&self, head: &RecipeHead, pno: u32, sno: u32, piece: &Piece, advised: bool, flight: Flight<'_, MemberKey>) -> Result<Arc<Vec<u8>>> {
         let r = self.rebuild_member(head, pno, sno as usize, piece, advised).map(Arc::new);
         if let Ok(m) = &r {
-            self.cache.members.locked().put(k, m.clone(), m.len());
+            self.cache.members.locked().put((head.id, pno, sno), m.clone(), m.len());
         }
+        // Only now, with the result where waiters look.
+        drop(flight);
         r
     }
 
@@ -281,7 +289,7 @@ impl Store {
                     match seg {
                         Segment::Member { plain, parse_tail, .. } => {
                             if self.cache.members.locked().get(&(head.id, pno, sno as u32)).is_none() {
-                                jobs.push(Ahead { piece: pno, segment: sno as u32 });
+                                jobs.push(Ahead { piece: pno, segment: sno as u32, end: seg_end });
                                 needed.extend(plain.iter().map(|e| piece.keys[e.chunk as usize]));
                                 needed.extend(parse_tail.map(|t| piece.keys[t as usize]));
                             }
@@ -305,10 +313,16 @@ impl Store {
     }
 
     /// Rebuilds one planned member into the cache (`plan_ahead` had the kernel read its
-    /// chunks already).
+    /// chunks already), unless it is there or being rebuilt already: a reader that caught
+    /// up with the read-ahead rebuilds the member it needs itself, and may have read it
+    /// and let it go (`read_streaming`) by the time a worker waiting for it would wake.
     pub fn run_ahead(&self, head: &RecipeHead, job: &Ahead) -> Result<()> {
         let p = self.piece(head, job.piece)?;
-        self.member_cached(head, job.piece, job.segment, &p, true).map(drop)
+        let k = (head.id, job.piece, job.segment);
+        match self.cache.building.begin_unless_under_way(k, || self.cache.members.locked().get(&k).is_some()) {
+            Some(flight) => self.rebuild_into_cache(head, job.piece, job.segment, &p, true, flight).map(drop),
+            None => Ok(()),
+        }
     }
 
     /// Starts the kernel reading the blobs of the chunks that are not cached, in pack order,
@@ -367,17 +381,27 @@ impl Store {
 
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at EOF).
     pub fn read_at(&self, head: &RecipeHead, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        self.read_inner(head, offset, buf, true)
+        self.read_inner(head, offset, buf, true, false)
     }
 
     /// Like `read_at`, but stops short before a gzip member that would have to be rebuilt,
     /// once it has read something: a reader that looks up one record at its offset with a
     /// large buffer gets that record's member without paying for its neighbours.
     pub fn read_some(&self, head: &RecipeHead, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        self.read_inner(head, offset, buf, false)
+        self.read_inner(head, offset, buf, false, false)
     }
 
-    fn read_inner(&self, head: &RecipeHead, offset: u64, buf: &mut [u8], whole: bool) -> Result<usize> {
+    /// `read_at` for a reader streaming through the file (well into a sequential run): the
+    /// members it reads to their end leave the member cache. It will not come back for
+    /// them, and a scan of a whole archive (a backup, a text extraction) would otherwise
+    /// push out every member that lookups come back for, and grow the daemon to the cache's
+    /// bound. (Measured for a cold `cat` of the four crawls through the mount: twenty-third
+    /// session in docs/BENCHMARKS.md.)
+    pub fn read_streaming(&self, head: &RecipeHead, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.read_inner(head, offset, buf, true, true)
+    }
+
+    fn read_inner(&self, head: &RecipeHead, offset: u64, buf: &mut [u8], whole: bool, streaming: bool) -> Result<usize> {
         let mut done = 0usize;
         while done < buf.len() {
             let pos = offset + done as u64;
@@ -427,6 +451,9 @@ impl Store {
                         let n = (m.len() - from).min(buf.len() - done);
                         buf[done..done + n].copy_from_slice(&m[from..from + n]);
                         done += n;
+                        if streaming && from + n == m.len() {
+                            self.cache.members.locked().remove(&(head.id, pno, sno as u32));
+                        }
                     }
                 }
                 progressed = true;

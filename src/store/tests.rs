@@ -391,6 +391,41 @@ fn lookup_reads_stop_at_the_member_they_start_in() {
     assert_eq!(all, gz);
 }
 
+#[test]
+fn a_streaming_reader_leaves_the_members_it_read_through_out_of_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let (gz, _, members) = iana_members();
+    s.put_file(ROOT_INO, b"f.warc.gz", &gz, meta()).unwrap();
+    let head = s.inode(s.resolve("/f.warc.gz").unwrap()).unwrap().unwrap().recipe.unwrap();
+    let cached = || s.cache.members.locked().map.len();
+    // Through the file in reads that end inside members as well as at their ends.
+    let through = |read: &dyn Fn(u64, &mut [u8]) -> usize| {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 3001];
+        loop {
+            let n = read(out.len() as u64, &mut buf);
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        assert!(out == gz, "the bytes read are not the file's");
+    };
+    s.cache.clear();
+    through(&|at, buf| s.read_at(&head, at, buf).unwrap());
+    assert_eq!(cached(), members.len(), "read_at keeps every member it rebuilt");
+    s.cache.clear();
+    through(&|at, buf| s.read_streaming(&head, at, buf).unwrap());
+    assert_eq!(cached(), 0, "a streaming reader keeps none of the members it read to their end");
+    // A member it stopped inside stays, for the read that goes on from there.
+    s.cache.clear();
+    let (start, len) = members[1];
+    let mut buf = vec![0u8; (len / 2) as usize];
+    s.read_streaming(&head, start, &mut buf).unwrap();
+    assert_eq!(cached(), 1);
+}
+
 /// A source that panics on its `panic_at`-th window (counting from 1), as a parser bug
 /// would; the first is the gzip sniff, in the ingest's own thread, the others are read ahead
 /// on a thread of their own.
