@@ -197,7 +197,7 @@ impl WarcFs {
                     };
                     reply.data(&buf[..k]);
                     if let Some(a) = &self.ahead {
-                        a.reader_at(fh.0, head, offset + k as u64, run, rebuilds_members);
+                        a.reader_at(fh.0, head, offset + k as u64, run, rebuilds_members, || inner.handles.locked().contains_key(&fh.0));
                     }
                 }
                 Err(e) => reply.error(e),

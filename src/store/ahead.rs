@@ -23,6 +23,11 @@ pub const WINDOW: u64 = 32 << 20;
 /// cost more than the lookups themselves.
 pub const START_AFTER: u64 = 256 << 10;
 
+/// How far behind its last report a reader's report may be and still be an earlier read's,
+/// answered on another thread and reported late (the kernel has a few reads of at most 1 MiB
+/// in flight), rather than a reader that went back.
+const OVERTAKEN: u64 = 4 << 20;
+
 /// How far ahead of a reader `run` bytes into a sequential run the work goes. Like the
 /// kernel's read-ahead the window grows with the run, so short runs cost little and long ones
 /// find their bytes read and their members rebuilt. How fast it grows depends on the work:
@@ -75,8 +80,11 @@ impl ReadAhead {
 
     /// A reader of `head` will read at `offset` next, after `run` bytes read in a row (see
     /// `window_for` for how far ahead that takes the work). `rebuilds_members` is what its
-    /// open found out about the file, if it opened one with a recipe.
-    pub fn reader_at(&self, reader: u64, head: Arc<RecipeHead>, offset: u64, run: u64, rebuilds_members: Option<bool>) {
+    /// open found out about the file, if it opened one with a recipe. `open` says whether the
+    /// reader is still open; it is asked with the state locked, so a report that races the
+    /// reader's `forget` (its last read answered, then its close) is either dropped here or
+    /// forgotten there, never kept for good.
+    pub fn reader_at(&self, reader: u64, head: Arc<RecipeHead>, offset: u64, run: u64, rebuilds_members: Option<bool>, open: impl Fn() -> bool) {
         if run < START_AFTER {
             return;
         }
@@ -84,8 +92,25 @@ impl ReadAhead {
         let members = rebuilds_members.unwrap_or_else(|| self.shared.store.rebuilds_members(&head));
         let window = window_for(run, members);
         let mut st = self.shared.state.locked();
+        if !open() {
+            return;
+        }
         st.reported.insert(reader, (head, offset, window));
-        st.at.insert(reader, offset);
+        match st.at.get(&reader).copied() {
+            // A reader that went back (a re-read) is planned afresh from where it is: what
+            // was planned behind it may be gone from the cache (`Store::read_streaming`).
+            Some(before) if offset.saturating_add(OVERTAKEN) < before => {
+                st.at.insert(reader, offset);
+                st.planned.remove(&reader);
+                st.jobs.retain(|(r, _, _)| *r != reader);
+            }
+            // Reads answered on two threads report in either order: a report a later one
+            // overtook says nothing new.
+            Some(before) if offset < before => {}
+            _ => {
+                st.at.insert(reader, offset);
+            }
+        }
         drop(st);
         self.shared.wake.notify_one();
     }
@@ -176,6 +201,42 @@ fn work(shared: &Shared) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_closed_reader_leaves_nothing_and_one_that_went_back_is_planned_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("s"), true).unwrap());
+        // No workers: the state stays as the reports leave it.
+        let ahead = ReadAhead::start(store, 0).unwrap();
+        let head = Arc::new(RecipeHead { size: 1 << 30, ..Default::default() });
+        let state = || ahead.shared.state.locked();
+        // Its last read answered after its close (and `forget`): the report is dropped.
+        ahead.reader_at(1, head.clone(), 8 << 20, 8 << 20, Some(true), || false);
+        {
+            let st = state();
+            assert!(st.reported.is_empty() && st.at.is_empty());
+        }
+        // An open reader is recorded; a job planned for it ahead stays while it goes on...
+        ahead.reader_at(2, head.clone(), 8 << 20, 8 << 20, Some(true), || true);
+        state().planned.insert(2, 12 << 20);
+        state().jobs.push_back((2, head.clone(), Ahead { piece: 0, segment: 9, end: 11 << 20 }));
+        ahead.reader_at(2, head.clone(), 9 << 20, 9 << 20, Some(true), || true);
+        // (A report an earlier read makes late changes nothing.)
+        ahead.reader_at(2, head.clone(), 8 << 20, 8 << 20, Some(true), || true);
+        {
+            let st = state();
+            assert_eq!((st.planned.get(&2).copied(), st.jobs.len(), st.at.get(&2).copied()), (Some(12 << 20), 1, Some(9 << 20)));
+        }
+        // ...and goes when it reads again from further back.
+        ahead.reader_at(2, head.clone(), 1 << 20, 1 << 20, Some(true), || true);
+        {
+            let st = state();
+            assert_eq!((st.planned.get(&2).copied(), st.jobs.len(), st.at.get(&2).copied()), (None, 0, Some(1 << 20)));
+        }
+        ahead.forget(2);
+        let st = state();
+        assert!(st.at.is_empty() && st.reported.is_empty());
+    }
 
     #[test]
     fn plain_data_is_read_ahead_further_than_members_are_rebuilt() {

@@ -159,7 +159,9 @@ impl<K: Hash + Eq + Copy> Flights<K> {
     /// What `cached` finds for `key`, waiting first for a flight of `key` under way; or, if
     /// there is neither, a new flight the caller is to carry out (it must put its result
     /// where `cached` looks before the flight ends). `cached` runs with the flights locked,
-    /// so a result and the end of its flight are never seen apart.
+    /// so a result and the end of its flight are never seen apart (the result may still be
+    /// gone by the time a waiter wakes, evicted or let go by a streaming reader: the waiter
+    /// then carries out the work itself).
     pub(super) fn cached_or_begin<R>(&self, key: K, cached: impl Fn() -> Option<R>) -> Result<R, Flight<'_, K>> {
         loop {
             let gate = {

@@ -246,7 +246,8 @@ impl Store {
     }
 
     /// Member `sno` of piece `pno`, from the cache or rebuilt into it (one rebuild however
-    /// many ask at once). `advised` as for `gather_with`.
+    /// many ask at once; a second only where a streaming reader let the member go before a
+    /// waiter for it woke). `advised` as for `gather_with`.
     fn member_cached(&self, head: &RecipeHead, pno: u32, sno: u32, piece: &Piece, advised: bool) -> Result<Arc<Vec<u8>>> {
         let k = (head.id, pno, sno);
         match self.cache.building.cached_or_begin(k, || self.cache.members.locked().get(&k)) {
