@@ -183,9 +183,7 @@ impl<K: Hash + Eq + Copy> Flights<K> {
             }
         }
     }
-}
 
-impl<K: Hash + Eq + Copy> Flights<K> {
     /// A new flight for `key`, unless `cached` finds its result or one is under way already:
     /// for work ahead of need (read-ahead), which has nothing to wait for.
     pub(super) fn begin_unless_under_way(&self, key: K, cached: impl Fn() -> bool) -> Option<Flight<'_, K>> {
