@@ -27,6 +27,7 @@ mod maintain;
 mod namespace;
 mod open;
 mod read;
+mod raw_members;
 mod ready;
 mod records;
 mod remote;
@@ -659,3 +660,5 @@ mod tests;
 mod kind_tests;
 #[cfg(test)]
 mod tail_tests;
+#[cfg(test)]
+mod raw_member_tests;

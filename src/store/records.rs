@@ -12,7 +12,7 @@ use crate::recipe::{Extent, Piece, RecipeHead, Segment};
 
 /// A plain file's record block is read this much at a time for its index line (its HTTP
 /// header must lie within the first this many bytes, as it does in any real WARC).
-const BLOCK_HEAD: usize = 4 << 20;
+pub(super) const BLOCK_HEAD: usize = 4 << 20;
 
 /// One WARC record of a stored file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,8 +26,20 @@ pub struct RecordHead {
     pub warc_header: Vec<u8>,
     /// The HTTP header block at the start of the record's block, if there is one.
     pub http_header: Option<Vec<u8>>,
-    /// Where its block is: gzip member (piece, segment), or None for a plain file.
-    member: Option<(u32, u32)>,
+    /// Where its block is stored.
+    pub(super) block: BlockAt,
+}
+
+/// Where a record's block is stored, for the index line of a record whose headers do not
+/// hold all the line needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum BlockAt {
+    /// In the file as it is (a plain WARC).
+    Plain,
+    /// In a gzip member stored as its text: (piece, segment) of the recipe.
+    Member(u32, u32),
+    /// In a gzip member kept as its compressed bytes (`raw_members`).
+    RawMember,
 }
 
 impl RecordHead {
@@ -52,11 +64,11 @@ impl RecordHead {
     }
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+pub(super) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-fn content_length(header: &[u8]) -> Option<u64> {
+pub(super) fn content_length(header: &[u8]) -> Option<u64> {
     header.split(|&b| b == b'\n').find_map(|line| {
         let (name, value) = std::str::from_utf8(line).ok()?.split_once(':')?;
         name.trim().eq_ignore_ascii_case("content-length").then(|| value.trim().parse().ok()).flatten()
@@ -64,7 +76,7 @@ fn content_length(header: &[u8]) -> Option<u64> {
 }
 
 /// Splits header bytes at a record start into the WARC header and the HTTP header.
-fn split_heads(bytes: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>, u64)> {
+pub(super) fn split_heads(bytes: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>, u64)> {
     let end = find(bytes, b"\r\n\r\n")? + 4;
     let warc = &bytes[..end];
     let clen = content_length(warc)?;
@@ -79,7 +91,7 @@ fn split_heads(bytes: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>, u64)> {
 
 
 impl Store {
-    fn literal_kinds(&self, piece: &Piece, cache: &mut HashMap<ChunkKey, bool>) -> Result<Vec<bool>> {
+    fn chunk_kinds(&self, piece: &Piece, cache: &mut HashMap<ChunkKey, ChunkKind>) -> Result<Vec<ChunkKind>> {
         piece
             .keys
             .iter()
@@ -90,9 +102,9 @@ impl Store {
                 // A chunk the index does not know is damage, not "no headers here": the
                 // index would leave its records out and exit 0.
                 let e = self.index.chunk(k)?.ok_or_else(|| super::StoreError::MissingChunk(k.to_string()))?;
-                let lit = ChunkKind::from_u8(e.kind) == ChunkKind::Literal;
-                cache.insert(*k, lit);
-                Ok(lit)
+                let kind = ChunkKind::from_u8(e.kind);
+                cache.insert(*k, kind);
+                Ok(kind)
             })
             .collect()
     }
@@ -119,28 +131,51 @@ impl Store {
     /// `/.warcfs/index.cdxj` this way).
     pub fn each_warc_record(&self, head: &RecipeHead, f: &mut dyn FnMut(RecordHead) -> Result<()>) -> Result<()> {
         let mut kinds = HashMap::new();
+        // Raw bytes (file offsets start..end) not yet looked into: a run of them may span
+        // segments and pieces, and in a `.warc.gz` holds gzip members kept as they are.
+        let mut raw: Option<(u64, u64)> = None;
         for pno in 0..head.pieces() {
             let piece = self.piece(head, pno)?;
-            let lit = self.literal_kinds(&piece, &mut kinds)?;
+            let kind = self.chunk_kinds(&piece, &mut kinds)?;
+            let lit = |e: &Extent| kind[e.chunk as usize] == ChunkKind::Literal;
             let mut pos = head.piece_starts[pno as usize];
             for (sno, seg) in piece.segments.iter().enumerate() {
                 match seg {
                     Segment::Member { plain, comp_len, .. } => {
+                        if let Some(run) = raw.take() {
+                            self.raw_run_records(head, run, f)?;
+                        }
                         // The member's leading header slices hold its record's headers.
                         let mut bytes = Vec::new();
-                        for e in plain.iter().take_while(|e| lit[e.chunk as usize]) {
+                        for e in plain.iter().take_while(|e| lit(e)) {
                             bytes.extend_from_slice(&self.literal_bytes(&piece, e)?);
                         }
                         if bytes.starts_with(b"WARC/") {
                             if let Some((warc_header, http_header, _)) = split_heads(&bytes) {
-                                f(RecordHead { offset: pos, length: *comp_len, warc_header, http_header, member: Some((pno, sno as u32)) })?;
+                                f(RecordHead { offset: pos, length: *comp_len, warc_header, http_header, block: BlockAt::Member(pno, sno as u32) })?;
                             }
                         }
                     }
                     Segment::Data { extents } => {
                         let mut epos = pos;
                         for e in extents {
-                            if lit[e.chunk as usize] {
+                            if kind[e.chunk as usize] == ChunkKind::Raw {
+                                raw = match raw {
+                                    Some((a, b)) if b == epos => Some((a, epos + e.len as u64)),
+                                    _ => {
+                                        if let Some(run) = raw {
+                                            self.raw_run_records(head, run, f)?;
+                                        }
+                                        Some((epos, epos + e.len as u64))
+                                    }
+                                };
+                                epos += e.len as u64;
+                                continue;
+                            }
+                            if let Some(run) = raw.take() {
+                                self.raw_run_records(head, run, f)?;
+                            }
+                            if lit(e) {
                                 let bytes = self.literal_bytes(&piece, e)?;
                                 let mut from = 0usize;
                                 // A header slice holds the end of one record and the start of
@@ -153,7 +188,7 @@ impl Store {
                                             // ends with the file, as warcio reads it.
                                             let offset = epos + at as u64;
                                             let length = len.min(head.size.saturating_sub(offset));
-                                            f(RecordHead { offset, length, warc_header, http_header, member: None })?;
+                                            f(RecordHead { offset, length, warc_header, http_header, block: BlockAt::Plain })?;
                                         }
                                     }
                                     from = at + 5;
@@ -166,6 +201,9 @@ impl Store {
                 pos += seg.len();
             }
         }
+        if let Some(run) = raw {
+            self.raw_run_records(head, run, f)?;
+        }
         Ok(())
     }
 
@@ -176,7 +214,10 @@ impl Store {
     fn record_line(&self, head: &RecipeHead, r: &RecordHead, name: &str) -> Result<Option<String>> {
         let hlen = r.warc_header.len();
         let stated = content_length(&r.warc_header).unwrap_or(0);
-        if let Some((pno, sno)) = r.member {
+        if r.block == BlockAt::RawMember {
+            return self.raw_record_line(head, r, name);
+        }
+        if let BlockAt::Member(pno, sno) = r.block {
             let piece = self.piece(head, pno)?;
             let Segment::Member { plain, .. } = &piece.segments[sno as usize] else { return Ok(None) };
             let mut text = Vec::new();

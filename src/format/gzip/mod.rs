@@ -161,6 +161,12 @@ impl NulMemo {
     }
 }
 
+/// The length of the gzip member header at the start of `data`, if a whole valid one is
+/// there (for a reader that inflates a member itself, such as the index of a raw region).
+pub fn header_len(data: &[u8]) -> Option<usize> {
+    parse_header(data, 0, &mut NulMemo::default()).map(|(len, _)| len)
+}
+
 /// Parses the gzip header at `data[base..]`; returns its length and XFL.
 fn parse_header(data: &[u8], base: usize, memo: &mut NulMemo) -> Option<(usize, u8)> {
     let h = &data[base..];

@@ -1,0 +1,157 @@
+//! Records in gzip members the store keeps as their compressed bytes are indexed
+//! (`raw_members`): members cut short, corrupt, or too large to keep as text.
+
+use std::io::Write;
+
+use super::tests::{gzip_member, meta};
+use super::*;
+
+fn store(dir: &std::path::Path) -> Store {
+    let opts = OpenOptionsStore { create: true, config: Config { verify: Verify::Bytes, ..Config::default() }, follower: false };
+    Store::open_with(dir, &opts, crate::digest::sha256).unwrap()
+}
+
+fn head(s: &Store, name: &str) -> crate::recipe::RecipeHead {
+    s.inode(s.resolve(name).unwrap()).unwrap().unwrap().recipe.unwrap()
+}
+
+/// A member of `record` whose deflate stream turns invalid after its first 300 bytes of
+/// text: a block of the reserved type follows a sync flush.
+fn corrupt_member(record: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
+    e.write_all(&record[..300]).unwrap();
+    e.flush().unwrap();
+    let at = e.get_ref().len();
+    e.write_all(&record[300..]).unwrap();
+    let mut m = e.finish().unwrap();
+    m[at] = 0x07; // BFINAL 1, BTYPE 11
+    m
+}
+
+/// One dated WARC response record whose payload is `body` (no payload digest: the index
+/// computes it).
+fn warc_record(id: u32, body: &[u8]) -> Vec<u8> {
+    let mut r = super::tests::warc_record(id, body);
+    let at = r.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
+    r.splice(at..at, b"WARC-Date: 2026-11-27T23:00:00Z\r\n".iter().copied());
+    r
+}
+
+fn body(n: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed;
+    (0..n / 16)
+        .flat_map(|_| {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            format!("<li>{:08x}</li>\n", x >> 4).into_bytes()
+        })
+        .collect()
+}
+
+fn sha1_of(data: &[u8]) -> String {
+    use sha1::Digest as _;
+    crate::format::cdx::sha1_string(&sha1::Sha1::digest(data).into())
+}
+
+fn index_lines(s: &Store, name: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    s.cdxj_each(name, records::StagedFiles::Refuse, &mut |l| {
+        lines.push(l);
+        Ok(())
+    })
+    .unwrap();
+    lines
+}
+
+fn field(line: &str, name: &str) -> String {
+    let json: serde_json::Value = serde_json::from_str(&line[line.find('{').unwrap()..]).unwrap();
+    json[name].as_str().unwrap().to_string()
+}
+
+#[test]
+fn records_in_members_kept_raw_are_indexed_with_their_lengths() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let bodies: Vec<Vec<u8>> = (1..=4).map(|i| body(20_000, i)).collect();
+    let a = gzip_member(&warc_record(1, &bodies[0]), 9);
+    let b = corrupt_member(&warc_record(2, &bodies[1]));
+    let c = gzip_member(&warc_record(3, &bodies[2]), 9);
+    let d = gzip_member(&warc_record(4, &bodies[3]), 9);
+    let d = &d[..d.len() / 2]; // a crawl killed mid-write
+    let file = [&a[..], &b, &c, d].concat();
+    s.put_file(ROOT_INO, b"f.warc.gz", &file, meta()).unwrap();
+    let st = s.stats().unwrap();
+    assert_eq!((st.gzip_members, st.gzip_members_raw), (2, 0), "a and c rebuild, b and d are raw bytes: {st:?}");
+
+    let recs = s.records(&head(&s, "/f.warc.gz")).unwrap();
+    let (ao, bo, co, dox) = (0, a.len() as u64, (a.len() + b.len()) as u64, (a.len() + b.len() + c.len()) as u64);
+    let want = vec![(ao, a.len() as u64), (bo, b.len() as u64), (co, c.len() as u64), (dox, d.len() as u64)];
+    assert_eq!(recs.iter().map(|r| (r.offset, r.length)).collect::<Vec<_>>(), want);
+    for (i, r) in recs.iter().enumerate() {
+        let id = format!("<urn:uuid:{:08}>", i + 1);
+        assert!(String::from_utf8_lossy(&r.warc_header).contains(&id), "record {i}");
+        assert!(r.http_header.as_ref().is_some_and(|h| h.starts_with(b"HTTP/1.1 200")), "record {i}");
+    }
+    assert_eq!(recs.iter().map(|r| r.block == records::BlockAt::RawMember).collect::<Vec<_>>(), [false, true, false, true]);
+
+    // Their index lines: whole members have their payload's digest; the raw ones have the
+    // digest of what their text holds, as cdxj-indexer computes it from what it inflates.
+    let mut lines = index_lines(&s, "/f.warc.gz");
+    lines.sort_by_key(|l| field(l, "offset").parse::<u64>().unwrap());
+    let got: Vec<(String, String, String)> = lines.iter().map(|l| (field(l, "offset"), field(l, "length"), field(l, "digest"))).collect();
+    assert_eq!(got.len(), 4, "{lines:?}");
+    for (i, (o, l)) in want.iter().enumerate() {
+        assert_eq!((got[i].0.as_str(), got[i].1.as_str()), (o.to_string().as_str(), l.to_string().as_str()));
+    }
+    assert_eq!(got[0].2, sha1_of(&bodies[0]));
+    assert_eq!(got[2].2, sha1_of(&bodies[2]));
+    let text_of = |m: &[u8]| {
+        let mut out = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(m), &mut out);
+        out
+    };
+    // b's text ends where its invalid block begins, d's where its bytes do.
+    for (i, text) in [(1usize, warc_record(2, &bodies[1])[..300].to_vec()), (3, text_of(d))] {
+        let http_end = crate::store::records::find(&text, b"\r\n\r\nHTTP").unwrap() + 4;
+        let payload_at = http_end + crate::store::records::find(&text[http_end..], b"\r\n\r\n").unwrap() + 4;
+        assert!(text.len() < payload_at + bodies[i].len(), "record {i} is cut");
+        assert_eq!(got[i].2, sha1_of(&text[payload_at..]), "record {i}");
+    }
+}
+
+#[test]
+fn a_member_too_large_to_keep_as_text_is_indexed_and_its_payload_hashed() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    // More text than a member kept as text may hold: a long video, say. Compressible,
+    // so the test's file stays small.
+    let big: Vec<u8> = b"0123456789abcdef".repeat((crate::recipe::MAX_MEMBER_TEXT as usize + (1 << 20)) / 16);
+    let small = gzip_member(&warc_record(1, b"small"), 6);
+    let large = gzip_member(&warc_record(2, &big), 6);
+    let file = [&small[..], &large, &small].concat();
+    s.put_file(ROOT_INO, b"v.warc.gz", &file, meta()).unwrap();
+    assert_eq!(s.stats().unwrap().gzip_members_raw, 1);
+
+    let recs = s.records(&head(&s, "/v.warc.gz")).unwrap();
+    let at = small.len() as u64;
+    assert_eq!(recs.iter().map(|r| (r.offset, r.length)).collect::<Vec<_>>(), [(0, at), (at, large.len() as u64), (at + large.len() as u64, at)]);
+    let lines = index_lines(&s, "/v.warc.gz");
+    let line = lines.iter().find(|l| field(l, "offset") == at.to_string()).unwrap();
+    assert_eq!(field(line, "digest"), sha1_of(&big), "hashed past the first BLOCK_HEAD of its block");
+    assert_eq!(field(line, "length"), large.len().to_string());
+}
+
+#[test]
+fn raw_runs_that_are_not_gzip_members_give_no_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    // A gzip file whose tail is garbage that holds the magic, and a header claiming a
+    // member that never inflates.
+    let good = gzip_member(&warc_record(1, b"one"), 6);
+    let mut file = good.clone();
+    file.extend_from_slice(b"garbage \x1f\x8b\x08\x00 more garbage WARC/1.0\r\n");
+    file.extend_from_slice(&[0x1f, 0x8b, 0x08, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff]);
+    s.put_file(ROOT_INO, b"g.warc.gz", &file, meta()).unwrap();
+    let recs = s.records(&head(&s, "/g.warc.gz")).unwrap();
+    assert_eq!(recs.iter().map(|r| (r.offset, r.length)).collect::<Vec<_>>(), [(0, good.len() as u64)]);
+    assert_eq!(index_lines(&s, "/g.warc.gz").len(), 1);
+}

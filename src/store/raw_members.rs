@@ -1,0 +1,203 @@
+//! Records in gzip members the store keeps as their compressed bytes: a member cut short (a
+//! crawl killed mid-write), a corrupt one, or one whose deflate does not replay. The store
+//! never parsed their text, so the index inflates them here to find their records, as
+//! cdxj-indexer does when it reads the file. Only such raw runs are read, and each member's
+//! text is kept only as far as its headers go.
+
+use flate2::{Decompress, FlushDecompress, Status};
+
+use super::records::{content_length, split_heads, BlockAt, RecordHead, BLOCK_HEAD};
+use super::{Result, Store};
+use crate::format::{cdx, gzip};
+use crate::recipe::RecipeHead;
+
+/// How much of a raw member's text is kept for its record's headers: its WARC header and
+/// HTTP header must end within it, as they do in any real WARC. The rest is inflated only
+/// to find where the member ends.
+const HEAD_TEXT: usize = 256 << 10;
+
+/// Compressed bytes read at a time (and the most a member's gzip header may take).
+const READ: usize = 1 << 20;
+
+/// How inflating a member kept raw ended.
+#[derive(Debug, PartialEq, Eq)]
+enum MemberEnd {
+    /// Its deflate stream and trailer ended within the run: its compressed length. (The
+    /// trailer is not checked: a lying ISIZE or CRC still ends the member where it ends.)
+    Ended(u64),
+    /// The run ended first.
+    Cut,
+    /// Its deflate stream is invalid.
+    Corrupt,
+    /// The caller had what it wanted.
+    Stopped,
+}
+
+impl Store {
+    /// Reads as much of `buf` as the file holds at `at` (a raw run read back).
+    fn read_full(&self, head: &RecipeHead, at: u64, buf: &mut [u8]) -> Result<usize> {
+        let mut n = 0;
+        while n < buf.len() {
+            match self.read_at(head, at + n as u64, &mut buf[n..])? {
+                0 => break,
+                got => n += got,
+            }
+        }
+        Ok(n)
+    }
+
+    /// Inflates the gzip member at file offset `at`, reading no further than `end`, and hands
+    /// its text to `text` piece by piece until that returns false. None: no gzip header here.
+    fn inflate_raw_member(&self, head: &RecipeHead, at: u64, end: u64, text: &mut dyn FnMut(&[u8]) -> bool) -> Result<Option<MemberEnd>> {
+        let mut input = vec![0u8; READ.min(usize::try_from(end - at).unwrap_or(READ))];
+        let mut filled = self.read_full(head, at, &mut input)?;
+        let Some(header_len) = gzip::header_len(&input[..filled]) else { return Ok(None) };
+        let (mut next, mut used) = (at + filled as u64, header_len);
+        let mut inflater = Decompress::new(false);
+        let mut out = vec![0u8; 64 << 10];
+        loop {
+            if used == filled {
+                let want = input.len().min(usize::try_from(end - next).unwrap_or(usize::MAX));
+                filled = self.read_full(head, next, &mut input[..want])?;
+                if filled == 0 {
+                    return Ok(Some(MemberEnd::Cut));
+                }
+                next += filled as u64;
+                used = 0;
+            }
+            let (was_in, was_out) = (inflater.total_in(), inflater.total_out());
+            let status = inflater.decompress(&input[used..filled], &mut out, FlushDecompress::None);
+            let (took, made) = ((inflater.total_in() - was_in) as usize, (inflater.total_out() - was_out) as usize);
+            used += took;
+            // The text before an invalid block is handed on too: a record's headers are
+            // usually there.
+            if made > 0 && !text(&out[..made]) {
+                return Ok(Some(MemberEnd::Stopped));
+            }
+            let Ok(status) = status else { return Ok(Some(MemberEnd::Corrupt)) };
+            if status == Status::StreamEnd {
+                let len = header_len as u64 + inflater.total_in() + 8;
+                return Ok(Some(if len <= end - at { MemberEnd::Ended(len) } else { MemberEnd::Cut }));
+            }
+            if took == 0 && made == 0 {
+                // Input left and room for output, yet no progress: not a stream zlib takes.
+                return Ok(Some(MemberEnd::Corrupt));
+            }
+        }
+    }
+
+    /// The first offset in `from..end` where a gzip member may start (`1f 8b 08`), or `end`.
+    fn next_member_start(&self, head: &RecipeHead, from: u64, end: u64) -> Result<u64> {
+        let mut buf = vec![0u8; READ.min(usize::try_from(end.saturating_sub(from)).unwrap_or(READ))];
+        let mut at = from;
+        while at < end {
+            let want = buf.len().min(usize::try_from(end - at).unwrap_or(usize::MAX));
+            let n = self.read_full(head, at, &mut buf[..want])?;
+            if n == 0 {
+                break;
+            }
+            if let Some(i) = buf[..n].windows(3).position(gzip::looks_gzip) {
+                return Ok(at + i as u64);
+            }
+            // The last two bytes may start a magic the next read completes.
+            at += n.saturating_sub(2).max(1) as u64;
+            if at + 2 >= end {
+                break;
+            }
+        }
+        Ok(end)
+    }
+
+    /// The records of a run of raw bytes `[start, end)` of a file, handed to `f` in order. A
+    /// run that does not start as a gzip member is left alone: in a plain WARC it is bytes
+    /// that did not parse as records, and a `.warc.gz` run begins at a member. Each member
+    /// whose text starts a WARC record gives one record, as a member stored from its parse
+    /// does. One that ends cleanly is as long as it is; one cut short or corrupt reaches the
+    /// next record found (or the run's end), as cdxj-indexer counts a member cut by the end
+    /// of its file.
+    pub(super) fn raw_run_records(&self, head: &RecipeHead, (start, end): (u64, u64), f: &mut dyn FnMut(RecordHead) -> Result<()>) -> Result<()> {
+        let mut magic = [0u8; 3];
+        if self.read_full(head, start, &mut magic)? < 3 || !gzip::looks_gzip(&magic) {
+            return Ok(());
+        }
+        let mut pending: Option<RecordHead> = None;
+        let mut at = start;
+        while at < end {
+            at = self.next_member_start(head, at, end)?;
+            if at >= end {
+                break;
+            }
+            let mut text = Vec::new();
+            let ended = self.inflate_raw_member(head, at, end, &mut |t| {
+                let room = HEAD_TEXT - text.len();
+                text.extend_from_slice(&t[..room.min(t.len())]);
+                true
+            })?;
+            let len = match ended {
+                Some(MemberEnd::Ended(len)) => Some(len),
+                _ => None,
+            };
+            let heads = text.starts_with(b"WARC/").then(|| split_heads(&text)).flatten();
+            if let Some((warc_header, http_header, _)) = heads {
+                if let Some(mut cut) = pending.take() {
+                    cut.length = at - cut.offset;
+                    f(cut)?;
+                }
+                let record = RecordHead { offset: at, length: len.unwrap_or(end - at), warc_header, http_header, block: BlockAt::RawMember };
+                match len {
+                    Some(_) => f(record)?,
+                    None => pending = Some(record),
+                }
+            }
+            // Past a member that ended; else the next candidate may start inside it.
+            at += len.unwrap_or(1);
+        }
+        if let Some(cut) = pending {
+            f(cut)?;
+        }
+        Ok(())
+    }
+
+    /// The CDXJ line of a record in a raw member whose headers do not hold what its line
+    /// needs: its block inflated again, `BLOCK_HEAD` of it kept, the rest hashed in a
+    /// second pass if the line needs its digest.
+    pub(super) fn raw_record_line(&self, head: &RecipeHead, r: &RecordHead, name: &str) -> Result<Option<String>> {
+        let hlen = r.warc_header.len() as u64;
+        let stated = content_length(&r.warc_header).unwrap_or(0);
+        let end = r.offset + r.length;
+        // The member's text from `from` (in its block) for at most `len` bytes, to `sink`.
+        let block_bytes = |from: u64, len: u64, sink: &mut dyn FnMut(&[u8])| -> Result<()> {
+            let (first, last) = (hlen.saturating_add(from), hlen.saturating_add(from).saturating_add(len));
+            let mut seen = 0u64;
+            self.inflate_raw_member(head, r.offset, end, &mut |t| {
+                let (s, e) = (seen, seen + t.len() as u64);
+                seen = e;
+                if e > first && s < last {
+                    sink(&t[(first.max(s) - s) as usize..(last.min(e) - s) as usize]);
+                }
+                e < last
+            })?;
+            Ok(())
+        };
+        let mut block_head = Vec::new();
+        block_bytes(0, stated.min(BLOCK_HEAD as u64), &mut |t| block_head.extend_from_slice(t))?;
+        let whole = (block_head.len() as u64) < BLOCK_HEAD as u64 || stated == block_head.len() as u64;
+        let mut failed = None;
+        let mut digest_from = |from: usize| {
+            use sha1::Digest as _;
+            let mut h = sha1::Sha1::new();
+            if whole {
+                h.update(&block_head[from.min(block_head.len())..]);
+            } else if let Err(e) = block_bytes(from as u64, stated.saturating_sub(from as u64), &mut |t| h.update(t)) {
+                failed = Some(e);
+                return None;
+            }
+            Some(cdx::sha1_string(&h.finalize().into()))
+        };
+        let line = cdx::cdxj_line_from_block_head(&r.warc_header, &block_head, &mut digest_from, r.offset, r.length, name);
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(line),
+        }
+    }
+}
