@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use super::tests::{gzip_member, meta};
+use super::tests::{gzip_member, meta, read_all};
 use super::*;
 
 fn store(dir: &std::path::Path) -> Store {
@@ -154,4 +154,25 @@ fn raw_runs_that_are_not_gzip_members_give_no_records() {
     let recs = s.records(&head(&s, "/g.warc.gz")).unwrap();
     assert_eq!(recs.iter().map(|r| (r.offset, r.length)).collect::<Vec<_>>(), [(0, good.len() as u64)]);
     assert_eq!(index_lines(&s, "/g.warc.gz").len(), 1);
+}
+
+#[test]
+fn a_run_of_corrupt_members_gives_each_member_its_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let members: Vec<Vec<u8>> = (1..=40).map(|i| corrupt_member(&warc_record(i, &body(2_000 + 500 * i as usize, i)))).collect();
+    let file = members.concat();
+    s.put_file(ROOT_INO, b"c.warc.gz", &file, meta()).unwrap();
+    assert_eq!(read_all(&s, "/c.warc.gz"), file);
+    let recs = s.records(&head(&s, "/c.warc.gz")).unwrap();
+    let mut at = 0u64;
+    let want: Vec<(u64, u64)> = members
+        .iter()
+        .map(|m| {
+            at += m.len() as u64;
+            (at - m.len() as u64, m.len() as u64)
+        })
+        .collect();
+    assert_eq!(recs.iter().map(|r| (r.offset, r.length)).collect::<Vec<_>>(), want);
+    assert_eq!(index_lines(&s, "/c.warc.gz").len(), 40);
 }

@@ -16,7 +16,10 @@ use crate::recipe::RecipeHead;
 /// to find where the member ends.
 const HEAD_TEXT: usize = 256 << 10;
 
-/// Compressed bytes read at a time (and the most a member's gzip header may take).
+/// Compressed bytes read at a time: the first read of a member (enough for any real gzip
+/// header), growing to `READ` for a long one, so that a run of small members is not read
+/// many times over.
+const FIRST_READ: usize = 64 << 10;
 const READ: usize = 1 << 20;
 
 /// How inflating a member kept raw ended.
@@ -49,15 +52,24 @@ impl Store {
     /// Inflates the gzip member at file offset `at`, reading no further than `end`, and hands
     /// its text to `text` piece by piece until that returns false. None: no gzip header here.
     fn inflate_raw_member(&self, head: &RecipeHead, at: u64, end: u64, text: &mut dyn FnMut(&[u8]) -> bool) -> Result<Option<MemberEnd>> {
-        let mut input = vec![0u8; READ.min(usize::try_from(end - at).unwrap_or(READ))];
+        let room = |from: u64, most: usize| most.min(usize::try_from(end - from).unwrap_or(usize::MAX));
+        let mut input = vec![0u8; room(at, FIRST_READ)];
         let mut filled = self.read_full(head, at, &mut input)?;
-        let Some(header_len) = gzip::header_len(&input[..filled]) else { return Ok(None) };
+        let mut header = gzip::header_len(&input[..filled]);
+        if header.is_none() && filled == FIRST_READ {
+            // A long FEXTRA, name or comment: one more look, at the most a read takes.
+            input.resize(room(at, READ), 0);
+            filled += self.read_full(head, at + filled as u64, &mut input[filled..])?;
+            header = gzip::header_len(&input[..filled]);
+        }
+        let Some(header_len) = header else { return Ok(None) };
         let (mut next, mut used) = (at + filled as u64, header_len);
         let mut inflater = Decompress::new(false);
         let mut out = vec![0u8; 64 << 10];
         loop {
             if used == filled {
-                let want = input.len().min(usize::try_from(end - next).unwrap_or(usize::MAX));
+                let want = room(next, (input.len() * 2).min(READ));
+                input.resize(want.max(input.len()), 0);
                 filled = self.read_full(head, next, &mut input[..want])?;
                 if filled == 0 {
                     return Ok(Some(MemberEnd::Cut));
@@ -86,12 +98,24 @@ impl Store {
         }
     }
 
+    /// Whether `1f 8b 08` is at `at`, before `end`.
+    fn member_magic_at(&self, head: &RecipeHead, at: u64, end: u64) -> Result<bool> {
+        let mut magic = [0u8; 3];
+        Ok(end.saturating_sub(at) >= 3 && self.read_full(head, at, &mut magic)? == 3 && gzip::looks_gzip(&magic))
+    }
+
     /// The first offset in `from..end` where a gzip member may start (`1f 8b 08`), or `end`.
     fn next_member_start(&self, head: &RecipeHead, from: u64, end: u64) -> Result<u64> {
-        let mut buf = vec![0u8; READ.min(usize::try_from(end.saturating_sub(from)).unwrap_or(READ))];
+        // Most often one starts right here: the run's start, or the end of the member before.
+        if self.member_magic_at(head, from, end)? {
+            return Ok(from);
+        }
+        let mut buf = Vec::new();
         let mut at = from;
         while at < end {
-            let want = buf.len().min(usize::try_from(end - at).unwrap_or(usize::MAX));
+            // Small reads first (the next member is usually near), larger ones over garbage.
+            let want = (buf.len() * 2).clamp(FIRST_READ, READ).min(usize::try_from(end - at).unwrap_or(usize::MAX));
+            buf.resize(want.max(buf.len()), 0);
             let n = self.read_full(head, at, &mut buf[..want])?;
             if n == 0 {
                 break;
@@ -116,8 +140,7 @@ impl Store {
     /// next record found (or the run's end), as cdxj-indexer counts a member cut by the end
     /// of its file.
     pub(super) fn raw_run_records(&self, head: &RecipeHead, (start, end): (u64, u64), f: &mut dyn FnMut(RecordHead) -> Result<()>) -> Result<()> {
-        let mut magic = [0u8; 3];
-        if self.read_full(head, start, &mut magic)? < 3 || !gzip::looks_gzip(&magic) {
+        if !self.member_magic_at(head, start, end)? {
             return Ok(());
         }
         let mut pending: Option<RecordHead> = None;
