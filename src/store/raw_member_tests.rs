@@ -3,6 +3,8 @@
 
 use std::io::Write;
 
+use proptest::prelude::*;
+
 use super::tests::{gzip_member, meta, read_all};
 use super::*;
 
@@ -154,6 +156,77 @@ fn raw_runs_that_are_not_gzip_members_give_no_records() {
     let recs = s.records(&head(&s, "/g.warc.gz")).unwrap();
     assert_eq!(recs.iter().map(|r| (r.offset, r.length)).collect::<Vec<_>>(), [(0, good.len() as u64)]);
     assert_eq!(index_lines(&s, "/g.warc.gz").len(), 1);
+
+    // A plain WARC's raw bytes are not searched for members, even where one sits.
+    let one = warc_record(1, b"one");
+    let plain = [&one[..], b"not a record\r\n", &gzip_member(&warc_record(2, b"two"), 6)].concat();
+    s.put_file(ROOT_INO, b"p.warc", &plain, meta()).unwrap();
+    let recs = s.records(&head(&s, "/p.warc")).unwrap();
+    assert_eq!(recs.iter().map(|r| r.offset).collect::<Vec<_>>(), [0]);
+}
+
+/// One part of a generated `.warc.gz`.
+#[derive(Clone, Debug)]
+enum Part {
+    Good(u32),
+    Corrupt(u32),
+    /// Bytes that hold no gzip magic.
+    Garbage(Vec<u8>),
+}
+
+fn part() -> impl Strategy<Value = Part> {
+    prop_oneof![
+        (1u32..50).prop_map(Part::Good),
+        (1u32..50).prop_map(Part::Corrupt),
+        proptest::collection::vec(any::<u8>(), 1..300).prop_map(|v| Part::Garbage(v.into_iter().map(|b| if b == 0x1f { 0x1e } else { b }).collect())),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: crate::format::fuzz_cases(24), ..ProptestConfig::default() })]
+
+    /// Any mix of whole, corrupt and cut members and garbage: the file reads back exactly,
+    /// and every member gives its record at its offset, as long as the member (a whole one)
+    /// or up to the next member (a corrupt or cut one); garbage gives none.
+    #[test]
+    fn every_member_of_a_mixed_file_is_found(first in (1u32..50).prop_map(Part::Good), parts in proptest::collection::vec(part(), 0..8), cut in proptest::option::of(1u32..50)) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let mut file = Vec::new();
+        let mut want: Vec<(u64, Option<u64>, u32)> = Vec::new(); // (offset, a whole member's length, id)
+        for (n, p) in std::iter::once(first).chain(parts).enumerate() {
+            let id = n as u32 + 1;
+            let at = file.len() as u64;
+            match p {
+                Part::Good(k) => {
+                    let m = gzip_member(&warc_record(id, &body(400 * k as usize, k)), 6);
+                    file.extend_from_slice(&m);
+                    want.push((at, Some(m.len() as u64), id));
+                }
+                Part::Corrupt(k) => {
+                    file.extend_from_slice(&corrupt_member(&warc_record(id, &body(400 * k as usize, k))));
+                    want.push((at, None, id));
+                }
+                Part::Garbage(g) => file.extend_from_slice(&g),
+            }
+        }
+        if let Some(k) = cut {
+            let m = gzip_member(&warc_record(99, &body(400 * k as usize, k)), 6);
+            want.push((file.len() as u64, None, 99));
+            file.extend_from_slice(&m[..m.len() * 2 / 3]);
+        }
+        s.put_file(ROOT_INO, b"m.warc.gz", &file, meta()).unwrap();
+        prop_assert_eq!(read_all(&s, "/m.warc.gz"), file.clone());
+        let recs = s.records(&head(&s, "/m.warc.gz")).unwrap();
+        prop_assert_eq!(recs.iter().map(|r| r.offset).collect::<Vec<_>>(), want.iter().map(|w| w.0).collect::<Vec<_>>());
+        for (i, (r, (at, whole, id))) in recs.iter().zip(&want).enumerate() {
+            let next = want.get(i + 1).map_or(file.len() as u64, |w| w.0);
+            let tag = format!("<urn:uuid:{id:08}>");
+            prop_assert!(String::from_utf8_lossy(&r.warc_header).contains(&tag));
+            prop_assert_eq!(r.length, whole.unwrap_or(next - at));
+        }
+        prop_assert_eq!(index_lines(&s, "/m.warc.gz").len(), want.len());
+    }
 }
 
 #[test]

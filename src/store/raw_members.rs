@@ -132,15 +132,15 @@ impl Store {
         Ok(end)
     }
 
-    /// The records of a run of raw bytes `[start, end)` of a file, handed to `f` in order. A
-    /// run that does not start as a gzip member is left alone: in a plain WARC it is bytes
-    /// that did not parse as records, and a `.warc.gz` run begins at a member. Each member
-    /// whose text starts a WARC record gives one record, as a member stored from its parse
-    /// does. One that ends cleanly is as long as it is; one cut short or corrupt reaches the
-    /// next record found (or the run's end), as cdxj-indexer counts a member cut by the end
-    /// of its file.
+    /// The records of a run of raw bytes `[start, end)` of a file, handed to `f` in order.
+    /// Only a gzip file's runs are searched (one that starts `1f 8b 08`, as ingest decides):
+    /// in a plain WARC a raw run is bytes that did not parse as records. Each member in the
+    /// run whose text starts a WARC record gives one record, as a member stored from its
+    /// parse does. One that ends cleanly is as long as it is; one cut short or corrupt
+    /// reaches the next record found (or the run's end), as cdxj-indexer counts a member cut
+    /// by the end of its file.
     pub(super) fn raw_run_records(&self, head: &RecipeHead, (start, end): (u64, u64), f: &mut dyn FnMut(RecordHead) -> Result<()>) -> Result<()> {
-        if !self.member_magic_at(head, start, end)? {
+        if !self.member_magic_at(head, 0, head.size)? {
             return Ok(());
         }
         let mut pending: Option<RecordHead> = None;
@@ -161,7 +161,14 @@ impl Store {
                 _ => None,
             };
             let heads = text.starts_with(b"WARC/").then(|| split_heads(&text)).flatten();
-            if let Some((warc_header, http_header, _)) = heads {
+            if let Some((warc_header, mut http_header, _)) = heads {
+                // Only the HTTP header is kept, as a member stored from its parse keeps it: a
+                // file's records may all be held at once (`Store::records`).
+                if let Some(h) = http_header.as_mut() {
+                    if let Some(end) = super::records::find(h, b"\r\n\r\n") {
+                        h.truncate(end + 4);
+                    }
+                }
                 if let Some(mut cut) = pending.take() {
                     cut.length = at - cut.offset;
                     f(cut)?;
