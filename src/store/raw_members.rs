@@ -5,10 +5,11 @@
 //! text is kept only as far as its headers go.
 
 use flate2::{Decompress, FlushDecompress, Status};
+use sha1::Digest as _;
 
 use super::records::{content_length, split_heads, BlockAt, RecordHead, BLOCK_HEAD};
 use super::{Result, Store};
-use crate::format::{cdx, gzip};
+use crate::format::gzip;
 use crate::recipe::RecipeHead;
 
 /// How much of a raw member's text is kept for its record's headers: its WARC header and
@@ -212,22 +213,12 @@ impl Store {
         let mut block_head = Vec::new();
         block_bytes(0, stated.min(BLOCK_HEAD as u64), &mut |t| block_head.extend_from_slice(t))?;
         let whole = (block_head.len() as u64) < BLOCK_HEAD as u64 || stated == block_head.len() as u64;
-        let mut failed = None;
-        let mut digest_from = |from: usize| {
-            use sha1::Digest as _;
-            let mut h = sha1::Sha1::new();
+        super::records::line_from_block_head(r, &block_head, name, |from, h| {
             if whole {
                 h.update(&block_head[from.min(block_head.len())..]);
-            } else if let Err(e) = block_bytes(from as u64, stated.saturating_sub(from as u64), &mut |t| h.update(t)) {
-                failed = Some(e);
-                return None;
+                return Ok(());
             }
-            Some(cdx::sha1_string(&h.finalize().into()))
-        };
-        let line = cdx::cdxj_line_from_block_head(&r.warc_header, &block_head, &mut digest_from, r.offset, r.length, name);
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(line),
-        }
+            block_bytes(from as u64, stated.saturating_sub(from as u64), &mut |t| h.update(t))
+        })
     }
 }

@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+use sha1::Digest as _;
+
 use super::{Inode, InodeKind, Result, Store};
 use crate::format::cdx;
 use crate::digest::ChunkKey;
@@ -238,34 +240,22 @@ impl Store {
         let mut block_head = vec![0u8; clen.min(BLOCK_HEAD as u64) as usize];
         let n = self.read_at(head, start, &mut block_head)?;
         block_head.truncate(n);
-        let mut failed = None;
-        let mut digest_from = |from: usize| {
-            use sha1::Digest as _;
-            let mut h = sha1::Sha1::new();
+        line_from_block_head(r, &block_head, name, |from, h| {
             h.update(&block_head[from.min(block_head.len())..]);
             let (mut at, end) = (start + (from as u64).max(block_head.len() as u64), start + clen);
             let mut buf = vec![0u8; BLOCK_HEAD.min((end.saturating_sub(at)) as usize)];
             while at < end {
                 let want = buf.len().min((end - at) as usize);
-                match self.read_at(head, at, &mut buf[..want]) {
-                    Ok(0) => break,
-                    Ok(n) => {
+                match self.read_at(head, at, &mut buf[..want])? {
+                    0 => break,
+                    n => {
                         h.update(&buf[..n]);
                         at += n as u64;
                     }
-                    Err(e) => {
-                        failed = Some(e);
-                        return None;
-                    }
                 }
             }
-            Some(cdx::sha1_string(&h.finalize().into()))
-        };
-        let line = cdx::cdxj_line_from_block_head(&r.warc_header, &block_head, &mut digest_from, r.offset, r.length, name);
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(line),
-        }
+            Ok(())
+        })
     }
 
     /// The CDXJ lines (unsorted) of every WARC under `root`, a directory or one file, a
@@ -318,6 +308,26 @@ impl Store {
             index_file(&name, &inode)?;
         }
         Ok(())
+    }
+}
+
+/// The CDXJ line of record `r` from the first bytes of its block. `hash_from(n, h)` adds the
+/// block from byte `n` on to `h`, for the digest of a record that names none; its error is
+/// the line's (an index must not print a line without the digest it could not compute).
+pub(super) fn line_from_block_head(r: &RecordHead, block_head: &[u8], name: &str, mut hash_from: impl FnMut(usize, &mut sha1::Sha1) -> Result<()>) -> Result<Option<String>> {
+    let mut failed = None;
+    let mut digest_from = |from: usize| {
+        let mut h = sha1::Sha1::new();
+        if let Err(e) = hash_from(from, &mut h) {
+            failed = Some(e);
+            return None;
+        }
+        Some(cdx::sha1_string(&h.finalize().into()))
+    };
+    let line = cdx::cdxj_line_from_block_head(&r.warc_header, block_head, &mut digest_from, r.offset, r.length, name);
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(line),
     }
 }
 
