@@ -1,5 +1,6 @@
 //! Records in gzip members the store keeps as their compressed bytes: a member cut short (a
-//! crawl killed mid-write), a corrupt one, or one whose deflate does not replay. The store
+//! crawl killed mid-write), a corrupt one, one of more text than a member stored as text may
+//! hold (`MAX_MEMBER_TEXT`: a long video), or one whose deflate does not replay. The store
 //! never parsed their text, so the index inflates them here to find their records, as
 //! cdxj-indexer does when it reads the file. Only such raw runs are read, and each member's
 //! text is kept only as far as its headers go.
