@@ -189,7 +189,7 @@ proptest! {
     /// and every member gives its record at its offset, as long as the member (a whole one)
     /// or up to the next member (a corrupt or cut one); garbage gives none.
     #[test]
-    fn every_member_of_a_mixed_file_is_found(first in (1u32..50).prop_map(Part::Good), parts in proptest::collection::vec(part(), 0..8), cut in proptest::option::of(1u32..50)) {
+    fn fuzz_every_member_of_a_mixed_file_is_found(first in (1u32..50).prop_map(Part::Good), parts in proptest::collection::vec(part(), 0..8), cut in proptest::option::of(1u32..50)) {
         let dir = tempfile::tempdir().unwrap();
         let s = store(dir.path());
         let mut file = Vec::new();
@@ -248,4 +248,34 @@ fn a_run_of_corrupt_members_gives_each_member_its_record() {
         .collect();
     assert_eq!(recs.iter().map(|r| (r.offset, r.length)).collect::<Vec<_>>(), want);
     assert_eq!(index_lines(&s, "/c.warc.gz").len(), 40);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: crate::format::fuzz_cases(24), ..ProptestConfig::default() })]
+
+    /// Fuzz: a member, then any bytes with gzip headers sprinkled in (whose deflate streams
+    /// are garbage): the file reads back exactly, the index finds the first record and no
+    /// record outside the file, and nothing panics.
+    #[test]
+    fn fuzz_raw_runs_of_arbitrary_bytes(tail in proptest::collection::vec(any::<u8>(), 0..6000), at in proptest::collection::vec((any::<prop::sample::Index>(), 0u8..32), 0..6)) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let first = gzip_member(&warc_record(1, b"first"), 6);
+        let mut tail = tail;
+        for (i, flags) in at {
+            let i = i.index(tail.len().max(1));
+            let header = [0x1f, 0x8b, 8, flags & 0x1f, 0, 0, 0, 0, 0, 3];
+            let n = header.len().min(tail.len().saturating_sub(i));
+            tail[i..i + n].copy_from_slice(&header[..n]);
+        }
+        let file = [&first[..], &tail].concat();
+        s.put_file(ROOT_INO, b"z.warc.gz", &file, meta()).unwrap();
+        prop_assert_eq!(read_all(&s, "/z.warc.gz"), file.clone());
+        let recs = s.records(&head(&s, "/z.warc.gz")).unwrap();
+        prop_assert_eq!(recs.first().map(|r| (r.offset, r.length)), Some((0, first.len() as u64)));
+        for r in &recs {
+            prop_assert!(r.offset + r.length <= file.len() as u64);
+        }
+        index_lines(&s, "/z.warc.gz");
+    }
 }
