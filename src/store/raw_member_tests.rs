@@ -279,3 +279,37 @@ proptest! {
         index_lines(&s, "/z.warc.gz");
     }
 }
+
+#[test]
+fn a_member_cut_inside_its_warc_header_is_indexed_as_cdxj_indexer_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let a = gzip_member(&warc_record(1, b"one"), 6);
+    // Stored blocks, so that the text is the bytes: the record cut inside its header.
+    let text = warc_record(2, b"two");
+    let b = gzip_member(&text, 0);
+    let after_length = crate::store::records::find(&text, b"Content-Length: ").unwrap() + 16;
+    // Cut where its Content-Length has no value yet (warcio takes the block as empty and
+    // cdxj-indexer prints the fields it has), and before that line (warcio finds no HTTP
+    // header where it looks for one and stops the file: no line).
+    for (cut, lines_wanted) in [(after_length, 2), (150, 1)] {
+        let name = format!("h{cut}.warc.gz");
+        let file = [&a[..], &b[..10 + 5 + cut]].concat();
+        s.put_file(ROOT_INO, name.as_bytes(), &file, meta()).unwrap();
+        let recs = s.records(&head(&s, &format!("/{name}"))).unwrap();
+        assert_eq!(recs.iter().map(|r| (r.offset, r.length)).collect::<Vec<_>>(), [(0, a.len() as u64), (a.len() as u64, (file.len() - a.len()) as u64)]);
+        assert_eq!(recs[1].warc_header, text[..cut]);
+        let mut lines = index_lines(&s, &format!("/{name}"));
+        lines.sort_by_key(|l| field(l, "offset").parse::<u64>().unwrap());
+        assert_eq!(lines.len(), lines_wanted, "{lines:?}");
+        if lines_wanted == 2 {
+            // cdxj-indexer 1.5.0's line for these bytes.
+            let want = format!(
+                r#"org,example)/2 20261127230000 {{"url": "http://example.org/2", "digest": "sha1:3I42H3S6NNFQ2MSVX7XZKYAYSCX5QBYJ", "length": "{}", "offset": "{}", "filename": "{name}"}}"#,
+                file.len() - a.len(),
+                a.len()
+            );
+            assert_eq!(lines[1], want);
+        }
+    }
+}

@@ -162,7 +162,12 @@ impl Store {
                 Some(MemberEnd::Ended(len)) => Some(len),
                 _ => None,
             };
-            let heads = text.starts_with(b"WARC/").then(|| split_heads(&text)).flatten();
+            let heads = text.starts_with(b"WARC/").then(|| split_heads(&text)).flatten().or_else(|| {
+                // A member cut inside its WARC header: its record is what the header got to,
+                // as warcio reads it (cdxj-indexer prints a line of the fields it has).
+                let cut_in_header = ended == Some(MemberEnd::Cut) && text.starts_with(b"WARC/") && text.len() < HEAD_TEXT && super::records::find(&text, b"\r\n\r\n").is_none();
+                cut_in_header.then(|| (text.clone(), None, 0))
+            });
             if let Some((warc_header, mut http_header, _)) = heads {
                 // Only the HTTP header is kept, as a member stored from its parse keeps it: a
                 // file's records may all be held at once (`Store::records`).
