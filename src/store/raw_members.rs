@@ -5,6 +5,8 @@
 //! cdxj-indexer does when it reads the file. Only such raw runs are read, and each member's
 //! text is kept only as far as its headers go.
 
+use std::cell::Cell;
+
 use flate2::{Decompress, FlushDecompress, Status};
 use sha1::Digest as _;
 
@@ -19,10 +21,38 @@ use crate::recipe::RecipeHead;
 const HEAD_TEXT: usize = 256 << 10;
 
 /// Compressed bytes read at a time: the first read of a member (enough for any real gzip
-/// header), growing to `READ` for a long one, so that a run of small members is not read
+/// header), doubling to `READ` for a long one, so that a run of small members is not read
 /// many times over.
-const FIRST_READ: usize = 64 << 10;
+const FIRST_READ: usize = 4 << 10;
 const READ: usize = 1 << 20;
+
+/// What a search of a raw run may read, in bytes: this many times the run, and a floor. A
+/// corrupt member sends the search on from its next byte, so crafted bytes (gzip headers
+/// every few bytes, members nested in stored blocks) could otherwise make it read the run
+/// over and over; real runs take one to two times their length.
+const BUDGET_TIMES: u64 = 8;
+const BUDGET_FLOOR: u64 = 8 << 20;
+
+/// Bytes a search may still read. Each read counts at least a page: most of a small read's
+/// cost is finding its chunk.
+struct Budget(Cell<u64>);
+
+impl Budget {
+    fn unlimited() -> Budget {
+        Budget(Cell::new(u64::MAX))
+    }
+
+    fn take(&self, bytes: usize) -> bool {
+        let cost = bytes.max(4096) as u64;
+        let left = self.0.get();
+        self.0.set(left.saturating_sub(cost));
+        left >= cost
+    }
+
+    fn spent(&self) -> bool {
+        self.0.get() < 4096
+    }
+}
 
 /// How inflating a member kept raw ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -39,8 +69,12 @@ enum MemberEnd {
 }
 
 impl Store {
-    /// Reads as much of `buf` as the file holds at `at` (a raw run read back).
-    fn read_full(&self, head: &RecipeHead, at: u64, buf: &mut [u8]) -> Result<usize> {
+    /// Reads as much of `buf` as the file holds at `at` (a raw run read back); nothing once
+    /// `budget` is spent, as if the run ended there.
+    fn read_full(&self, head: &RecipeHead, at: u64, buf: &mut [u8], budget: &Budget) -> Result<usize> {
+        if !budget.take(buf.len()) {
+            return Ok(0);
+        }
         let mut n = 0;
         while n < buf.len() {
             match self.read_at(head, at + n as u64, &mut buf[n..])? {
@@ -53,15 +87,15 @@ impl Store {
 
     /// Inflates the gzip member at file offset `at`, reading no further than `end`, and hands
     /// its text to `text` piece by piece until that returns false. None: no gzip header here.
-    fn inflate_raw_member(&self, head: &RecipeHead, at: u64, end: u64, text: &mut dyn FnMut(&[u8]) -> bool) -> Result<Option<MemberEnd>> {
+    fn inflate_raw_member(&self, head: &RecipeHead, at: u64, end: u64, budget: &Budget, text: &mut dyn FnMut(&[u8]) -> bool) -> Result<Option<MemberEnd>> {
         let room = |from: u64, most: usize| most.min(usize::try_from(end - from).unwrap_or(usize::MAX));
         let mut input = vec![0u8; room(at, FIRST_READ)];
-        let mut filled = self.read_full(head, at, &mut input)?;
+        let mut filled = self.read_full(head, at, &mut input, budget)?;
         let mut header = gzip::header_len(&input[..filled]);
         if header.is_none() && filled == FIRST_READ {
             // A long FEXTRA, name or comment: one more look, at the most a read takes.
             input.resize(room(at, READ), 0);
-            filled += self.read_full(head, at + filled as u64, &mut input[filled..])?;
+            filled += self.read_full(head, at + filled as u64, &mut input[filled..], budget)?;
             header = gzip::header_len(&input[..filled]);
         }
         let Some(header_len) = header else { return Ok(None) };
@@ -72,7 +106,7 @@ impl Store {
             if used == filled {
                 let want = room(next, (input.len() * 2).min(READ));
                 input.resize(want.max(input.len()), 0);
-                filled = self.read_full(head, next, &mut input[..want])?;
+                filled = self.read_full(head, next, &mut input[..want], budget)?;
                 if filled == 0 {
                     return Ok(Some(MemberEnd::Cut));
                 }
@@ -101,15 +135,15 @@ impl Store {
     }
 
     /// Whether `1f 8b 08` is at `at`, before `end`.
-    fn member_magic_at(&self, head: &RecipeHead, at: u64, end: u64) -> Result<bool> {
+    fn member_magic_at(&self, head: &RecipeHead, at: u64, end: u64, budget: &Budget) -> Result<bool> {
         let mut magic = [0u8; 3];
-        Ok(end.saturating_sub(at) >= 3 && self.read_full(head, at, &mut magic)? == 3 && gzip::looks_gzip(&magic))
+        Ok(end.saturating_sub(at) >= 3 && self.read_full(head, at, &mut magic, budget)? == 3 && gzip::looks_gzip(&magic))
     }
 
     /// The first offset in `from..end` where a gzip member may start (`1f 8b 08`), or `end`.
-    fn next_member_start(&self, head: &RecipeHead, from: u64, end: u64) -> Result<u64> {
+    fn next_member_start(&self, head: &RecipeHead, from: u64, end: u64, budget: &Budget) -> Result<u64> {
         // Most often one starts right here: the run's start, or the end of the member before.
-        if self.member_magic_at(head, from, end)? {
+        if self.member_magic_at(head, from, end, budget)? {
             return Ok(from);
         }
         let mut buf = Vec::new();
@@ -118,7 +152,7 @@ impl Store {
             // Small reads first (the next member is usually near), larger ones over garbage.
             let want = (buf.len() * 2).clamp(FIRST_READ, READ).min(usize::try_from(end - at).unwrap_or(usize::MAX));
             buf.resize(want.max(buf.len()), 0);
-            let n = self.read_full(head, at, &mut buf[..want])?;
+            let n = self.read_full(head, at, &mut buf[..want], budget)?;
             if n == 0 {
                 break;
             }
@@ -134,26 +168,34 @@ impl Store {
         Ok(end)
     }
 
-    /// The records of a run of raw bytes `[start, end)` of a file, handed to `f` in order.
-    /// Only a gzip file's runs are searched (one that starts `1f 8b 08`, as ingest decides):
-    /// in a plain WARC a raw run is bytes that did not parse as records. Each member in the
-    /// run whose text starts a WARC record gives one record, as a member stored from its
-    /// parse does. One that ends cleanly is as long as it is; one cut short or corrupt
-    /// reaches the next record found (or the run's end), as cdxj-indexer counts a member cut
-    /// by the end of its file.
-    pub(super) fn raw_run_records(&self, head: &RecipeHead, (start, end): (u64, u64), f: &mut dyn FnMut(RecordHead) -> Result<()>) -> Result<()> {
-        if !self.member_magic_at(head, 0, head.size)? {
-            return Ok(());
+    /// Whether a file is a gzip file, as ingest decided it (by its first bytes): it is if a
+    /// member was stored from its parse (`seen_member`), else if it starts `1f 8b 08`.
+    /// Answered once a file (`known`).
+    pub(super) fn is_gzip_file(&self, head: &RecipeHead, seen_member: bool, known: &mut Option<bool>) -> Result<bool> {
+        if let Some(g) = *known {
+            return Ok(g);
         }
+        let g = seen_member || self.member_magic_at(head, 0, head.size, &Budget::unlimited())?;
+        *known = Some(g);
+        Ok(g)
+    }
+
+    /// The records of a run of raw bytes `[start, end)` of a gzip file, handed to `f` in
+    /// order. Each member in the run whose text starts a WARC record gives one record, as a
+    /// member stored from its parse does. One that ends cleanly is as long as it is; one cut
+    /// short reaches the run's end (as cdxj-indexer counts a member cut by the end of its
+    /// file: what follows it in the run is its bytes), a corrupt one the next record found.
+    pub(super) fn raw_run_records(&self, head: &RecipeHead, (start, end): (u64, u64), f: &mut dyn FnMut(RecordHead) -> Result<()>) -> Result<()> {
+        let budget = Budget(Cell::new((end - start).saturating_mul(BUDGET_TIMES).saturating_add(BUDGET_FLOOR)));
         let mut pending: Option<RecordHead> = None;
         let mut at = start;
         while at < end {
-            at = self.next_member_start(head, at, end)?;
+            at = self.next_member_start(head, at, end, &budget)?;
             if at >= end {
                 break;
             }
             let mut text = Vec::new();
-            let ended = self.inflate_raw_member(head, at, end, &mut |t| {
+            let ended = self.inflate_raw_member(head, at, end, &budget, &mut |t| {
                 let room = HEAD_TEXT - text.len();
                 text.extend_from_slice(&t[..room.min(t.len())]);
                 true
@@ -186,8 +228,18 @@ impl Store {
                     None => pending = Some(record),
                 }
             }
-            // Past a member that ended; else the next candidate may start inside it.
-            at += len.unwrap_or(1);
+            at = match ended {
+                // Past a member that ended, or to the end: a member cut short took every
+                // byte up to it (a `.gz` file its record holds, stored as it is by deflate,
+                // is not the archive's).
+                Some(MemberEnd::Ended(len)) => at + len,
+                Some(MemberEnd::Cut) => end,
+                // A corrupt member (or none here): the next may start inside it.
+                _ => at + 1,
+            };
+        }
+        if budget.spent() {
+            log::warn!("index: recipe {}: stopped looking for records in the raw bytes {start}..{end} after reading {}x of them (a corrupt region); records after it there are left out", head.id, BUDGET_TIMES);
         }
         if let Some(cut) = pending {
             f(cut)?;
@@ -206,7 +258,7 @@ impl Store {
         let block_bytes = |from: u64, len: u64, sink: &mut dyn FnMut(&[u8])| -> Result<()> {
             let (first, last) = (hlen.saturating_add(from), hlen.saturating_add(from).saturating_add(len));
             let mut seen = 0u64;
-            self.inflate_raw_member(head, r.offset, end, &mut |t| {
+            self.inflate_raw_member(head, r.offset, end, &Budget::unlimited(), &mut |t| {
                 let (s, e) = (seen, seen + t.len() as u64);
                 seen = e;
                 if e > first && s < last {

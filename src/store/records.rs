@@ -133,9 +133,11 @@ impl Store {
     /// `/.warcfs/index.cdxj` this way).
     pub fn each_warc_record(&self, head: &RecipeHead, f: &mut dyn FnMut(RecordHead) -> Result<()>) -> Result<()> {
         let mut kinds = HashMap::new();
-        // Raw bytes (file offsets start..end) not yet looked into: a run of them may span
-        // segments and pieces, and in a `.warc.gz` holds gzip members kept as they are.
+        // Bytes not yet looked into (file offsets start..end) outside members and header
+        // blocks: in a gzip file, a run of them (across segments and pieces) holds members
+        // kept as they are. (Its chunks may be payload chunks of equal bytes: `kinds_share`.)
         let mut raw: Option<(u64, u64)> = None;
+        let (mut seen_member, mut gzip) = (false, None);
         for pno in 0..head.pieces() {
             let piece = self.piece(head, pno)?;
             let kind = self.chunk_kinds(&piece, &mut kinds)?;
@@ -144,9 +146,8 @@ impl Store {
             for (sno, seg) in piece.segments.iter().enumerate() {
                 match seg {
                     Segment::Member { plain, comp_len, .. } => {
-                        if let Some(run) = raw.take() {
-                            self.raw_run_records(head, run, f)?;
-                        }
+                        seen_member = true;
+                        self.raw_records(head, raw.take(), seen_member, &mut gzip, f)?;
                         // The member's leading header slices hold its record's headers.
                         let mut bytes = Vec::new();
                         for e in plain.iter().take_while(|e| lit(e)) {
@@ -161,40 +162,34 @@ impl Store {
                     Segment::Data { extents } => {
                         let mut epos = pos;
                         for e in extents {
-                            if kind[e.chunk as usize] == ChunkKind::Raw {
+                            if !lit(e) {
                                 raw = match raw {
                                     Some((a, b)) if b == epos => Some((a, epos + e.len as u64)),
                                     _ => {
-                                        if let Some(run) = raw {
-                                            self.raw_run_records(head, run, f)?;
-                                        }
+                                        self.raw_records(head, raw, seen_member, &mut gzip, f)?;
                                         Some((epos, epos + e.len as u64))
                                     }
                                 };
                                 epos += e.len as u64;
                                 continue;
                             }
-                            if let Some(run) = raw.take() {
-                                self.raw_run_records(head, run, f)?;
-                            }
-                            if lit(e) {
-                                let bytes = self.literal_bytes(&piece, e)?;
-                                let mut from = 0usize;
-                                // A header slice holds the end of one record and the start of
-                                // the next: its separator, then a version line.
-                                while let Some(i) = find(&bytes[from..], b"WARC/1.").or_else(|| find(&bytes[from..], b"WARC/0.")) {
-                                    let at = from + i;
-                                    if at == 0 || bytes[at - 1] == b'\n' {
-                                        if let Some((warc_header, http_header, len)) = split_heads(&bytes[at..]) {
-                                            // A record that claims more than the file holds
-                                            // ends with the file, as warcio reads it.
-                                            let offset = epos + at as u64;
-                                            let length = len.min(head.size.saturating_sub(offset));
-                                            f(RecordHead { offset, length, warc_header, http_header, block: BlockAt::Plain })?;
-                                        }
+                            self.raw_records(head, raw.take(), seen_member, &mut gzip, f)?;
+                            let bytes = self.literal_bytes(&piece, e)?;
+                            let mut from = 0usize;
+                            // A header slice holds the end of one record and the start of
+                            // the next: its separator, then a version line.
+                            while let Some(i) = find(&bytes[from..], b"WARC/1.").or_else(|| find(&bytes[from..], b"WARC/0.")) {
+                                let at = from + i;
+                                if at == 0 || bytes[at - 1] == b'\n' {
+                                    if let Some((warc_header, http_header, len)) = split_heads(&bytes[at..]) {
+                                        // A record that claims more than the file holds
+                                        // ends with the file, as warcio reads it.
+                                        let offset = epos + at as u64;
+                                        let length = len.min(head.size.saturating_sub(offset));
+                                        f(RecordHead { offset, length, warc_header, http_header, block: BlockAt::Plain })?;
                                     }
-                                    from = at + 5;
                                 }
+                                from = at + 5;
                             }
                             epos += e.len as u64;
                         }
@@ -203,10 +198,18 @@ impl Store {
                 pos += seg.len();
             }
         }
-        if let Some(run) = raw {
-            self.raw_run_records(head, run, f)?;
-        }
+        self.raw_records(head, raw, seen_member, &mut gzip, f)?;
         Ok(())
+    }
+
+    /// The records of a run of raw bytes (`raw_members`), if there is one and the file is a
+    /// gzip file: in a plain WARC such bytes are payloads, or bytes that did not parse as
+    /// records.
+    fn raw_records(&self, head: &RecipeHead, run: Option<(u64, u64)>, seen_member: bool, gzip: &mut Option<bool>, f: &mut dyn FnMut(RecordHead) -> Result<()>) -> Result<()> {
+        match run {
+            Some(run) if self.is_gzip_file(head, seen_member, gzip)? => self.raw_run_records(head, run, f),
+            _ => Ok(()),
+        }
     }
 
     /// The CDXJ line of a record whose header chunks do not hold what its line needs (no
