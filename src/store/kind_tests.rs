@@ -5,12 +5,12 @@ use super::tests::{meta, read_all, warc_record};
 use super::*;
 use crate::pack::ChunkKind;
 
-fn store(dir: &std::path::Path) -> Store {
+pub(super) fn store(dir: &std::path::Path) -> Store {
     let opts = OpenOptionsStore { create: true, config: Config { verify: Verify::Bytes, ..Config::default() }, follower: false };
     Store::open_with(dir, &opts, crate::digest::sha256).unwrap()
 }
 
-fn head(s: &Store, name: &str) -> crate::recipe::RecipeHead {
+pub(super) fn head(s: &Store, name: &str) -> crate::recipe::RecipeHead {
     s.inode(s.resolve(name).unwrap()).unwrap().unwrap().recipe.unwrap()
 }
 

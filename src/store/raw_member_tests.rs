@@ -5,17 +5,9 @@ use std::io::Write;
 
 use proptest::prelude::*;
 
+use super::kind_tests::{head, store};
 use super::tests::{gzip_member, meta, read_all};
 use super::*;
-
-fn store(dir: &std::path::Path) -> Store {
-    let opts = OpenOptionsStore { create: true, config: Config { verify: Verify::Bytes, ..Config::default() }, follower: false };
-    Store::open_with(dir, &opts, crate::digest::sha256).unwrap()
-}
-
-fn head(s: &Store, name: &str) -> crate::recipe::RecipeHead {
-    s.inode(s.resolve(name).unwrap()).unwrap().unwrap().recipe.unwrap()
-}
 
 /// A member of `record` whose deflate stream turns invalid after its first 300 bytes of
 /// text: a block of the reserved type follows a sync flush.

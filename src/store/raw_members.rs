@@ -69,20 +69,13 @@ enum MemberEnd {
 }
 
 impl Store {
-    /// Reads as much of `buf` as the file holds at `at` (a raw run read back); nothing once
-    /// `budget` is spent, as if the run ended there.
+    /// `read_at` (which fills `buf` as far as the file goes), counted against `budget`:
+    /// nothing once that is spent, as if the run ended there.
     fn read_full(&self, head: &RecipeHead, at: u64, buf: &mut [u8], budget: &Budget) -> Result<usize> {
         if !budget.take(buf.len()) {
             return Ok(0);
         }
-        let mut n = 0;
-        while n < buf.len() {
-            match self.read_at(head, at + n as u64, &mut buf[n..])? {
-                0 => break,
-                got => n += got,
-            }
-        }
-        Ok(n)
+        self.read_at(head, at, buf)
     }
 
     /// Inflates the gzip member at file offset `at`, reading no further than `end`, and hands
