@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use super::{exit, human, progress};
-use crate::store::{FileMeta, Spares, Store, Timestamp};
+use crate::store::{FileMeta, ImportFile, Spares, Store, Timestamp};
 
 /// A source file opened, with the gzip members of its first window already split. It is
 /// read with `pread`, a window at a time: never mapped (a file truncated under a mapping is
 /// a SIGBUS that kills the import) and never read whole (1 GB WARCs are common).
 struct Loaded {
-    file: fs::File,
+    file: ImportFile,
     /// What the file looked like when it was opened; compared again before its commit.
     seen: Seen,
     split: crate::store::Presplit,
@@ -31,14 +31,15 @@ fn seen(md: &fs::Metadata) -> Seen {
 }
 
 fn load(src: &Path, spares: &Spares) -> Result<Loaded> {
-    use crate::store::Source;
     use std::os::unix::fs::PermissionsExt;
     let file = crate::failpoint::io_error("load").and_then(|()| fs::File::open(src)).with_context(|| format!("{}: cannot open", src.display()))?;
     let md = file.metadata().with_context(|| format!("{}: cannot stat", src.display()))?;
+    let file = ImportFile::new(file);
     let want = crate::store::FIRST_WINDOW.min(md.len().min(usize::MAX as u64) as usize);
-    let first = file.window_in(0, want, spares.for_window(want)).with_context(|| format!("{}: cannot read", src.display()))?;
+    let first = file.first_window(want, spares.for_window(want)).with_context(|| format!("{}: cannot read", src.display()))?;
     let split = crate::store::Presplit::from_window_in(&first, md.len(), spares);
-    // (The ingest reads the window again, from the page cache: the split is what it takes.)
+    // (The ingest reads the window again, from the page cache or the blocks read ahead: the
+    // split is what it takes.)
     if let std::borrow::Cow::Owned(buf) = first {
         spares.give_window(buf);
     }
@@ -161,7 +162,7 @@ pub fn import(store: &Path, srcs: &[PathBuf], to: &str, quiet: bool) -> Result<i
                         let loaded = rx.recv().context("file loader stopped")??;
                         let d = s.mkdir_in(base, &names(dir))?;
                         let Loaded { file, seen: before, split, meta } = loaded;
-                        let unchanged = || !crate::failpoint::armed("source_changed") && file.metadata().is_ok_and(|md| seen(&md) == before);
+                        let unchanged = || !crate::failpoint::armed("source_changed") && file.file().metadata().is_ok_and(|md| seen(&md) == before);
                         let (earlier, earlier_src) = waiting.take().map_or((None, None), |(i, p)| (Some(i), Some(p)));
                         let (committed, this) = s.put_file_after(earlier, d, name, &file, split, meta, unchanged, spares);
                         if let (Some(r), Some(p)) = (committed, earlier_src) {

@@ -18,6 +18,7 @@ mod cache;
 mod chunks;
 mod config;
 mod dict;
+mod direct;
 mod follow;
 mod fsck;
 mod fsops;
@@ -58,6 +59,7 @@ pub use config::{Compression, Config, Verify, Writers};
 pub use fsops::{FileUsage, Prepared};
 pub use ingest::{Presplit, Source};
 pub use source::Spares;
+pub use direct::ImportFile;
 /// How much of a file ingest reads first (and an importer splits ahead, see `Presplit`).
 pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
 pub use fsck::{FsckReport, MAX_PROBLEMS};
