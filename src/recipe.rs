@@ -198,7 +198,7 @@ pub type Slice = (ChunkKey, u32, u32);
 #[derive(Default)]
 pub struct RecipeBuilder {
     pub pieces: Vec<Piece>,
-    keys: std::collections::HashMap<ChunkKey, u32>,
+    keys: std::collections::HashMap<ChunkKey, u32, crate::digest::DigestState>,
     cur: Piece,
     cur_extents: usize,
     cur_inline: usize,

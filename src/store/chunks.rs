@@ -48,7 +48,7 @@ const LOOKUP_BATCH: usize = 4096;
 const READ_BACK_KEPT: usize = 8 << 20;
 
 /// Chunks appended to packs but not yet in the index, by digest.
-pub(super) type Pending = HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>>;
+pub(super) type Pending = HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>, crate::digest::DigestState>;
 
 /// What an ingest added to the packs so far.
 #[derive(Default)]
@@ -354,7 +354,7 @@ impl Store {
         // Plans of `items[keys.len()..]`, and the new bytes among them.
         let mut plans: Vec<Batched> = Vec::new();
         let mut planned_bytes = 0usize;
-        let mut first_new: HashMap<Digest, usize> = HashMap::new();
+        let mut first_new: HashMap<Digest, usize, crate::digest::DigestState> = HashMap::default();
         for (i, (&(data, kind), &digest)) in items.iter().zip(&digests).enumerate() {
             if let Some(&j) = first_new.get(&digest) {
                 // Bytes of another kind wait too: they take the digest's next seq.
@@ -469,7 +469,7 @@ impl Store {
     /// Writes `b` with the refcount changes in one synced batch. The caller holds the
     /// namespace lock (`ns`), which makes the refcount read-modify-write atomic.
     pub(super) fn commit(&self, ns: &mut Ns, b: Batch, delta: RefDelta) -> Result<()> {
-        self.commit_with(ns, b, delta, &Pending::new(), 0, None)
+        self.commit_with(ns, b, delta, &Pending::default(), 0, None)
     }
 
     /// `commit` for a batch that references the chunks of an ingest (`pending`): the open

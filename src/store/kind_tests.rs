@@ -3,6 +3,7 @@
 
 use super::tests::{meta, read_all, warc_record};
 use super::*;
+use crate::digest::ChunkKey;
 use crate::pack::ChunkKind;
 
 pub(super) fn store(dir: &std::path::Path) -> Store {

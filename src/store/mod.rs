@@ -40,7 +40,6 @@ mod snapshot;
 mod source;
 mod tails;
 
-use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
 use std::os::fd::AsRawFd;
@@ -50,8 +49,8 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::LockExt;
-use crate::digest::{self, ChunkKey, Digest, DigestFn};
-use crate::index::{ChunkEntry, Index, IndexError};
+use crate::digest::{self, DigestFn};
+use crate::index::{Index, IndexError};
 use crate::pack::{self, OpenPack, PackError, PackReader};
 
 pub use ahead::{ReadAhead, START_AFTER as STREAMING_RUN};
@@ -229,7 +228,7 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
 struct Writer {
     open: Option<OpenPack>,
     /// Chunks the ingest in progress appended; handed to its `Ingested` when it ends.
-    pending: HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>>,
+    pending: chunks::Pending,
     collisions: u64,
     /// The dictionary chunks are compressed with, and the samples for the next.
     dicts: dict::Dicts,
@@ -471,7 +470,7 @@ impl Store {
             index,
             packs,
             cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
-            writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, dicts }),
+            writer: Mutex::new(Writer { open: None, pending: chunks::Pending::default(), collisions: 0, dicts }),
             journal: Mutex::new(journal::Journal { open: None, next_seq: 0, poisoned: false }),
             next_pack: (max_id + 1).into(),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
@@ -550,7 +549,7 @@ impl Store {
             index,
             packs,
             cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
-            writer: Mutex::new(Writer { open: None, pending: HashMap::new(), collisions: 0, dicts: dict::Dicts::new(false, chunks::ZSTD_LEVEL) }),
+            writer: Mutex::new(Writer { open: None, pending: chunks::Pending::default(), collisions: 0, dicts: dict::Dicts::new(false, chunks::ZSTD_LEVEL) }),
             journal: Mutex::new(journal::Journal { open: None, next_seq: 0, poisoned: false }),
             next_pack: 0.into(),
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),

@@ -4,6 +4,7 @@
 
 use super::tests::{gzip_member, meta, read_all, warc_record};
 use super::*;
+use crate::digest::ChunkKey;
 use crate::pack::ChunkKind;
 
 fn store(dir: &std::path::Path) -> Store {

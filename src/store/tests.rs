@@ -6,6 +6,8 @@ use std::path::Path;
 use proptest::prelude::*;
 
 use super::*;
+use crate::digest::ChunkKey;
+use std::collections::HashMap;
 use crate::store::ingest::Windows;
 use crate::store::namespace::FileMeta;
 
