@@ -31,6 +31,8 @@ const AHEAD: usize = 3;
 /// Direct reads' offsets, lengths and buffers are multiples of this (the largest logical
 /// block size of common disks).
 const ALIGN: usize = 4096;
+/// The largest window given from the blocks; a larger one is read with `pread`.
+const MAX_WINDOW: usize = 32 << 20;
 
 /// A file opened for import: read straight from disk ahead of its ingest when the page
 /// cache does not hold it, through the page cache with `pread` otherwise.
@@ -45,7 +47,7 @@ pub struct ImportFile {
     /// in an importer's queue holds none). Only the ingest's reading thread locks it, one
     /// window after another: the lock is for `Source: Sync`, never waited for by another,
     /// so it may be held while the reader fills the next block.
-    ahead: Mutex<Option<Ahead>>,
+    ahead: Mutex<Reader>,
 }
 
 impl ImportFile {
@@ -54,7 +56,7 @@ impl ImportFile {
     pub fn new(file: File) -> ImportFile {
         let len = file.metadata().map(|m| m.len()).unwrap_or(0);
         let direct = len >= BLOCK as u64 && !cached(&file, len);
-        ImportFile { file, direct, cached_below: AtomicU64::new(0), ahead: Mutex::new(None) }
+        ImportFile { file, direct, cached_below: AtomicU64::new(0), ahead: Mutex::new(Reader::NotStarted) }
     }
 
     pub fn file(&self) -> &File {
@@ -71,6 +73,14 @@ impl ImportFile {
     }
 }
 
+enum Reader {
+    NotStarted,
+    Running(Ahead),
+    /// Not started after all: the file is read with `pread` (all of it was read through the
+    /// page cache already, or the reader could not be started).
+    Off,
+}
+
 /// Blocks read by the reader thread that the ingest may still ask for.
 struct Ahead {
     /// Contiguous blocks, in file order, from the first that holds the last offset asked for.
@@ -79,6 +89,8 @@ struct Ahead {
     from_reader: Option<Receiver<io::Result<Block>>>,
     /// The reader's error, for every read that needs what it could not read.
     failed: Option<(io::ErrorKind, String)>,
+    /// Windows given from the blocks.
+    served: u64,
 }
 
 struct Block {
@@ -101,7 +113,20 @@ impl Block {
 /// Whether the page cache holds half of the file's `len` bytes or any dirty page of it;
 /// true where the kernel cannot say (the file is then read as it was before `cachestat`).
 fn cached(file: &File, len: u64) -> bool {
-    cache_state(file).is_none_or(|c| c.dirty + c.writeback > 0 || c.cached >= len / 2)
+    on_overlay(file) || cache_state(file).is_none_or(|c| c.dirty + c.writeback > 0 || c.cached >= len / 2)
+}
+
+/// Whether the file is on overlayfs (container roots), whose files' pages are cached on the
+/// layer below: `cachestat` on the overlay's file would see none of them.
+#[cfg(target_os = "linux")]
+fn on_overlay(file: &File) -> bool {
+    const OVERLAYFS_SUPER_MAGIC: libc::c_long = 0x794c_7630;
+    nix::sys::statfs::fstatfs(file).is_ok_and(|s| s.filesystem_type().0 as libc::c_long == OVERLAYFS_SUPER_MAGIC)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn on_overlay(_: &File) -> bool {
+    false
 }
 
 /// Bytes of a file in the page cache: all of them, dirty, under writeback.
@@ -130,7 +155,8 @@ fn cache_state(file: &File) -> Option<CacheState> {
         evicted: u64,
         recently_evicted: u64,
     }
-    // (Not in the libc crate for every target; one number on every Linux architecture.)
+    // (Not in the libc crate for every target; one number on every Linux architecture but
+    // alpha.)
     const SYS_CACHESTAT: libc::c_long = 451;
     // A length of 0 is to the end of the file.
     let range = Range { off: 0, len: 0 };
@@ -159,7 +185,7 @@ fn start_reader(file: &File, cached_below: u64) -> Option<Ahead> {
     let (tx, rx) = sync_channel(AHEAD);
     let read = move || read_blocks(Some(direct), &buffered, cached_below, &tx);
     std::thread::Builder::new().name("warcfs-read".into()).spawn(read).ok()?;
-    Some(Ahead { blocks: VecDeque::new(), from_reader: Some(rx), failed: None })
+    Some(Ahead { blocks: VecDeque::new(), from_reader: Some(rx), failed: None, served: 0 })
 }
 
 /// Block buffers done with, for the next blocks of any file (an importer's files are read
@@ -167,8 +193,8 @@ fn start_reader(file: &File, cached_below: u64) -> Option<Ahead> {
 /// and unmapped when it is not kept: taken from malloc's heaps, buffers of this size were
 /// left among other allocations there and the import's peak RSS grew by a fifth.
 static SPARE: Mutex<Vec<MmapMut>> = Mutex::new(Vec::new());
-/// The most buffers SPARE keeps: about those in flight for one file (a window's worth, the
-/// blocks ahead and the one being read).
+/// The most buffers SPARE keeps: about the blocks a window moves past (half a window for a
+/// gzip file's; more are unmapped and mapped again, a few page faults a window).
 const SPARE_KEPT: usize = 4;
 
 fn spare_block() -> io::Result<MmapMut> {
@@ -195,12 +221,12 @@ fn read_blocks(mut direct: Option<File>, buffered: &File, cached_below: u64, tx:
     loop {
         let read = spare_block().and_then(|mut buf| {
             let len = match direct.as_ref().filter(|_| offset >= cached_below) {
-                Some(d) => read_block(d, true, &mut buf[..], offset).or_else(|e| {
+                Some(d) => read_block(Some(d), buffered, &mut buf[..], offset).or_else(|e| {
                     log::debug!("a direct read failed ({e}); reading through the page cache");
                     direct = None;
-                    read_block(buffered, false, &mut buf[..], offset)
+                    read_block(None, buffered, &mut buf[..], offset)
                 }),
-                None => read_block(buffered, false, &mut buf[..], offset),
+                None => read_block(None, buffered, &mut buf[..], offset),
             }?;
             Ok(Block { offset, buf, len })
         });
@@ -213,19 +239,16 @@ fn read_blocks(mut direct: Option<File>, buffered: &File, cached_below: u64, tx:
     }
 }
 
-/// Fills `room` from `offset` (less only at the end of the file); with `direct`, a read
-/// that is not a whole number of ALIGN is the end (the next would be unaligned).
-fn read_block(file: &File, direct: bool, room: &mut [u8], offset: u64) -> io::Result<usize> {
+/// Fills `room` from `offset`, less only at the end of the file: with `direct` while what is
+/// read stays a whole number of ALIGN, through `buffered` after a read that did not (some
+/// filesystems end direct reads short mid-file; the next one would be unaligned).
+fn read_block(direct: Option<&File>, buffered: &File, room: &mut [u8], offset: u64) -> io::Result<usize> {
     let mut len = 0;
     while len < room.len() {
+        let file = direct.filter(|_| len % ALIGN == 0).unwrap_or(buffered);
         match file.read_at(&mut room[len..], offset + len as u64) {
             Ok(0) => break,
-            Ok(k) => {
-                len += k;
-                if direct && k % ALIGN != 0 {
-                    break;
-                }
-            }
+            Ok(k) => len += k,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
@@ -245,6 +268,11 @@ impl Ahead {
     /// Bytes [offset, offset + len) into `out` (fewer at the end of the file), from the blocks
     /// read; None if `offset` is before them (the caller reads it itself).
     fn read_into(&mut self, offset: u64, len: usize, out: &mut Vec<u8>) -> Option<io::Result<()>> {
+        // A window grown for a member that does not fit (up to 256 MiB) would hold its
+        // size in blocks besides its own buffer.
+        if len > MAX_WINDOW {
+            return None;
+        }
         // Blocks wholly before the offset are done with: ingest reads forward (a window
         // read again starts where it did).
         while self.blocks.front().is_some_and(|b| b.end() <= offset && b.len == BLOCK) {
@@ -296,6 +324,7 @@ impl Ahead {
             let to = (want_end.min(b.end()) - b.offset) as usize;
             out.extend_from_slice(&b.bytes()[from..to]);
         }
+        self.served += 1;
         Some(Ok(()))
     }
 }
@@ -312,11 +341,16 @@ impl Source for ImportFile {
     fn window_in(&self, offset: u64, len: usize, mut buf: Vec<u8>) -> io::Result<Cow<'_, [u8]>> {
         if self.direct {
             let mut ahead = self.ahead.locked();
-            if ahead.is_none() {
-                *ahead = start_reader(&self.file, self.cached_below.load(Ordering::Relaxed));
+            if let Reader::NotStarted = *ahead {
+                // (A file no longer than its first window was read through the cache whole.)
+                let below = self.cached_below.load(Ordering::Relaxed);
+                let started = (below < self.file.size()?).then(|| start_reader(&self.file, below)).flatten();
+                *ahead = started.map_or(Reader::Off, Reader::Running);
             }
-            if let Some(r) = ahead.as_mut().and_then(|a| a.read_into(offset, len, &mut buf)) {
-                return r.map(|()| Cow::Owned(buf));
+            if let Reader::Running(a) = &mut *ahead {
+                if let Some(r) = a.read_into(offset, len, &mut buf) {
+                    return r.map(|()| Cow::Owned(buf));
+                }
             }
         }
         self.file.window_in(offset, len, buf)
@@ -345,7 +379,7 @@ mod tests {
 
     /// Read around the page cache whatever `cachestat` says (a file just written is in it).
     fn around_the_cache(file: File) -> ImportFile {
-        ImportFile { file, direct: true, cached_below: AtomicU64::new(0), ahead: Mutex::new(None) }
+        ImportFile { file, direct: true, cached_below: AtomicU64::new(0), ahead: Mutex::new(Reader::NotStarted) }
     }
 
     /// Windows as an ingest asks for them (forward, a window asked for again larger, across
@@ -359,14 +393,62 @@ mod tests {
         let want = |off: u64, n: usize| &data[off.min(end) as usize..(off + n as u64).min(end) as usize];
         let first = f.first_window(3 * ALIGN + 5, Vec::new()).unwrap();
         assert_eq!(&first[..], want(0, 3 * ALIGN + 5));
-        for (off, n) in [(0, 3), (0, BLOCK / 2), (0, BLOCK + 3), (BLOCK as u64 - 1, 2 * BLOCK), (2 * BLOCK as u64 + 9, 2 * BLOCK), (end - 1, 1), (end + 5, 10)] {
+        let windows = [(0, 3), (0, BLOCK / 2), (0, BLOCK + 3), (BLOCK as u64 - 1, 2 * BLOCK), (2 * BLOCK as u64 + 9, 2 * BLOCK), (end - 1, 1), (end + 5, 10)];
+        for (off, n) in windows {
             let w = f.window_in(off, n, Vec::new()).unwrap();
             assert_eq!(&w[..], want(off, n), "window at {off}, {n} bytes");
         }
-        // Behind the blocks kept: read through the page cache.
+        assert_eq!(served(&f), windows.len() as u64, "every window from the blocks (this filesystem takes O_DIRECT)");
+        // Behind the blocks kept: read with pread.
         let w = f.window_in(10, 100, Vec::new()).unwrap();
         assert_eq!(&w[..], want(10, 100));
-        assert!(f.ahead.locked().is_some(), "the reader ran (this filesystem takes O_DIRECT)");
+        assert_eq!(served(&f), windows.len() as u64);
+    }
+
+    fn served(f: &ImportFile) -> u64 {
+        match &*f.ahead.locked() {
+            Reader::Running(a) => a.served,
+            _ => 0,
+        }
+    }
+
+    /// A file of whole blocks ends with an empty one; a window larger than MAX_WINDOW is
+    /// read with pread, and the windows after it from the blocks again.
+    #[test]
+    fn whole_blocks_and_outsized_windows_read_as_the_file_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = bytes(MAX_WINDOW + 2 * BLOCK, 5);
+        let f = around_the_cache(file_with(dir.path(), "f", &data));
+        assert_eq!(&f.window_in(0, 10, Vec::new()).unwrap()[..], &data[..10]);
+        assert_eq!(&f.window_in(5, MAX_WINDOW + 1, Vec::new()).unwrap()[..], &data[5..MAX_WINDOW + 6]);
+        assert_eq!(served(&f), 1, "the outsized window by pread");
+        let at = (MAX_WINDOW + BLOCK) as u64 - 3;
+        assert_eq!(&f.window_in(at, 3 * BLOCK, Vec::new()).unwrap()[..], &data[at as usize..]);
+        assert!(f.window_in(data.len() as u64, BLOCK, Vec::new()).unwrap().is_empty());
+        assert_eq!(served(&f), 3);
+    }
+
+    /// A file cut short after it was opened reads short where it ends now (the ingest takes
+    /// that as an error: `each_window`).
+    #[test]
+    fn a_file_cut_short_reads_short() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = bytes(3 * BLOCK, 6);
+        let f = around_the_cache(file_with(dir.path(), "f", &data));
+        std::fs::OpenOptions::new().write(true).open(dir.path().join("f")).unwrap().set_len(BLOCK as u64 + 5).unwrap();
+        assert_eq!(&f.window_in(0, 3 * BLOCK, Vec::new()).unwrap()[..], &data[..BLOCK + 5]);
+        assert!(f.window_in(2 * BLOCK as u64, BLOCK, Vec::new()).unwrap().is_empty());
+    }
+
+    /// A file read through the page cache whole by its first window starts no reader.
+    #[test]
+    fn a_file_its_first_window_covers_starts_no_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = bytes(BLOCK + 7, 7);
+        let f = around_the_cache(file_with(dir.path(), "f", &data));
+        assert_eq!(&f.first_window(2 * BLOCK, Vec::new()).unwrap()[..], &data[..]);
+        assert_eq!(&f.window_in(3, BLOCK, Vec::new()).unwrap()[..], &data[3..BLOCK + 3]);
+        assert!(matches!(*f.ahead.locked(), Reader::Off));
     }
 
     /// A direct read that fails (here a descriptor that cannot be read at all, as a
@@ -399,11 +481,11 @@ mod tests {
         let (direct, bad) = (unreadable(), unreadable());
         let reader = std::thread::spawn(move || {
             let mut first = spare_block().unwrap();
-            let n = read_block(&file, false, &mut first[..], 0).unwrap();
+            let n = read_block(None, &file, &mut first[..], 0).unwrap();
             tx.send(Ok(Block { offset: 0, buf: first, len: n })).unwrap();
             read_blocks(Some(direct), &bad, 0, &tx);
         });
-        let mut a = Ahead { blocks: VecDeque::new(), from_reader: Some(rx), failed: None };
+        let mut a = Ahead { blocks: VecDeque::new(), from_reader: Some(rx), failed: None, served: 0 };
         let mut out = Vec::new();
         assert!(matches!(a.read_into(0, 100, &mut out), Some(Ok(()))));
         assert_eq!(out, data[..100]);
@@ -444,16 +526,16 @@ mod tests {
             .iter()
             .flat_map(|p| std::fs::read(format!("{real}{p}")).unwrap())
             .collect();
-        // Several blocks and windows' worth (about 10 MB).
-        let data: Vec<u8> = (0..22).flat_map(|_| one.iter().copied()).collect();
-        assert!(data.len() > 4 * BLOCK);
+        // Several blocks and windows' worth (about 28 MB).
+        let data: Vec<u8> = (0..60).flat_map(|_| one.iter().copied()).collect();
+        assert!(data.len() > 2 * crate::store::FIRST_WINDOW);
         let dir = tempfile::tempdir().unwrap();
         let src = around_the_cache(file_with(dir.path(), "in.warc.gz", &data));
         let s = Store::open(&dir.path().join("store"), true).unwrap();
         let meta = FileMeta { mode: 0o644, mtime: Timestamp::now() };
         let (_, ingest) = s.put_file_after(None, ROOT_INO, b"in.warc.gz", &src, Presplit::none(), meta, || true, &Spares::new());
         s.commit_put(ingest.unwrap()).unwrap();
-        assert!(src.ahead.locked().is_some(), "read ahead");
+        assert!(served(&src) > 3, "read ahead, window after window");
         let head = s.head(s.lookup(ROOT_INO, b"in.warc.gz").unwrap().unwrap()).unwrap().unwrap();
         let mut back = vec![0u8; head.size as usize];
         s.read_at(&head, 0, &mut back).unwrap();
