@@ -559,6 +559,13 @@ fn a_reopened_staging_file_is_the_current_one() {
     let (v1, v2) = (b"first bytes\n".repeat(100), b"second bytes, kept\n".repeat(100));
     let path = m.path("f.warc");
     fs::write(&path, &v1).unwrap();
+    // The kernel sends the writer's release after `close` returns: until the daemon has
+    // taken it, the staging file is still open and a reader would not reopen it.
+    let staging = store.join("staging");
+    wait_until("the writer's release", Duration::from_secs(10), || {
+        let open = fs::read_dir(format!("/proc/{}/fd", m.pid)).map_err(|e| e.to_string())?.flatten().filter(|e| fs::read_link(e.path()).is_ok_and(|t| t.starts_with(&staging))).count();
+        if open == 0 { Ok(()) } else { Err(format!("{open} staging files open")) }
+    });
     // A reader of the staged file, past the page cache (O_DIRECT: no page of the file is
     // locked while its request waits, which any open would wait for): it opens the staging
     // file by path and is held before it takes it.
