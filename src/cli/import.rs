@@ -10,8 +10,9 @@ use super::{exit, human, progress};
 use crate::store::{FileMeta, ImportFile, Spares, Store, Timestamp};
 
 /// A source file opened, with the gzip members of its first window already split. It is
-/// read with `pread`, a window at a time: never mapped (a file truncated under a mapping is
-/// a SIGBUS that kills the import) and never read whole (1 GB WARCs are common).
+/// read a window at a time (`ImportFile`: with `pread`, or around the page cache when the
+/// cache lacks it): never mapped (a file truncated under a mapping is a SIGBUS that kills
+/// the import) and never read whole (1 GB WARCs are common).
 struct Loaded {
     file: ImportFile,
     /// What the file looked like when it was opened; compared again before its commit.

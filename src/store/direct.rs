@@ -20,7 +20,7 @@ use std::sync::Mutex;
 
 use memmap2::MmapMut;
 
-use super::source::Source;
+use super::source::{read_full_at, Source};
 use crate::LockExt;
 use std::borrow::Cow;
 
@@ -244,16 +244,17 @@ fn read_blocks(mut direct: Option<File>, buffered: &File, cached_below: u64, tx:
 /// filesystems end direct reads short mid-file; the next one would be unaligned).
 fn read_block(direct: Option<&File>, buffered: &File, room: &mut [u8], offset: u64) -> io::Result<usize> {
     let mut len = 0;
-    while len < room.len() {
-        let file = direct.filter(|_| len % ALIGN == 0).unwrap_or(buffered);
-        match file.read_at(&mut room[len..], offset + len as u64) {
-            Ok(0) => break,
-            Ok(k) => len += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+    if let Some(d) = direct {
+        while len < room.len() && len % ALIGN == 0 {
+            match d.read_at(&mut room[len..], offset + len as u64) {
+                Ok(0) => return Ok(len),
+                Ok(k) => len += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
         }
     }
-    Ok(len)
+    Ok(len + read_full_at(buffered, &mut room[len..], offset + len as u64)?)
 }
 
 impl Drop for Ahead {

@@ -80,8 +80,8 @@ struct Proven<'a> {
 /// the proving workers). So inflating overlaps both the proofs and the storing. A split
 /// window waits for the provers to take it; a proven one may wait for this thread in a slot
 /// of one (so the provers go on with the next window while a slow one is stored: import
-/// 0.980x wall, ten pairs, for 10 MiB more peak RSS), so four windows are held at once. This thread first
-/// runs `begin` (it makes what `store` needs: the writer) while the first windows are made
+/// 0.980x wall, ten pairs, for 10 MiB more peak RSS), so four windows are held at once.
+/// This thread first runs `begin` (it makes what `store` needs: the writer) while the first windows are made
 /// ready, and gives back what it made once every window is stored.
 #[allow(clippy::too_many_arguments)]
 fn windows_ahead<'s, S, T, U, X, P, G, B, F>(src: &'s S, total: u64, win: Windows, spare: &Spare, mut prepare: P, mut finish: G, begin: B, mut store: F) -> Result<X>

@@ -90,21 +90,27 @@ impl Source for std::fs::File {
     }
 
     fn window_in(&self, offset: u64, len: usize, mut buf: Vec<u8>) -> std::io::Result<Cow<'_, [u8]>> {
-        use std::os::unix::fs::FileExt;
         // Zeroes only what the buffer did not hold before: the read overwrites the rest.
         buf.resize(len, 0);
-        let mut done = 0;
-        while done < len {
-            match self.read_at(&mut buf[done..], offset + done as u64) {
-                Ok(0) => break,
-                Ok(k) => done += k,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
+        let done = read_full_at(self, &mut buf, offset)?;
         buf.truncate(done);
         Ok(Cow::Owned(buf))
     }
+}
+
+/// Fills `buf` from `offset` of `file` (less only at its end); the bytes read.
+pub(super) fn read_full_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(k) => done += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
 }
 
 /// How much of a file ingest holds at once. A window of the file is read, its gzip members
