@@ -5,6 +5,7 @@
 //! immutable `pack` files; a `recipe` saying how to rebuild the exact bytes commits
 //! atomically with refcount changes in the `index`. A read walks the recipe back.
 
+pub mod bucket;
 pub mod cli;
 pub mod digest;
 pub mod extsort;

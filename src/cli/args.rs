@@ -94,7 +94,7 @@ pub enum Cmd {
         backend: Option<String>,
         /// With --backend: bytes of pack ranges this node caches on its disk (default 1 GiB,
         /// at least 64 MiB).
-        #[arg(long, value_name = "BYTES", requires = "backend", value_parser = clap::value_parser!(u64).range(crate::pack::remote::MIN_CACHE..))]
+        #[arg(long, value_name = "BYTES", requires = "backend", value_parser = clap::value_parser!(u64).range(crate::bucket::client::MIN_CACHE..))]
         cache_size: Option<u64>,
         /// With --backend, for a new store: whether one node writes at a time (the others
         /// mount it read-only and follow it), or several at once, each under its own

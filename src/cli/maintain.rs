@@ -68,7 +68,7 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
         println!("{v}");
     } else {
         // On an object store, packs leave every listing at once and their objects go with a
-        // later gc (`pack::remote::TRASH_GRACE`).
+        // later gc (`bucket::client::TRASH_GRACE`).
         let trash = if s.config().backend.is_some() {
             format!("; {} trashed packs of an earlier gc deleted from the bucket", rep.packs_purged)
         } else {

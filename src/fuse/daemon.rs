@@ -101,7 +101,7 @@ impl Write for &LogSink {
 }
 
 fn init_logging(store: &Path, foreground: bool) -> Result<()> {
-    let path = store.join("warcfs.log");
+    let path = crate::store::layout::log(store);
     // Opened here first so that a log that cannot be written is an error at mount.
     OpenOptions::new().create(true).append(true).open(&path).with_context(|| format!("{}: cannot open log", path.display()))?;
     let file = file_rotate::FileRotate::new(

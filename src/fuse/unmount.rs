@@ -25,7 +25,7 @@ fn warcfs_mounts() -> Vec<(PathBuf, PathBuf)> {
             let mut rest = b.split(' ');
             let (fstype, source) = (rest.next()?, rest.next()?);
             let store = PathBuf::from(unescape(source));
-            (matches!(fstype, "fuse" | "fuse.warcfs") && store.join(crate::store::CONFIG_FILE).is_file()).then(|| (PathBuf::from(unescape(mnt)), store))
+            (matches!(fstype, "fuse" | "fuse.warcfs") && crate::store::layout::config(&store).is_file()).then(|| (PathBuf::from(unescape(mnt)), store))
         })
         .collect()
 }
@@ -49,7 +49,7 @@ fn unescape(s: &str) -> String {
 
 /// Whether some process holds the store's lock (tested by taking it for a moment).
 fn lock_held(store: &Path) -> bool {
-    let Ok(f) = OpenOptions::new().read(true).write(true).open(store.join("lock")) else { return false };
+    let Ok(f) = OpenOptions::new().read(true).write(true).open(crate::store::layout::lock(store)) else { return false };
     // SAFETY: flock on a descriptor we own; released at once (closing it would too).
     let free = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
     if free {
@@ -59,7 +59,7 @@ fn lock_held(store: &Path) -> bool {
 }
 
 fn holder(store: &Path) -> Option<i32> {
-    fs::read_to_string(store.join("lock")).ok()?.trim().parse().ok()
+    fs::read_to_string(crate::store::layout::lock(store)).ok()?.trim().parse().ok()
 }
 
 /// Whether process `pid` is a `warcfs mount` (its command line names the subcommand).
@@ -68,7 +68,7 @@ fn is_mount_daemon(pid: i32) -> bool {
 }
 
 fn staged(store: &Path) -> usize {
-    fs::read_dir(store.join("staging")).map(|d| d.count()).unwrap_or(0)
+    fs::read_dir(crate::store::layout::staging(store)).map(|d| d.count()).unwrap_or(0)
 }
 
 /// Waits until no process holds the store's lock, telling the user (on stderr, every few

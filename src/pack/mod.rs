@@ -560,11 +560,10 @@ pub fn write_file_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-pub mod lock;
+mod elsewhere;
 mod reader;
-pub mod remote;
-mod upload;
 
+pub use elsewhere::{Elsewhere, OpenFiles, UploadQueue};
 pub use reader::{DictLocator, PackReader, MAX_STORED};
 
 #[cfg(test)]

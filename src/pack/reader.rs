@@ -1,7 +1,7 @@
 //! Reading sealed packs: a bounded set of open pack files, so that a read is one `pread`;
 //! and, for a store on an object store, the packs that are not local any more, read through
-//! the node's cache of pack ranges (`remote::RemotePacks`), and the queue of sealed packs
-//! waiting for their upload (`upload::Uploads`).
+//! the node's cache of pack ranges (`Elsewhere`, a bucket's), and the queue of sealed packs
+//! waiting for their upload (`UploadQueue`).
 
 use std::fs::File;
 use std::io;
@@ -9,8 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::remote::RemotePacks;
-use super::upload::Uploads;
+use super::elsewhere::{Elsewhere, OpenFiles, UploadQueue};
 use super::{decode_header, decode_stored, decode_stored_into, dict_of, pack_name, parse_pack_name, prepare_dictionary, BlobInfo, ChunkKind, Codec, Dictionary, PackError, Result, BLOB_HEADER_LEN};
 use crate::LockExt;
 use crate::digest::{ChunkKey, Digest};
@@ -34,10 +33,10 @@ pub struct PackReader {
     /// The most recently used pack files, open: bounded (see `open_pack_limit`), so a store
     /// of any number of packs works under any descriptor limit. A reader holds its `Arc`
     /// while it reads, so evicting a handle never closes it under a read.
-    files: Arc<Mutex<lru::LruCache<u64, Arc<File>>>>,
+    files: OpenFiles,
     /// Where sealed packs go once uploaded, on a store with an object store back end.
-    remote: Option<Arc<RemotePacks>>,
-    uploads: Option<Uploads>,
+    remote: Option<Arc<dyn Elsewhere>>,
+    uploads: Option<Box<dyn UploadQueue>>,
     /// On a bucket-backed store, packs found in neither `packs/` nor `packs-tmp/`: they are
     /// in the bucket for good (a pack only ever moves there), so a read of one does not try
     /// two local paths first every time (three failed opens a blob, on the read path).
@@ -131,11 +130,11 @@ impl PackReader {
     }
 
     /// A reader that also finds packs in an object store.
-    pub fn with_remote(packs_dir: PathBuf, tmp_dir: PathBuf, remote: Arc<RemotePacks>) -> PackReader {
+    pub fn with_remote(packs_dir: PathBuf, tmp_dir: PathBuf, remote: Arc<dyn Elsewhere>) -> PackReader {
         PackReader { remote: Some(remote), ..PackReader::new(packs_dir, tmp_dir) }
     }
 
-    pub fn remote(&self) -> Option<&Arc<RemotePacks>> {
+    pub fn remote(&self) -> Option<&Arc<dyn Elsewhere>> {
         self.remote.as_ref()
     }
 
@@ -159,7 +158,7 @@ impl PackReader {
                 .is_some_and(|b| !b.is_empty() && b.iter().all(|b| b.kind == super::ChunkKind::Meta as u8));
             (only_log, id)
         });
-        self.uploads = Some(Uploads::start(remote.clone(), self.packs_dir.clone(), self.files.clone(), ids, lock)?);
+        self.uploads = Some(remote.clone().start_uploads(self.packs_dir.clone(), self.files.clone(), ids, lock)?);
         Ok(())
     }
 
@@ -258,7 +257,7 @@ impl PackReader {
     }
 
     /// Deletes sealed pack `id` (gc): the local file, and on an object store, puts its object
-    /// in the bucket's trash (`RemotePacks::trash`).
+    /// in the bucket's trash (`Elsewhere::trash`).
     pub fn delete(&self, id: u64) -> Result<()> {
         self.forget(id);
         self.remote_only.locked().remove(&id);
@@ -346,7 +345,7 @@ impl PackReader {
             Ok(None) => {
                 // An object-store pack: fetched into the cache in the background.
                 if let Some(r) = &self.remote {
-                    r.prefetch(pack, ranges);
+                    r.clone().prefetch(pack, ranges);
                 }
                 return;
             }

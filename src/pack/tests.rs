@@ -1,5 +1,6 @@
 //! Unit tests of `pack`: blobs, footers, torn tails and recovery.
 
+use crate::bucket::{client as remote, lock};
 use super::*;
 
 fn key(n: u8) -> ChunkKey {

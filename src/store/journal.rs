@@ -175,7 +175,7 @@ impl Store {
             if checkpoint.is_none() && j.open.as_ref().is_some_and(|o| o.len() >= JOURNAL_PACK_TARGET) {
                 self.seal_journal(&mut j)?;
             }
-            let raw = if self.is_shared() {
+            let raw = if self.mode.shared() {
                 let v1 = Out { version: LOG_VERSION_SHARED, seq: j.next_seq, ops, checkpoint };
                 postcard::to_allocvec(&Out2 { v1, node: self.node() })
             } else {
@@ -184,7 +184,7 @@ impl Store {
             .expect("in-memory serialisation cannot fail");
             // Compressed as the store's chunks are (`init --compression`).
             let (codec, stored) = match self.config.compression {
-                super::Compression::Zstd => (Codec::Zstd, std::borrow::Cow::Owned(zstd::bulk::compress(&raw, 3).map_err(|err| StoreError::Io { path: self.root.join("packs-tmp"), err })?)),
+                super::Compression::Zstd => (Codec::Zstd, std::borrow::Cow::Owned(zstd::bulk::compress(&raw, 3).map_err(|err| StoreError::Io { path: crate::store::layout::packs_tmp(&self.root), err })?)),
                 super::Compression::None => (Codec::None, std::borrow::Cow::Borrowed(&raw[..])),
             };
             if stored.len() > pack::MAX_STORED as usize || raw.len() > pack::MAX_RAW as usize {
@@ -199,7 +199,7 @@ impl Store {
                 )));
             }
             let key = self.record_key(&raw)?;
-            let dir = self.root.join("packs-tmp");
+            let dir = crate::store::layout::packs_tmp(&self.root);
             if j.open.is_none() {
                 let id = self.alloc_pack_id();
                 j.open = Some(OpenPack::create(&dir, id, self.config.version).map_err(io_at(&dir))?);
@@ -286,7 +286,7 @@ impl Store {
         for (k, e, seq) in &parts {
             self.note_applied(&mut b, k, e, *seq);
         }
-        if self.is_shared() {
+        if self.mode.shared() {
             b.put_meta_u64_unlogged(&self.index, &checkpoint_key(self.node()), first_seq);
             b.put_meta_u64_unlogged(&self.index, &checkpoint_size_key(self.node()), written);
         }
@@ -323,7 +323,7 @@ impl Store {
     /// node then collects the records it supersedes: so this node's log stays the size of its
     /// namespace even if gc runs only elsewhere. Returns whether it wrote one.
     pub fn checkpoint_if_due(&self, every: u64) -> Result<bool> {
-        if !self.is_shared() || self.follower {
+        if !self.mode.shared() || self.mode.follows() {
             return Ok(false);
         }
         let mut ns = self.ns.locked();
@@ -342,7 +342,7 @@ impl Store {
     /// only once that node's own complete checkpoint covers it (this node's checkpoint holds
     /// none of the other nodes' keys).
     fn superseded(&self, key: &ChunkKey, e: &ChunkEntry) -> Result<bool> {
-        if !self.is_shared() {
+        if !self.mode.shared() {
             return Ok(true);
         }
         let raw = self.packs.read(e.pack, e.offset, key, e.stored_len)?;
@@ -378,7 +378,7 @@ impl Store {
         // This node's own records only: another node's, which a gc here copied into a pack
         // of this node's (a shared store's gc keeps every node's live records), are that
         // node's log, numbered on their own, and `follow` takes them in.
-        let own = self.is_shared().then(|| self.node());
+        let own = self.mode.shared().then(|| self.node());
         let mut pending: Vec<(MetaRecord, ChunkKey, ChunkEntry)> = Vec::new();
         for &id in recovered {
             self.each_record(id, |rec, key, entry| {
@@ -424,7 +424,7 @@ impl Store {
 /// Refuses a change on a follower's store (its index follows the bucket's writer), and on
 /// a writer that another node's lock has fenced off.
 pub(super) fn refuse_on_follower(store: &Store) -> Result<()> {
-    if store.follower {
+    if store.mode.follows() {
         return Err(StoreError::Follower(store.root.display().to_string()));
     }
     if store.packs.fenced() {

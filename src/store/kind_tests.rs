@@ -1,4 +1,4 @@
-//! Chunks of equal bytes but other kinds are kept apart (`chunks::kinds_share`): a file's
+//! Chunks of equal bytes but other kinds are kept apart (`crate::store::ingest::chunks::kinds_share`): a file's
 //! bytes equal to a metadata log record, or a header block equal to a payload.
 
 use super::tests::{meta, read_all, warc_record};

@@ -12,33 +12,19 @@
 //! synced RocksDB batch that commits a recipe with its refcount changes. A crash leaves the
 //! old state or the new one, plus pack bytes nothing references, which `gc` reclaims.
 
-mod ahead;
-mod bucket;
-mod cache;
-mod chunks;
+mod backend;
 mod config;
-mod dict;
-mod direct;
-mod follow;
-mod fsck;
 mod fsops;
 mod ingest;
 mod journal;
-mod maintain;
+pub mod layout;
+mod mode;
+mod maint;
 mod namespace;
+mod nodes;
 mod open;
 mod read;
-mod raw_members;
-mod ready;
-mod records;
-mod remote;
-mod repair;
-mod settle;
-mod shared;
 mod space;
-mod snapshot;
-mod source;
-mod tails;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
@@ -53,31 +39,33 @@ use crate::digest::{self, DigestFn};
 use crate::index::{Index, IndexError};
 use crate::pack::{self, OpenPack, PackError, PackReader};
 
-pub use ahead::{ReadAhead, START_AFTER as STREAMING_RUN};
+pub use read::ahead::{ReadAhead, START_AFTER as STREAMING_RUN};
 pub use config::{Compression, Config, Verify, Writers};
 pub use fsops::{FileUsage, Prepared};
 pub use ingest::{Presplit, Source};
-pub use source::Spares;
-pub use direct::ImportFile;
+pub use ingest::source::Spares;
+pub use ingest::direct::ImportFile;
 /// How much of a file ingest reads first (and an importer splits ahead, see `Presplit`).
 pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
-pub use fsck::{FsckReport, MAX_PROBLEMS};
-pub use follow::{Followed, FOLLOW_INTERVAL, PUBLISH_INTERVAL};
+pub use maint::fsck::{FsckReport, MAX_PROBLEMS};
+pub use nodes::follow::{Followed, FOLLOW_INTERVAL, PUBLISH_INTERVAL};
 pub use journal::CHECKPOINT_RECORDS;
-pub use maintain::{GcOptions, GcReport, ScanLimits, Stats};
-pub use settle::REMOTE_BUDGET as SETTLE_REMOTE_BUDGET;
-use bucket::{hostname, remote_packs, remote_packs_read_only};
-pub use remote::CLOSE_UPLOAD_WAIT;
-pub use remote::{init_remote, Joined};
+pub use maint::gc::{GcOptions, GcReport, ScanLimits, Stats};
+pub use maint::settle::REMOTE_BUDGET as SETTLE_REMOTE_BUDGET;
+use crate::bucket::hostname;
+use backend::{remote_packs, remote_packs_read_only};
+pub use nodes::join::CLOSE_UPLOAD_WAIT;
+pub use nodes::join::{init_remote, Joined};
 use open::{creation_leftover, open_index, recover_packs, remove_dead_runs, set_mode, take_lock};
 pub(crate) use open::read_config;
 pub use namespace::{components, DirEntry, FileMeta, Ingest, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
-pub use cache::{ReadCache, ReadCounters};
-pub use records::{RecordHead, StagedFiles};
-pub use repair::{repair_index, RepairReport};
-pub use shared::default_dir;
-pub use snapshot::SnapshotReport;
+pub use read::cache::{ReadCache, ReadCounters};
+pub use read::records::{RecordHead, StagedFiles};
+pub use maint::repair::{repair_index, RepairReport};
+pub use nodes::shared::default_dir;
+pub use maint::snapshot::SnapshotReport;
 pub use space::{Space, DEFAULT_MIN_FREE};
+pub use mode::Mode;
 
 pub const FORMAT_NAME: &str = "warcfs-store";
 /// The version new stores are made at: 7, version 5 whose gzip members' parses may be in
@@ -119,7 +107,7 @@ pub fn several_writers(version: u32) -> bool {
 pub fn longest_parses(version: u32) -> bool {
     version >= FORMAT_VERSION
 }
-pub(crate) const CONFIG_FILE: &str = "warcfs.json";
+pub(crate) use layout::CONFIG_FILE;
 
 /// How the pack reader finds a dictionary chunk: through the index.
 fn dict_locator(index: &std::sync::Arc<Index>) -> pack::DictLocator {
@@ -228,10 +216,10 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
 struct Writer {
     open: Option<OpenPack>,
     /// Chunks the ingest in progress appended; handed to its `Ingested` when it ends.
-    pending: chunks::Pending,
+    pending: ingest::chunks::Pending,
     collisions: u64,
     /// The dictionary chunks are compressed with, and the samples for the next.
-    dicts: dict::Dicts,
+    dicts: ingest::dict::Dicts,
 }
 
 /// Namespace and refcount changes are read-modify-write of index records: they hold this
@@ -245,6 +233,9 @@ pub(crate) struct Ns {
 pub struct Store {
     root: PathBuf,
     config: Config,
+    /// The bucket's client and this node's cache of its packs, on a store with a back end
+    /// (the pack reader reads through the same one).
+    bucket: Option<std::sync::Arc<crate::bucket::client::RemotePacks>>,
     /// Shared with the pack reader, which finds dictionary chunks through it.
     index: std::sync::Arc<Index>,
     packs: PackReader,
@@ -263,11 +254,11 @@ pub struct Store {
     /// A mount's background ingests, as it counts them.
     ingests: IngestCounters,
     /// Parse tails this process stored, for the copies of their payloads (`tails`).
-    tails: tails::KnownTails,
-    /// This node follows a bucket another node writes (`open_follower`): no change allowed.
-    follower: bool,
-    follow: Mutex<follow::FollowState>,
-    /// When this writer last published to the bucket (`follow::publish`).
+    tails: ingest::tails::KnownTails,
+    /// What this store is (`Mode`), decided at open.
+    mode: Mode,
+    follow: Mutex<nodes::follow::FollowState>,
+    /// When this writer last published to the bucket (`nodes::follow::publish`).
     published: Mutex<std::time::Instant>,
     _lock: File,
 }
@@ -324,7 +315,7 @@ impl Store {
 
     /// Creates a new store at `root`; fails if one is already there.
     pub fn init(root: &Path, config: Config) -> Result<Store> {
-        if root.join(CONFIG_FILE).exists() {
+        if crate::store::layout::config(root).exists() {
             return Err(StoreError::Io {
                 path: root.to_path_buf(),
                 err: io::Error::new(io::ErrorKind::AlreadyExists, "a store already exists here"),
@@ -346,7 +337,7 @@ impl Store {
     }
 
     pub(crate) fn open_with(root: &Path, opts: &OpenOptionsStore, digest: DigestFn) -> Result<Store> {
-        let cfg_path = root.join(CONFIG_FILE);
+        let cfg_path = crate::store::layout::config(root);
         if !root.exists() {
             if !opts.create {
                 return Err(StoreError::NoStore(root.to_path_buf()));
@@ -372,13 +363,13 @@ impl Store {
             set_mode(root, 0o700)?;
         }
         let lock = take_lock(root)?;
-        remove_dead_runs(&root.join("cache").join("runs"));
-        let index_dir = root.join("index");
+        remove_dead_runs(&crate::store::layout::cache(root).join("runs"));
+        let index_dir = crate::store::layout::index(root);
         let (config, created) = if fresh && !cfg_path.exists() {
             // Creation: the directories and an empty index first, the config last. A
             // directory with a config is a store, whose index must exist from then on; one
             // without is an unfinished creation, started again here.
-            for d in ["packs", "packs-tmp", "staging"] {
+            for d in crate::store::layout::DIRS {
                 fs::create_dir_all(root.join(d)).map_err(io_at(root))?;
             }
             if index_dir.exists() {
@@ -392,7 +383,7 @@ impl Store {
         } else {
             (read_config(&cfg_path)?, None)
         };
-        for d in ["packs", "packs-tmp", "staging"] {
+        for d in crate::store::layout::DIRS {
             fs::create_dir_all(root.join(d)).map_err(io_at(root))?;
         }
         let created_here = created.is_some();
@@ -405,31 +396,32 @@ impl Store {
         let mut seen: Vec<(u64, u64)> = Vec::new();
         // A shared writer's index is to take in packs published since it last closed.
         let mut catch_up = false;
-        let (packs, max_id) = match remote_packs(root, &config)? {
-            None => (PackReader::new(root.join("packs"), root.join("packs-tmp")), max_id),
+        let bucket = remote_packs(root, &config)?;
+        let (packs, max_id) = match bucket.clone() {
+            None => (PackReader::new(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root)), max_id),
             Some(r) if opts.follower => {
-                let remote::Synced { index: idx, listed: list, .. } = remote::sync_index(root, &config, index, &r, created_here, None)?;
+                let nodes::join::Synced { index: idx, listed: list, .. } = nodes::join::sync_index(root, &config, index, &r, created_here, None)?;
                 // A follower's index keeps no refcounts (`follow` leaves chunk changes out): it
                 // must never pass as up to date when this node next opens to write, where gc
                 // would take its zero counts at their word. 0 is no signature of any listing.
                 let mut b = crate::index::Batch::new();
-                b.put_meta_u64_unlogged(&idx, bucket::SIGNATURE, 0);
+                b.put_meta_u64_unlogged(&idx, backend::SIGNATURE, 0);
                 idx.write(b)?;
                 index = idx;
                 seen = list;
-                (PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r), max_id)
+                (PackReader::with_remote(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root), r), max_id)
             }
             Some(r) => {
-                let owner = bucket::lock_owner(&config);
+                let owner = crate::bucket::lock_owner(config.node.unwrap_or(0), several_writers(config.version));
                 let mut what = format!("{} pid {} {}", hostname(), std::process::id(), root.display());
                 if several_writers(config.version) {
                     // A lease says "pending" for as long as its node writes: records not yet
                     // published may rely on chunks a gc elsewhere would take, so a node killed
                     // at any moment keeps gc off until it starts again (or its lease is deleted
                     // by hand). A clean stop with nothing left to upload deletes it.
-                    what = format!("{}: writing ({what})", crate::pack::lock::PENDING);
+                    what = format!("{}: writing ({what})", crate::bucket::lock::PENDING);
                 }
-                crate::pack::lock::take_lock(&r.remote, &owner, &what).map_err(|err| {
+                crate::bucket::lock::take_lock(&r.remote, &owner, &what).map_err(|err| {
                     // Another node writes: readers (`cat`, `ls`, `stats`) open read-only.
                     if err.kind() == io::ErrorKind::WouldBlock {
                         StoreError::Busy { path: r.remote.url().into(), pid: err.to_string() }
@@ -438,8 +430,8 @@ impl Store {
                     }
                 })?;
                 // Another node wrote since this one last did: its index is rebuilt from the
-                // bucket before anything is written (see `bucket::SIGNATURE`).
-                let remote::Synced { index: idx, listed: list, taken_in } = remote::sync_index(root, &config, index, &r, created_here, Some(&owner))?;
+                // bucket before anything is written (see `backend::SIGNATURE`).
+                let nodes::join::Synced { index: idx, listed: list, taken_in } = nodes::join::sync_index(root, &config, index, &r, created_here, Some(&owner))?;
                 index = idx;
                 if several_writers(config.version) {
                     // The packs its index reflects: its first `follow` takes in the others.
@@ -448,42 +440,24 @@ impl Store {
                     // Until this node closes cleanly (`note_bucket`), its index reflects no
                     // listing: a node killed now rebuilds at its next open.
                     let mut b = crate::index::Batch::new();
-                    b.put_meta_u64_unlogged(&index, bucket::SIGNATURE, 0);
+                    b.put_meta_u64_unlogged(&index, backend::SIGNATURE, 0);
                     index.write(b)?;
                 }
                 // This node's packs: ids below the next node's range.
-                let node_base = bucket::node_base(&config);
+                let node_base = backend::node_base(&config);
                 let remote_max = list.iter().map(|p| p.0).filter(|id| id >> 48 == node_base >> 48).max().unwrap_or(0);
-                let mut packs = PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r);
+                let mut packs = PackReader::with_remote(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root), r);
                 packs.start_uploads(owner).map_err(io_at(root))?;
                 (packs, max_id.max(remote_max).max(node_base))
             }
         };
-        let follower = opts.follower && config.backend.is_some();
-        let level = if several_writers(config.version) { chunks::UNSETTLED_ZSTD_LEVEL } else { chunks::ZSTD_LEVEL };
-        let dicts = dict::Dicts::new(!follower && config.version >= DICT_FORMAT_VERSION && config.compression == Compression::Zstd, level);
+        let mode = Mode::at_open(&config, opts.follower);
+        let follower = mode.follows();
+        let level = if several_writers(config.version) { ingest::chunks::UNSETTLED_ZSTD_LEVEL } else { ingest::chunks::ZSTD_LEVEL };
+        let dicts = ingest::dict::Dicts::new(!follower && config.version >= DICT_FORMAT_VERSION && config.compression == Compression::Zstd, level);
         let index = std::sync::Arc::new(index);
         packs.set_dict_locator(dict_locator(&index));
-        let store = Store {
-            root: root.to_path_buf(),
-            config,
-            index,
-            packs,
-            cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
-            writer: Mutex::new(Writer { open: None, pending: chunks::Pending::default(), collisions: 0, dicts }),
-            journal: Mutex::new(journal::Journal { open: None, next_seq: 0, poisoned: false }),
-            next_pack: (max_id + 1).into(),
-            ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
-            digest,
-            limits: ScanLimits::default(),
-            space: Space::new(root.to_path_buf(), space::DEFAULT_MIN_FREE),
-            ingests: IngestCounters::default(),
-            tails: tails::KnownTails::default(),
-            follower,
-            follow: Mutex::new(follow::FollowState::seeded(seen.iter().map(|p| p.0))),
-            published: Mutex::new(std::time::Instant::now()),
-            _lock: lock,
-        };
+        let store = Store::assemble(root, config, index, packs, bucket, dicts, max_id + 1, digest, mode, nodes::follow::FollowState::seeded(seen.iter().map(|p| p.0)), lock);
         store.roll_forward(&recovered)?;
         open::recovered(root)?;
         // A shared store's writer takes in what the other nodes published since it last
@@ -495,7 +469,7 @@ impl Store {
                 log::warn!("{}: taking in the other nodes' changes: {e}", root.display());
             }
         }
-        if store.is_shared() && !created_here && !follower && store.inode(namespace::ROOT_INO)?.is_none() {
+        if store.mode == Mode::SharedWriter && !created_here && store.inode(namespace::ROOT_INO)?.is_none() {
             // On a shared store only the node that made it makes the root (one key, one
             // writer): its first records are not in the bucket yet.
             return Err(StoreError::Log(format!(
@@ -527,42 +501,64 @@ impl Store {
         &self.space
     }
 
+    /// The one place a `Store` is put together, from what an open found.
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        root: &Path,
+        config: Config,
+        index: std::sync::Arc<Index>,
+        packs: PackReader,
+        bucket: Option<std::sync::Arc<crate::bucket::client::RemotePacks>>,
+        dicts: ingest::dict::Dicts,
+        next_pack: u64,
+        digest: DigestFn,
+        mode: Mode,
+        follow: nodes::follow::FollowState,
+        lock: File,
+    ) -> Store {
+        Store {
+            root: root.to_path_buf(),
+            config,
+            bucket,
+            index,
+            packs,
+            cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
+            writer: Mutex::new(Writer { open: None, pending: ingest::chunks::Pending::default(), collisions: 0, dicts }),
+            journal: Mutex::new(journal::Journal { open: None, next_seq: 0, poisoned: false }),
+            next_pack: next_pack.into(),
+            ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
+            digest,
+            limits: ScanLimits::default(),
+            space: Space::new(root.to_path_buf(), space::DEFAULT_MIN_FREE),
+            ingests: IngestCounters::default(),
+            tails: ingest::tails::KnownTails::default(),
+            mode,
+            follow: Mutex::new(follow),
+            published: Mutex::new(std::time::Instant::now()),
+            _lock: lock,
+        }
+    }
+
     /// Opens a store that another process owns (a mounted store) for reading: `stats`,
     /// `ls` and `cat` see it as of now. Nothing can be written through it.
     pub fn open_read_only(root: &Path) -> Result<Store> {
-        let cfg_path = root.join(CONFIG_FILE);
+        let cfg_path = crate::store::layout::config(root);
         if !cfg_path.exists() {
             return Err(if root.exists() { StoreError::NotAStore(root.to_path_buf()) } else { StoreError::NoStore(root.to_path_buf()) });
         }
         let config = read_config(&cfg_path)?;
-        let index = open_index(root, &root.join("index"), true, config.version)?;
-        let lock = File::open(root.join("lock")).map_err(io_at(root))?;
-        let packs = match remote_packs_read_only(root, &config)? {
-            None => PackReader::new(root.join("packs"), root.join("packs-tmp")),
-            Some(r) => PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r),
+        let index = open_index(root, &crate::store::layout::index(root), true, config.version)?;
+        let lock = File::open(crate::store::layout::lock(root)).map_err(io_at(root))?;
+        let bucket = remote_packs_read_only(root, &config)?;
+        let packs = match bucket.clone() {
+            None => PackReader::new(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root)),
+            Some(r) => PackReader::with_remote(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root), r),
         };
         let index = std::sync::Arc::new(index);
         packs.set_dict_locator(dict_locator(&index));
-        Ok(Store {
-            root: root.to_path_buf(),
-            config,
-            index,
-            packs,
-            cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
-            writer: Mutex::new(Writer { open: None, pending: chunks::Pending::default(), collisions: 0, dicts: dict::Dicts::new(false, chunks::ZSTD_LEVEL) }),
-            journal: Mutex::new(journal::Journal { open: None, next_seq: 0, poisoned: false }),
-            next_pack: 0.into(),
-            ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
-            digest: digest::sha256,
-            limits: ScanLimits::default(),
-            space: Space::new(root.to_path_buf(), space::DEFAULT_MIN_FREE),
-            ingests: IngestCounters::default(),
-            tails: tails::KnownTails::default(),
-            follower: false,
-            follow: Mutex::new(follow::FollowState::default()),
-            published: Mutex::new(std::time::Instant::now()),
-            _lock: lock,
-        })
+        let dicts = ingest::dict::Dicts::new(false, ingest::chunks::ZSTD_LEVEL);
+        let mode = Mode::at_open(&config, false);
+        Ok(Store::assemble(root, config, index, packs, bucket, dicts, 0, digest::sha256, mode, nodes::follow::FollowState::default(), lock))
     }
 
     /// Opens the store to read: exclusively if it is free, read-only if another process
@@ -612,11 +608,11 @@ impl Store {
     fn seal_pack(&self, open: OpenPack) -> Result<()> {
         let id = open.id;
         if open.is_empty() {
-            let path = self.root.join("packs-tmp").join(pack::pack_name(id));
+            let path = crate::store::layout::packs_tmp(&self.root).join(pack::pack_name(id));
             drop(open);
             fs::remove_file(&path).map_err(io_at(&path))?;
         } else {
-            let dir = self.root.join("packs");
+            let dir = crate::store::layout::packs(&self.root);
             open.seal(&dir).map_err(io_at(&dir))?;
             self.packs.forget(id);
             self.packs.sealed(id);
@@ -649,7 +645,7 @@ impl Drop for Store {
             }
         }
         // On a bucket-backed store: the packs go up (bounded), then the lock is given back.
-        if let Err(e) = self.close_remote(remote::CLOSE_UPLOAD_WAIT) {
+        if let Err(e) = self.close_remote(nodes::join::CLOSE_UPLOAD_WAIT) {
             log::warn!("{e}");
         }
     }
@@ -659,7 +655,3 @@ impl Drop for Store {
 mod tests;
 #[cfg(test)]
 mod kind_tests;
-#[cfg(test)]
-mod tail_tests;
-#[cfg(test)]
-mod raw_member_tests;

@@ -37,8 +37,8 @@ const RECOVERING: &str = "recovering";
 /// still to be rolled forward: those sealed now and those an open cut short sealed
 /// (`RECOVERING`). Call `recovered` once their records are applied.
 pub(super) fn recover_packs(root: &Path) -> Result<(u64, Vec<u64>)> {
-    let packs_dir = root.join("packs");
-    let tmp_dir = root.join("packs-tmp");
+    let packs_dir = crate::store::layout::packs(root);
+    let tmp_dir = crate::store::layout::packs_tmp(root);
     let mut max_id = 0u64;
     for entry in fs::read_dir(&packs_dir).map_err(io_at(&packs_dir))? {
         let entry = entry.map_err(io_at(&packs_dir))?;
@@ -167,7 +167,7 @@ pub(super) fn set_mode(path: &Path, mode: u32) -> Result<()> {
 
 /// Takes the store's exclusive lock, or names the process that holds it.
 pub(super) fn take_lock(root: &Path) -> Result<File> {
-    let path = root.join("lock");
+    let path = crate::store::layout::lock(root);
     let mut f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(io_at(&path))?;
     // SAFETY: flock on a descriptor we own.
     let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };

@@ -285,7 +285,7 @@ fn windowed_ingest_finds_what_whole_file_ingest_finds() {
 
 #[test]
 fn windows_read_from_a_file_are_those_read_from_memory() {
-    // A file's windows are read into buffers (reused from window to window: `source::Spare`);
+    // A file's windows are read into buffers (reused from window to window: `crate::store::ingest::source::Spare`);
     // in memory they are borrowed. Small windows: many of them, and windows that grow when
     // a member does not fit.
     let dir = tempfile::tempdir().unwrap();
@@ -863,7 +863,7 @@ fn repair_gives_a_store_without_settings_the_version_its_packs_were_written_for(
     p.sync().unwrap();
     p.seal(&dir.path().join("packs")).unwrap();
     let packs = crate::pack::PackReader::new(dir.path().join("packs"), dir.path().join("packs-tmp"));
-    assert_eq!(super::repair::packs_version(dir.path(), &packs).unwrap(), (FORMAT_VERSION, true));
+    assert_eq!(super::maint::repair::packs_version(dir.path(), &packs).unwrap(), (FORMAT_VERSION, true));
 }
 
 /// The settled level in the header of every chunk's blob in every sealed pack (not the
@@ -914,8 +914,8 @@ fn gc_settles_each_pack_once() {
     }
     assert!(smaller(crate::pack::Codec::Zstd as u8, Some(crate::pack::ChunkKind::Recipe)) > 0, "no recipe piece was recompressed smaller");
     let levels = blob_levels(dir.path());
-    assert!(!levels.is_empty() && levels.iter().all(|&l| l == settle::LEVEL), "{levels:?}");
-    assert!(rep.bytes_after < rep.bytes_before, "level {} stores these pages smaller: {rep:?}", settle::LEVEL);
+    assert!(!levels.is_empty() && levels.iter().all(|&l| l == crate::store::maint::settle::LEVEL), "{levels:?}");
+    assert!(rep.bytes_after < rep.bytes_before, "level {} stores these pages smaller: {rep:?}", crate::store::maint::settle::LEVEL);
     for (f, data) in files.iter().enumerate() {
         assert_eq!(read_all(&s, &format!("/f{f}.warc")), *data);
     }
@@ -927,7 +927,7 @@ fn gc_settles_each_pack_once() {
     let more: Vec<u8> = (0..300u32).flat_map(|r| warc_record(9000 + r, &site_page(9000 + r))).collect();
     s.put_file(ROOT_INO, b"more.warc", &more, meta()).unwrap();
     assert!(s.gc().unwrap().packs_settled > 0);
-    assert!(blob_levels(dir.path()).iter().all(|&l| l == settle::LEVEL));
+    assert!(blob_levels(dir.path()).iter().all(|&l| l == crate::store::maint::settle::LEVEL));
     assert_eq!(read_all(&s, "/more.warc"), more);
     drop(s);
 
@@ -957,7 +957,7 @@ fn gc_settles_only_what_the_disk_has_room_for() {
     s.space.set_floor(0);
     let rep = s.gc().unwrap();
     assert!(rep.packs_settled > 0 && rep.packs_left_unsettled == 0, "{rep:?}");
-    assert!(blob_levels(dir.path()).iter().all(|&l| l == settle::LEVEL));
+    assert!(blob_levels(dir.path()).iter().all(|&l| l == crate::store::maint::settle::LEVEL));
     assert_eq!(read_all(&s, "/f.warc"), data);
 }
 

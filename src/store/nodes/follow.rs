@@ -18,8 +18,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::journal::{MetaRecord, APPLIED_SEQ};
-use super::{io_at, Result, Store, StoreError};
+use crate::store::journal::{MetaRecord, APPLIED_SEQ};
+use crate::store::{io_at, Result, Store, StoreError};
 use crate::LockExt;
 use crate::index::{Batch, ChunkEntry};
 use crate::pack::ChunkKind;
@@ -38,15 +38,15 @@ pub struct Followed {
 
 /// What a follower has seen of the bucket.
 #[derive(Default)]
-pub(super) struct FollowState {
+pub(in crate::store) struct FollowState {
     /// Packs whose footers are in the index.
-    pub(super) seen: HashSet<u64>,
+    pub(in crate::store) seen: HashSet<u64>,
     /// Log records read but not applied yet (an earlier one is missing so far).
-    pub(super) waiting: Vec<MetaRecord>,
+    pub(in crate::store) waiting: Vec<MetaRecord>,
     /// Set once a gap was reported, so that it is logged once.
     gap_reported: bool,
     /// Set on the placeholder left while a `follow` has the state out.
-    pub(super) busy: bool,
+    pub(in crate::store) busy: bool,
     /// A follower's other copies of chunks it keeps elsewhere (met in later packs): where a
     /// chunk goes when gc trashes the pack it is kept in without copying it (gc kept the
     /// other copy). Only duplicates are here: a few, unless two writers stored one payload
@@ -66,7 +66,7 @@ const STALLED_ROUNDS: u32 = 3;
 impl FollowState {
     /// A follower whose index reflects exactly the packs `ids` (the listing it was checked or
     /// rebuilt against: a pack published since is read by the first `follow`).
-    pub(super) fn seeded(ids: impl Iterator<Item = u64>) -> FollowState {
+    pub(in crate::store) fn seeded(ids: impl Iterator<Item = u64>) -> FollowState {
         FollowState { seen: ids.collect(), ..FollowState::default() }
     }
 }
@@ -74,13 +74,13 @@ impl FollowState {
 impl Store {
     /// Whether this store follows a bucket that another node writes (`open_follower`).
     pub fn is_follower(&self) -> bool {
-        self.follower
+        self.mode.follows()
     }
 
     /// Whether files here change without this process: another node writes them (this is
     /// a follower, or one of the nodes of a store several nodes write).
     pub fn changed_elsewhere(&self) -> bool {
-        self.follower || self.is_shared()
+        self.mode.changed_elsewhere()
     }
 
     /// The writer's side: seals the open data pack, then the log's, if they hold anything,
@@ -153,9 +153,9 @@ impl Store {
         let live: HashSet<u64> = listed.iter().map(|p| p.0).collect();
         // A writer of a shared store: its own packs are in its index as it wrote them, and a
         // chunk it has keeps its place and count (another node's copy of it is garbage).
-        let writer = !self.follower;
+        let writer = !self.mode.follows();
         for id in new {
-            if writer && super::bucket::node_of(id) == self.node() {
+            if writer && crate::bucket::node_of(id) == self.node() {
                 st.seen.insert(id);
                 continue;
             }
@@ -199,7 +199,7 @@ impl Store {
             st.seen.insert(id);
         }
         let departed = self.relocate_departed(st, &live)?;
-        let applied = if self.is_shared() { self.apply_waiting_shared(st) } else { self.apply_waiting(st) };
+        let applied = if self.mode.shared() { self.apply_waiting_shared(st) } else { self.apply_waiting(st) };
         if applied.as_ref().map_or(true, |&n| n > 0) || moved || departed {
             // Cached chunk places and recipe pieces may name what changed (a pack gc wrote
             // moves chunks without a log record).
@@ -237,7 +237,7 @@ impl Store {
             let rec = &st.waiting[i];
             // A checkpoint restates what its node's records said before: nothing changes.
             if rec.checkpoint.is_none() {
-                st.changed.extend(super::shared::inodes_changed(&rec.ops));
+                st.changed.extend(crate::store::nodes::shared::inodes_changed(&rec.ops));
             }
             last = Some(seq);
             applied += 1;
@@ -274,14 +274,14 @@ impl Store {
             };
         }
         while let Some(rec) = recs.next() {
-            let Some(node) = rec.node.filter(|&n| n != self.node() || self.follower) else { continue };
+            let Some(node) = rec.node.filter(|&n| n != self.node() || self.mode.follows()) else { continue };
             if blocked == Some(rec.node) {
                 keep.push(rec);
                 continue;
             }
             let prev = match last {
                 Some((n, l)) if n == rec.node => l,
-                _ => or_wait!(self.index.meta_u64_opt(&super::journal::applied_key(node)), rec),
+                _ => or_wait!(self.index.meta_u64_opt(&crate::store::journal::applied_key(node)), rec),
             };
             if prev.is_some_and(|l| rec.seq <= l) {
                 continue;
@@ -320,7 +320,7 @@ impl Store {
             }
             st.stalled.remove(&(node, rec.seq));
             if rec.checkpoint.is_none() {
-                st.changed.extend(super::shared::inodes_changed(&rec.ops));
+                st.changed.extend(crate::store::nodes::shared::inodes_changed(&rec.ops));
             }
             last = Some((rec.node, Some(rec.seq)));
             applied += 1;

@@ -5,9 +5,9 @@ use std::io::Write;
 
 use proptest::prelude::*;
 
-use super::kind_tests::{head, store};
-use super::tests::{gzip_member, meta, read_all};
-use super::*;
+use crate::store::kind_tests::{head, store};
+use crate::store::tests::{gzip_member, meta, read_all};
+use crate::store::*;
 
 /// A member of `record` whose deflate stream turns invalid after its first 300 bytes of
 /// text: a block of the reserved type follows a sync flush.
@@ -25,7 +25,7 @@ fn corrupt_member(record: &[u8]) -> Vec<u8> {
 /// One dated WARC response record whose payload is `body` (no payload digest: the index
 /// computes it).
 fn warc_record(id: u32, body: &[u8]) -> Vec<u8> {
-    let mut r = super::tests::warc_record(id, body);
+    let mut r = crate::store::tests::warc_record(id, body);
     let at = r.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
     r.splice(at..at, b"WARC-Date: 2026-11-27T23:00:00Z\r\n".iter().copied());
     r
@@ -48,7 +48,7 @@ fn sha1_of(data: &[u8]) -> String {
 
 fn index_lines(s: &Store, name: &str) -> Vec<String> {
     let mut lines = Vec::new();
-    s.cdxj_each(name, records::StagedFiles::Refuse, &mut |l| {
+    s.cdxj_each(name, crate::store::read::records::StagedFiles::Refuse, &mut |l| {
         lines.push(l);
         Ok(())
     })
@@ -85,7 +85,7 @@ fn records_in_members_kept_raw_are_indexed_with_their_lengths() {
         assert!(String::from_utf8_lossy(&r.warc_header).contains(&id), "record {i}");
         assert!(r.http_header.as_ref().is_some_and(|h| h.starts_with(b"HTTP/1.1 200")), "record {i}");
     }
-    assert_eq!(recs.iter().map(|r| r.block == records::BlockAt::RawMember).collect::<Vec<_>>(), [false, true, false, true]);
+    assert_eq!(recs.iter().map(|r| r.block == crate::store::read::records::BlockAt::RawMember).collect::<Vec<_>>(), [false, true, false, true]);
 
     // Their index lines: whole members have their payload's digest; the raw ones have the
     // digest of what their text holds, as cdxj-indexer computes it from what it inflates.
@@ -105,8 +105,8 @@ fn records_in_members_kept_raw_are_indexed_with_their_lengths() {
     };
     // b's text ends where its invalid block begins, d's where its bytes do.
     for (i, text) in [(1usize, warc_record(2, &bodies[1])[..300].to_vec()), (3, text_of(d))] {
-        let http_end = crate::store::records::find(&text, b"\r\n\r\nHTTP").unwrap() + 4;
-        let payload_at = http_end + crate::store::records::find(&text[http_end..], b"\r\n\r\n").unwrap() + 4;
+        let http_end = crate::store::read::records::find(&text, b"\r\n\r\nHTTP").unwrap() + 4;
+        let payload_at = http_end + crate::store::read::records::find(&text[http_end..], b"\r\n\r\n").unwrap() + 4;
         assert!(text.len() < payload_at + bodies[i].len(), "record {i} is cut");
         assert_eq!(got[i].2, sha1_of(&text[payload_at..]), "record {i}");
     }
@@ -280,7 +280,7 @@ fn a_member_cut_inside_its_warc_header_is_indexed_as_cdxj_indexer_does() {
     // Stored blocks, so that the text is the bytes: the record cut inside its header.
     let text = warc_record(2, b"two");
     let b = gzip_member(&text, 0);
-    let after_length = crate::store::records::find(&text, b"Content-Length: ").unwrap() + 16;
+    let after_length = crate::store::read::records::find(&text, b"Content-Length: ").unwrap() + 16;
     // Cut where its Content-Length has no value yet (warcio takes the block as empty and
     // cdxj-indexer prints the fields it has), and before that line (warcio finds no HTTP
     // header where it looks for one and stops the file: no line).

@@ -35,19 +35,19 @@ const MAX_BYTES: usize = 64 << 20;
 const ENTRY_OVERHEAD: usize = 96;
 
 /// A tail stored before, and what its bytes follow from.
-pub(super) struct KnownTail {
+pub(in crate::store) struct KnownTail {
     /// The member's tail identity, then its text after the payload.
     identity: Box<[u8]>,
     /// The payload's chunks, as the member's recipe slices them.
-    pub(super) payload: Box<[Slice]>,
-    pub(super) tail: ChunkKey,
+    pub(in crate::store) payload: Box<[Slice]>,
+    pub(in crate::store) tail: ChunkKey,
     /// The tail's length (for the file's statistics).
-    pub(super) tail_len: u64,
+    pub(in crate::store) tail_len: u64,
 }
 
 impl KnownTail {
     /// The identity it was stored for (see the module's comment).
-    pub(super) fn identity(&self) -> &[u8] {
+    pub(in crate::store) fn identity(&self) -> &[u8] {
         &self.identity
     }
 
@@ -66,7 +66,7 @@ struct Entries {
 
 /// The tails known to this process (see the module's comment).
 #[derive(Default)]
-pub(super) struct KnownTails {
+pub(in crate::store) struct KnownTails {
     entries: Mutex<Entries>,
     hasher: RandomState,
     /// Members whose tail was named, and those whose naming the store refused.
@@ -76,7 +76,7 @@ pub(super) struct KnownTails {
 
 impl KnownTails {
     /// The tail whose identity is `identity`, byte for byte.
-    pub(super) fn find(&self, identity: &[u8]) -> Option<Arc<KnownTail>> {
+    pub(in crate::store) fn find(&self, identity: &[u8]) -> Option<Arc<KnownTail>> {
         let h = self.hasher.hash_one(identity);
         let candidates: Vec<Arc<KnownTail>> = self.entries.locked().by_hash.get(&h).cloned().unwrap_or_default();
         // Compared outside the lock: identities run to tens of KiB.
@@ -86,7 +86,7 @@ impl KnownTails {
     /// Remembers `tail`, stored for a member of `identity` whose payload is `payload`. It
     /// replaces an entry of the same identity (whose chunk may be gone, or whose payload
     /// was another).
-    pub(super) fn remember(&self, identity: Box<[u8]>, payload: Box<[Slice]>, tail: ChunkKey, tail_len: u64) {
+    pub(in crate::store) fn remember(&self, identity: Box<[u8]>, payload: Box<[Slice]>, tail: ChunkKey, tail_len: u64) {
         let h = self.hasher.hash_one(&identity[..]);
         let known = Arc::new(KnownTail { identity, payload, tail, tail_len });
         let size = known.bytes();
@@ -117,28 +117,28 @@ impl KnownTails {
     }
 
     /// Forgets every tail: gc may collect their chunks.
-    pub(super) fn clear(&self) {
+    pub(in crate::store) fn clear(&self) {
         *self.entries.locked() = Entries::default();
     }
 
     /// Every entry, oldest first (tests change them, as a storage seam).
     #[cfg(test)]
-    pub(super) fn entries(&self) -> Vec<Arc<KnownTail>> {
+    pub(in crate::store) fn entries(&self) -> Vec<Arc<KnownTail>> {
         self.entries.locked().order.iter().map(|(_, k)| k.clone()).collect()
     }
 
     /// `entry` again, with another payload and tail (tests).
     #[cfg(test)]
-    pub(super) fn replace(&self, entry: &KnownTail, payload: Box<[Slice]>, tail: ChunkKey) {
+    pub(in crate::store) fn replace(&self, entry: &KnownTail, payload: Box<[Slice]>, tail: ChunkKey) {
         self.remember(entry.identity.clone(), payload, tail, entry.tail_len);
     }
 
     /// Members whose tail was named, and those whose naming the store refused.
-    pub(super) fn counts(&self) -> (u64, u64) {
+    pub(in crate::store) fn counts(&self) -> (u64, u64) {
         (self.named.load(Ordering::Relaxed), self.refused.load(Ordering::Relaxed))
     }
 
-    pub(super) fn count(&self, named: bool) {
+    pub(in crate::store) fn count(&self, named: bool) {
         let c = if named { &self.named } else { &self.refused };
         c.fetch_add(1, Ordering::Relaxed);
     }

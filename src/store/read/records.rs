@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use sha1::Digest as _;
 
-use super::{Inode, InodeKind, Result, Store};
+use crate::store::{Inode, InodeKind, Result, Store};
 use crate::format::cdx;
 use crate::digest::ChunkKey;
 use crate::pack::ChunkKind;
@@ -14,7 +14,7 @@ use crate::recipe::{Extent, Piece, RecipeHead, Segment};
 
 /// A plain file's record block is read this much at a time for its index line (its HTTP
 /// header must lie within the first this many bytes, as it does in any real WARC).
-pub(super) const BLOCK_HEAD: usize = 4 << 20;
+pub(in crate::store) const BLOCK_HEAD: usize = 4 << 20;
 
 /// One WARC record of a stored file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,13 +29,13 @@ pub struct RecordHead {
     /// The HTTP header block at the start of the record's block, if there is one.
     pub http_header: Option<Vec<u8>>,
     /// Where its block is stored.
-    pub(super) block: BlockAt,
+    pub(in crate::store) block: BlockAt,
 }
 
 /// Where a record's block is stored, for the index line of a record whose headers do not
 /// hold all the line needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum BlockAt {
+pub(in crate::store) enum BlockAt {
     /// In the file as it is (a plain WARC).
     Plain,
     /// In a gzip member stored as its text: (piece, segment) of the recipe.
@@ -66,11 +66,11 @@ impl RecordHead {
     }
 }
 
-pub(super) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+pub(in crate::store) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-pub(super) fn content_length(header: &[u8]) -> Option<u64> {
+pub(in crate::store) fn content_length(header: &[u8]) -> Option<u64> {
     header.split(|&b| b == b'\n').find_map(|line| {
         let (name, value) = std::str::from_utf8(line).ok()?.split_once(':')?;
         name.trim().eq_ignore_ascii_case("content-length").then(|| value.trim().parse().ok()).flatten()
@@ -78,7 +78,7 @@ pub(super) fn content_length(header: &[u8]) -> Option<u64> {
 }
 
 /// Splits header bytes at a record start into the WARC header and the HTTP header.
-pub(super) fn split_heads(bytes: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>, u64)> {
+pub(in crate::store) fn split_heads(bytes: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>, u64)> {
     let end = find(bytes, b"\r\n\r\n")? + 4;
     let warc = &bytes[..end];
     let clen = content_length(warc)?;
@@ -103,7 +103,7 @@ impl Store {
                 }
                 // A chunk the index does not know is damage, not "no headers here": the
                 // index would leave its records out and exit 0.
-                let e = self.index.chunk(k)?.ok_or_else(|| super::StoreError::MissingChunk(k.to_string()))?;
+                let e = self.index.chunk(k)?.ok_or_else(|| crate::store::StoreError::MissingChunk(k.to_string()))?;
                 let kind = ChunkKind::from_u8(e.kind);
                 cache.insert(*k, kind);
                 Ok(kind)
@@ -113,9 +113,9 @@ impl Store {
 
     fn literal_bytes(&self, piece: &Piece, e: &Extent) -> Result<Vec<u8>> {
         let key = piece.keys[e.chunk as usize];
-        let entry = self.index.chunk(&key)?.ok_or_else(|| super::StoreError::MissingChunk(key.to_string()))?;
+        let entry = self.index.chunk(&key)?.ok_or_else(|| crate::store::StoreError::MissingChunk(key.to_string()))?;
         let chunk = self.chunk_bytes(&key, &entry)?;
-        Ok(super::read::extent_bytes(&chunk, e, &key)?.to_vec())
+        Ok(crate::store::read::extent_bytes(&chunk, e, &key)?.to_vec())
     }
 
     /// Every WARC record of a stored file, found by walking its recipe's header chunks.
@@ -228,9 +228,9 @@ impl Store {
             let mut text = Vec::new();
             for e in plain {
                 let key = piece.keys[e.chunk as usize];
-                let entry = self.index.chunk(&key)?.ok_or_else(|| super::StoreError::MissingChunk(key.to_string()))?;
+                let entry = self.index.chunk(&key)?.ok_or_else(|| crate::store::StoreError::MissingChunk(key.to_string()))?;
                 let chunk = self.chunk_bytes(&key, &entry)?;
-                text.extend_from_slice(super::read::extent_bytes(&chunk, e, &key)?);
+                text.extend_from_slice(crate::store::read::extent_bytes(&chunk, e, &key)?);
             }
             let clen = usize::try_from(stated).unwrap_or(usize::MAX);
             let block = text.get(hlen..hlen.saturating_add(clen).min(text.len())).unwrap_or(&[]);
@@ -267,7 +267,7 @@ impl Store {
     /// says what to do with files still being written through a mount.
     pub fn cdxj_each(&self, root: &str, staged: StagedFiles, f: &mut dyn FnMut(String) -> std::io::Result<()>) -> Result<()> {
         let ino = self.resolve(root)?;
-        let inode = self.inode(ino)?.ok_or_else(|| super::StoreError::NotFound(root.to_string()))?;
+        let inode = self.inode(ino)?.ok_or_else(|| crate::store::StoreError::NotFound(root.to_string()))?;
         // Each file is indexed as the walk meets it: a store of millions of files is not
         // listed whole first (the mount's daemon builds `/.warcfs/index.cdxj` this way).
         let mut index_file = |name: &str, inode: &Inode| -> Result<()> {
@@ -275,7 +275,7 @@ impl Store {
             if indexed && inode.staged {
                 // Its recipe is older than its bytes: an index of it would be wrong.
                 return match staged {
-                    StagedFiles::Refuse => Err(super::StoreError::Staged(name.to_string())),
+                    StagedFiles::Refuse => Err(crate::store::StoreError::Staged(name.to_string())),
                     StagedFiles::Skip => Ok(()),
                 };
             }
@@ -289,7 +289,7 @@ impl Store {
                     self.record_line(head, &r, name)?
                 };
                 if let Some(line) = line {
-                    f(line).map_err(|err| super::StoreError::Io { path: "<index>".into(), err })?;
+                    f(line).map_err(|err| crate::store::StoreError::Io { path: "<index>".into(), err })?;
                 }
                 Ok(())
             })
@@ -307,7 +307,7 @@ impl Store {
                 }
             }
         } else {
-            let name = super::components(root)?.last().map(|c| c.to_string()).unwrap_or_default();
+            let name = crate::store::components(root)?.last().map(|c| c.to_string()).unwrap_or_default();
             index_file(&name, &inode)?;
         }
         Ok(())
@@ -317,7 +317,7 @@ impl Store {
 /// The CDXJ line of record `r` from the first bytes of its block. `hash_from(n, h)` adds the
 /// block from byte `n` on to `h`, for the digest of a record that names none; its error is
 /// the line's (an index must not print a line without the digest it could not compute).
-pub(super) fn line_from_block_head(r: &RecordHead, block_head: &[u8], name: &str, mut hash_from: impl FnMut(usize, &mut sha1::Sha1) -> Result<()>) -> Result<Option<String>> {
+pub(in crate::store) fn line_from_block_head(r: &RecordHead, block_head: &[u8], name: &str, mut hash_from: impl FnMut(usize, &mut sha1::Sha1) -> Result<()>) -> Result<Option<String>> {
     let mut failed = None;
     let mut digest_from = |from: usize| {
         let mut h = sha1::Sha1::new();

@@ -11,8 +11,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use super::read::Ahead;
-use super::Store;
+use crate::store::read::Ahead;
+use crate::store::Store;
 use crate::LockExt;
 use crate::recipe::RecipeHead;
 
@@ -158,7 +158,7 @@ fn work(shared: &Shared) {
             drop(st);
             // The reader will hit the same error (or bug) itself and report it; this is only
             // a hint, and a worker lost to a panic would end read-ahead for every reader.
-            if let Err(e) = super::bug_as_error("read-ahead", || shared.store.run_ahead(&head, &job)) {
+            if let Err(e) = crate::store::bug_as_error("read-ahead", || shared.store.run_ahead(&head, &job)) {
                 log::debug!("read-ahead in recipe {}: {e}", head.id);
             }
             st = shared.state.locked();
@@ -184,7 +184,7 @@ fn work(shared: &Shared) {
         }
         st.planned.insert(reader, to);
         drop(st);
-        let planned_jobs = super::bug_as_error("planning read-ahead", || shared.store.plan_ahead(&head, from, to));
+        let planned_jobs = crate::store::bug_as_error("planning read-ahead", || shared.store.plan_ahead(&head, from, to));
         st = shared.state.locked();
         match planned_jobs {
             // The reader may have gone while this was planned.

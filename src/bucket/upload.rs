@@ -9,14 +9,13 @@
 //! lock object in the bucket fresh (`lock`).
 
 use std::collections::VecDeque;
-use std::fs::File;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::remote::{pack_object, RemotePacks};
-use super::pack_name;
+use super::client::{pack_object, RemotePacks};
+use crate::pack::pack_name;
 use crate::LockExt;
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(2);
@@ -34,7 +33,7 @@ struct Shared {
     packs_dir: PathBuf,
     /// The pack reader's open handles: an uploaded pack's handle must go (the file moves
     /// into the cache, where eviction punches holes in it).
-    files: Arc<Mutex<lru::LruCache<u64, Arc<File>>>>,
+    files: crate::pack::OpenFiles,
     lock: String,
 }
 
@@ -53,7 +52,7 @@ struct State {
 }
 
 impl Uploads {
-    pub fn start(remote: Arc<RemotePacks>, packs_dir: PathBuf, files: Arc<Mutex<lru::LruCache<u64, Arc<File>>>>, ids: Vec<u64>, lock: String) -> std::io::Result<Uploads> {
+    pub fn start(remote: Arc<RemotePacks>, packs_dir: PathBuf, files: crate::pack::OpenFiles, ids: Vec<u64>, lock: String) -> std::io::Result<Uploads> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State { queue: ids.into(), ..State::default() }),
             changed: Condvar::new(),
@@ -270,5 +269,23 @@ fn work(s: &Shared) {
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
+    }
+}
+
+impl crate::pack::UploadQueue for Uploads {
+    fn push(&self, id: u64) {
+        Uploads::push(self, id)
+    }
+    fn fenced(&self) -> bool {
+        Uploads::fenced(self)
+    }
+    fn state(&self) -> (u64, Option<String>) {
+        Uploads::state(self)
+    }
+    fn wait_idle(&self, timeout: Duration) -> Vec<u64> {
+        Uploads::wait_idle(self, timeout)
+    }
+    fn stop(&self) {
+        Uploads::stop(self)
     }
 }

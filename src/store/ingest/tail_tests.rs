@@ -2,8 +2,8 @@
 //! its own payload chunks are that copy's and the tail's chunk is still there; otherwise it
 //! is proven in full. Every file reads back byte for byte either way.
 
-use super::tests::{gzip_member, meta, read_all, warc_record};
-use super::*;
+use crate::store::tests::{gzip_member, meta, read_all, warc_record};
+use crate::store::*;
 use crate::digest::ChunkKey;
 use crate::pack::ChunkKind;
 

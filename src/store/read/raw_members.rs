@@ -10,8 +10,8 @@ use std::cell::Cell;
 use flate2::{Decompress, FlushDecompress, Status};
 use sha1::Digest as _;
 
-use super::records::{content_length, split_heads, BlockAt, RecordHead, BLOCK_HEAD};
-use super::{Result, Store};
+use crate::store::read::records::{content_length, split_heads, BlockAt, RecordHead, BLOCK_HEAD};
+use crate::store::{Result, Store};
 use crate::format::gzip;
 use crate::recipe::RecipeHead;
 
@@ -164,7 +164,7 @@ impl Store {
     /// Whether a file is a gzip file, as ingest decided it (by its first bytes): it is if a
     /// member was stored from its parse (`seen_member`), else if it starts `1f 8b 08`.
     /// Answered once a file (`known`).
-    pub(super) fn is_gzip_file(&self, head: &RecipeHead, seen_member: bool, known: &mut Option<bool>) -> Result<bool> {
+    pub(in crate::store) fn is_gzip_file(&self, head: &RecipeHead, seen_member: bool, known: &mut Option<bool>) -> Result<bool> {
         if let Some(g) = *known {
             return Ok(g);
         }
@@ -178,7 +178,7 @@ impl Store {
     /// member stored from its parse does. One that ends cleanly is as long as it is; one cut
     /// short reaches the run's end (as cdxj-indexer counts a member cut by the end of its
     /// file: what follows it in the run is its bytes), a corrupt one the next record found.
-    pub(super) fn raw_run_records(&self, head: &RecipeHead, (start, end): (u64, u64), f: &mut dyn FnMut(RecordHead) -> Result<()>) -> Result<()> {
+    pub(in crate::store) fn raw_run_records(&self, head: &RecipeHead, (start, end): (u64, u64), f: &mut dyn FnMut(RecordHead) -> Result<()>) -> Result<()> {
         let budget = Budget(Cell::new((end - start).saturating_mul(BUDGET_TIMES).saturating_add(BUDGET_FLOOR)));
         let mut pending: Option<RecordHead> = None;
         let mut at = start;
@@ -200,14 +200,14 @@ impl Store {
             let heads = text.starts_with(b"WARC/").then(|| split_heads(&text)).flatten().or_else(|| {
                 // A member cut inside its WARC header: its record is what the header got to,
                 // as warcio reads it (cdxj-indexer prints a line of the fields it has).
-                let cut_in_header = ended == Some(MemberEnd::Cut) && text.starts_with(b"WARC/") && text.len() < HEAD_TEXT && super::records::find(&text, b"\r\n\r\n").is_none();
+                let cut_in_header = ended == Some(MemberEnd::Cut) && text.starts_with(b"WARC/") && text.len() < HEAD_TEXT && crate::store::read::records::find(&text, b"\r\n\r\n").is_none();
                 cut_in_header.then(|| (text.clone(), None, 0))
             });
             if let Some((warc_header, mut http_header, _)) = heads {
                 // Only the HTTP header is kept, as a member stored from its parse keeps it: a
                 // file's records may all be held at once (`Store::records`).
                 if let Some(h) = http_header.as_mut() {
-                    if let Some(end) = super::records::find(h, b"\r\n\r\n") {
+                    if let Some(end) = crate::store::read::records::find(h, b"\r\n\r\n") {
                         h.truncate(end + 4);
                     }
                 }
@@ -243,7 +243,7 @@ impl Store {
     /// The CDXJ line of a record in a raw member whose headers do not hold what its line
     /// needs: its block inflated again, `BLOCK_HEAD` of it kept, the rest hashed in a
     /// second pass if the line needs its digest.
-    pub(super) fn raw_record_line(&self, head: &RecipeHead, r: &RecordHead, name: &str) -> Result<Option<String>> {
+    pub(in crate::store) fn raw_record_line(&self, head: &RecipeHead, r: &RecordHead, name: &str) -> Result<Option<String>> {
         let hlen = r.warc_header.len() as u64;
         let stated = content_length(&r.warc_header).unwrap_or(0);
         let end = r.offset + r.length;
@@ -264,7 +264,7 @@ impl Store {
         let mut block_head = Vec::new();
         block_bytes(0, stated.min(BLOCK_HEAD as u64), &mut |t| block_head.extend_from_slice(t))?;
         let whole = (block_head.len() as u64) < BLOCK_HEAD as u64 || stated == block_head.len() as u64;
-        super::records::line_from_block_head(r, &block_head, name, |from, h| {
+        crate::store::read::records::line_from_block_head(r, &block_head, name, |from, h| {
             if whole {
                 h.update(&block_head[from.min(block_head.len())..]);
                 return Ok(());

@@ -11,9 +11,9 @@
 use std::collections::HashSet;
 
 
-use super::maintain::RefGroups;
-use super::namespace::Inode;
-use super::{io_at, Result, Store};
+use crate::store::maint::gc::RefGroups;
+use crate::store::namespace::Inode;
+use crate::store::{io_at, Result, Store};
 use crate::LockExt;
 use crate::digest::ChunkKey;
 use crate::extsort::Sorter;
@@ -117,7 +117,7 @@ impl Store {
         // Every chunk against its references, its pack and its bytes.
         let mut groups = RefGroups::new(refs, NAMED_FILES);
         let mut places: Sorter<PlaceRecord> = Sorter::new(&runs, self.limits.run_bytes).map_err(io_at(&runs))?;
-        let missing = |g: &super::maintain::RefGroup, problems: &mut Problems| {
+        let missing = |g: &crate::store::maint::gc::RefGroup, problems: &mut Problems| {
             problems.push(format!("chunk {}: missing from the index, {} references", g.key.short(), g.count), &g.inos, g.count.saturating_sub(g.inos.len() as u64));
         };
         for item in self.index.chunk_iter() {
@@ -156,7 +156,7 @@ impl Store {
         }
 
         // Pack footers agree with the index: packs in id order, merged with the places.
-        let packs_dir = self.root.join("packs");
+        let packs_dir = crate::store::layout::packs(&self.root);
         // Local packs and, on an object store, the bucket's (a listing that fails is an
         // error: fsck never reports on part of the store as if it were all of it).
         let ids: Vec<u64> = self.packs.sealed_packs().map_err(io_at(&packs_dir))?.into_iter().map(|p| p.0).collect();
@@ -192,7 +192,7 @@ impl Store {
             }
         }
         if let Some(Err(e)) = places.peek() {
-            return Err(super::StoreError::Io { path: runs, err: std::io::Error::new(e.kind(), e.to_string()) });
+            return Err(crate::store::StoreError::Io { path: runs, err: std::io::Error::new(e.kind(), e.to_string()) });
         }
 
         // Name the files of the problems found (a walk of the namespace: only now, and

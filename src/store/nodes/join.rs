@@ -5,7 +5,7 @@
 //! bounded cache of pack ranges (`pack::remote`). The bucket holds what makes the store:
 //! `warcfs.json` (the shared settings) and the sealed packs, which hold every chunk, recipe
 //! and metadata log record. One process writes to a bucket at a time (a lock object, see
-//! `pack::remote::take_lock`); each node names its packs in a range of its own.
+//! `bucket::client::take_lock`); each node names its packs in a range of its own.
 
 use std::fs;
 use std::hash::{BuildHasher, Hasher};
@@ -13,9 +13,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::bucket::{bucket_listing, gc_generation, hostname, remote_err, SIGNATURE};
-use super::{io_at, repair::RepairReport, Config, Result, Store, StoreError, FORMAT_NAME, FORMAT_VERSION, SHARED_FORMAT_VERSION};
-use crate::pack::remote::{Remote, RemotePacks};
+use crate::bucket::{bucket_listing, gc_generation, hostname};
+use crate::store::backend::{remote_err, SIGNATURE};
+use crate::store::maint::repair::RepairReport;
+use crate::store::{io_at, Config, Result, Store, StoreError, FORMAT_NAME, FORMAT_VERSION, SHARED_FORMAT_VERSION};
+use crate::bucket::client::{Remote, RemotePacks};
 use crate::LockExt;
 
 /// Brings a node's index in line with the bucket before it is used: if the bucket's packs
@@ -27,16 +29,16 @@ use crate::LockExt;
 /// `owner`: the writer's lock, renewed while the rebuild runs; None for a follower.
 /// What `sync_index` gives: the index, the bucket's packs now, and the packs the index has
 /// taken in (the same unless it is to catch up by following).
-pub(super) struct Synced {
+pub(in crate::store) struct Synced {
     pub index: crate::index::Index,
     pub listed: Vec<(u64, u64)>,
     pub taken_in: Vec<u64>,
 }
 
-pub(super) fn sync_index(root: &Path, config: &Config, index: crate::index::Index, r: &Arc<RemotePacks>, fresh: bool, owner: Option<&str>) -> Result<Synced> {
+pub(in crate::store) fn sync_index(root: &Path, config: &Config, index: crate::index::Index, r: &Arc<RemotePacks>, fresh: bool, owner: Option<&str>) -> Result<Synced> {
     let writer = owner.is_some();
     let url = r.remote.url().to_string();
-    let probe = crate::pack::PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r.clone());
+    let probe = crate::pack::PackReader::with_remote(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root), r.clone());
     let (sig, list) = bucket_listing(&probe).map_err(|err| StoreError::Remote { url: url.clone(), err })?.expect("a remote reader");
     if fresh || index.meta_u64_opt(SIGNATURE)? == Some(sig) {
         let taken_in = list.iter().map(|p| p.0).collect();
@@ -46,8 +48,8 @@ pub(super) fn sync_index(root: &Path, config: &Config, index: crate::index::Inde
     // noted at close (`TAKEN_IN`), with no gc since (the bucket's gc generation is the one
     // noted, and every pack noted is still there): the other nodes' new packs are taken in
     // as the mount does (`follow`, by the caller), not by a rebuild.
-    if writer && super::several_writers(config.version) {
-        if let Some((generation, before)) = read_taken_in(root).filter(|b| index.meta_u64_opt(SIGNATURE).ok().flatten() == Some(super::bucket::signature_of(&b.1))) {
+    if writer && crate::store::several_writers(config.version) {
+        if let Some((generation, before)) = read_taken_in(root).filter(|b| index.meta_u64_opt(SIGNATURE).ok().flatten() == Some(crate::bucket::signature_of(&b.1))) {
             let now: std::collections::HashSet<u64> = list.iter().map(|p| p.0).collect();
             // (Unknown: rebuild, the careful way.)
             let same_gc = gc_generation(&r.remote).is_ok_and(|g| g == generation);
@@ -60,7 +62,7 @@ pub(super) fn sync_index(root: &Path, config: &Config, index: crate::index::Inde
     }
     log::warn!("{}: the bucket changed since this node last saw it; rebuilding its index from the bucket", root.display());
     drop(index);
-    let (index_dir, aside) = (root.join("index"), root.join("index.stale"));
+    let (index_dir, aside) = (crate::store::layout::index(root), root.join("index.stale"));
     if aside.exists() {
         fs::remove_dir_all(&aside).map_err(io_at(&aside))?;
     }
@@ -69,15 +71,15 @@ pub(super) fn sync_index(root: &Path, config: &Config, index: crate::index::Inde
     let mut renewed = std::time::Instant::now();
     let mut tick = || {
         if let Some(owner) = owner {
-            if renewed.elapsed() >= crate::pack::lock::LOCK_REFRESH {
-                if let Err(e) = crate::pack::lock::refresh_lock(&r.remote, owner) {
+            if renewed.elapsed() >= crate::bucket::lock::LOCK_REFRESH {
+                if let Err(e) = crate::bucket::lock::refresh_lock(&r.remote, owner) {
                     log::warn!("renewing the bucket's lock during the rebuild: {e}");
                 }
                 renewed = std::time::Instant::now();
             }
         }
     };
-    let list = match super::repair::build_index(root, config, &mut rep, Some(r.clone()), &mut tick) {
+    let list = match crate::store::maint::repair::build_index(root, config, &mut rep, Some(r.clone()), &mut tick) {
         Ok(list) => list,
         Err(e) => {
             let _ = fs::remove_dir_all(&index_dir);
@@ -86,7 +88,7 @@ pub(super) fn sync_index(root: &Path, config: &Config, index: crate::index::Inde
         }
     };
     let _ = fs::remove_dir_all(&aside);
-    let index = super::open::open_index(root, &index_dir, false, config.version)?;
+    let index = crate::store::open::open_index(root, &index_dir, false, config.version)?;
     let list_ids: Vec<u64> = list.iter().map(|p| p.0).collect();
     if !rep.problems.is_empty() {
         for p in &rep.problems {
@@ -138,8 +140,8 @@ pub enum Joined {
 struct Shared {
     format: String,
     version: u32,
-    verify: super::Verify,
-    compression: super::Compression,
+    verify: crate::store::Verify,
+    compression: crate::store::Compression,
     pack_size: u64,
 }
 
@@ -147,22 +149,22 @@ struct Shared {
 /// already there as one more node (its settings are the bucket's, whatever `config` says).
 /// `writers`: as asked (None: the bucket's, or one for a new store); `name`: this node's name
 /// on a store several nodes write (default: the host's name), which must be its own.
-pub fn init_remote(root: &Path, url: &str, mut config: Config, writers: Option<super::Writers>, name: Option<String>) -> Result<Joined> {
-    if root.join(super::CONFIG_FILE).exists() {
+pub fn init_remote(root: &Path, url: &str, mut config: Config, writers: Option<crate::store::Writers>, name: Option<String>) -> Result<Joined> {
+    if crate::store::layout::config(root).exists() {
         return Err(StoreError::Exists(root.display().to_string()));
     }
     let remote = Remote::connect(url).map_err(remote_err(url))?;
     let existing = remote.get(BUCKET_CONFIG).map_err(remote_err(url))?;
-    config.version = if writers == Some(super::Writers::Several) { SHARED_FORMAT_VERSION } else { FORMAT_VERSION };
+    config.version = if writers == Some(crate::store::Writers::Several) { SHARED_FORMAT_VERSION } else { FORMAT_VERSION };
     config.backend = Some(url.to_string());
     let existing_version = match &existing {
         Some(bytes) => serde_json::from_slice::<Shared>(bytes).ok().map(|s| s.version),
         None => None,
     };
-    let shared_store = super::several_writers(existing_version.unwrap_or(config.version));
+    let shared_store = crate::store::several_writers(existing_version.unwrap_or(config.version));
     if let (Some(w), Some(v)) = (writers, existing_version) {
-        if (w == super::Writers::Several) != super::several_writers(v) {
-            return Err(StoreError::Format { path: root.to_path_buf(), found: format!("{url} holds a store for {} (this asked for {w:?}); leave --writers out to join it as it is", if super::several_writers(v) { "several writers" } else { "one writer at a time" }) });
+        if (w == crate::store::Writers::Several) != crate::store::several_writers(v) {
+            return Err(StoreError::Format { path: root.to_path_buf(), found: format!("{url} holds a store for {} (this asked for {w:?}); leave --writers out to join it as it is", if crate::store::several_writers(v) { "several writers" } else { "one writer at a time" }) });
         }
     }
     if !shared_store && name.is_some() {
@@ -220,7 +222,7 @@ pub fn init_remote(root: &Path, url: &str, mut config: Config, writers: Option<s
         Some(bytes) => {
             let shared: Shared = serde_json::from_slice(&bytes).map_err(|e| StoreError::Format { path: root.to_path_buf(), found: format!("{url}/{BUCKET_CONFIG} unreadable: {e}") })?;
             // A bucket store keeps the version it was made at: every node writes it alike.
-            if shared.format != FORMAT_NAME || (!super::VERSIONS.contains(&shared.version) || shared.version == super::LOCAL_V3) {
+            if shared.format != FORMAT_NAME || (!crate::store::VERSIONS.contains(&shared.version) || shared.version == crate::store::LOCAL_V3) {
                 return Err(StoreError::Format { path: root.to_path_buf(), found: format!("{url} holds {} version {}", shared.format, shared.version) });
             }
             drop(remote);
@@ -229,11 +231,11 @@ pub fn init_remote(root: &Path, url: &str, mut config: Config, writers: Option<s
             config.compression = shared.compression;
             config.pack_size = shared.pack_size;
             fs::create_dir_all(root).map_err(io_at(root))?;
-            super::open::set_mode(root, 0o700)?;
-            let cfg_path = root.join(super::CONFIG_FILE);
+            crate::store::open::set_mode(root, 0o700)?;
+            let cfg_path = crate::store::layout::config(root);
             let json = serde_json::to_vec_pretty(&config).expect("config serialises");
             crate::pack::write_file_atomic(&cfg_path, &json).map_err(io_at(&cfg_path))?;
-            match super::repair_index(root) {
+            match crate::store::repair_index(root) {
                 Ok(rep) => Ok(Joined::Joined(rep)),
                 Err(e) => {
                     // Not a node yet: leave nothing that looks like one.
@@ -261,7 +263,7 @@ impl Store {
                 "{} sealed packs are not uploaded yet ({}); they are kept in {} and go up with the next warcfs that opens the store",
                 left.len(),
                 err.unwrap_or_else(|| "still uploading".into()),
-                self.root.join("packs").display()
+                crate::store::layout::packs(&self.root).display()
             )),
         })
     }
@@ -276,7 +278,7 @@ impl Store {
         }
         // A shared store's writer that wrote many records since its last checkpoint writes
         // one before it goes (see `checkpoint_if_due`).
-        match self.checkpoint_if_due(super::journal::CHECKPOINT_RECORDS) {
+        match self.checkpoint_if_due(crate::store::journal::CHECKPOINT_RECORDS) {
             // Its records go up with the rest.
             Ok(true) => {
                 if let Err(e) = self.seal_journal(&mut self.journal.locked()) {
@@ -305,20 +307,20 @@ impl Store {
     /// taken in are this node's and those `follow` applied, so it follows once more first,
     /// and notes the listing only if that left nothing out (else 0, no listing's signature:
     /// the next open rebuilds).
-    pub(super) fn note_bucket(&self) -> Result<()> {
-        if self.is_shared() {
+    pub(in crate::store) fn note_bucket(&self) -> Result<()> {
+        if self.mode.shared() {
             self.follow()?;
         }
         // The gc generation before the listing: a gc between the two then shows as a newer
         // generation at the next open, never as an older listing under the newer number.
-        let generation = match self.packs.remote() {
-            Some(r) if self.is_shared() => Some(gc_generation(&r.remote).map_err(io_at(&self.root))?),
+        let generation = match self.bucket.as_ref() {
+            Some(r) if self.mode.shared() => Some(gc_generation(&r.remote).map_err(io_at(&self.root))?),
             _ => None,
         };
         if let Some((mut sig, list)) = bucket_listing(&self.packs).map_err(io_at(&self.root))? {
-            if self.is_shared() {
+            if self.mode.shared() {
                 let st = self.follow.locked();
-                if st.busy || !st.waiting.is_empty() || list.iter().any(|p| super::bucket::node_of(p.0) != self.node() && !st.seen.contains(&p.0)) {
+                if st.busy || !st.waiting.is_empty() || list.iter().any(|p| crate::bucket::node_of(p.0) != self.node() && !st.seen.contains(&p.0)) {
                     sig = 0;
                 }
             }
@@ -338,7 +340,7 @@ impl Store {
 
     /// Sets the size of this node's cache of pack ranges (object-store back end only).
     pub fn set_pack_cache(&self, bytes: u64) {
-        if let Some(r) = self.packs.remote() {
+        if let Some(r) = self.bucket.as_ref() {
             r.set_capacity(bytes);
         }
     }

@@ -15,22 +15,22 @@ use crate::index::ChunkEntry;
 use crate::recipe::Piece;
 
 /// An LRU bounded by the bytes it holds rather than by entry count.
-pub(super) struct SizedLru<K: Hash + Eq, V> {
-    pub(super) map: LruCache<K, (Arc<V>, usize)>,
-    pub(super) bytes: usize,
-    pub(super) budget: usize,
+pub(in crate::store) struct SizedLru<K: Hash + Eq, V> {
+    pub(in crate::store) map: LruCache<K, (Arc<V>, usize)>,
+    pub(in crate::store) bytes: usize,
+    pub(in crate::store) budget: usize,
 }
 
 impl<K: Hash + Eq, V> SizedLru<K, V> {
-    pub(super) fn new(budget: usize) -> Self {
+    pub(in crate::store) fn new(budget: usize) -> Self {
         SizedLru { map: LruCache::unbounded(), bytes: 0, budget }
     }
 
-    pub(super) fn get(&mut self, k: &K) -> Option<Arc<V>> {
+    pub(in crate::store) fn get(&mut self, k: &K) -> Option<Arc<V>> {
         self.map.get(k).map(|(v, _)| v.clone())
     }
 
-    pub(super) fn put(&mut self, k: K, v: Arc<V>, size: usize) {
+    pub(in crate::store) fn put(&mut self, k: K, v: Arc<V>, size: usize) {
         if size > self.budget / 4 {
             return;
         }
@@ -47,47 +47,47 @@ impl<K: Hash + Eq, V> SizedLru<K, V> {
     }
 
     /// Drops `k`'s entry, if there is one.
-    pub(super) fn remove(&mut self, k: &K) {
+    pub(in crate::store) fn remove(&mut self, k: &K) {
         if let Some((_, s)) = self.map.pop(k) {
             self.bytes -= s;
         }
     }
 
-    pub(super) fn clear(&mut self) {
+    pub(in crate::store) fn clear(&mut self) {
         self.map.clear();
         self.bytes = 0;
     }
 }
 
-pub(super) type MemberKey = (u64, u32, u32);
+pub(in crate::store) type MemberKey = (u64, u32, u32);
 
 pub struct ReadCache {
-    pub(super) chunks: Mutex<SizedLru<ChunkKey, Vec<u8>>>,
+    pub(in crate::store) chunks: Mutex<SizedLru<ChunkKey, Vec<u8>>>,
     /// Chunks being read and decoded right now (a read-ahead worker and a FUSE thread often
     /// want the same one): later askers wait for the first.
-    pub(super) loading: Flights<ChunkKey>,
-    pub(super) members: Mutex<SizedLru<MemberKey, Vec<u8>>>,
+    pub(in crate::store) loading: Flights<ChunkKey>,
+    pub(in crate::store) members: Mutex<SizedLru<MemberKey, Vec<u8>>>,
     /// Members being rebuilt right now: a second reader waits for the first instead of
     /// rebuilding the same member again.
-    pub(super) building: Flights<MemberKey>,
-    pub(super) pieces: Mutex<SizedLru<(u64, u32), Piece>>,
+    pub(in crate::store) building: Flights<MemberKey>,
+    pub(in crate::store) pieces: Mutex<SizedLru<(u64, u32), Piece>>,
     /// Where chunks live in the packs. A chunk's blob never moves while the store is open
     /// (only gc, which needs the store to itself, rewrites packs), and a blob stays readable
     /// under its key even after its last reference goes: a stale entry still reads right.
-    pub(super) places: Mutex<LruCache<ChunkKey, ChunkEntry>>,
-    pub(super) counters: Counters,
+    pub(in crate::store) places: Mutex<LruCache<ChunkKey, ChunkEntry>>,
+    pub(in crate::store) counters: Counters,
 }
 
 /// What reads have cost since the store was opened: how often the expensive steps ran.
 #[derive(Default)]
-pub(super) struct Counters {
-    pub(super) members_rebuilt: AtomicU64,
-    pub(super) member_hits: AtomicU64,
-    pub(super) chunks_read: AtomicU64,
-    pub(super) pieces_loaded: AtomicU64,
+pub(in crate::store) struct Counters {
+    pub(in crate::store) members_rebuilt: AtomicU64,
+    pub(in crate::store) member_hits: AtomicU64,
+    pub(in crate::store) chunks_read: AtomicU64,
+    pub(in crate::store) pieces_loaded: AtomicU64,
     /// In nanoseconds (a small member's deflate takes a few microseconds).
-    pub(super) member_gather_ns: AtomicU64,
-    pub(super) member_deflate_ns: AtomicU64,
+    pub(in crate::store) member_gather_ns: AtomicU64,
+    pub(in crate::store) member_deflate_ns: AtomicU64,
 }
 
 /// A snapshot of the read counters (`warcfs stats` of a mounted store shows them).
@@ -111,7 +111,7 @@ pub struct ReadCounters {
     pub member_deflate_us: u64,
 }
 
-pub(super) fn bump(c: &AtomicU64) {
+pub(in crate::store) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -141,7 +141,7 @@ impl ReadCache {
 /// keys woke every waiting reader at every member a read-ahead worker finished, 20,000 times
 /// for a `cat` of four crawls, each wake-up preempting a worker; measured in the twenty-third
 /// session.)
-pub(super) struct Flights<K: Hash + Eq> {
+pub(in crate::store) struct Flights<K: Hash + Eq> {
     gates: Mutex<HashMap<K, Arc<Gate>>>,
 }
 
@@ -152,7 +152,7 @@ struct Gate {
 }
 
 impl<K: Hash + Eq + Copy> Flights<K> {
-    pub(super) fn new() -> Self {
+    pub(in crate::store) fn new() -> Self {
         Flights { gates: Mutex::new(HashMap::new()) }
     }
 
@@ -162,7 +162,7 @@ impl<K: Hash + Eq + Copy> Flights<K> {
     /// so a result and the end of its flight are never seen apart (the result may still be
     /// gone by the time a waiter wakes, evicted or let go by a streaming reader: the waiter
     /// then carries out the work itself).
-    pub(super) fn cached_or_begin<R>(&self, key: K, cached: impl Fn() -> Option<R>) -> Result<R, Flight<'_, K>> {
+    pub(in crate::store) fn cached_or_begin<R>(&self, key: K, cached: impl Fn() -> Option<R>) -> Result<R, Flight<'_, K>> {
         loop {
             let gate = {
                 let mut gates = self.gates.locked();
@@ -186,7 +186,7 @@ impl<K: Hash + Eq + Copy> Flights<K> {
 
     /// A new flight for `key`, unless `cached` finds its result or one is under way already:
     /// for work ahead of need (read-ahead), which has nothing to wait for.
-    pub(super) fn begin_unless_under_way(&self, key: K, cached: impl Fn() -> bool) -> Option<Flight<'_, K>> {
+    pub(in crate::store) fn begin_unless_under_way(&self, key: K, cached: impl Fn() -> bool) -> Option<Flight<'_, K>> {
         let mut gates = self.gates.locked();
         if cached() || gates.contains_key(&key) {
             return None;
@@ -199,7 +199,7 @@ impl<K: Hash + Eq + Copy> Flights<K> {
 /// One flight under way: ends when dropped (after a success, a failure or a panic alike),
 /// waking those waiting for it; they then find the result, or carry out the work themselves
 /// after a failure.
-pub(super) struct Flight<'a, K: Hash + Eq + Copy> {
+pub(in crate::store) struct Flight<'a, K: Hash + Eq + Copy> {
     flights: &'a Flights<K>,
     key: K,
 }

@@ -5,12 +5,12 @@
 //! from another: `ingest::windows_ahead`); an importer splits a file's first window earlier
 //! still, while the file before is stored (`Presplit`).
 
-use super::source::{plain_room, split_window_in, SplitWindow, Spares, MAX_MEMBER_PLAIN, WINDOWS};
+use crate::store::ingest::source::{plain_room, split_window_in, SplitWindow, Spares, MAX_MEMBER_PLAIN, WINDOWS};
 use crate::format::deflate;
 use crate::format::gzip::{self, Member, Region};
 use crate::format::warc::{self, SpanKind};
 use crate::sync::{each_of, Workers};
-use super::tails::{KnownTail, KnownTails};
+use crate::store::ingest::tails::{KnownTail, KnownTails};
 use std::sync::Arc;
 
 /// A member's parse is shared from this many plain bytes into its payload on: by then the
@@ -28,13 +28,13 @@ const MAX_AFTER_PAYLOAD: u64 = 64;
 /// plain range in the window's text, when it starts inside the member and ends at most
 /// MAX_AFTER_PAYLOAD before the member does.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Place {
+pub(in crate::store) struct Place {
     pub cut: deflate::Cut,
     pub payload: Option<(u64, u64)>,
 }
 
 /// How a proven member's parse tail is stored.
-pub(super) enum TailFrom {
+pub(in crate::store) enum TailFrom {
     /// Encoded here (in `stored.tail`, if the parse has one), with what its bytes follow
     /// from when copies of its payload may name it (`tails`).
     Encoded(Option<Box<[u8]>>),
@@ -47,7 +47,7 @@ pub(super) enum TailFrom {
 /// A member whose parse is proven: the parse in its stored form, the CRC-32 of the member's
 /// compressed bytes (what a rebuild is checked against), its trailer where the text does
 /// not give it (a lying CRC or ISIZE, which zlib's inflate took), and how its tail is stored.
-pub(super) struct Proof {
+pub(in crate::store) struct Proof {
     pub stored: deflate::Stored,
     pub crc: u32,
     pub trailer: Option<[u8; 8]>,
@@ -59,7 +59,7 @@ pub(super) struct Proof {
 /// to zlib) and proven to replay to its exact bytes in the form it is stored in; None
 /// if it does not (the member is then kept raw). With `known`, a tail stored before for the
 /// same identity is named rather than encoded again.
-pub(super) fn prove_member(data: &[u8], window_plain: &[u8], m: &Member, place: Place, longest: bool, known: Option<&KnownTails>) -> Option<Proof> {
+pub(in crate::store) fn prove_member(data: &[u8], window_plain: &[u8], m: &Member, place: Place, longest: bool, known: Option<&KnownTails>) -> Option<Proof> {
     if !m.plain_kept || m.plain_len > MAX_MEMBER_PLAIN {
         return None;
     }
@@ -118,11 +118,11 @@ pub(super) fn prove_member(data: &[u8], window_plain: &[u8], m: &Member, place: 
 }
 
 /// Each member's proof, in member order; None for a member kept raw.
-pub(super) type Proofs = Vec<Option<Proof>>;
+pub(in crate::store) type Proofs = Vec<Option<Proof>>;
 
 /// A window made ready: split (`sw`'s regions tile the first `sw.consumed` bytes of the
 /// window), segmented, its members' parses proven.
-pub(super) struct Ready {
+pub(in crate::store) struct Ready {
     pub sw: SplitWindow,
     pub seg: warc::Segmentation,
     pub parses: Proofs,
@@ -134,7 +134,7 @@ impl Ready {
     /// window of which nothing could be used is left as it is (the ingest reads it again,
     /// larger). With `longest` (a store of format 7 or 8), an optimal parser's members'
     /// parses are stored in the longest form.
-    pub(super) fn make(data: &[u8], mut sw: SplitWindow, first: bool, arc_mode: &mut bool, longest: bool, known: &KnownTails) -> Ready {
+    pub(in crate::store) fn make(data: &[u8], mut sw: SplitWindow, first: bool, arc_mode: &mut bool, longest: bool, known: &KnownTails) -> Ready {
         if sw.consumed == 0 {
             return Ready { sw, seg: warc::Segmentation::default(), parses: Vec::new() };
         }
@@ -178,7 +178,7 @@ impl Presplit {
             return Presplit::none();
         }
         let n = window.len().min(WINDOWS.bytes);
-        let split = super::bug_as_error("presplit", || {
+        let split = crate::store::bug_as_error("presplit", || {
             crate::failpoint::panic_at("presplit");
             Ok(split_window_in(&window[..n], n as u64 == total, WINDOWS, spares.text.take(plain_room(n, WINDOWS))))
         });
@@ -196,7 +196,7 @@ impl Presplit {
     }
 
     /// The split, if it is of the window the ingest read (`data`, at `offset`).
-    pub(super) fn take_for(&mut self, offset: u64, data: &[u8]) -> Option<SplitWindow> {
+    pub(in crate::store) fn take_for(&mut self, offset: u64, data: &[u8]) -> Option<SplitWindow> {
         self.first.take().filter(|sw| offset == 0 && sw.len == data.len())
     }
 }
@@ -231,7 +231,7 @@ fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation, longes
 /// before the cut is kept in the recipe, whose pieces must stay small whatever a member
 /// holds (one without a payload, a huge header). The tail's text starts at the payload's
 /// start (`Cut::base`), and so does what its copies must share (`Place::payload`).
-pub(super) fn places(members: &[&Member], seg: &warc::Segmentation) -> Vec<Place> {
+pub(in crate::store) fn places(members: &[&Member], seg: &warc::Segmentation) -> Vec<Place> {
     let payloads: Vec<(u64, u64)> = seg.spans.iter().filter(|s| s.kind == SpanKind::Payload).map(|s| (s.start, s.start + s.len)).collect();
     members
         .iter()

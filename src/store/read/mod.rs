@@ -7,13 +7,24 @@
 //! caches shared by all readers (`cache`), so a sequential reader never does the same work
 //! twice.
 
+//! The wing: `ahead` (read-ahead), `cache` (shared caches and read counters), `records`
+//! (WARC record heads and the CDXJ lines of stored files), `raw_members` (records of
+//! members kept raw), and here the reader.
+
+pub(in crate::store) mod ahead;
+pub(in crate::store) mod cache;
+pub(in crate::store) mod raw_members;
+pub(in crate::store) mod records;
+#[cfg(test)]
+mod raw_member_tests;
+
 use std::io::Write;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use super::cache::{bump, Flight, MemberKey, ReadCounters};
-use super::{Result, Store, StoreError};
+use crate::store::read::cache::{bump, Flight, MemberKey, ReadCounters};
+use crate::store::{Result, Store, StoreError};
 use crate::LockExt;
 use crate::digest::ChunkKey;
 use crate::format::{deflate, gzip};
@@ -46,7 +57,7 @@ pub struct Ahead {
 
 
 /// The bytes of extent `e` of chunk `key`; an error if the chunk is shorter (damage).
-pub(super) fn extent_bytes<'a>(chunk: &'a [u8], e: &Extent, key: &ChunkKey) -> Result<&'a [u8]> {
+pub(in crate::store) fn extent_bytes<'a>(chunk: &'a [u8], e: &Extent, key: &ChunkKey) -> Result<&'a [u8]> {
     chunk
         .get(e.offset as usize..e.offset as usize + e.len as usize)
         .ok_or_else(|| StoreError::MissingChunk(format!("{} (slice {}+{} beyond its {} bytes)", key.short(), e.offset, e.len, chunk.len())))
@@ -579,7 +590,7 @@ impl Store {
             // A panic here (a bug) must still fill the slot: the writer waits for it, and in
             // the mount that writer may hold the staged map (copy on write), which would
             // wedge every request instead of failing one.
-            let r = super::bug_as_error("copying out a part of a file", || {
+            let r = crate::store::bug_as_error("copying out a part of a file", || {
                 crate::failpoint::panic_at("copy_to");
                 let piece = self.piece(head, t.pno)?;
                 // A hint only: lengths come from the recipe, which may be damaged.
@@ -601,7 +612,7 @@ impl Store {
         let result = std::thread::scope(|s| -> Result<()> {
             // A panic in it (a bug) must end the copy as an error too, not leave the
             // writer and the workers waiting for pieces that never come.
-            let loader = s.spawn(|| super::bug_as_error("loading a file's recipe pieces", load).map_err(fail));
+            let loader = s.spawn(|| crate::store::bug_as_error("loading a file's recipe pieces", load).map_err(fail));
             for _ in 0..2 {
                 s.spawn(work);
             }

@@ -253,7 +253,7 @@ fn profile_credentials() -> Option<(String, String)> {
 
 /// The object name of pack `id`.
 pub fn pack_object(id: u64) -> String {
-    format!("packs/{}", super::pack_name(id))
+    format!("packs/{}", crate::pack::pack_name(id))
 }
 
 /// Ranges of remote packs cached on the local disk.
@@ -340,7 +340,7 @@ impl RemotePacks {
         if let Some(f) = self.state.locked().files.get(&id) {
             return Ok(f.clone());
         }
-        let path = self.dir.join(super::pack_name(id));
+        let path = self.dir.join(crate::pack::pack_name(id));
         let f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path)?;
         if f.metadata()?.len() != size {
             f.set_len(size)?;
@@ -515,7 +515,7 @@ impl RemotePacks {
         for (f, p, b) in evicted {
             let f = match f {
                 Some(f) => f,
-                None => match OpenOptions::new().write(true).open(self.dir.join(super::pack_name(p))) {
+                None => match OpenOptions::new().write(true).open(self.dir.join(crate::pack::pack_name(p))) {
                     Ok(f) => Arc::new(f),
                     Err(_) => continue,
                 },
@@ -531,7 +531,7 @@ impl RemotePacks {
     /// object's, and the packs a node wrote last are the ones it reads next.
     pub fn adopt(&self, id: u64, path: &Path) -> io::Result<()> {
         let size = fs::metadata(path)?.len();
-        let dest = self.dir.join(super::pack_name(id));
+        let dest = self.dir.join(crate::pack::pack_name(id));
         {
             self.state.locked().forget_pack(id);
         }
@@ -566,7 +566,7 @@ impl RemotePacks {
             st.forget_pack(id);
             st.sizes.remove(&id);
         }
-        let _ = fs::remove_file(self.dir.join(super::pack_name(id)));
+        let _ = fs::remove_file(self.dir.join(crate::pack::pack_name(id)));
         Ok(())
     }
 
@@ -575,13 +575,13 @@ impl RemotePacks {
     /// `lock::TRASH_GRACE` (a follower still reading it, or one that has not followed gc's new
     /// packs yet) until a later gc purges it (`purge_trash`).
     pub fn trash(&self, id: u64) -> io::Result<()> {
-        self.remote.put(&format!("trash/{}", super::pack_name(id)), Vec::new())?;
+        self.remote.put(&format!("trash/{}", crate::pack::pack_name(id)), Vec::new())?;
         {
             let mut st = self.state.locked();
             st.forget_pack(id);
             st.sizes.remove(&id);
         }
-        let _ = fs::remove_file(self.dir.join(super::pack_name(id)));
+        let _ = fs::remove_file(self.dir.join(crate::pack::pack_name(id)));
         Ok(())
     }
 
@@ -596,7 +596,7 @@ impl RemotePacks {
         let now = self.remote.list("locks")?.iter().map(|l| l.2).max().unwrap_or_else(SystemTime::now);
         let mut n = 0;
         for (name, _, marked) in marks {
-            let Some(id) = super::parse_pack_name(&name) else { continue };
+            let Some(id) = crate::pack::parse_pack_name(&name) else { continue };
             if now.duration_since(marked).unwrap_or_default() < grace {
                 continue;
             }
@@ -614,9 +614,9 @@ impl RemotePacks {
         let mut out = Vec::new();
         // Trash first: a pack trashed between the two listings is then left out (the other
         // order could list it as live).
-        let trashed: std::collections::HashSet<u64> = self.remote.list("trash")?.iter().filter_map(|t| super::parse_pack_name(&t.0)).collect();
+        let trashed: std::collections::HashSet<u64> = self.remote.list("trash")?.iter().filter_map(|t| crate::pack::parse_pack_name(&t.0)).collect();
         for (name, size, _) in self.remote.list("packs")? {
-            if let Some(id) = super::parse_pack_name(&name).filter(|id| !trashed.contains(id)) {
+            if let Some(id) = crate::pack::parse_pack_name(&name).filter(|id| !trashed.contains(id)) {
                 self.know_size(id, size);
                 out.push((id, size));
             }

@@ -15,10 +15,10 @@
 //! takes them away; the record's own chunk changes (the writer's counts) are left out, as are
 //! its counters. The chunks themselves come from the packs' footers (`follow`).
 
-use super::namespace::{Inode, InodeKind, ROOT_INO};
-use super::bucket::node_of;
-use super::journal::{applied_key, checkpoint_key};
-use super::{Result, Store, StoreError};
+use crate::store::namespace::{Inode, InodeKind, ROOT_INO};
+use crate::bucket::node_of;
+use crate::store::journal::{applied_key, checkpoint_key};
+use crate::store::{Result, Store, StoreError};
 use crate::digest::ChunkKey;
 use crate::LockExt;
 use crate::index::{Batch, LogOp, CF_CHUNK, CF_META};
@@ -36,7 +36,7 @@ fn id_of(k: &[u8]) -> Option<u64> {
 
 /// The inodes a log record's ops change (put or delete): what a mount must tell the kernel
 /// to forget when it applies another node's record.
-pub(super) fn inodes_changed(ops: &[LogOp]) -> impl Iterator<Item = u64> + '_ {
+pub(in crate::store) fn inodes_changed(ops: &[LogOp]) -> impl Iterator<Item = u64> + '_ {
     ops.iter().filter_map(|op| match op {
         LogOp::Put(CF_INODE, k, _) | LogOp::Delete(CF_INODE, k) => id_of(k),
         _ => None,
@@ -47,32 +47,32 @@ pub(super) fn inodes_changed(ops: &[LogOp]) -> impl Iterator<Item = u64> + '_ {
 /// node's own directory. (The root for a store that does not exist yet, or whose settings
 /// cannot be read: opening it says why.)
 pub fn default_dir(root: &std::path::Path) -> String {
-    match super::read_config(&root.join(super::CONFIG_FILE)) {
-        Ok(c) if super::several_writers(c.version) => format!("/{}", c.node_name.unwrap_or_default()),
+    match crate::store::read_config(&crate::store::layout::config(root)) {
+        Ok(c) if crate::store::several_writers(c.version) => format!("/{}", c.node_name.unwrap_or_default()),
         _ => "/".into(),
     }
 }
 
 impl Store {
-    /// Whether several nodes write this store (`shared`).
-    pub(super) fn is_shared(&self) -> bool {
-        super::several_writers(self.config.version)
+    /// What this store is, decided at open.
+    pub fn mode(&self) -> crate::store::Mode {
+        self.mode
     }
 
     /// Whether this node writes a store several nodes write (it also follows the others).
     pub fn is_shared_writer(&self) -> bool {
-        self.is_shared() && !self.follower
+        self.mode == crate::store::Mode::SharedWriter
     }
 
     /// This node's number (0 on a local store).
-    pub(super) fn node(&self) -> u16 {
+    pub(in crate::store) fn node(&self) -> u16 {
         self.config.node.unwrap_or(0)
     }
 
     /// The first id of this node's range of inode and recipe ids: 0 (one counter) unless
     /// several nodes write the store.
-    pub(super) fn id_base(&self) -> u64 {
-        if self.is_shared() {
+    pub(in crate::store) fn id_base(&self) -> u64 {
+        if self.mode.shared() {
             (self.node() as u64) << 48
         } else {
             0
@@ -81,7 +81,7 @@ impl Store {
 
     /// Whether this node may change inode `ino` (see `check_owns`).
     pub fn owns(&self, ino: u64) -> bool {
-        !self.is_shared() || node_of(ino) == self.node() && ino != ROOT_INO
+        !self.mode.shared() || node_of(ino) == self.node() && ino != ROOT_INO
     }
 
     /// Fails (`StoreError::NotOwned`, naming `what`) unless this node may change inode `ino` (or add and remove entries in it, for a
@@ -108,8 +108,8 @@ impl Store {
     }
 
     /// This node's directory at the root of a shared store, made on the node's first open.
-    pub(super) fn ensure_node_dir(&self) -> Result<()> {
-        if !self.is_shared() || self.follower {
+    pub(in crate::store) fn ensure_node_dir(&self) -> Result<()> {
+        if !self.mode.shared() || self.mode.follows() {
             return Ok(());
         }
         let name = self.config.node_name.clone().unwrap_or_default();
@@ -134,8 +134,8 @@ impl Store {
     /// Whether a namespace record belongs in this node's checkpoint: on a shared store, only
     /// the keys this node writes (and the root's inode, which no one changes), so that a
     /// checkpoint never carries another node's keys back over that node's later changes.
-    pub(super) fn checkpoints(&self, op: &LogOp) -> bool {
-        if !self.is_shared() {
+    pub(in crate::store) fn checkpoints(&self, op: &LogOp) -> bool {
+        if !self.mode.shared() {
             return true;
         }
         let LogOp::Put(cf, key, value) = op else { return true };
@@ -170,7 +170,7 @@ impl Store {
     /// here. Returns the chunks it needs that are not in this index yet (their pack not
     /// uploaded or not seen yet), with nothing applied; the caller tries again later.
     /// `checkpoint`: where the checkpoint this record completes begins, if it does.
-    pub(super) fn apply_foreign(&self, node: u16, seq: u64, ops: &[LogOp], checkpoint: Option<u64>) -> Result<Vec<ChunkKey>> {
+    pub(in crate::store) fn apply_foreign(&self, node: u16, seq: u64, ops: &[LogOp], checkpoint: Option<u64>) -> Result<Vec<ChunkKey>> {
         let mut delta = RefDelta::default();
         // Recipes it removes: what they held goes (read before they are gone).
         for op in ops {
@@ -237,26 +237,26 @@ impl Store {
 
 /// The bucket's gc lock, held while a gc of a shared store runs: renewed by a thread of its
 /// own (a gc can outlast the lock's staleness), given back when dropped.
-pub(super) struct GcLock {
-    remote: std::sync::Arc<crate::pack::remote::RemotePacks>,
+pub(in crate::store) struct GcLock {
+    remote: std::sync::Arc<crate::bucket::client::RemotePacks>,
     owner: String,
     stop: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
     renewer: Option<std::thread::JoinHandle<()>>,
 }
 
 impl GcLock {
-    fn start(remote: std::sync::Arc<crate::pack::remote::RemotePacks>, owner: String) -> std::io::Result<GcLock> {
+    fn start(remote: std::sync::Arc<crate::bucket::client::RemotePacks>, owner: String) -> std::io::Result<GcLock> {
         let stop = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
         let (r, o, st) = (remote.clone(), owner.clone(), stop.clone());
         let renewer = std::thread::Builder::new().name("warcfs-gc-lock".into()).spawn(move || loop {
             let (lock, cv) = &*st;
             let stopped = lock.locked();
-            let (stopped, _) = cv.wait_timeout_while(stopped, crate::pack::lock::LOCK_REFRESH, |s| !*s).unwrap_or_else(|p| p.into_inner());
+            let (stopped, _) = cv.wait_timeout_while(stopped, crate::bucket::lock::LOCK_REFRESH, |s| !*s).unwrap_or_else(|p| p.into_inner());
             if *stopped {
                 return;
             }
             drop(stopped);
-            if let Err(e) = crate::pack::lock::refresh_lock(&r.remote, &o) {
+            if let Err(e) = crate::bucket::lock::refresh_lock(&r.remote, &o) {
                 log::warn!("renewing the bucket's gc lock {o}: {e}");
             }
         })?;
@@ -265,8 +265,8 @@ impl GcLock {
 
     /// Before gc deletes anything: fails if another node holds a live lock now (this one
     /// lapsed, and a node took its lease meanwhile).
-    pub(super) fn still_exclusive(&self) -> Result<()> {
-        let check = || crate::pack::lock::refresh_lock(&self.remote.remote, &self.owner);
+    pub(in crate::store) fn still_exclusive(&self) -> Result<()> {
+        let check = || crate::bucket::lock::refresh_lock(&self.remote.remote, &self.owner);
         // A node that writes its lease just now (to open the store) sees this lock and backs
         // off at once: look again a moment later before giving up the work done.
         check()
@@ -285,7 +285,7 @@ impl Drop for GcLock {
         if let Some(t) = self.renewer.take() {
             let _ = t.join();
         }
-        if let Err(e) = crate::pack::lock::unlock(&self.remote.remote, &self.owner) {
+        if let Err(e) = crate::bucket::lock::unlock(&self.remote.remote, &self.owner) {
             log::warn!("giving back the bucket's gc lock {}: {e}", self.owner);
         }
     }
@@ -296,25 +296,25 @@ impl Store {
     /// lease allows (restic's exclusive lock: no other node has an upload in flight that
     /// relies on a chunk this gc could take), then takes in everything the other nodes
     /// published, so that every reference any node holds counts. None on other stores.
-    pub(super) fn gc_prepare(&self) -> Result<Option<GcLock>> {
-        if !self.is_shared() {
+    pub(in crate::store) fn gc_prepare(&self) -> Result<Option<GcLock>> {
+        if !self.mode.shared() {
             return Ok(None);
         }
-        let r = self.packs.remote().ok_or_else(|| StoreError::Bug("a shared store without its bucket".into()))?;
-        let owner = format!("{}{:04x}", crate::pack::lock::GC, self.node());
-        let what = format!("gc on {} pid {} {}", super::bucket::hostname(), std::process::id(), self.root.display());
-        crate::pack::lock::take_lock(&r.remote, &owner, &what).map_err(|err| {
+        let r = self.bucket.as_ref().ok_or_else(|| StoreError::Bug("a shared store without its bucket".into()))?;
+        let owner = format!("{}{:04x}", crate::bucket::lock::GC, self.node());
+        let what = format!("gc on {} pid {} {}", crate::bucket::hostname(), std::process::id(), self.root.display());
+        crate::bucket::lock::take_lock(&r.remote, &owner, &what).map_err(|err| {
             StoreError::GcRefused(format!(
                 "another node holds a lock in the bucket: {err}. On a store several nodes write, gc runs while no other node writes: unmount the others (their leases go with them), then run gc again"
             ))
         })?;
         let lock = GcLock::start(r.clone(), owner.clone()).map_err(|err| {
-            let _ = crate::pack::lock::unlock(&r.remote, &owner);
+            let _ = crate::bucket::lock::unlock(&r.remote, &owner);
             StoreError::Remote { url: r.remote.url().to_string(), err }
         })?;
         // Every node's next open rebuilds its index rather than catching up (this gc may
         // take packs it had taken in).
-        super::bucket::bump_gc_generation(&r.remote).map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?;
+        crate::bucket::bump_gc_generation(&r.remote).map_err(|err| StoreError::Remote { url: r.remote.url().to_string(), err })?;
         self.follow()?;
         let (busy, waiting) = {
             let st = self.follow.locked();
@@ -483,7 +483,7 @@ mod tests {
         assert!(!pieces.is_empty());
         for (k, e) in &pieces {
             let raw = a.chunk_bytes(k, e).unwrap();
-            assert_eq!(e.stored_len as usize, zstd::bulk::compress(&raw, super::super::settle::LEVEL as i32).unwrap().len(), "recipe piece {k}");
+            assert_eq!(e.stored_len as usize, zstd::bulk::compress(&raw, crate::store::maint::settle::LEVEL as i32).unwrap().len(), "recipe piece {k}");
         }
         a.publish().unwrap();
         a.wait_uploaded(std::time::Duration::from_secs(30)).unwrap();

@@ -4,13 +4,13 @@
 
 use std::borrow::Cow;
 
-use super::{Result, StoreError};
+use crate::store::{Result, StoreError};
 use crate::sync::Spare;
 use crate::format::gzip::{self, Region};
 
 /// Members whose plain text is larger are kept raw: a read inside one would have to rebuild
 /// it from its start.
-pub(super) const MAX_MEMBER_PLAIN: u64 = crate::recipe::MAX_MEMBER_TEXT;
+pub(in crate::store) const MAX_MEMBER_PLAIN: u64 = crate::recipe::MAX_MEMBER_TEXT;
 
 /// The bytes of a file to ingest. Ingest reads them a window at a time, so that its memory
 /// is bounded by the window, whatever the file's size.
@@ -41,8 +41,8 @@ const SPARE_MAX: usize = 32 << 20;
 /// loader reads and splits ahead included: 105k page faults an import of the corpus became
 /// 80k, about one for each page of its peak memory.
 pub struct Spares {
-    pub(super) data: Spare,
-    pub(super) text: Spare,
+    pub(in crate::store) data: Spare,
+    pub(in crate::store) text: Spare,
 }
 
 impl Spares {
@@ -99,7 +99,7 @@ impl Source for std::fs::File {
 }
 
 /// Fills `buf` from `offset` of `file` (less only at its end); the bytes read.
-pub(super) fn read_full_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+pub(in crate::store) fn read_full_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
     use std::os::unix::fs::FileExt;
     let mut done = 0;
     while done < buf.len() {
@@ -133,31 +133,31 @@ pub struct Windows {
 /// against 530-650 MB, a mount's cp + ingest peak 328 against 489 MiB.)
 pub const WINDOWS: Windows = Windows { bytes: 12 << 20, max_bytes: 256 << 20, plain: 12 << 20 };
 
-pub(super) struct SplitWindow {
+pub(in crate::store) struct SplitWindow {
     /// The length of the window split.
-    pub(super) len: usize,
-    pub(super) regions: Vec<Region>,
-    pub(super) plain: Vec<u8>,
-    pub(super) consumed: usize,
+    pub(in crate::store) len: usize,
+    pub(in crate::store) regions: Vec<Region>,
+    pub(in crate::store) plain: Vec<u8>,
+    pub(in crate::store) consumed: usize,
 }
 
 /// Room for the text of a window of `len` bytes at once: grown by doubling, the buffer was
 /// copied whole at every step (realloc within malloc's heaps), nearly twice the text a
 /// window. Bounded whatever the window asked for; a window with more text grows as before.
-pub(super) fn plain_room(len: usize, win: Windows) -> usize {
+pub(in crate::store) fn plain_room(len: usize, win: Windows) -> usize {
     len.saturating_mul(4).min(win.plain).min(MAX_MEMBER_PLAIN as usize) + (1 << 20)
 }
 
 /// Finds and inflates the gzip members of one window, their text written into `plain` (a
 /// buffer an earlier window's text was in, or a new one).
-pub(super) fn split_window_in(data: &[u8], last: bool, win: Windows, mut plain: Vec<u8>) -> SplitWindow {
+pub(in crate::store) fn split_window_in(data: &[u8], last: bool, win: Windows, mut plain: Vec<u8>) -> SplitWindow {
     plain.clear();
     plain.reserve(plain_room(data.len(), win));
     let (regions, consumed) = gzip::split_window(data, last, win.plain.max(1), MAX_MEMBER_PLAIN as usize, &mut plain);
     SplitWindow { len: data.len(), regions, plain, consumed }
 }
 
-pub(super) fn io_err(err: std::io::Error) -> StoreError {
+pub(in crate::store) fn io_err(err: std::io::Error) -> StoreError {
     StoreError::Io { path: "(file being ingested)".into(), err }
 }
 
@@ -165,7 +165,7 @@ pub(super) fn io_err(err: std::io::Error) -> StoreError {
 /// is to be taken as the last, and returns how much of it it used; the next window starts
 /// there. A window of which nothing could be used (its first member or record goes on past
 /// it) is read again, larger.
-pub(super) fn each_window<'s, S: Source + ?Sized>(src: &'s S, total: u64, win: Windows, spare: &Spare, mut take: impl FnMut(u64, Cow<'s, [u8]>, bool) -> Result<usize>) -> Result<()> {
+pub(in crate::store) fn each_window<'s, S: Source + ?Sized>(src: &'s S, total: u64, win: Windows, spare: &Spare, mut take: impl FnMut(u64, Cow<'s, [u8]>, bool) -> Result<usize>) -> Result<()> {
     let mut offset = 0u64;
     let mut want = win.bytes;
     while offset < total {

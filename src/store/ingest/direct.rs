@@ -20,7 +20,7 @@ use std::sync::Mutex;
 
 use memmap2::MmapMut;
 
-use super::source::{read_full_at, Source};
+use crate::store::ingest::source::{read_full_at, Source};
 use crate::LockExt;
 use std::borrow::Cow;
 

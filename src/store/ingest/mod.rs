@@ -9,18 +9,32 @@
 //! of the compressed bytes themselves. Headers go into literal blocks that recipes slice; the
 //! shareable tail of a parse is a chunk. Each chunk is found or stored by `chunks`.
 
+//! The wing: `source` (windows over a file), `direct` (reading around the page cache),
+//! `ready` (splitting and proving a window), `tails` (parse tails named before), `chunks`
+//! (finding or storing each chunk), `dict` (zstd dictionaries), and here the loop over
+//! windows; `Store::put_file` (namespace) is its entry.
+
+pub(in crate::store) mod chunks;
+pub(in crate::store) mod dict;
+pub(in crate::store) mod direct;
+pub(in crate::store) mod ready;
+pub(in crate::store) mod source;
+pub(in crate::store) mod tails;
+#[cfg(test)]
+mod tail_tests;
+
 use std::borrow::Cow;
 use std::sync::MutexGuard;
 use std::thread;
 
-use super::chunks::{Added, Pending};
-use super::ready::{prove_member, Proof, Proofs, Ready, TailFrom};
-pub use super::ready::Presplit;
-use super::source::{each_window, io_err, plain_room, split_window_in, Spares};
+use crate::store::ingest::chunks::{Added, Pending};
+use crate::store::ingest::ready::{prove_member, Proof, Proofs, Ready, TailFrom};
+pub use crate::store::ingest::ready::Presplit;
+use crate::store::ingest::source::{each_window, io_err, plain_room, split_window_in, Spares};
 use crate::sync::Spare;
 use crate::LockExt;
-pub use super::source::{Source, Windows, WINDOWS};
-use super::{Result, Store, StoreError, Writer};
+pub use crate::store::ingest::source::{Source, Windows, WINDOWS};
+use crate::store::{Result, Store, StoreError, Writer};
 use crate::digest::ChunkKey;
 use crate::format::gzip::{self, Region};
 use crate::format::warc::{self, SpanKind};
@@ -34,10 +48,10 @@ const LITERAL_BLOCK: usize = 64 << 10;
 /// FastCDC sizes (min, average, max) for payloads and for unparsed bytes.
 const PAYLOAD_CDC: (u32, u32, u32) = (256 << 10, 1 << 20, 4 << 20);
 const RAW_CDC: (u32, u32, u32) = (16 << 10, 64 << 10, 256 << 10);
-pub(super) use crate::recipe::Slice;
+pub(in crate::store) use crate::recipe::Slice;
 
 /// The result of ingesting one file, ready to commit.
-pub(super) struct Ingested {
+pub(in crate::store) struct Ingested {
     pub pieces: Vec<Piece>,
     /// The chunks holding the pieces (stored like any chunk, so the packs hold them).
     pub piece_keys: Vec<ChunkKey>,
@@ -171,7 +185,7 @@ fn slices_in(exts: &[(u64, Slice)], cursor: &mut usize, a: u64, b: u64) -> Vec<S
 }
 
 impl Store {
-    pub(super) fn ingest<S: Source + ?Sized + Sync>(&self, src: &S) -> Result<Ingested> {
+    pub(in crate::store) fn ingest<S: Source + ?Sized + Sync>(&self, src: &S) -> Result<Ingested> {
         self.ingest_windows(src, Presplit::none(), WINDOWS)
     }
 
@@ -180,7 +194,7 @@ impl Store {
     /// and the next ingest clears what this one left, as after any failed ingest. In the
     /// mount, the file then stays staged (readable, byte-exact) instead of the ingest worker
     /// dying with it.
-    pub(super) fn ingest_windows<S: Source + ?Sized + Sync>(&self, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
+    pub(in crate::store) fn ingest_windows<S: Source + ?Sized + Sync>(&self, src: &S, split: Presplit, win: Windows) -> Result<Ingested> {
         self.ingest_after(|| Ok(()), src, split, win, &Spares::new())
     }
 
@@ -191,8 +205,8 @@ impl Store {
     /// proofs and ends before any of its chunks is looked up; an error from it ends the
     /// ingest. The writer is locked inside the unwind: a panic leaves it poisoned, which is
     /// cleared here (what it guards is left as after any failed ingest).
-    pub(super) fn ingest_after<S: Source + ?Sized + Sync>(&self, first: impl FnOnce() -> Result<()>, src: &S, split: Presplit, win: Windows, spare: &Spares) -> Result<Ingested> {
-        let r = super::bug_as_error("ingest", || self.ingest_windows_unguarded(first, src, split, win, spare));
+    pub(in crate::store) fn ingest_after<S: Source + ?Sized + Sync>(&self, first: impl FnOnce() -> Result<()>, src: &S, split: Presplit, win: Windows, spare: &Spares) -> Result<Ingested> {
+        let r = crate::store::bug_as_error("ingest", || self.ingest_windows_unguarded(first, src, split, win, spare));
         self.writer.clear_poison();
         r
     }
@@ -227,7 +241,7 @@ impl Store {
             // Finding and inflating the members of a window, and proving their parses, on
             // threads of their own while this one stores the window before.
             let mut arc_mode = false;
-            let longest = super::longest_parses(self.config.version);
+            let longest = crate::store::longest_parses(self.config.version);
             let prepare = |offset, data: Cow<'s, [u8]>, last| {
                 let sw = split.take_for(offset, &data).unwrap_or_else(|| split_window_in(&data, last, win, spare.text.take(plain_room(data.len(), win))));
                 let consumed = sw.consumed;
@@ -265,7 +279,7 @@ impl Store {
         }
         let encoded: Vec<Vec<u8>> = pieces.iter().map(|p| p.encode()).collect();
         let piece_items: Vec<(&[u8], ChunkKind)> = encoded.iter().map(|p| (p.as_slice(), ChunkKind::Recipe)).collect();
-        let level = ctx.longest.then_some(super::chunks::LONGEST_PARSE_ZSTD_LEVEL);
+        let level = ctx.longest.then_some(crate::store::ingest::chunks::LONGEST_PARSE_ZSTD_LEVEL);
         let piece_keys = self.store_chunks_at(w, &mut ctx.added, &piece_items, level)?;
         let dict = ctx.added.dict;
         let pending = std::mem::take(&mut w.pending);
@@ -284,7 +298,7 @@ impl Store {
         // threads); those in the longest form (an optimal parser's) at its level.
         let mut tails_of = |longest: bool| -> Result<std::vec::IntoIter<ChunkKey>> {
             let tails: Vec<(&[u8], ChunkKind)> = parses.iter().filter_map(|p| p.as_ref().map(|p| &p.stored)).filter(|s| s.longest == longest).filter_map(|s| Some((s.tail.as_deref()?, ChunkKind::Parse))).collect();
-            Ok(self.store_chunks_at(w, &mut ctx.added, &tails, longest.then_some(super::chunks::LONGEST_PARSE_ZSTD_LEVEL))?.into_iter())
+            Ok(self.store_chunks_at(w, &mut ctx.added, &tails, longest.then_some(crate::store::ingest::chunks::LONGEST_PARSE_ZSTD_LEVEL))?.into_iter())
         };
         let (mut tail_keys, mut longest_tail_keys) = (tails_of(false)?, tails_of(true)?);
         let mut cursor = 0usize;
@@ -345,7 +359,7 @@ impl Store {
     /// and the tail's chunk still a parse tail in the index or among this ingest's new
     /// chunks. A member that fails either is proven again here, its tail encoded (its parse
     /// recorded again too: the window no longer holds it).
-    fn confirm_named_tails(&self, w: &Writer, data: &[u8], sw: &super::source::SplitWindow, exts: &[(u64, Slice)], parses: &mut Proofs) -> Result<()> {
+    fn confirm_named_tails(&self, w: &Writer, data: &[u8], sw: &crate::store::ingest::source::SplitWindow, exts: &[(u64, Slice)], parses: &mut Proofs) -> Result<()> {
         let members = sw.regions.iter().filter_map(|r| if let Region::Member(m) = r { Some(m) } else { None });
         for (m, proof) in members.zip(parses.iter_mut()) {
             let Some(Proof { tail: TailFrom::Named(known), place, .. }) = proof else { continue };
@@ -353,7 +367,7 @@ impl Store {
             self.tails.count(ok);
             if !ok {
                 let (place, identity) = (*place, known.identity().into());
-                *proof = prove_member(data, &sw.plain, m, place, super::longest_parses(self.config.version), None);
+                *proof = prove_member(data, &sw.plain, m, place, crate::store::longest_parses(self.config.version), None);
                 // Its tail, stored now, takes the place of the one refused for the copies
                 // to come.
                 if let Some(p) = proof.as_mut().filter(|p| p.stored.tail.is_some() && !p.stored.longest) {
@@ -369,7 +383,7 @@ impl Store {
     /// asks of a copy it would join: an unreadable one must not absorb new members).
     fn holds_tail(&self, w: &Writer, key: &ChunkKey, len: u64) -> Result<bool> {
         let Some(e) = self.stored_entry(w, key)?.filter(|e| e.kind == ChunkKind::Parse as u8 && e.raw_len as u64 == len) else { return Ok(false) };
-        Ok(self.config.verify != super::Verify::Bytes || self.read_back(key, &e, |b| b.len() as u64 == len).unwrap_or(false))
+        Ok(self.config.verify != crate::store::Verify::Bytes || self.read_back(key, &e, |b| b.len() as u64 == len).unwrap_or(false))
     }
 
     /// Stores plain text as segmented into headers, payloads and unparsed bytes; returns

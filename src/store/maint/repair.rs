@@ -19,9 +19,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::path::Path;
 
-use super::journal::{CheckpointPart, MetaRecord, APPLIED_SEQ};
-use super::namespace::{paths_in, Inode};
-use super::{io_at, read_config, recover_packs, take_lock, Result, Store, StoreError, CONFIG_FILE, DICT_FORMAT_VERSION, FORMAT_VERSION, LOCAL_V3, REMOTE_FORMAT_VERSION, SHARED_FORMAT_VERSION, SHARED_V6, VERSIONS};
+use crate::store::journal::{CheckpointPart, MetaRecord, APPLIED_SEQ};
+use crate::store::namespace::{paths_in, Inode};
+use crate::store::{io_at, read_config, recover_packs, take_lock, Result, Store, StoreError, DICT_FORMAT_VERSION, FORMAT_VERSION, LOCAL_V3, REMOTE_FORMAT_VERSION, SHARED_FORMAT_VERSION, SHARED_V6, VERSIONS};
 use crate::digest::ChunkKey;
 use crate::index::{Batch, ChunkEntry, Index};
 use crate::pack::{self, ChunkKind, PackReader};
@@ -54,7 +54,7 @@ const BATCH_CHUNKS: usize = 10_000;
 /// Rebuilds the index of the store at `root` from its packs (see the module doc).
 pub fn repair_index(root: &Path) -> Result<RepairReport> {
     let mut rep = RepairReport::default();
-    let cfg_path = root.join(CONFIG_FILE);
+    let cfg_path = crate::store::layout::config(root);
     let mut lock = None;
     if !cfg_path.exists() {
         // Packs restored without the settings file: the settings only steer new writes
@@ -62,12 +62,12 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
         // (verify = bytes). The format version is the packs' own, so that the warcfs that
         // wrote them still opens the store. Said in the report, so the owner can set the
         // rest back.
-        if !root.join("packs").is_dir() {
+        if !crate::store::layout::packs(root).is_dir() {
             return Err(if root.exists() { StoreError::NotAStore(root.to_path_buf()) } else { StoreError::NoStore(root.to_path_buf()) });
         }
         lock = Some(take_lock(root)?);
-        let (version, said) = packs_version(root, &PackReader::new(root.join("packs"), root.join("packs-tmp")))?;
-        let json = serde_json::to_vec_pretty(&super::Config { version, ..super::Config::default() }).expect("config serialises");
+        let (version, said) = packs_version(root, &PackReader::new(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root)))?;
+        let json = serde_json::to_vec_pretty(&crate::store::Config { version, ..crate::store::Config::default() }).expect("config serialises");
         pack::write_file_atomic(&cfg_path, &json).map_err(io_at(&cfg_path))?;
         rep.wrote_default_config = true;
         rep.config_version = Some((version, said));
@@ -80,10 +80,10 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
     };
     // Scratch directories a copy of the packs may lack (and a new node of a bucket-backed
     // store has no packs/ of its own yet).
-    for d in ["packs", "packs-tmp", "staging"] {
+    for d in crate::store::layout::DIRS {
         fs::create_dir_all(root.join(d)).map_err(io_at(root))?;
     }
-    let index_dir = root.join("index");
+    let index_dir = crate::store::layout::index(root);
     if index_dir.join("CURRENT").exists() && Index::open(&index_dir).is_ok() {
         return Err(StoreError::IndexOpens(root.to_path_buf()));
     }
@@ -101,7 +101,7 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
     }
     build_index(root, &config, &mut rep, None, &mut || {})?;
     // Every log record is in the rebuilt index, those of packs an open cut short too.
-    super::open::recovered(root)?;
+    crate::store::open::recovered(root)?;
     drop(lock);
     // Opening it once applies nothing more (the log is all applied) but proves it opens.
     // (Read-only if another node of a bucket-backed store holds the bucket's lock.)
@@ -114,9 +114,9 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
 /// taken as its local counterpart (the settings that named the bucket are lost with the
 /// file: 4 as 3, 6 as 5, 8 as 7). Packs written before blobs named it (2026-11-27) are taken
 /// as version 5: every warcfs since dictionaries (2026-11-26) reads it, and it keeps them on.
-pub(super) fn packs_version(root: &Path, packs: &PackReader) -> Result<(u32, bool)> {
+pub(in crate::store) fn packs_version(root: &Path, packs: &PackReader) -> Result<(u32, bool)> {
     let mut highest = 0u8;
-    for (id, _) in packs.sealed_packs().map_err(io_at(&root.join("packs")))? {
+    for (id, _) in packs.sealed_packs().map_err(io_at(&crate::store::layout::packs(root)))? {
         highest = highest.max(packs.first_written_for(id)?.unwrap_or(0));
     }
     let local = match highest as u32 {
@@ -140,17 +140,17 @@ pub(super) fn packs_version(root: &Path, packs: &PackReader) -> Result<(u32, boo
 /// under the first).
 /// `tick` is called after every pack read (a writer keeps its bucket lock fresh there: a
 /// rebuild of many packs outlasts the lock's lifetime).
-pub(super) fn build_index(
+pub(in crate::store) fn build_index(
     root: &Path,
-    config: &super::Config,
+    config: &crate::store::Config,
     rep: &mut RepairReport,
-    remote: Option<std::sync::Arc<crate::pack::remote::RemotePacks>>,
+    remote: Option<std::sync::Arc<crate::bucket::client::RemotePacks>>,
     tick: &mut dyn FnMut(),
 ) -> Result<Vec<(u64, u64)>> {
-    let index_dir = root.join("index");
-    let cfg_path = root.join(CONFIG_FILE);
+    let index_dir = crate::store::layout::index(root);
+    let cfg_path = crate::store::layout::config(root);
     recover_packs(root)?;
-    let building = root.join("index.rebuilding");
+    let building = crate::store::layout::index_rebuilding(root);
     if building.exists() {
         // What an interrupted repair left: start again.
         fs::remove_dir_all(&building).map_err(io_at(&building))?;
@@ -158,11 +158,11 @@ pub(super) fn build_index(
     let idx = Index::create(&building, config.version)?;
     let remote = match remote {
         Some(r) => Some(r),
-        None => super::bucket::remote_packs(root, config)?,
+        None => crate::store::backend::remote_packs(root, config)?,
     };
     let packs = match remote {
-        Some(r) => PackReader::with_remote(root.join("packs"), root.join("packs-tmp"), r),
-        None => PackReader::new(root.join("packs"), root.join("packs-tmp")),
+        Some(r) => PackReader::with_remote(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root), r),
+        None => PackReader::new(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root)),
     };
 
     // 1. Chunks where they lie; the log's records, to apply in order.
@@ -171,7 +171,7 @@ pub(super) fn build_index(
     let mut records: Vec<Rec> = Vec::new();
     let mut b = Batch::new();
     let mut in_batch = 0usize;
-    let packs_dir = root.join("packs");
+    let packs_dir = crate::store::layout::packs(root);
     let listed = packs.sealed_packs().map_err(io_at(&packs_dir))?;
     let ids: Vec<u64> = listed.iter().map(|p| p.0).collect();
     for &id in &ids {
@@ -240,7 +240,7 @@ pub(super) fn build_index(
     }
     // Each node's log on its own (one log, numbered across nodes, on a store one node
     // writes at a time): this node's own changes all, the others' without their counters.
-    let own = config.node.filter(|_| super::several_writers(config.version));
+    let own = config.node.filter(|_| crate::store::several_writers(config.version));
     records.sort_by_key(|r| (r.6, r.0));
     let mut b = Batch::new();
     let mut from = 0;
@@ -249,13 +249,13 @@ pub(super) fn build_index(
         let to = from + records[from..].iter().take_while(|r| r.6 == node).count();
         let mine = node.is_none() || node == own;
         let (last, start) = apply_log(&idx, &packs, &records[from..to], mine, rep)?;
-        let whose = |n: u16| if mine { APPLIED_SEQ.to_string() } else { super::journal::applied_key(n) };
+        let whose = |n: u16| if mine { APPLIED_SEQ.to_string() } else { crate::store::journal::applied_key(n) };
         if let Some(last) = last {
             b.put_meta_u64_unlogged(&idx, &whose(node.unwrap_or(0)), last);
         }
         // (This node's own too: its next checkpoint is due from there, not from record 0.)
         if let (Some(n), Some(start)) = (node, start) {
-            b.put_meta_u64_unlogged(&idx, &super::journal::checkpoint_key(n), start);
+            b.put_meta_u64_unlogged(&idx, &crate::store::journal::checkpoint_key(n), start);
         }
         from = to;
     }
@@ -321,7 +321,7 @@ pub(super) fn build_index(
     // meanwhile must make the next open rebuild again, not pass as known.
     if packs.remote().is_some() {
         let mut b = Batch::new();
-        b.put_meta_u64_unlogged(&idx, super::bucket::SIGNATURE, super::bucket::signature_of(&listed));
+        b.put_meta_u64_unlogged(&idx, crate::store::backend::SIGNATURE, crate::bucket::signature_of(&listed));
         idx.write(b)?;
     }
     idx.flush_tables()?;

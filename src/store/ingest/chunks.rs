@@ -6,8 +6,8 @@
 
 use std::collections::HashMap;
 
-use super::dict::InUse;
-use super::{Compression, Ns, Result, Store, StoreError, Verify, Writer};
+use crate::store::ingest::dict::InUse;
+use crate::store::{Compression, Ns, Result, Store, StoreError, Verify, Writer};
 use crate::sync::on_two_threads;
 use crate::LockExt;
 use crate::digest::{ChunkKey, Digest};
@@ -24,21 +24,21 @@ const MIN_SAVING_PERCENT: usize = 3;
 /// kept raw, and settling leaves raw chunks as they are); level -3 took 4-6 % less again for
 /// packs 20 % larger before gc (docs/BENCHMARKS.md, nineteenth session). Recipe pieces at
 /// level 9 here took 5 % of an import's CPU for the same store after gc.
-pub(super) const ZSTD_LEVEL: i32 = 1;
+pub(in crate::store) const ZSTD_LEVEL: i32 = 1;
 /// Chunks on a store several nodes write, which gc does not settle: what ingest writes is
 /// what stays.
-pub(super) const UNSETTLED_ZSTD_LEVEL: i32 = 3;
+pub(in crate::store) const UNSETTLED_ZSTD_LEVEL: i32 = 3;
 /// The level for bytes kept for years: gc settles chunks at it (`settle::LEVEL`), and ingest
 /// writes recipe pieces at it on a store several nodes write, which gc does not settle
 /// (small, bytes per file rather than per payload, and much smaller with the effort).
-pub(super) const ARCHIVAL_ZSTD_LEVEL: i32 = 9;
+pub(in crate::store) const ARCHIVAL_ZSTD_LEVEL: i32 = 9;
 /// The level for an optimal parser's parse (zopfli's, 7-Zip's: the longest form), in a parse
 /// tail or in the recipe pieces of a file whose members hold one: new bytes no other file
 /// shares, up to a sixth of the member's size, and rare in archives. On the bench's zopfli
 /// crawl (its parses kept in the pieces) the store grows by 1.6 points of the file's size
 /// less than at level 3, for about 1 s more of its import (2.9 s); settling keeps them (a
 /// blob is recompressed only if that makes it smaller).
-pub(super) const LONGEST_PARSE_ZSTD_LEVEL: i32 = 15;
+pub(in crate::store) const LONGEST_PARSE_ZSTD_LEVEL: i32 = 15;
 /// New bytes `store_chunks` plans before it compresses and appends them.
 const BATCH_BYTES: usize = 8 << 20;
 /// Chunk entries a commit looks up in one call.
@@ -48,14 +48,14 @@ const LOOKUP_BATCH: usize = 4096;
 const READ_BACK_KEPT: usize = 8 << 20;
 
 /// Chunks appended to packs but not yet in the index, by digest.
-pub(super) type Pending = HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>, crate::digest::DigestState>;
+pub(in crate::store) type Pending = HashMap<Digest, Vec<(ChunkKey, ChunkEntry)>, crate::digest::DigestState>;
 
 /// What an ingest added to the packs so far.
 #[derive(Default)]
-pub(super) struct Added {
-    pub(super) new_bytes: u64,
+pub(in crate::store) struct Added {
+    pub(in crate::store) new_bytes: u64,
     /// A dictionary this ingest trained and stored.
-    pub(super) dict: Option<ChunkKey>,
+    pub(in crate::store) dict: Option<ChunkKey>,
 }
 
 /// Whether a chunk of kind `a` may stand for equal bytes of kind `b`. A chunk's
@@ -106,20 +106,20 @@ enum Batched {
 /// One thread's zstd contexts: for the store's dictionary, and one for each level asked
 /// (ingest's, and gc's settling).
 #[derive(Default)]
-pub(super) struct Compressors {
+pub(in crate::store) struct Compressors {
     cctx: Option<zstd::zstd_safe::CCtx<'static>>,
     levels: Vec<(i32, zstd::bulk::Compressor<'static>)>,
 }
 
 impl Compressors {
-    pub(super) fn for_dictionary(&mut self) -> Option<&mut zstd::zstd_safe::CCtx<'static>> {
+    pub(in crate::store) fn for_dictionary(&mut self) -> Option<&mut zstd::zstd_safe::CCtx<'static>> {
         if self.cctx.is_none() {
             self.cctx = zstd::zstd_safe::CCtx::try_create();
         }
         self.cctx.as_mut()
     }
 
-    pub(super) fn at(&mut self, level: i32) -> Option<&mut zstd::bulk::Compressor<'static>> {
+    pub(in crate::store) fn at(&mut self, level: i32) -> Option<&mut zstd::bulk::Compressor<'static>> {
         if !self.levels.iter().any(|(l, _)| *l == level) {
             self.levels.push((level, zstd::bulk::Compressor::new(level).ok()?));
         }
@@ -136,8 +136,8 @@ impl Store {
     /// Goes on compressing with the dictionary the index names as in use (`dict`), on a
     /// store whose format has them. One that cannot be read is logged and left: chunks are
     /// then compressed without, and a new one is trained.
-    pub(super) fn resume_dictionary(&self) -> Result<()> {
-        let Some(raw) = self.index.meta_bytes(super::dict::META_KEY)? else { return Ok(()) };
+    pub(in crate::store) fn resume_dictionary(&self) -> Result<()> {
+        let Some(raw) = self.index.meta_bytes(crate::store::ingest::dict::META_KEY)? else { return Ok(()) };
         let Some(key) = ChunkKey::from_bytes(&raw) else {
             log::warn!("{}: the index names no readable zstd dictionary; a new one will be trained", self.root.display());
             return Ok(());
@@ -157,14 +157,14 @@ impl Store {
 
     /// The raw bytes of dictionary chunk `key` (MissingChunk if the index knows none):
     /// ingest resuming the dictionary in use, gc settling the chunks compressed with one.
-    pub(super) fn dictionary_bytes(&self, key: &ChunkKey) -> Result<Vec<u8>> {
+    pub(in crate::store) fn dictionary_bytes(&self, key: &ChunkKey) -> Result<Vec<u8>> {
         let e = self.index.chunk(key)?.ok_or_else(|| StoreError::MissingChunk(key.short()))?;
         Ok(self.packs.read(e.pack, e.offset, key, e.stored_len)?)
     }
 
     /// Finds `data` in the store (proven equal as the verify mode demands) or appends it to
     /// the open pack as a new chunk: `store_chunks` of one.
-    pub(super) fn store_chunk(&self, w: &mut Writer, added: &mut Added, data: &[u8], kind: ChunkKind) -> Result<ChunkKey> {
+    pub(in crate::store) fn store_chunk(&self, w: &mut Writer, added: &mut Added, data: &[u8], kind: ChunkKind) -> Result<ChunkKey> {
         Ok(self.store_chunks(w, added, &[(data, kind)])?[0])
     }
 
@@ -222,7 +222,7 @@ impl Store {
     /// kept. An ingest reads back every copy it dedups (a quarter of a crawl's bytes, or
     /// more): through the cache each was a new buffer of up to 4 MiB, faulted in page by page
     /// (a tenth of the CPU of importing a plain crawl), and pushed out what readers use.
-    pub(super) fn read_back(&self, key: &ChunkKey, entry: &ChunkEntry, check: impl FnOnce(&[u8]) -> bool) -> Result<bool> {
+    pub(in crate::store) fn read_back(&self, key: &ChunkKey, entry: &ChunkEntry, check: impl FnOnce(&[u8]) -> bool) -> Result<bool> {
         thread_local! {
             static READ_BACK: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
         }
@@ -280,7 +280,7 @@ impl Store {
 
     /// The entry of chunk `key`: among those this ingest appended (`w.pending`, not in the
     /// index yet), else in the index.
-    pub(super) fn stored_entry(&self, w: &Writer, key: &ChunkKey) -> Result<Option<ChunkEntry>> {
+    pub(in crate::store) fn stored_entry(&self, w: &Writer, key: &ChunkKey) -> Result<Option<ChunkEntry>> {
         match w.pending.get(&key.digest).and_then(|v| v.iter().find(|(k, _)| k == key)) {
             Some((_, e)) => Ok(Some(e.clone())),
             None => Ok(self.index.chunk(key)?),
@@ -294,7 +294,7 @@ impl Store {
             Some((codec, z)) => (*codec, z.as_slice()),
             None => (Codec::None, data),
         };
-        let tmp_dir = self.root.join("packs-tmp");
+        let tmp_dir = crate::store::layout::packs_tmp(&self.root);
         if w.open.is_none() {
             let id = self.alloc_pack_id();
             w.open = Some(OpenPack::create(&tmp_dir, id, self.config.version).map_err(|err| StoreError::Io { path: tmp_dir.clone(), err })?);
@@ -329,13 +329,13 @@ impl Store {
     /// core idle once the proofs were done. New chunks are compressed and appended a few
     /// MiB at a time (`BATCH_BYTES`), so what waits compressed stays small whatever the
     /// window, and before a dictionary is trained.
-    pub(super) fn store_chunks(&self, w: &mut Writer, added: &mut Added, items: &[(&[u8], ChunkKind)]) -> Result<Vec<ChunkKey>> {
+    pub(in crate::store) fn store_chunks(&self, w: &mut Writer, added: &mut Added, items: &[(&[u8], ChunkKind)]) -> Result<Vec<ChunkKey>> {
         self.store_chunks_at(w, added, items, None)
     }
 
     /// `store_chunks`, the new chunks that take no dictionary compressed at `level` if one
     /// is given.
-    pub(super) fn store_chunks_at(&self, w: &mut Writer, added: &mut Added, items: &[(&[u8], ChunkKind)], level: Option<i32>) -> Result<Vec<ChunkKey>> {
+    pub(in crate::store) fn store_chunks_at(&self, w: &mut Writer, added: &mut Added, items: &[(&[u8], ChunkKind)], level: Option<i32>) -> Result<Vec<ChunkKey>> {
         // Digests, and where each chunk is in the index (reading a stored copy back, as the
         // verify mode asks, is most of it), on two threads. Ahead of its turn, but the
         // index's chunks change only by this writer's commits, by gc (which takes the writer
@@ -404,7 +404,7 @@ impl Store {
         let mut compressed: Vec<Option<(Codec, Vec<u8>)>> = match self.config.compression {
             Compression::Zstd => {
                 let dicts = &w.dicts;
-                let shared = self.is_shared();
+                let shared = self.mode.shared();
                 let work = |z: &mut Compressors, n: usize| {
                     let (i, dict) = new[n];
                     let (data, kind) = items[i];
@@ -468,7 +468,7 @@ impl Store {
 
     /// Writes `b` with the refcount changes in one synced batch. The caller holds the
     /// namespace lock (`ns`), which makes the refcount read-modify-write atomic.
-    pub(super) fn commit(&self, ns: &mut Ns, b: Batch, delta: RefDelta) -> Result<()> {
+    pub(in crate::store) fn commit(&self, ns: &mut Ns, b: Batch, delta: RefDelta) -> Result<()> {
         self.commit_with(ns, b, delta, &Pending::default(), 0, None)
     }
 
@@ -477,15 +477,15 @@ impl Store {
     /// `dict`: a dictionary the ingest stored, committed with it (one reference for good)
     /// and named in the index as the one in use; the writer compresses with it once this
     /// batch is durable.
-    pub(super) fn commit_with(&self, ns: &mut Ns, mut b: Batch, mut delta: RefDelta, pending: &Pending, collisions: u64, dict: Option<ChunkKey>) -> Result<()> {
+    pub(in crate::store) fn commit_with(&self, ns: &mut Ns, mut b: Batch, mut delta: RefDelta, pending: &Pending, collisions: u64, dict: Option<ChunkKey>) -> Result<()> {
         if let Some(k) = dict {
             delta.add([k], 1);
-            b.put_meta_bytes(&self.index, super::dict::META_KEY, &k.to_bytes());
+            b.put_meta_bytes(&self.index, crate::store::ingest::dict::META_KEY, &k.to_bytes());
         }
         if !pending.is_empty() {
             let mut w = self.writer.locked();
             if let Some(open) = w.open.as_mut() {
-                let dir = self.root.join("packs-tmp");
+                let dir = crate::store::layout::packs_tmp(&self.root);
                 open.sync().map_err(|err| StoreError::Io { path: dir, err })?;
                 crate::failpoint::crash_at("pack_synced");
             }

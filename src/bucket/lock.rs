@@ -6,7 +6,7 @@
 use std::io;
 use std::time::{Duration, SystemTime};
 
-use super::remote::Remote;
+use super::client::Remote;
 
 /// How often a writer rewrites its lock object, and after how long without that another
 /// process may take the lock over (restic's scheme: Garage does not honour conditional

@@ -12,7 +12,7 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
-use super::{io_at, read_config, Result, Store, StoreError, CONFIG_FILE};
+use crate::store::{io_at, read_config, Result, Store, StoreError};
 use crate::LockExt;
 use crate::pack;
 
@@ -50,8 +50,8 @@ impl Store {
                 err: std::io::Error::other("snapshot copies a local store; this store's packs are in the object store: back up the bucket (its packs and warcfs.json) instead, and make a node from it again with `warcfs init STORE --backend URL`"),
             });
         }
-        if dest.join(CONFIG_FILE).exists() {
-            let theirs = read_config(&dest.join(CONFIG_FILE))?;
+        if crate::store::layout::config(dest).exists() {
+            let theirs = read_config(&crate::store::layout::config(dest))?;
             if theirs != self.config {
                 return Err(StoreError::Format { path: dest.to_path_buf(), found: "a store with other settings".into() });
             }
@@ -61,9 +61,9 @@ impl Store {
             // The config first: from now on DEST is a store that the next snapshot completes.
             fs::create_dir_all(dest).map_err(io_at(dest))?;
             let cfg = serde_json::to_vec_pretty(&self.config).expect("config serialises");
-            pack::write_file_atomic(&dest.join(CONFIG_FILE), &cfg).map_err(io_at(dest))?;
+            pack::write_file_atomic(&crate::store::layout::config(dest), &cfg).map_err(io_at(dest))?;
         }
-        for d in ["packs", "packs-tmp", "staging"] {
+        for d in crate::store::layout::DIRS {
             fs::create_dir_all(dest.join(d)).map_err(io_at(dest))?;
         }
         // Index copies a killed snapshot left behind (by any process id).
@@ -84,8 +84,8 @@ impl Store {
             fs::remove_dir_all(&new_index).map_err(io_at(&new_index))?;
         }
         self.index.checkpoint(&new_index)?;
-        let src_packs = self.root.join("packs");
-        let dst_packs = dest.join("packs");
+        let src_packs = crate::store::layout::packs(&self.root);
+        let dst_packs = crate::store::layout::packs(dest);
         let mut live = std::collections::HashSet::new();
         for e in fs::read_dir(&src_packs).map_err(io_at(&src_packs))? {
             let e = e.map_err(io_at(&src_packs))?;
@@ -106,11 +106,11 @@ impl Store {
         // The new links must survive a power loss before an index points at them.
         pack::sync_dir(&dst_packs).map_err(io_at(&dst_packs))?;
         // Staged bytes can still change; copy them as they are now.
-        let dst_staging = dest.join("staging");
+        let dst_staging = crate::store::layout::staging(dest);
         for e in fs::read_dir(&dst_staging).map_err(io_at(&dst_staging))?.flatten() {
             let _ = fs::remove_file(e.path());
         }
-        let src_staging = self.root.join("staging");
+        let src_staging = crate::store::layout::staging(&self.root);
         if let Ok(rd) = fs::read_dir(&src_staging) {
             for e in rd.flatten() {
                 let target = dst_staging.join(e.file_name());
@@ -122,7 +122,7 @@ impl Store {
         drop(w);
         // Swap the index in, in one step (a crash leaves the old index or the new one, never
         // none), then drop packs the new index cannot reference.
-        let index = dest.join("index");
+        let index = crate::store::layout::index(dest);
         let old = dest.join("index.old");
         if old.exists() {
             fs::remove_dir_all(&old).map_err(io_at(&old))?;

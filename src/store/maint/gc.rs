@@ -8,8 +8,9 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::namespace::{Inode, InodeKind};
-use super::{io_at, settle, Ns, Result, Store, StoreError};
+use crate::store::namespace::{Inode, InodeKind};
+use crate::store::maint::settle;
+use crate::store::{io_at, Ns, Result, Store, StoreError};
 use crate::LockExt;
 use crate::digest::ChunkKey;
 use crate::extsort::{Sorted, Sorter};
@@ -187,12 +188,12 @@ impl Store {
             Ok(())
         })?;
         s.collisions = self.index.meta_u64("collisions")?;
-        let sealed = self.packs.sealed_packs().map_err(io_at(&self.root.join("packs")))?;
-        s.stored_bytes = sealed.iter().map(|p| p.1).sum::<u64>() + dir_usage(&self.root.join("packs-tmp"))?.0;
-        s.index_bytes = dir_usage(&self.root.join("index"))?.0;
+        let sealed = self.packs.sealed_packs().map_err(io_at(&crate::store::layout::packs(&self.root)))?;
+        s.stored_bytes = sealed.iter().map(|p| p.1).sum::<u64>() + dir_usage(&crate::store::layout::packs_tmp(&self.root))?.0;
+        s.index_bytes = dir_usage(&crate::store::layout::index(&self.root))?.0;
         s.packs = sealed.len() as u64;
         s.uploads_waiting = self.uploads().0;
-        (s.staged_bytes, s.staged_files) = dir_usage(&self.root.join("staging"))?;
+        (s.staged_bytes, s.staged_files) = dir_usage(&crate::store::layout::staging(&self.root))?;
         Ok(s)
     }
 
@@ -207,7 +208,7 @@ impl Store {
     pub fn gc_with(&self, opts: GcOptions) -> Result<GcReport> {
         // (A store several nodes write is not settled yet: another node's open pack may get
         // an id below what this one has settled, and the marks would pass it by.)
-        let settling = opts.settle && self.config.compression == super::config::Compression::Zstd && !self.is_shared();
+        let settling = opts.settle && self.config.compression == crate::store::config::Compression::Zstd && !self.mode.shared();
         // A shared store: the bucket's gc lock, and every other node's changes taken in.
         let gc_lock = self.gc_prepare()?;
         if let Some(lock) = &gc_lock {
@@ -215,7 +216,7 @@ impl Store {
         }
         // Packs an earlier gc put in the bucket's trash, once no node can still be reading
         // them. (A test shortens the wait with the `trash_no_grace` fail point.)
-        let grace = if crate::failpoint::armed("trash_no_grace") { std::time::Duration::ZERO } else { crate::pack::lock::TRASH_GRACE };
+        let grace = if crate::failpoint::armed("trash_no_grace") { std::time::Duration::ZERO } else { crate::bucket::lock::TRASH_GRACE };
         let purged = self.packs.purge_trash(grace).map_err(io_at(&self.root))?;
         let mut ns = self.ns.locked();
         let mut w = self.writer.locked();
@@ -223,7 +224,7 @@ impl Store {
         self.tails.clear();
         self.seal_open(&mut w)?;
         self.seal_journal(&mut self.journal.locked())?;
-        let packs_dir = self.root.join("packs");
+        let packs_dir = crate::store::layout::packs(&self.root);
         let sealed = self.packs.sealed_packs().map_err(io_at(&packs_dir))?;
         let mut rep = GcReport { bytes_before: sealed.iter().map(|p| p.1).sum(), ..GcReport::default() };
         // A checkpoint of the namespace first: every earlier log record becomes garbage
@@ -296,12 +297,12 @@ impl Store {
             // every node's index holds the blobs of the packs it has taken in (a node that
             // rebuilds finds it there), and one node may dedup against it before this one
             // sees that record; its entry goes with its pack.
-            let gone: HashSet<u64> = if self.is_shared() { doomed.iter().chain(rewrite.iter()).copied().collect() } else { HashSet::new() };
+            let gone: HashSet<u64> = if self.mode.shared() { doomed.iter().chain(rewrite.iter()).copied().collect() } else { HashSet::new() };
             rep.chunks_dropped = 0;
             let mut b = Batch::new();
             for item in self.index.chunk_iter() {
                 let (k, e) = item?;
-                if e.refs == 0 && (!self.is_shared() || gone.contains(&e.pack)) {
+                if e.refs == 0 && (!self.mode.shared() || gone.contains(&e.pack)) {
                     b.delete_chunk(&self.index, &k);
                     rep.chunks_dropped += 1;
                     if b.log().len() >= self.limits.batch_ops {
@@ -415,7 +416,7 @@ impl Store {
 
     /// Seals gc's open pack, if any, and moves the index entries of its blobs there.
     fn seal_rewritten(&self, ns: &mut Ns, out: &mut Rewritten) -> Result<()> {
-        let packs_dir = self.root.join("packs");
+        let packs_dir = crate::store::layout::packs(&self.root);
         if let Some(o) = out.open.take() {
             let id = o.id;
             o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
@@ -429,7 +430,7 @@ impl Store {
     /// settling found damaged. Without `settling`, every blob is written at level 0, so a
     /// later gc settles it (again, if it was).
     fn write_rewritten(&self, ns: &mut Ns, out: &mut Rewritten, dicts: &mut settle::Dicts, mut blobs: Vec<settle::Blob>, settling: bool) -> Result<u64> {
-        let tmp_dir = self.root.join("packs-tmp");
+        let tmp_dir = crate::store::layout::packs_tmp(&self.root);
         let damaged = if settling { self.settle(dicts, &mut blobs)? } else { 0 };
         for b in blobs {
             let e = &b.entry;
@@ -480,8 +481,8 @@ impl Store {
 
     /// Where fsck and gc keep their sort runs (`STORE/cache/runs`; a run outlives its
     /// process only if the process was killed, and the next exclusive open removes it).
-    pub(super) fn runs_dir(&self) -> Result<PathBuf> {
-        let dir = self.root.join("cache").join("runs");
+    pub(in crate::store) fn runs_dir(&self) -> Result<PathBuf> {
+        let dir = crate::store::layout::cache(&self.root).join("runs");
         fs::create_dir_all(&dir).map_err(io_at(&dir))?;
         Ok(dir)
     }
@@ -489,7 +490,7 @@ impl Store {
     /// Every reference every file's recipe holds (`recipe::references`), sorted by chunk
     /// key, with the file's inode. `visit` sees each file with the bytes its recipe
     /// describes, or why the recipe could not be read; an error from it stops the pass.
-    pub(super) fn sorted_references(&self, mut visit: impl FnMut(u64, &Inode, Result<u64>) -> Result<()>) -> Result<Sorted<RefRecord>> {
+    pub(in crate::store) fn sorted_references(&self, mut visit: impl FnMut(u64, &Inode, Result<u64>) -> Result<()>) -> Result<Sorted<RefRecord>> {
         let runs = self.runs_dir()?;
         let mut sorter: Sorter<RefRecord> = Sorter::new(&runs, self.limits.run_bytes).map_err(io_at(&runs))?;
         for item in self.index.inode_iter::<Inode>() {
@@ -529,17 +530,17 @@ impl Default for ScanLimits {
 
 /// Chunk key ‖ inode holding the reference (big-endian): sorted, a chunk's references come
 /// together, in the chunk table's order.
-pub(super) type RefRecord = [u8; 44];
+pub(in crate::store) type RefRecord = [u8; 44];
 
 /// The references to one chunk: how many, and the first few distinct files holding them.
-pub(super) struct RefGroup {
+pub(in crate::store) struct RefGroup {
     pub key: ChunkKey,
     pub count: u64,
     pub inos: Vec<u64>,
 }
 
 /// A sorted reference stream, a chunk at a time, for merging with `Index::chunk_iter`.
-pub(super) struct RefGroups {
+pub(in crate::store) struct RefGroups {
     refs: std::iter::Peekable<Sorted<RefRecord>>,
     named: usize,
     next: Option<RefGroup>,

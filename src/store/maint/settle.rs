@@ -13,16 +13,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{io_at, Result, Store, StoreError};
+use crate::store::{io_at, Result, Store, StoreError};
 use crate::digest::{ChunkKey, Digest};
 use crate::index::{Batch, ChunkEntry};
-use super::chunks::Compressors;
-use super::dict;
+use crate::store::ingest::chunks::Compressors;
+use crate::store::ingest::dict;
 use crate::pack::{self, ChunkKind, Codec, PackError};
 
 /// The zstd level gc settles chunks at: about as much as level 12 for a third of its time
 /// (levels 15-19 take 7-15 times as long for 2 % more).
-pub(super) const LEVEL: u8 = super::chunks::ARCHIVAL_ZSTD_LEVEL as u8;
+pub(in crate::store) const LEVEL: u8 = crate::store::ingest::chunks::ARCHIVAL_ZSTD_LEVEL as u8;
 
 /// Bytes of packs one gc settles at most on an object store: the new packs must reach the
 /// bucket within gc's upload wait (10 minutes: 7 MB/s). A local store's limit is its room.
@@ -40,7 +40,7 @@ fn settled_below_key(prefix: u16) -> String {
 
 /// The packs one gc settles, and what it leaves for the next.
 #[derive(Default)]
-pub(super) struct Plan {
+pub(in crate::store) struct Plan {
     pub ids: Vec<u64>,
     /// Candidates gc did not get to: the first that did not fit in its room, and those
     /// after it (not looked at, so some may be settled already).
@@ -63,7 +63,7 @@ impl Plan {
 
 /// One blob on its way to a new pack: its chunk, its index entry (where it was), and its
 /// stored bytes.
-pub(super) struct Blob {
+pub(in crate::store) struct Blob {
     pub key: ChunkKey,
     pub entry: ChunkEntry,
     pub stored: Vec<u8>,
@@ -97,7 +97,7 @@ enum Settled {
 /// The dictionaries a settling gc compresses with, by digest: prepared once each, for
 /// compressing at `LEVEL` and for decoding.
 #[derive(Default)]
-pub(super) struct Dicts {
+pub(in crate::store) struct Dicts {
     ready: HashMap<Digest, Option<(zstd::zstd_safe::CDict<'static>, pack::Dictionary)>>,
 }
 
@@ -108,7 +108,7 @@ impl Store {
     /// rewritten for their garbage take; gc deletes the packs it replaces only at its end),
     /// on an object store at most `REMOTE_BUDGET`. It stops at the first that does not fit:
     /// the rest are left unread, counted in `left`.
-    pub(super) fn plan_settle(&self, mut candidates: Vec<(u64, u64)>, reserved: u64) -> Result<Plan> {
+    pub(in crate::store) fn plan_settle(&self, mut candidates: Vec<(u64, u64)>, reserved: u64) -> Result<Plan> {
         let prefix = |id: u64| (id >> 48) as u16;
         let mut below: BTreeMap<u16, u64> = BTreeMap::new();
         for &(id, _) in &candidates {
@@ -161,7 +161,7 @@ impl Store {
     /// Recompresses `blobs` at `LEVEL` in place, on two threads, each kept as it was where
     /// that is not smaller. A chunk whose bytes do not decode to its digest is kept as it
     /// is; returns how many were.
-    pub(super) fn settle(&self, dicts: &mut Dicts, blobs: &mut [Blob]) -> Result<u64> {
+    pub(in crate::store) fn settle(&self, dicts: &mut Dicts, blobs: &mut [Blob]) -> Result<u64> {
         for b in blobs.iter().filter(|b| b.recompressed() && b.entry.codec == Codec::ZstdDict as u8) {
             let Some(d) = pack::dict_of(&b.stored) else { continue };
             if let std::collections::hash_map::Entry::Vacant(slot) = dicts.ready.entry(d) {

@@ -22,7 +22,7 @@
 use crate::digest::Digest;
 
 /// The index meta record naming the dictionary new chunks are compressed with.
-pub(super) const META_KEY: &str = "zstd_dict";
+pub(in crate::store) const META_KEY: &str = "zstd_dict";
 /// Sample bytes to train on (zstd wants 10-100x the dictionary's size).
 const SAMPLE_TARGET: usize = 4 << 20;
 /// The first bytes of a chunk that go into the samples.
@@ -33,7 +33,7 @@ const DICT_SIZE: usize = 112 << 10;
 const RENEW_AFTER: u64 = 4 << 30;
 
 /// The writer's dictionaries: samples, the one being committed, the one in use.
-pub(super) struct Dicts {
+pub(in crate::store) struct Dicts {
     enabled: bool,
     /// The zstd level chunks are compressed at with a dictionary (the store's ingest level).
     level: i32,
