@@ -258,7 +258,7 @@ pub fn parse_import_summary(stdout: &str) -> ImportSummary {
     ImportSummary { files, bytes_in, new_bytes }
 }
 
-/// One blob of a pack file, walked from offset 0 with the documented layout.
+/// One blob of a pack file, walked from offset 0 with the layout of `warcfs::pack`.
 #[derive(Debug, Clone, Copy)]
 pub struct Blob {
     pub offset: u64,
@@ -268,19 +268,21 @@ pub struct Blob {
     pub stored_len: u32,
 }
 
-pub const BLOB_HEADER_LEN: usize = 60;
+pub use warcfs::pack::BLOB_HEADER_LEN;
 
-/// Walks a sealed pack's blobs ("WFB1" header of 60 bytes, then stored bytes) up to the footer.
+/// Walks a sealed pack's blobs (a header of `BLOB_HEADER_LEN` bytes starting with
+/// `BLOB_MAGIC`, then the stored bytes) up to the footer, with the code's own offsets.
 pub fn pack_blobs(data: &[u8]) -> Vec<Blob> {
+    use warcfs::pack::{BLOB_CODEC_AT, BLOB_KIND_AT, BLOB_MAGIC, BLOB_RAW_LEN_AT, BLOB_STORED_LEN_AT, FOOTER_MAGIC};
     let mut out = Vec::new();
     let mut off = 0usize;
-    while off + BLOB_HEADER_LEN <= data.len() && &data[off..off + 4] == b"WFB1" {
+    while off + BLOB_HEADER_LEN <= data.len() && &data[off..off + 4] == BLOB_MAGIC {
         let u32at = |i: usize| u32::from_le_bytes(data[off + i..off + i + 4].try_into().unwrap());
-        let b = Blob { offset: off as u64, codec: data[off + 4], kind: data[off + 5], raw_len: u32at(44), stored_len: u32at(48) };
+        let b = Blob { offset: off as u64, codec: data[off + BLOB_CODEC_AT], kind: data[off + BLOB_KIND_AT], raw_len: u32at(BLOB_RAW_LEN_AT), stored_len: u32at(BLOB_STORED_LEN_AT) };
         out.push(b);
         off += BLOB_HEADER_LEN + b.stored_len as usize;
     }
-    assert!(data.len() >= off + 4 && &data[off..off + 4] == b"WFPF", "pack: blobs should be followed by the footer magic at {off}");
+    assert!(data.len() >= off + 4 && &data[off..off + 4] == FOOTER_MAGIC, "pack: blobs should be followed by the footer magic at {off}");
     out
 }
 
