@@ -22,6 +22,12 @@ pub const BLOB_MAGIC: &[u8; 4] = b"WFB1";
 pub const FOOTER_MAGIC: &[u8; 4] = b"WFPF";
 pub const END_MAGIC: &[u8; 8] = b"WFPKEND1";
 pub const BLOB_HEADER_LEN: usize = 60;
+/// Where the blob header's fields are (the layout above): the codec and kind bytes, the
+/// raw and stored lengths (u32, little-endian).
+pub const BLOB_CODEC_AT: usize = 4;
+pub const BLOB_KIND_AT: usize = 5;
+pub const BLOB_RAW_LEN_AT: usize = 44;
+pub const BLOB_STORED_LEN_AT: usize = 48;
 /// The header byte naming the zstd level gc settled the blob at (`store::settle`); 0 for a
 /// blob as ingest wrote it. Readers need not know it: it says only whether gc is done with
 /// the blob's pack.
@@ -157,14 +163,14 @@ pub fn parse_pack_name(name: &str) -> Option<u64> {
 fn encode_header(info: &BlobInfo, crc: u32, settled: u8, format: u8) -> [u8; BLOB_HEADER_LEN] {
     let mut h = [0u8; BLOB_HEADER_LEN];
     h[0..4].copy_from_slice(BLOB_MAGIC);
-    h[4] = info.codec;
-    h[5] = info.kind;
+    h[BLOB_CODEC_AT] = info.codec;
+    h[BLOB_KIND_AT] = info.kind;
     h[SETTLED_BYTE] = settled;
     h[FORMAT_BYTE] = format;
     h[8..40].copy_from_slice(&info.key.digest);
     h[40..44].copy_from_slice(&info.key.seq.to_le_bytes());
-    h[44..48].copy_from_slice(&info.raw_len.to_le_bytes());
-    h[48..52].copy_from_slice(&info.stored_len.to_le_bytes());
+    h[BLOB_RAW_LEN_AT..BLOB_RAW_LEN_AT + 4].copy_from_slice(&info.raw_len.to_le_bytes());
+    h[BLOB_STORED_LEN_AT..BLOB_STORED_LEN_AT + 4].copy_from_slice(&info.stored_len.to_le_bytes());
     h[52..56].copy_from_slice(&crc.to_le_bytes());
     let hcrc = crc32fast::hash(&h[..56]);
     h[56..60].copy_from_slice(&hcrc.to_le_bytes());
@@ -185,10 +191,10 @@ fn decode_header(h: &[u8], offset: u64) -> Option<(BlobInfo, u32)> {
     let info = BlobInfo {
         offset,
         key: ChunkKey { digest, seq: u32at(40) },
-        codec: h[4],
-        kind: h[5],
-        raw_len: u32at(44),
-        stored_len: u32at(48),
+        codec: h[BLOB_CODEC_AT],
+        kind: h[BLOB_KIND_AT],
+        raw_len: u32at(BLOB_RAW_LEN_AT),
+        stored_len: u32at(BLOB_STORED_LEN_AT),
     };
     Some((info, u32at(52)))
 }

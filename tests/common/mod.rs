@@ -1,5 +1,6 @@
 //! Helpers for the end-to-end tests of the `warcfs` binary: running it, parsing its output,
-//! walking source trees, and the shared crawl corpus.
+//! checking a store, walking source trees, pack files, and the shared crawl corpus; mounts
+//! are in `mount`, the object-store cluster in `remote`.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -8,6 +9,14 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
+
+pub mod mount;
+pub mod remote;
+// Each test file uses some of these, none all of them.
+#[allow(unused_imports)]
+pub use mount::*;
+#[allow(unused_imports)]
+pub use remote::*;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_warcfs");
 
@@ -108,6 +117,33 @@ pub fn assert_cat_eq(store: &Path, path: &str, src: &Path) {
             want.len()
         );
     }
+}
+
+/// Asserts `fsck` (and `fsck --deep` if `deep`) exits 0 and reports clean.
+pub fn assert_fsck_clean(store: &Path, deep: bool) {
+    let mut args = vec!["fsck".to_string(), s(store)];
+    if deep {
+        args.push("--deep".into());
+    }
+    let r = run(&args);
+    assert!(r.ok() && r.out().contains(": clean ("), "fsck should be clean:\n{}", r.describe());
+}
+
+/// Cats every expected file and checks its bytes; also checks `ls` lists it with its size.
+pub fn assert_all_exact(store: &Path, files: &BTreeMap<String, PathBuf>, listed: &BTreeMap<String, LsEntry>) {
+    for (p, src) in files {
+        let e = listed.get(p).unwrap_or_else(|| panic!("ls does not show {p}"));
+        assert_eq!(e.kind, '-', "{p} should be a regular file: {e:?}");
+        assert_eq!(e.size, fs::metadata(src).unwrap().len(), "ls size of {p}");
+        assert_cat_eq(store, p, src);
+    }
+}
+
+/// Fresh incompressible bytes, so that every trial appends new blobs to the open pack.
+pub fn random_file(path: &Path, len: usize, rng: &mut impl rand::RngCore) {
+    let mut buf = vec![0u8; len];
+    rng.fill_bytes(&mut buf);
+    fs::write(path, buf).unwrap();
 }
 
 pub fn stats(store: &Path) -> serde_json::Value {
@@ -258,7 +294,7 @@ pub fn parse_import_summary(stdout: &str) -> ImportSummary {
     ImportSummary { files, bytes_in, new_bytes }
 }
 
-/// One blob of a pack file, walked from offset 0 with the documented layout.
+/// One blob of a pack file, walked from offset 0 with the layout of `warcfs::pack`.
 #[derive(Debug, Clone, Copy)]
 pub struct Blob {
     pub offset: u64,
@@ -268,19 +304,21 @@ pub struct Blob {
     pub stored_len: u32,
 }
 
-pub const BLOB_HEADER_LEN: usize = 60;
+pub use warcfs::pack::BLOB_HEADER_LEN;
 
-/// Walks a sealed pack's blobs ("WFB1" header of 60 bytes, then stored bytes) up to the footer.
+/// Walks a sealed pack's blobs (a header of `BLOB_HEADER_LEN` bytes starting with
+/// `BLOB_MAGIC`, then the stored bytes) up to the footer, with the code's own offsets.
 pub fn pack_blobs(data: &[u8]) -> Vec<Blob> {
+    use warcfs::pack::{BLOB_CODEC_AT, BLOB_KIND_AT, BLOB_MAGIC, BLOB_RAW_LEN_AT, BLOB_STORED_LEN_AT, FOOTER_MAGIC};
     let mut out = Vec::new();
     let mut off = 0usize;
-    while off + BLOB_HEADER_LEN <= data.len() && &data[off..off + 4] == b"WFB1" {
+    while off + BLOB_HEADER_LEN <= data.len() && &data[off..off + 4] == BLOB_MAGIC {
         let u32at = |i: usize| u32::from_le_bytes(data[off + i..off + i + 4].try_into().unwrap());
-        let b = Blob { offset: off as u64, codec: data[off + 4], kind: data[off + 5], raw_len: u32at(44), stored_len: u32at(48) };
+        let b = Blob { offset: off as u64, codec: data[off + BLOB_CODEC_AT], kind: data[off + BLOB_KIND_AT], raw_len: u32at(BLOB_RAW_LEN_AT), stored_len: u32at(BLOB_STORED_LEN_AT) };
         out.push(b);
         off += BLOB_HEADER_LEN + b.stored_len as usize;
     }
-    assert!(data.len() >= off + 4 && &data[off..off + 4] == b"WFPF", "pack: blobs should be followed by the footer magic at {off}");
+    assert!(data.len() >= off + 4 && &data[off..off + 4] == FOOTER_MAGIC, "pack: blobs should be followed by the footer magic at {off}");
     out
 }
 
@@ -357,45 +395,6 @@ pub fn crawl_files() -> Vec<PathBuf> {
     v.sort();
     assert_eq!(v.len(), 3, "expected 3 crawl files in {}", crawl_corpus().display());
     v
-}
-
-/// A live mount that is always unmounted, even when the test fails.
-pub struct Mount {
-    pub mnt: PathBuf,
-    store: PathBuf,
-}
-
-impl Mount {
-    pub fn new(store: &Path, mnt: &Path) -> Mount {
-        fs::create_dir_all(mnt).unwrap();
-        ok(&["mount", &s(store), &s(mnt)]);
-        Mount { mnt: mnt.to_path_buf(), store: store.to_path_buf() }
-    }
-}
-
-/// Whether a process holds the store's lock (a daemon still shutting down, say).
-fn store_locked(store: &Path) -> bool {
-    use std::os::fd::AsRawFd;
-    let Ok(f) = fs::File::open(store.join("lock")) else { return false };
-    // SAFETY: flock on a descriptor we own; released when `f` closes.
-    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let m = s(&self.mnt);
-        let unmounted = Command::new("fusermount3").args(["-u", &m]).status().is_ok_and(|st| st.success());
-        if !unmounted {
-            let _ = Command::new("umount").args(["-l", &m]).status();
-        }
-        // The daemon finishes its ingests and releases the store after unmount.
-        let t0 = std::time::Instant::now();
-        while (fs::read_to_string("/proc/mounts").unwrap_or_default().contains(&format!(" {m} ")) || store_locked(&self.store))
-            && t0.elapsed() < std::time::Duration::from_secs(20)
-        {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-    }
 }
 
 /// `data`, a `.warc.gz`, with each of its first `upto` gzip members compressed again by
