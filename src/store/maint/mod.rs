@@ -8,3 +8,6 @@ pub(in crate::store) mod gc;
 pub(in crate::store) mod repair;
 pub(in crate::store) mod settle;
 pub(in crate::store) mod snapshot;
+
+#[cfg(test)]
+mod tests;
