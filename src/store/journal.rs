@@ -323,7 +323,7 @@ impl Store {
     /// node then collects the records it supersedes: so this node's log stays the size of its
     /// namespace even if gc runs only elsewhere. Returns whether it wrote one.
     pub fn checkpoint_if_due(&self, every: u64) -> Result<bool> {
-        if !self.mode.shared() || self.mode.follows() {
+        if self.mode != crate::store::Mode::SharedWriter {
             return Ok(false);
         }
         let mut ns = self.ns.locked();

@@ -109,7 +109,7 @@ impl Store {
 
     /// This node's directory at the root of a shared store, made on the node's first open.
     pub(in crate::store) fn ensure_node_dir(&self) -> Result<()> {
-        if !self.mode.shared() || self.mode.follows() {
+        if self.mode != crate::store::Mode::SharedWriter {
             return Ok(());
         }
         let name = self.config.node_name.clone().unwrap_or_default();
