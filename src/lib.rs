@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod digest;
+pub mod disk;
 pub mod extsort;
 mod failpoint;
 pub mod format;

@@ -1,6 +1,7 @@
 //! Unit tests of `pack`: blobs, footers, torn tails and recovery.
 
 use super::*;
+use std::fs;
 
 fn key(n: u8) -> ChunkKey {
     ChunkKey { digest: [n; 32], seq: 0 }

@@ -351,7 +351,7 @@ impl Store {
             if !opts.create {
                 return Err(StoreError::NoStore(root.to_path_buf()));
             }
-            fs::create_dir_all(root).map_err(io_at(root))?;
+            crate::disk::create_dir_all(root).map_err(io_at(root))?;
         }
         if !root.is_dir() {
             return Err(StoreError::NotAStore(root.to_path_buf()));
@@ -379,7 +379,7 @@ impl Store {
             // directory with a config is a store, whose index must exist from then on; one
             // without is an unfinished creation, started again here.
             for d in ["packs", "packs-tmp", "staging"] {
-                fs::create_dir_all(root.join(d)).map_err(io_at(root))?;
+                crate::disk::create_dir_all(&root.join(d)).map_err(io_at(root))?;
             }
             if index_dir.exists() {
                 fs::remove_dir_all(&index_dir).map_err(io_at(&index_dir))?;
@@ -614,7 +614,7 @@ impl Store {
         if open.is_empty() {
             let path = self.root.join("packs-tmp").join(pack::pack_name(id));
             drop(open);
-            fs::remove_file(&path).map_err(io_at(&path))?;
+            crate::disk::remove_file(&path).map_err(io_at(&path))?;
         } else {
             let dir = self.root.join("packs");
             open.seal(&dir).map_err(io_at(&dir))?;
