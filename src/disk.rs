@@ -155,6 +155,13 @@ pub fn create_dir_all(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// fsync of the directory holding `path`: a directory made for a store (its root, a
+/// snapshot's DEST) survives a power loss only once its parent is synced.
+pub fn sync_parent(path: &Path) -> io::Result<()> {
+    let p = abs(path)?;
+    sync_dir(p.parent().unwrap_or(Path::new("/")))
+}
+
 /// `fs::copy` into a new file `dst` (its bytes not synced).
 pub fn copy(src: &Path, dst: &Path) -> io::Result<u64> {
     let Some(mut st) = tracker() else { return fs::copy(src, dst) };
@@ -302,10 +309,12 @@ impl State {
         }
     }
 
-    /// Keeps the durable bytes of `[start, end)` that a change is about to overwrite.
+    /// Keeps the durable bytes of `[start, end)` that a change is about to overwrite (those
+    /// past the file's end now were kept by the truncation that cut them off).
     fn save(&mut self, file: &File, start: u64, end: u64) -> io::Result<()> {
+        let now = file.metadata()?.len();
         let d = self.dirty(file)?;
-        let end = end.min(d.durable_len);
+        let end = end.min(d.durable_len).min(now);
         if start < end {
             let mut old = vec![0u8; (end - start) as usize];
             d.file.read_exact_at(&mut old, start)?;
@@ -431,6 +440,8 @@ mod tests {
         st.write_at(&f, b"!!!", 11).unwrap();
         st.set_len(&f, 3).unwrap();
         st.write_at(&f, b"xyz", 1).unwrap();
+        st.set_len(&f, 0).unwrap();
+        st.write_at(&f, b"truncated, then written again", 0).unwrap();
         // A file synced, in a directory entry not synced: lost whole.
         let lost = dir.path().join("lost");
         let g = OpenOptions::new().create_new(true).read(true).write(true).open(&lost).unwrap();

@@ -246,7 +246,7 @@ impl Inner {
             s.dirty = false;
             (file, s.size, s.written_at)
         };
-        if let Err(e) = crate::failpoint::io_error("persist_sync").and_then(|()| crate::disk::sync_data(&file)) {
+        if let Err(e) = crate::failpoint::io_error("persist_sync").and_then(|()| crate::disk::sync_data(&file)).and_then(|()| crate::pack::sync_dir(&self.staging)) {
             log::error!("sync of staged inode {ino} failed: {e}; its fsyncs and closes get EIO until it is truncated, and the next mount recovers what reached the disk");
             if let Some(s) = self.staged.locked().get_mut(&ino) {
                 s.dirty = true;

@@ -352,6 +352,7 @@ impl Store {
                 return Err(StoreError::NoStore(root.to_path_buf()));
             }
             crate::disk::create_dir_all(root).map_err(io_at(root))?;
+            crate::disk::sync_parent(root).map_err(io_at(root))?;
         }
         if !root.is_dir() {
             return Err(StoreError::NotAStore(root.to_path_buf()));

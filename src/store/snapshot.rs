@@ -60,6 +60,7 @@ impl Store {
         } else {
             // The config first: from now on DEST is a store that the next snapshot completes.
             crate::disk::create_dir_all(dest).map_err(io_at(dest))?;
+            crate::disk::sync_parent(dest).map_err(io_at(dest))?;
             let cfg = serde_json::to_vec_pretty(&self.config).expect("config serialises");
             pack::write_file_atomic(&dest.join(CONFIG_FILE), &cfg).map_err(io_at(dest))?;
         }
