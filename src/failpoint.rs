@@ -110,6 +110,7 @@ pub(crate) fn crash_at(name: &str) {
         });
         if let Some((n, k, passes)) = armed {
             if n == name && passes.fetch_add(1, Ordering::SeqCst) + 1 == *k {
+                crate::disk::power_cut();
                 // SAFETY: signalling our own process.
                 unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
             }

@@ -8,6 +8,7 @@
 pub mod bucket;
 pub mod cli;
 pub mod digest;
+pub mod disk;
 pub mod extsort;
 mod failpoint;
 pub mod format;

@@ -25,7 +25,10 @@ fn main() {
         }
     };
     match warcfs::cli::run(cli) {
-        Ok(code) => std::process::exit(code),
+        Ok(code) => {
+            warcfs::disk::exited();
+            std::process::exit(code)
+        }
         Err(e) => {
             eprintln!("warcfs: {e:#}");
             std::process::exit(exit::ERROR);

@@ -182,6 +182,7 @@ pub fn mount(args: MountArgs) -> Result<i32> {
                     1
                 }
             };
+            crate::failpoint::crash_at("unmounted");
             std::process::exit(code);
         }
         _child => {

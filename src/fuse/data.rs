@@ -227,7 +227,7 @@ impl WarcFs {
         // The bytes go in without the staged map locked: a write may wait long for the page
         // cache (dirty throttling), and every other file's requests need the map.
         // Data stops at the disk's floor of free space (see `store::Space`).
-        let written = inner.store.space().take(data.len() as u64).and_then(|_taken| file.write_all_at(data, offset));
+        let written = inner.store.space().take(data.len() as u64).and_then(|_taken| crate::disk::write_at(&file, data, offset));
         {
             let mut map = inner.staged.locked();
             if let Some(s) = map.get_mut(&ino) {

@@ -32,7 +32,7 @@ impl WarcFs {
                 inner.store.check_owns_inode(ino).map_err(|e| super::errno(&e))?;
                 let mut map = inner.ensure_staged(ino, size == 0)?;
                 let s = map.get_mut(&ino).ok_or(Errno::EIO)?;
-                s.file()?.set_len(size).map_err(|e| io_errno(&e))?;
+                crate::disk::set_len(&*s.file()?, size).map_err(|e| io_errno(&e))?;
                 s.size = size;
                 s.gen += 1;
                 s.dirty = true;

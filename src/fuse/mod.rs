@@ -301,7 +301,7 @@ impl WarcFs {
         for ino in orphans {
             log::info!("dropping orphan inode {ino} left by a crash");
             store.drop_orphan(ino)?;
-            let _ = fs::remove_file(inner.staging_path(ino));
+            let _ = crate::disk::remove_file(&inner.staging_path(ino));
         }
         for ino in staged {
             let path = inner.staging_path(ino);
@@ -338,7 +338,7 @@ impl WarcFs {
                     .map(|ino| inner.staged.locked().contains_key(&ino))
                     .unwrap_or(false);
                 if !claimed {
-                    let _ = fs::remove_file(e.path());
+                    let _ = crate::disk::remove_file(&e.path());
                 }
             }
         }

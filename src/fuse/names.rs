@@ -114,7 +114,7 @@ impl WarcFs {
             Ok(v) => v,
             Err(e) => return reply.error(errno(&e)),
         };
-        let file = match OpenOptions::new().read(true).write(true).create(true).truncate(true).open(inner.staging_path(ino)) {
+        let file = match crate::disk::create(&inner.staging_path(ino)) {
             Ok(f) => f,
             Err(e) => return reply.error(io_errno(&e)),
         };

@@ -134,7 +134,7 @@ impl Inner {
     /// Drops a file's staging copy: it was unlinked and nothing has it open.
     pub(super) fn discard_staged(&self, ino: u64) {
         self.staged.locked().remove(&ino);
-        let _ = fs::remove_file(self.staging_path(ino));
+        let _ = crate::disk::remove_file(&self.staging_path(ino));
     }
 
     /// Moves a file's bytes to the staging area (if they are not there yet), so it can be
@@ -182,7 +182,7 @@ impl Inner {
         let mut map = self.settled_open(ino)?;
         let Some(s) = map.get_mut(&ino) else { return Ok(None) };
         if truncate && s.size != 0 {
-            s.file()?.set_len(0).map_err(|e| io_errno(&e))?;
+            crate::disk::set_len(&*s.file()?, 0).map_err(|e| io_errno(&e))?;
             s.size = 0;
             s.gen += 1;
             s.dirty = true;
@@ -202,24 +202,24 @@ impl Inner {
             _ => return Err(Errno::EINVAL),
         }
         let path = self.staging_path(ino);
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).map_err(|e| io_errno(&e))?;
+        let file = crate::disk::create(&path).map_err(|e| io_errno(&e))?;
         let mut size = 0;
         if !truncate {
             if let Some(head) = &inode.recipe {
                 // Refused at once if the whole file would not fit; then room is taken for
                 // each write of the copy as it goes.
                 if let Err(e) = self.store.space().take(head.size) {
-                    let _ = fs::remove_file(&path);
+                    let _ = crate::disk::remove_file(&path);
                     return Err(io_errno(&e));
                 }
-                let mut w = BufWriter::with_capacity(1 << 20, self.store.space().metered(&file));
+                let mut w = BufWriter::with_capacity(1 << 20, self.store.space().metered(crate::disk::Writer::new(&file, 0)));
                 size = self.store.copy_to(head, &mut w).map_err(|e| errno(&e))?;
                 w.flush().map_err(|e| io_errno(&e))?;
             }
         }
         // The staged flag may only point at complete bytes, under a name that survives a
         // power loss: the file's bytes, then the staging directory's new entry.
-        file.sync_data().map_err(|e| io_errno(&e))?;
+        crate::disk::sync_data(&file).map_err(|e| io_errno(&e))?;
         crate::pack::sync_dir(&self.staging).map_err(|e| io_errno(&e))?;
         crate::failpoint::crash_at("staged_created");
         self.set_staged(ino, size, None)?;
@@ -246,7 +246,7 @@ impl Inner {
             s.dirty = false;
             (file, s.size, s.written_at)
         };
-        if let Err(e) = crate::failpoint::io_error("persist_sync").and_then(|()| file.sync_data()) {
+        if let Err(e) = crate::failpoint::io_error("persist_sync").and_then(|()| crate::disk::sync_data(&file)).and_then(|()| crate::pack::sync_dir(&self.staging)) {
             log::error!("sync of staged inode {ino} failed: {e}; its fsyncs and closes get EIO until it is truncated, and the next mount recovers what reached the disk");
             if let Some(s) = self.staged.locked().get_mut(&ino) {
                 s.dirty = true;
@@ -346,7 +346,7 @@ impl Inner {
         match committed {
             Ok(rep) => {
                 map.remove(&ino);
-                let _ = fs::remove_file(self.staging_path(ino));
+                let _ = crate::disk::remove_file(&self.staging_path(ino));
                 if let Some(rep) = rep {
                     log::info!("ingested inode {ino}: {} bytes, {} new bytes stored", rep.size, rep.new_bytes);
                 }

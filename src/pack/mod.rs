@@ -10,8 +10,8 @@
 //! Footer: magic `WFPF`, count, one 54-byte entry per blob, crc32 of the entries, the
 //! footer's total length (u64) and the end magic `WFPKEND1`.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::fs::{File, OpenOptions};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -293,7 +293,7 @@ fn with_dict_dctx<T>(f: impl FnOnce(&mut zstd::zstd_safe::DCtx<'static>) -> io::
 }
 
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    crate::disk::sync_dir(dir)
 }
 
 /// The pack currently being appended to.
@@ -321,7 +321,7 @@ impl OpenPack {
     pub fn create(tmp_dir: &Path, id: u64, format: u32) -> io::Result<OpenPack> {
         let format = u8::try_from(format).map_err(|_| io::Error::other(format!("store format {format} does not fit a blob header")))?;
         let path = tmp_dir.join(pack_name(id));
-        let file = OpenOptions::new().create_new(true).read(true).write(true).open(&path)?;
+        let file = crate::disk::create_new(&path)?;
         sync_dir(tmp_dir)?;
         Ok(OpenPack { id, file, path, len: 0, synced_len: 0, written_back: 0, blobs: Vec::new(), format })
     }
@@ -355,7 +355,7 @@ impl OpenPack {
         let mut buf = Vec::with_capacity(BLOB_HEADER_LEN + stored.len());
         buf.extend_from_slice(&header);
         buf.extend_from_slice(stored);
-        self.file.write_all_at(&buf, self.len)?;
+        crate::disk::write_at(&self.file, &buf, self.len)?;
         crate::failpoint::crash_at("pack_appended");
         self.len += buf.len() as u64;
         self.blobs.push(info.clone());
@@ -373,13 +373,13 @@ impl OpenPack {
     /// After a failed `append`: cuts off what it may have written past the last whole blob
     /// (best effort: the next append overwrites it anyway, and recovery would cut it off).
     pub fn discard_tail(&mut self) {
-        let _ = self.file.set_len(self.len);
+        let _ = crate::disk::set_len(&self.file, self.len);
     }
 
     /// Makes every appended blob durable; the index may point at them afterwards.
     pub fn sync(&mut self) -> io::Result<()> {
         if self.synced_len != self.len {
-            self.file.sync_data()?;
+            crate::disk::sync_data(&self.file)?;
             self.synced_len = self.len;
         }
         Ok(())
@@ -392,13 +392,13 @@ impl OpenPack {
     /// Writes the footer, syncs, and moves the pack into `packs/`. Returns the sealed path.
     pub fn seal(mut self, packs_dir: &Path) -> io::Result<PathBuf> {
         let footer = encode_footer(&self.blobs);
-        self.file.write_all_at(&footer, self.len)?;
+        crate::disk::write_at(&self.file, &footer, self.len)?;
         self.len += footer.len() as u64;
-        self.file.set_len(self.len)?;
-        self.file.sync_all()?;
+        crate::disk::set_len(&self.file, self.len)?;
+        crate::disk::sync_all(&self.file)?;
         crate::failpoint::crash_at("pack_footer_synced");
         let dest = packs_dir.join(pack_name(self.id));
-        fs::rename(&self.path, &dest)?;
+        crate::disk::rename(&self.path, &dest)?;
         crate::failpoint::crash_at("pack_renamed");
         sync_dir(packs_dir)?;
         if let Some(tmp) = self.path.parent() {
@@ -526,10 +526,10 @@ pub fn reopen_open_pack(path: &Path, id: u64) -> io::Result<Option<OpenPack>> {
     let (blobs, end) = scan(&file)?;
     if blobs.is_empty() {
         drop(file);
-        fs::remove_file(path)?;
+        crate::disk::remove_file(path)?;
         return Ok(None);
     }
-    file.set_len(end)?;
+    crate::disk::set_len(&file, end)?;
     Ok(Some(OpenPack {
         id,
         file,
@@ -555,11 +555,11 @@ pub fn seal_recovered(mut open: OpenPack, packs_dir: &Path) -> io::Result<usize>
 pub fn write_file_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
     {
-        let mut f = File::create(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
+        let f = crate::disk::create(&tmp)?;
+        crate::disk::write_at(&f, data, 0)?;
+        crate::disk::sync_all(&f)?;
     }
-    fs::rename(&tmp, path)?;
+    crate::disk::rename(&tmp, path)?;
     if let Some(dir) = path.parent() {
         sync_dir(dir)?;
     }

@@ -262,7 +262,7 @@ impl PackReader {
         self.forget(id);
         self.remote_only.locked().remove(&id);
         let io_err = |source| PackError::Io { pack: id, source };
-        match std::fs::remove_file(self.path_of(id)) {
+        match crate::disk::remove_file(&self.path_of(id)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound && self.remote.is_some() => {}
             Err(e) => return Err(io_err(e)),

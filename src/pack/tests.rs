@@ -2,6 +2,7 @@
 
 use crate::bucket::{client as remote, lock};
 use super::*;
+use std::fs;
 
 fn key(n: u8) -> ChunkKey {
     ChunkKey { digest: [n; 32], seq: 0 }

@@ -342,7 +342,8 @@ impl Store {
             if !opts.create {
                 return Err(StoreError::NoStore(root.to_path_buf()));
             }
-            fs::create_dir_all(root).map_err(io_at(root))?;
+            crate::disk::create_dir_all(root).map_err(io_at(root))?;
+            crate::disk::sync_parent(root).map_err(io_at(root))?;
         }
         if !root.is_dir() {
             return Err(StoreError::NotAStore(root.to_path_buf()));
@@ -370,7 +371,7 @@ impl Store {
             // directory with a config is a store, whose index must exist from then on; one
             // without is an unfinished creation, started again here.
             for d in crate::store::layout::DIRS {
-                fs::create_dir_all(root.join(d)).map_err(io_at(root))?;
+                crate::disk::create_dir_all(&root.join(d)).map_err(io_at(root))?;
             }
             if index_dir.exists() {
                 fs::remove_dir_all(&index_dir).map_err(io_at(&index_dir))?;
@@ -610,7 +611,7 @@ impl Store {
         if open.is_empty() {
             let path = crate::store::layout::packs_tmp(&self.root).join(pack::pack_name(id));
             drop(open);
-            fs::remove_file(&path).map_err(io_at(&path))?;
+            crate::disk::remove_file(&path).map_err(io_at(&path))?;
         } else {
             let dir = crate::store::layout::packs(&self.root);
             open.seal(&dir).map_err(io_at(&dir))?;

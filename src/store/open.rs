@@ -70,7 +70,7 @@ pub(super) fn recover_packs(root: &Path) -> Result<(u64, Vec<u64>)> {
                 }
             }
             None => {
-                let _ = fs::remove_file(&path);
+                let _ = crate::disk::remove_file(&path);
             }
         }
     }
@@ -93,7 +93,7 @@ pub(super) fn recover_packs(root: &Path) -> Result<(u64, Vec<u64>)> {
 /// The log records of the packs `recover_packs` returned are in the index: forgets them.
 pub(super) fn recovered(root: &Path) -> Result<()> {
     let list = root.join(RECOVERING);
-    match fs::remove_file(&list) {
+    match crate::disk::remove_file(&list) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(StoreError::Io { path: list, err: e }),
         _ => Ok(()),
     }

@@ -218,6 +218,31 @@ impl Mounted {
         wait_exit(self.pid, Duration::from_secs(20)).unwrap_or_else(|| panic!("daemon {} still alive 20 s after SIGKILL", self.pid))
     }
 
+    /// Whether the daemon still runs (it is not reaped here).
+    pub fn running(&self) -> bool {
+        fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .is_ok_and(|st| !matches!(st.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()), Some('Z' | 'X')))
+    }
+
+    /// Unmounts a daemon that may end on its own meanwhile (a power-cut test's daemon dies at
+    /// its cut, perhaps in the unmount itself) and returns how it ended.
+    pub fn finish(mut self) -> Exit {
+        let t0 = Instant::now();
+        let mut exit = None;
+        while exit.is_none() && fusermount_u(&self.mnt).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(60), "cannot unmount {}", self.mnt.display());
+            exit = try_reap(self.pid);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let exit = exit.or_else(|| wait_exit(self.pid, Duration::from_secs(600)));
+        let exit = exit.unwrap_or_else(|| panic!("daemon {} did not exit; log:\n{}", self.pid, log_tail(&self.store)));
+        if is_mounted(&self.mnt) {
+            fusermount_u(&self.mnt).or_else(|e| umount_lazy(&self.mnt).map_err(|e2| format!("{e}; then {e2}"))).unwrap();
+        }
+        self.live = false;
+        exit
+    }
+
     /// Removes the mount of a dead daemon.
     pub fn unmount_dead(mut self) {
         if let Err(e) = fusermount_u(&self.mnt) {

@@ -326,7 +326,7 @@ pub(in crate::store) fn build_index(
     }
     idx.flush_tables()?;
     drop(idx);
-    fs::rename(&building, &index_dir).map_err(io_at(&index_dir))?;
+    crate::disk::rename(&building, &index_dir).map_err(io_at(&index_dir))?;
     pack::sync_dir(root).map_err(io_at(root))?;
     Ok(listed)
 }

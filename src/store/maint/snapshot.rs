@@ -27,13 +27,13 @@ pub struct SnapshotReport {
 
 /// Hard-links `src` to `dst`, or copies it when they are on different filesystems.
 fn link_or_copy(src: &Path, dst: &Path) -> io::Result<bool> {
-    match fs::hard_link(src, dst) {
+    match crate::disk::hard_link(src, dst) {
         Ok(()) => Ok(true),
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) || e.kind() == io::ErrorKind::PermissionDenied => {
             let tmp = dst.with_extension("part");
-            fs::copy(src, &tmp)?;
-            fs::File::open(&tmp)?.sync_all()?;
-            fs::rename(&tmp, dst)?;
+            crate::disk::copy(src, &tmp)?;
+            crate::disk::sync_all(&fs::File::open(&tmp)?)?;
+            crate::disk::rename(&tmp, dst)?;
             Ok(false)
         }
         Err(e) => Err(e),
@@ -59,12 +59,13 @@ impl Store {
             return Err(StoreError::NotAStore(dest.to_path_buf()));
         } else {
             // The config first: from now on DEST is a store that the next snapshot completes.
-            fs::create_dir_all(dest).map_err(io_at(dest))?;
+            crate::disk::create_dir_all(dest).map_err(io_at(dest))?;
+            crate::disk::sync_parent(dest).map_err(io_at(dest))?;
             let cfg = serde_json::to_vec_pretty(&self.config).expect("config serialises");
             pack::write_file_atomic(&crate::store::layout::config(dest), &cfg).map_err(io_at(dest))?;
         }
         for d in crate::store::layout::DIRS {
-            fs::create_dir_all(dest.join(d)).map_err(io_at(dest))?;
+            crate::disk::create_dir_all(&dest.join(d)).map_err(io_at(dest))?;
         }
         // Index copies a killed snapshot left behind (by any process id).
         for e in fs::read_dir(dest).map_err(io_at(dest))?.flatten() {
@@ -108,13 +109,13 @@ impl Store {
         // Staged bytes can still change; copy them as they are now.
         let dst_staging = crate::store::layout::staging(dest);
         for e in fs::read_dir(&dst_staging).map_err(io_at(&dst_staging))?.flatten() {
-            let _ = fs::remove_file(e.path());
+            let _ = crate::disk::remove_file(&e.path());
         }
         let src_staging = crate::store::layout::staging(&self.root);
         if let Ok(rd) = fs::read_dir(&src_staging) {
             for e in rd.flatten() {
                 let target = dst_staging.join(e.file_name());
-                fs::copy(e.path(), &target).and_then(|_| fs::File::open(&target)?.sync_all()).map_err(io_at(&target))?;
+                crate::disk::copy(&e.path(), &target).and_then(|_| crate::disk::sync_all(&fs::File::open(&target)?)).map_err(io_at(&target))?;
                 rep.staged_files += 1;
             }
         }
@@ -139,24 +140,24 @@ impl Store {
                     // No atomic exchange on this filesystem: aside, then in. A crash between
                     // leaves no index, which every command refuses and `repair index`
                     // rebuilds from DEST's packs.
-                    fs::rename(&index, &old).map_err(io_at(&index))?;
-                    fs::rename(&new_index, &index).map_err(io_at(&index))?;
+                    crate::disk::rename(&index, &old).map_err(io_at(&index))?;
+                    crate::disk::rename(&new_index, &index).map_err(io_at(&index))?;
                     pack::sync_dir(dest).map_err(io_at(dest))?;
                     fs::remove_dir_all(&old).map_err(io_at(&old))?;
                 }
                 Err(e) => return Err(StoreError::Io { path: index, err: e }),
             }
         } else {
-            fs::rename(&new_index, &index).map_err(io_at(&index))?;
+            crate::disk::rename(&new_index, &index).map_err(io_at(&index))?;
             pack::sync_dir(dest).map_err(io_at(dest))?;
         }
         for e in fs::read_dir(&dst_packs).map_err(io_at(&dst_packs))?.flatten() {
             if !live.contains(&e.file_name()) {
-                fs::remove_file(e.path()).map_err(io_at(&dst_packs))?;
+                crate::disk::remove_file(&e.path()).map_err(io_at(&dst_packs))?;
                 rep.packs_removed += 1;
             }
         }
-        fs::File::open(dest).and_then(|d| d.sync_all()).map_err(io_at(dest))?;
+        pack::sync_dir(dest).map_err(io_at(dest))?;
         Ok(rep)
     }
 }
@@ -164,10 +165,5 @@ impl Store {
 /// Swaps two paths atomically (`renameat2` with `RENAME_EXCHANGE`: Linux 3.15, on ext4,
 /// xfs, btrfs, tmpfs and most others).
 fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let ca = std::ffi::CString::new(a.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-    let cb = std::ffi::CString::new(b.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-    // SAFETY: two valid NUL-terminated paths, relative to the current directory.
-    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE) };
-    if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+    crate::disk::exchange(a, b)
 }
