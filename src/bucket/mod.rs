@@ -30,7 +30,7 @@ pub fn signature_of(packs: &[(u64, u64)]) -> u64 {
 /// The sealed packs `packs` sees (local, then the bucket's) and their digest; None on a
 /// local store.
 pub fn bucket_listing(packs: &crate::pack::PackReader) -> std::io::Result<Option<(u64, PackList)>> {
-    if packs.remote().is_none() {
+    if !packs.has_bucket() {
         return Ok(None);
     }
     let list = packs.sealed_packs()?;
@@ -77,25 +77,26 @@ impl crate::pack::Elsewhere for client::RemotePacks {
     fn list(&self) -> std::io::Result<Vec<(u64, u64)>> {
         client::RemotePacks::list(self)
     }
-    fn size(&self, id: u64) -> std::io::Result<u64> {
-        client::RemotePacks::size(self, id)
+    fn size(&self, id: u64) -> std::io::Result<Option<u64>> {
+        client::RemotePacks::size(self, id).map(Some)
     }
-    fn file_for(&self, id: u64, offset: u64, len: u64) -> std::io::Result<std::sync::Arc<std::fs::File>> {
-        client::RemotePacks::file_for(self, id, offset, len)
+    fn file_for(&self, id: u64, offset: u64, len: u64) -> std::io::Result<Option<std::sync::Arc<std::fs::File>>> {
+        client::RemotePacks::file_for(self, id, offset, len).map(Some)
     }
     fn prefetch(self: std::sync::Arc<Self>, id: u64, ranges: &[(u64, u64)]) {
         client::RemotePacks::prefetch(&self, id, ranges)
     }
-    fn forget_range(&self, id: u64, offset: u64, len: u64) {
-        client::RemotePacks::forget_range(self, id, offset, len)
+    fn forget_range(&self, id: u64, offset: u64, len: u64) -> bool {
+        client::RemotePacks::forget_range(self, id, offset, len);
+        true
     }
-    fn trash(&self, id: u64) -> std::io::Result<()> {
-        client::RemotePacks::trash(self, id)
+    fn trash(&self, id: u64) -> std::io::Result<bool> {
+        client::RemotePacks::trash(self, id).map(|()| true)
     }
     fn purge_trash(&self, grace: std::time::Duration) -> std::io::Result<u64> {
         client::RemotePacks::purge_trash(self, grace)
     }
-    fn start_uploads(self: std::sync::Arc<Self>, packs_dir: std::path::PathBuf, files: crate::pack::OpenFiles, ids: Vec<u64>, lock: String) -> std::io::Result<Box<dyn crate::pack::UploadQueue>> {
-        Ok(Box::new(upload::Uploads::start(self, packs_dir, files, ids, lock)?))
+    fn start_uploads(self: std::sync::Arc<Self>, packs_dir: std::path::PathBuf, files: crate::pack::OpenFiles, ids: Vec<u64>, lock: String) -> std::io::Result<Option<Box<dyn crate::pack::UploadQueue>>> {
+        Ok(Some(Box::new(upload::Uploads::start(self, packs_dir, files, ids, lock)?)))
     }
 }

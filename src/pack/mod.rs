@@ -569,7 +569,7 @@ pub fn write_file_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
 mod elsewhere;
 mod reader;
 
-pub use elsewhere::{Elsewhere, OpenFiles, UploadQueue};
+pub use elsewhere::{Elsewhere, Nowhere, OpenFiles, UploadQueue};
 pub use reader::{DictLocator, PackReader, MAX_STORED};
 
 #[cfg(test)]

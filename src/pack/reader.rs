@@ -1,7 +1,7 @@
 //! Reading sealed packs: a bounded set of open pack files, so that a read is one `pread`;
-//! and, for a store on an object store, the packs that are not local any more, read through
-//! the node's cache of pack ranges (`Elsewhere`, a bucket's), and the queue of sealed packs
-//! waiting for their upload (`UploadQueue`).
+//! and the packs that are not on this disk, read from where they are kept (`Elsewhere`: a
+//! bucket's cache of pack ranges, or `Nowhere`), and the queue of sealed packs waiting for
+//! their upload (`UploadQueue`). A pack found neither here nor elsewhere is `Missing`.
 
 use std::fs::File;
 use std::io;
@@ -9,7 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::elsewhere::{Elsewhere, OpenFiles, UploadQueue};
+use super::elsewhere::{Elsewhere, Nowhere, OpenFiles, UploadQueue};
 use super::{decode_header, decode_stored, decode_stored_into, dict_of, pack_name, parse_pack_name, prepare_dictionary, BlobInfo, ChunkKind, Codec, Dictionary, PackError, Result, BLOB_HEADER_LEN};
 use crate::LockExt;
 use crate::digest::{ChunkKey, Digest};
@@ -34,12 +34,13 @@ pub struct PackReader {
     /// of any number of packs works under any descriptor limit. A reader holds its `Arc`
     /// while it reads, so evicting a handle never closes it under a read.
     files: OpenFiles,
-    /// Where sealed packs go once uploaded, on a store with an object store back end.
-    remote: Option<Arc<dyn Elsewhere>>,
+    /// Where sealed packs go once uploaded (a bucket), or `Nowhere`.
+    elsewhere: Arc<dyn Elsewhere>,
+    /// Started by a process that owns a bucket-backed store.
     uploads: Option<Box<dyn UploadQueue>>,
-    /// On a bucket-backed store, packs found in neither `packs/` nor `packs-tmp/`: they are
-    /// in the bucket for good (a pack only ever moves there), so a read of one does not try
-    /// two local paths first every time (three failed opens a blob, on the read path).
+    /// Packs found elsewhere, not in `packs/` or `packs-tmp/`: they are there for good (a
+    /// pack only ever moves there), so a read of one does not try two local paths first
+    /// every time (three failed opens a blob, on the read path).
     remote_only: Mutex<std::collections::HashSet<u64>>,
     /// Finds dictionary chunks (set by the store once its index is open).
     dict_locator: std::sync::OnceLock<DictLocator>,
@@ -59,12 +60,18 @@ fn open_pack_limit() -> std::num::NonZeroUsize {
 }
 
 impl PackReader {
+    /// A reader of the packs on this disk only.
     pub fn new(packs_dir: PathBuf, tmp_dir: PathBuf) -> PackReader {
+        PackReader::with_remote(packs_dir, tmp_dir, Arc::new(Nowhere))
+    }
+
+    /// A reader that also finds packs in `elsewhere` (an object store).
+    pub fn with_remote(packs_dir: PathBuf, tmp_dir: PathBuf, elsewhere: Arc<dyn Elsewhere>) -> PackReader {
         PackReader {
             packs_dir,
             tmp_dir,
             files: Arc::new(Mutex::new(lru::LruCache::new(open_pack_limit()))),
-            remote: None,
+            elsewhere,
             uploads: None,
             remote_only: Mutex::new(Default::default()),
             dict_locator: std::sync::OnceLock::new(),
@@ -129,19 +136,19 @@ impl PackReader {
         Ok(d)
     }
 
-    /// A reader that also finds packs in an object store.
-    pub fn with_remote(packs_dir: PathBuf, tmp_dir: PathBuf, remote: Arc<dyn Elsewhere>) -> PackReader {
-        PackReader { remote: Some(remote), ..PackReader::new(packs_dir, tmp_dir) }
+    /// Whether packs are also kept in a bucket.
+    pub fn has_bucket(&self) -> bool {
+        self.elsewhere.is_bucket()
     }
 
-    pub fn remote(&self) -> Option<&Arc<dyn Elsewhere>> {
-        self.remote.as_ref()
+    /// Where packs not on this disk are kept.
+    pub fn elsewhere(&self) -> &Arc<dyn Elsewhere> {
+        &self.elsewhere
     }
 
     /// Starts uploading sealed packs (those already in `packs/` first), for a process that
     /// owns the store; `lock` is its lock object in the bucket, refreshed while it runs.
     pub fn start_uploads(&mut self, lock: String) -> io::Result<()> {
-        let Some(remote) = &self.remote else { return Ok(()) };
         let mut ids: Vec<u64> = Vec::new();
         for e in std::fs::read_dir(&self.packs_dir)? {
             if let Some(id) = e?.file_name().to_str().and_then(parse_pack_name) {
@@ -158,7 +165,7 @@ impl PackReader {
                 .is_some_and(|b| !b.is_empty() && b.iter().all(|b| b.kind == super::ChunkKind::Meta as u8));
             (only_log, id)
         });
-        self.uploads = Some(remote.clone().start_uploads(self.packs_dir.clone(), self.files.clone(), ids, lock)?);
+        self.uploads = self.elsewhere.clone().start_uploads(self.packs_dir.clone(), self.files.clone(), ids, lock)?;
         Ok(())
     }
 
@@ -197,8 +204,7 @@ impl PackReader {
         }
     }
 
-    /// Every sealed pack: (id, size). Local ones (`packs/`) and, on an object store, the
-    /// bucket's.
+    /// Every sealed pack: (id, size). Local ones (`packs/`) and those kept elsewhere.
     pub fn sealed_packs(&self) -> io::Result<Vec<(u64, u64)>> {
         // Local first: packs only move from here to the bucket, so one moved between the two
         // listings is in the second (the other order could miss it).
@@ -213,10 +219,8 @@ impl PackReader {
                 };
             }
         }
-        if let Some(r) = &self.remote {
-            for (id, size) in r.list()? {
-                out.entry(id).or_insert(size);
-            }
+        for (id, size) in self.elsewhere.list()? {
+            out.entry(id).or_insert(size);
         }
         Ok(out.into_iter().collect())
     }
@@ -226,16 +230,11 @@ impl PackReader {
         match self.local(id)? {
             Some(f) => super::read_footer(&f, id),
             None => {
-                let r = self.remote.as_ref().ok_or(PackError::Missing(id))?;
-                let io_err = |source| PackError::Io { pack: id, source };
-                let size = r.size(id).map_err(io_err)?;
-                let read = || super::read_footer_with(size, id, |buf, off| r.file_for(id, off, buf.len() as u64)?.read_exact_at(buf, off));
+                let size = self.size_elsewhere(id)?;
+                let read = || super::read_footer_with(size, id, |buf, off| self.elsewhere.file_for(id, off, buf.len() as u64)?.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("pack {id} is not kept elsewhere")))?.read_exact_at(buf, off));
                 match read() {
                     // A cached block evicted under the read: the bucket's bytes decide.
-                    Err(PackError::Corrupt { .. }) => {
-                        r.forget_range(id, 0, size);
-                        read()
-                    }
+                    Err(PackError::Corrupt { .. }) if self.elsewhere.forget_range(id, 0, size) => read(),
                     other => other,
                 }
             }
@@ -248,9 +247,8 @@ impl PackReader {
         let f = match self.local(id)? {
             Some(f) => f,
             None => {
-                let r = self.remote.as_ref().ok_or(PackError::Missing(id))?;
-                let size = r.size(id).map_err(io_err)?;
-                r.file_for(id, 0, size).map_err(io_err)?
+                let size = self.size_elsewhere(id)?;
+                self.elsewhere_file(id, 0, size)?
             }
         };
         super::scan(&f).map(|(b, _)| b).map_err(io_err)
@@ -262,24 +260,19 @@ impl PackReader {
         self.forget(id);
         self.remote_only.locked().remove(&id);
         let io_err = |source| PackError::Io { pack: id, source };
-        match crate::disk::remove_file(&self.path_of(id)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound && self.remote.is_some() => {}
-            Err(e) => return Err(io_err(e)),
+        let removed = crate::disk::remove_file(&self.path_of(id));
+        // Two-phase: out of every listing now, deleted by a later gc (`purge_trash`).
+        let trashed = self.elsewhere.trash(id).map_err(io_err)?;
+        match removed {
+            // A pack kept elsewhere may have left this disk already.
+            Err(e) if e.kind() == io::ErrorKind::NotFound && trashed => Ok(()),
+            r => r.map_err(io_err),
         }
-        if let Some(r) = &self.remote {
-            // Two-phase: out of every listing now, deleted by a later gc (`purge_trash`).
-            r.trash(id).map_err(io_err)?;
-        }
-        Ok(())
     }
 
     /// Deletes the bucket's packs trashed at least `grace` ago (0 on a local store).
     pub fn purge_trash(&self, grace: std::time::Duration) -> io::Result<u64> {
-        match &self.remote {
-            Some(r) => r.purge_trash(grace),
-            None => Ok(0),
-        }
+        self.elsewhere.purge_trash(grace)
     }
 
     pub fn path_of(&self, pack: u64) -> PathBuf {
@@ -289,28 +282,27 @@ impl PackReader {
     /// A local file holding pack `pack` (open in `packs-tmp/`, or sealed in `packs/`), or
     /// None if there is none.
     fn local(&self, pack: u64) -> Result<Option<Arc<File>>> {
-        if self.remote.is_some() && self.remote_only.locked().contains(&pack) {
+        if self.remote_only.locked().contains(&pack) {
             return Ok(None);
         }
         match self.file(pack) {
             Ok(f) => Ok(Some(f)),
-            Err(PackError::Missing(_)) => {
-                if self.remote.is_some() {
-                    self.remote_only.locked().insert(pack);
-                }
-                Ok(None)
-            }
+            Err(PackError::Missing(_)) => Ok(None),
             Err(e) => Err(e),
         }
     }
 
-    /// The node's cache of object-store pack `pack`, with `[offset, offset + len)` fetched
-    /// (for a pack `local` did not find).
-    fn remote_file(&self, pack: u64, offset: u64, len: u64) -> Result<Arc<File>> {
-        match &self.remote {
-            Some(r) => r.file_for(pack, offset, len).map_err(|source| PackError::Io { pack, source }),
-            None => Err(PackError::Missing(pack)),
-        }
+    /// A file holding `[offset, offset + len)` of pack `pack` where it is kept elsewhere
+    /// (for a pack `local` did not find): the node's cache of a bucket's pack.
+    fn elsewhere_file(&self, pack: u64, offset: u64, len: u64) -> Result<Arc<File>> {
+        let f = self.elsewhere.file_for(pack, offset, len).map_err(|source| PackError::Io { pack, source })?.ok_or(PackError::Missing(pack))?;
+        self.remote_only.locked().insert(pack);
+        Ok(f)
+    }
+
+    /// The size of pack `pack` where it is kept elsewhere.
+    fn size_elsewhere(&self, pack: u64) -> Result<u64> {
+        self.elsewhere.size(pack).map_err(|source| PackError::Io { pack, source })?.ok_or(PackError::Missing(pack))
     }
 
     fn file(&self, pack: u64) -> Result<Arc<File>> {
@@ -343,10 +335,8 @@ impl PackReader {
         let f = match self.local(pack) {
             Ok(Some(f)) => f,
             Ok(None) => {
-                // An object-store pack: fetched into the cache in the background.
-                if let Some(r) = &self.remote {
-                    r.clone().prefetch(pack, ranges);
-                }
+                // A pack kept elsewhere: fetched into the cache in the background.
+                self.elsewhere.clone().prefetch(pack, ranges);
                 return;
             }
             Err(_) => return,
@@ -455,7 +445,7 @@ impl PackReader {
         let mut h = [0u8; BLOB_HEADER_LEN];
         let f = match self.local(id)? {
             Some(f) => f,
-            None => self.remote_file(id, 0, BLOB_HEADER_LEN as u64)?,
+            None => self.elsewhere_file(id, 0, BLOB_HEADER_LEN as u64)?,
         };
         match f.read_exact_at(&mut h, 0) {
             Ok(()) => Ok(Some(h)),
@@ -478,18 +468,17 @@ impl PackReader {
     fn read_blob(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, buf: &mut [u8]) -> Result<BlobInfo> {
         let local = self.local(pack)?;
         let r = self.read_checked(local, pack, offset, key, stored_len, buf);
-        match (r, &self.remote) {
-            // On a bucket-backed store a blob that does not check out is read once more,
-            // afresh: a cached block may have been evicted (a hole punched) under this read,
-            // or a handle of `packs/` kept while the pack moved into the cache. The object
-            // store's bytes decide.
-            (Err(PackError::Corrupt { .. }), Some(remote)) => {
+        match r {
+            // Where packs are also kept in a bucket, a blob that does not check out is read
+            // once more, afresh: a cached block may have been evicted (a hole punched) under
+            // this read, or a handle of `packs/` kept while the pack moved into the cache.
+            // The object store's bytes decide.
+            Err(PackError::Corrupt { .. }) if self.elsewhere.forget_range(pack, offset, buf.len() as u64) => {
                 self.forget(pack);
-                remote.forget_range(pack, offset, buf.len() as u64);
                 let local = self.local(pack)?;
                 self.read_checked(local, pack, offset, key, stored_len, buf)
             }
-            (r, _) => r,
+            r => r,
         }
     }
 
@@ -498,7 +487,7 @@ impl PackReader {
     fn read_checked(&self, local: Option<Arc<File>>, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, buf: &mut [u8]) -> Result<BlobInfo> {
         let f = match local {
             Some(f) => f,
-            None => self.remote_file(pack, offset, buf.len() as u64)?,
+            None => self.elsewhere_file(pack, offset, buf.len() as u64)?,
         };
         f.read_exact_at(buf, offset).map_err(|source| {
             if source.kind() == io::ErrorKind::UnexpectedEof {

@@ -124,7 +124,7 @@ fn remote_packs_are_read_through_the_cache_and_a_bad_cached_block_is_fetched_aga
     let obj = bucket.join("packs").join(pack_name(9));
     let f = OpenOptions::new().write(true).open(&obj).unwrap();
     f.write_all_at(b"XXXX", b.offset + BLOB_HEADER_LEN as u64).unwrap();
-    r.remote().unwrap().forget_range(9, b.offset, 100);
+    r.elsewhere().forget_range(9, b.offset, 100);
     assert!(matches!(r.read(9, b.offset, &key(2), 5), Err(PackError::Corrupt { .. })));
 }
 

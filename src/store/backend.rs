@@ -30,6 +30,15 @@ fn connect(config: &Config) -> Result<Option<Remote>> {
     Remote::connect(url).map(Some).map_err(remote_err(url))
 }
 
+/// The reader of this store's packs: those on this disk, and those in `bucket` if it has one.
+pub(super) fn pack_reader(root: &Path, bucket: Option<&Arc<RemotePacks>>) -> crate::pack::PackReader {
+    let elsewhere: Arc<dyn crate::pack::Elsewhere> = match bucket {
+        Some(r) => r.clone(),
+        None => Arc::new(crate::pack::Nowhere),
+    };
+    crate::pack::PackReader::with_remote(super::layout::packs(root), super::layout::packs_tmp(root), elsewhere)
+}
+
 /// The pack cache of a process that owns the store: `cache/packs/`, emptied.
 pub(super) fn remote_packs(root: &Path, config: &Config) -> Result<Option<Arc<RemotePacks>>> {
     let Some(remote) = connect(config)? else { return Ok(None) };

@@ -397,10 +397,12 @@ impl Store {
         let mut seen: Vec<(u64, u64)> = Vec::new();
         // A shared writer's index is to take in packs published since it last closed.
         let mut catch_up = false;
+        let mode = Mode::at_open(&config, opts.follower);
         let bucket = remote_packs(root, &config)?;
-        let (packs, max_id) = match bucket.clone() {
-            None => (PackReader::new(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root)), max_id),
-            Some(r) if opts.follower => {
+        let mut packs = backend::pack_reader(root, bucket.as_ref());
+        let max_id = match (mode, bucket.clone()) {
+            (_, None) => max_id,
+            (Mode::Follower { .. }, Some(r)) => {
                 let nodes::join::Synced { index: idx, listed: list, .. } = nodes::join::sync_index(root, &config, index, &r, created_here, None)?;
                 // A follower's index keeps no refcounts (`follow` leaves chunk changes out): it
                 // must never pass as up to date when this node next opens to write, where gc
@@ -410,12 +412,13 @@ impl Store {
                 idx.write(b)?;
                 index = idx;
                 seen = list;
-                (PackReader::with_remote(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root), r), max_id)
+                max_id
             }
-            Some(r) => {
-                let owner = crate::bucket::lock_owner(config.node.unwrap_or(0), several_writers(config.version));
+            (_, Some(r)) => {
+                let shared = mode == Mode::SharedWriter;
+                let owner = crate::bucket::lock_owner(config.node.unwrap_or(0), shared);
                 let mut what = format!("{} pid {} {}", hostname(), std::process::id(), root.display());
-                if several_writers(config.version) {
+                if shared {
                     // A lease says "pending" for as long as its node writes: records not yet
                     // published may rely on chunks a gc elsewhere would take, so a node killed
                     // at any moment keeps gc off until it starts again (or its lease is deleted
@@ -434,7 +437,7 @@ impl Store {
                 // bucket before anything is written (see `backend::SIGNATURE`).
                 let nodes::join::Synced { index: idx, listed: list, taken_in } = nodes::join::sync_index(root, &config, index, &r, created_here, Some(&owner))?;
                 index = idx;
-                if several_writers(config.version) {
+                if shared {
                     // The packs its index reflects: its first `follow` takes in the others.
                     catch_up = taken_in.len() != list.len();
                     seen = taken_in.into_iter().map(|id| (id, 0)).collect();
@@ -447,14 +450,12 @@ impl Store {
                 // This node's packs: ids below the next node's range.
                 let node_base = backend::node_base(&config);
                 let remote_max = list.iter().map(|p| p.0).filter(|id| id >> 48 == node_base >> 48).max().unwrap_or(0);
-                let mut packs = PackReader::with_remote(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root), r);
                 packs.start_uploads(owner).map_err(io_at(root))?;
-                (packs, max_id.max(remote_max).max(node_base))
+                max_id.max(remote_max).max(node_base)
             }
         };
-        let mode = Mode::at_open(&config, opts.follower);
         let follower = mode.follows();
-        let level = if several_writers(config.version) { ingest::chunks::UNSETTLED_ZSTD_LEVEL } else { ingest::chunks::ZSTD_LEVEL };
+        let level = if mode.shared() { ingest::chunks::UNSETTLED_ZSTD_LEVEL } else { ingest::chunks::ZSTD_LEVEL };
         let dicts = ingest::dict::Dicts::new(!follower && config.version >= DICT_FORMAT_VERSION && config.compression == Compression::Zstd, level);
         let index = std::sync::Arc::new(index);
         packs.set_dict_locator(dict_locator(&index));
@@ -551,10 +552,7 @@ impl Store {
         let index = open_index(root, &crate::store::layout::index(root), true, config.version)?;
         let lock = File::open(crate::store::layout::lock(root)).map_err(io_at(root))?;
         let bucket = remote_packs_read_only(root, &config)?;
-        let packs = match bucket.clone() {
-            None => PackReader::new(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root)),
-            Some(r) => PackReader::with_remote(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root), r),
-        };
+        let packs = backend::pack_reader(root, bucket.as_ref());
         let index = std::sync::Arc::new(index);
         packs.set_dict_locator(dict_locator(&index));
         let dicts = ingest::dict::Dicts::new(false, ingest::chunks::ZSTD_LEVEL);

@@ -160,10 +160,7 @@ pub(in crate::store) fn build_index(
         Some(r) => Some(r),
         None => crate::store::backend::remote_packs(root, config)?,
     };
-    let packs = match remote {
-        Some(r) => PackReader::with_remote(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root), r),
-        None => PackReader::new(crate::store::layout::packs(root), crate::store::layout::packs_tmp(root)),
-    };
+    let packs = crate::store::backend::pack_reader(root, remote.as_ref());
 
     // 1. Chunks where they lie; the log's records, to apply in order.
     let mut seen: HashSet<ChunkKey> = HashSet::new();
@@ -319,7 +316,7 @@ pub(in crate::store) fn build_index(
     idx.write(b)?;
     // The signature of the packs read above, not of a new listing: a pack a writer added
     // meanwhile must make the next open rebuild again, not pass as known.
-    if packs.remote().is_some() {
+    if packs.has_bucket() {
         let mut b = Batch::new();
         b.put_meta_u64_unlogged(&idx, crate::store::backend::SIGNATURE, crate::bucket::signature_of(&listed));
         idx.write(b)?;
