@@ -118,9 +118,13 @@ impl LogOp {
     }
 }
 
-/// Column family numbers in `LogOp`s.
+/// Column family numbers in `LogOp`s: positions in `CFS`, written into the metadata log
+/// (FORMAT.md), so they never change.
 pub const CF_META: u8 = 0;
 pub const CF_CHUNK: u8 = 1;
+pub const CF_INODE: u8 = 2;
+pub const CF_DIRENT: u8 = 3;
+pub const CF_RECIPE: u8 = 4;
 
 /// Removes the write-ahead logs that hold nothing. RocksDB 7.8 starts a new log at every
 /// open and keeps an empty one from an earlier open until a memtable is flushed (fixed in

@@ -170,7 +170,7 @@ impl Store {
         {
             let mut j = self.journal.locked();
             if j.poisoned {
-                return Err(StoreError::Log("an earlier metadata write failed; close and reopen the store (the next open applies what reached the disk)".into()));
+                return Err(StoreError::LogPoisoned);
             }
             if checkpoint.is_none() && j.open.as_ref().is_some_and(|o| o.len() >= JOURNAL_PACK_TARGET) {
                 self.seal_journal(&mut j)?;
@@ -190,13 +190,7 @@ impl Store {
             if stored.len() > pack::MAX_STORED as usize || raw.len() > pack::MAX_RAW as usize {
                 // Readers refuse blobs past MAX_STORED, or holding more than MAX_RAW: such a
                 // record could never be applied.
-                return Err(StoreError::Log(format!(
-                    "one change of {} bytes of index records (a file of about {} chunks) is more than a log record may hold ({} MiB, {} MiB compressed); nothing was changed",
-                    raw.len(),
-                    ops.len(),
-                    pack::MAX_RAW >> 20,
-                    pack::MAX_STORED >> 20
-                )));
+                return Err(StoreError::ChangeTooLarge { bytes: raw.len(), ops: ops.len() });
             }
             let key = self.record_key(&raw)?;
             let dir = crate::store::layout::packs_tmp(&self.root);
@@ -346,7 +340,7 @@ impl Store {
             return Ok(true);
         }
         let raw = self.packs.read(e.pack, e.offset, key, e.stored_len)?;
-        let rec = MetaRecord::decode(&raw).map_err(|m| StoreError::Log(format!("pack {:016x} offset {}: {m}", e.pack, e.offset)))?;
+        let rec = MetaRecord::decode(&raw).map_err(|m| StoreError::BadLogRecord { at: format!("pack {:016x} offset {}", e.pack, e.offset), what: m.to_string() })?;
         match rec.node {
             Some(n) if n != self.node() => Ok(self.index.meta_u64_opt(&checkpoint_key(n))?.is_some_and(|first| rec.seq < first)),
             _ => Ok(true),
@@ -413,7 +407,7 @@ impl Store {
                 continue;
             }
             let raw = self.packs.read(id, blob.offset, &blob.key, blob.stored_len)?;
-            let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::Log(format!("pack {id:016x} offset {}: {e}", blob.offset)))?;
+            let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::BadLogRecord { at: format!("pack {id:016x} offset {}", blob.offset), what: e.to_string() })?;
             let entry = ChunkEntry { pack: id, offset: blob.offset, stored_len: blob.stored_len, raw_len: blob.raw_len, codec: blob.codec, kind: blob.kind, refs: 1 };
             f(rec, blob.key, entry)?;
         }
@@ -428,10 +422,7 @@ pub(super) fn refuse_on_follower(store: &Store) -> Result<()> {
         return Err(StoreError::Follower(store.root.display().to_string()));
     }
     if store.packs.fenced() {
-        return Err(StoreError::Log(format!(
-            "{}: another node took the bucket's lock over while this one could not reach it; nothing more is written here (start this node again once the other has stopped)",
-            store.root.display()
-        )));
+        return Err(StoreError::Fenced(store.root.clone()));
     }
     Ok(())
 }

@@ -131,6 +131,15 @@ const CHUNK_CACHE: usize = 64 << 20;
 /// Rebuilt gzip members kept for readers.
 const MEMBER_CACHE: usize = 128 << 20;
 
+/// What can go wrong in the store.
+///
+/// The rule: a variant is a failure that a caller tells apart (by errno in the mount,
+/// `fuse::errno`; by exit code; by trying again) or whose message tells the archivist what to
+/// do next. It carries the names of what failed (path, chunk, pack, node) as fields, and
+/// says once, in its message, what happened and what to do; no variant carries a sentence
+/// written elsewhere. Which command and which file were at work is context, added at the
+/// CLI (`anyhow::Context`). Errors of the layers below pass through whole (`Index`, `Pack`,
+/// `Io` with its path). `Bug` is for what cannot happen, never a catch-all.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("{path}: {err}")]
@@ -157,8 +166,22 @@ pub enum StoreError {
     Staged(String),
     #[error("gc stopped: {0}")]
     GcRefused(String),
-    #[error("metadata log: {0}")]
-    Log(String),
+    #[error("an earlier metadata write failed; close and reopen the store (the next open applies what reached the disk)")]
+    LogPoisoned,
+    #[error("metadata log: {at}: undecodable record: {what}")]
+    BadLogRecord { at: String, what: String },
+    #[error("one change of {bytes} bytes of index records (a file of about {ops} chunks) is more than a log record may hold ({} MiB, {} MiB compressed); nothing was changed", pack::MAX_RAW >> 20, pack::MAX_STORED >> 20)]
+    ChangeTooLarge { bytes: usize, ops: usize },
+    #[error("{0}: another node took the bucket's lock over while this one could not reach it; nothing more is written here (start this node again once the other has stopped)")]
+    Fenced(PathBuf),
+    #[error("{path}: rebuilding this node's index from the bucket found {count} problems (the first: {first}); nothing will be written until `warcfs fsck` is clean")]
+    RebuiltWithProblems { path: PathBuf, count: usize, first: String },
+    #[error("/{name} at the store's root is node {theirs:04x}'s, not this node's ({ours:04x}): each node needs a name of its own")]
+    NodeNameTaken { name: String, theirs: u16, ours: u16 },
+    #[error("{0}: the store's root is not in the bucket yet (the node that created the store has not uploaded it); try again in a moment")]
+    RootNotUploaded(PathBuf),
+    #[error("{path}: the packs hold {chunks} chunks but no metadata log record, so no file could be named: they are not the packs of a whole format-{FORMAT_VERSION} store (an older warcfs, or packs missing); no index was built")]
+    NoLogRecords { path: PathBuf, chunks: u64 },
     #[error("{0}: no such store")]
     NoStore(PathBuf),
     #[error("{url}: {err}")]
@@ -474,10 +497,7 @@ impl Store {
         if store.mode == Mode::SharedWriter && !created_here && store.inode(namespace::ROOT_INO)?.is_none() {
             // On a shared store only the node that made it makes the root (one key, one
             // writer): its first records are not in the bucket yet.
-            return Err(StoreError::Log(format!(
-                "{}: the store's root is not in the bucket yet (the node that created the store has not uploaded it); try again in a moment",
-                root.display()
-            )));
+            return Err(StoreError::RootNotUploaded(root.to_path_buf()));
         }
         store.ensure_root()?;
         store.ensure_node_dir()?;

@@ -229,11 +229,7 @@ pub(in crate::store) fn build_index(
         if rep.wrote_default_config {
             let _ = fs::remove_file(&cfg_path);
         }
-        return Err(StoreError::Log(format!(
-            "{}: the packs hold {} chunks but no metadata log record, so no file could be named: they are not the packs of a whole format-{FORMAT_VERSION} store (an older warcfs, or packs missing); no index was built",
-            root.display(),
-            rep.chunks
-        )));
+        return Err(StoreError::NoLogRecords { path: root.to_path_buf(), chunks: rep.chunks });
     }
     // Each node's log on its own (one log, numbered across nodes, on a store one node
     // writes at a time): this node's own changes all, the others' without their counters.
@@ -394,7 +390,7 @@ fn apply_log(idx: &Index, packs: &PackReader, records: &[Rec], mine: bool, rep: 
     }
     for &&(seq, _, id, offset, key, stored_len, _) in &records {
         let raw = packs.read(id, offset, &key, stored_len)?;
-        let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::Log(format!("pack {id:016x} offset {offset}: {e}")))?;
+        let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::BadLogRecord { at: format!("pack {id:016x} offset {offset}"), what: e.to_string() })?;
         debug_assert_eq!(rec.seq, seq);
         if mine {
             idx.apply_unsynced(&rec.ops, false)?;

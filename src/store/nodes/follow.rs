@@ -170,7 +170,7 @@ impl Store {
             };
             for blob in blobs.iter().filter(|b| ChunkKind::from_u8(b.kind) == ChunkKind::Meta) {
                 let raw = self.packs.read(id, blob.offset, &blob.key, blob.stored_len)?;
-                let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::Log(format!("pack {id:016x} offset {}: {e}", blob.offset)))?;
+                let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::BadLogRecord { at: format!("pack {id:016x} offset {}", blob.offset), what: e.to_string() })?;
                 st.waiting.push(rec);
             }
             // A writer's commits put chunks too: looked up and put under their lock (after

@@ -95,12 +95,7 @@ pub(in crate::store) fn sync_index(root: &Path, config: &Config, index: crate::i
             log::warn!("rebuilding the index from the bucket: {p}");
         }
         if writer {
-            return Err(StoreError::Log(format!(
-                "{}: rebuilding this node's index from the bucket found {} problems (the first: {}); nothing will be written until `warcfs fsck` is clean",
-                root.display(),
-                rep.problems.len(),
-                rep.problems[0]
-            )));
+            return Err(StoreError::RebuiltWithProblems { path: root.to_path_buf(), count: rep.problems.len(), first: rep.problems[0].clone() });
         }
     }
     Ok(Synced { index, listed: list, taken_in: list_ids })

@@ -21,13 +21,8 @@ use crate::store::journal::{applied_key, checkpoint_key};
 use crate::store::{Result, Store, StoreError};
 use crate::digest::ChunkKey;
 use crate::LockExt;
-use crate::index::{Batch, LogOp, CF_CHUNK, CF_META};
+use crate::index::{Batch, LogOp, CF_CHUNK, CF_DIRENT, CF_INODE, CF_META, CF_RECIPE};
 use crate::recipe::{self, RefDelta};
-
-/// Column family numbers of inodes, directory entries and recipe pieces (`index::CFS`).
-const CF_INODE: u8 = 2;
-const CF_DIRENT: u8 = 3;
-const CF_RECIPE: u8 = 4;
 
 /// The id (inode or recipe) a namespace key or value starts with.
 fn id_of(k: &[u8]) -> Option<u64> {
@@ -116,7 +111,7 @@ impl Store {
         let ino = self.id_base() | 1;
         match self.index.lookup(ROOT_INO, name.as_bytes())? {
             Some(found) if found == ino => Ok(()),
-            Some(found) => Err(StoreError::Log(format!("/{name} at the store's root is node {:04x}'s, not this node's ({:04x}): each node needs a name of its own", node_of(found), self.node()))),
+            Some(found) => Err(StoreError::NodeNameTaken { name, theirs: node_of(found), ours: self.node() }),
             None => {
                 let mut b = Batch::new();
                 let mut d = Inode::new(InodeKind::Dir, 0o755);
@@ -185,7 +180,7 @@ impl Store {
         for op in ops {
             if let LogOp::Put(CF_RECIPE, k, v) = op {
                 let (Some(rid), Some(piece), Some(key)) = (id_of(k), k.get(8..12).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes), ChunkKey::from_bytes(v)) else {
-                    return Err(StoreError::Log(format!("node {node:04x} record {seq}: undecodable recipe entry")));
+                    return Err(StoreError::BadLogRecord { at: format!("node {node:04x} record {seq}"), what: "undecodable recipe entry".into() });
                 };
                 added.entry(rid).or_default().push((piece, key));
             }
