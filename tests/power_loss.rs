@@ -326,8 +326,9 @@ fn files_closed_while_the_ingest_waits_survive_a_power_cut() {
 #[test]
 fn packs_waiting_to_go_up_survive_a_power_cut() {
     // A writer of a bucket cut as it starts uploading a sealed pack (step 4 of the durable
-    // order): the pack waits in its packs/, the next command uploads it, and another node of
-    // the bucket reads every file.
+    // order): the pack must wait, durable, in its packs/. The next import starts by uploading
+    // it and is cut there too; the open after that (fsck's) uploads what waits, and another
+    // node of the bucket reads every file.
     let real = real_corpus();
     let tmp = TempDir::new().unwrap();
     let (_shared, url, a, b) = file_bucket(tmp.path());
@@ -343,16 +344,22 @@ fn packs_waiting_to_go_up_survive_a_power_cut() {
         let a_args = [vec!["import".to_string(), s(&a)], srcs.iter().map(|p| s(p)).collect(), vec!["--to".into(), to.clone()]].concat();
         let expected = expected_files(&srcs, &to);
         let ctx = format!("power cut at pack_uploading in import {trial}");
-        if trial < 3 {
-            // The second one is cut too, uploading what the first left waiting.
-            assert!(cut("pack_uploading", 1, &a_args), "import {trial} did not pass through pack_uploading");
-            fsck_clean(&a, &ctx);
-            visible_exact(&a, &expected, &ctx);
-        } else {
+        if trial == 3 {
             ok(&a_args);
             assert!(sealed_packs(&a).is_empty(), "packs still wait on A after an import returned: {:?}", sealed_packs(&a));
+            all.extend(expected);
+            continue;
         }
-        all.extend(expected);
+        assert!(cut("pack_uploading", 1, &a_args), "import {trial} did not pass through pack_uploading");
+        assert!(!sealed_packs(&a).is_empty(), "no pack waits in A's packs/ after a {ctx}");
+        if trial == 1 {
+            // Its pack was sealed at its end, after its commits: they must survive.
+            all.extend(expected);
+        } else {
+            // Cut as it started, uploading import 1's pack: it stored nothing.
+            fsck_clean(&a, &ctx);
+            assert_eq!(visible_exact(&a, &expected, &ctx), 0, "an import cut as it started stored files ({ctx})");
+        }
     }
     all_exact(&a, &all, "power cuts at pack_uploading, then an import");
     all_exact(&b, &all, "power cuts at pack_uploading on another node, then an import");

@@ -96,6 +96,9 @@ impl crate::pack::Elsewhere for client::RemotePacks {
     fn purge_trash(&self, grace: std::time::Duration) -> std::io::Result<u64> {
         client::RemotePacks::purge_trash(self, grace)
     }
+    fn is_bucket(&self) -> bool {
+        true
+    }
     fn start_uploads(self: std::sync::Arc<Self>, packs_dir: std::path::PathBuf, files: crate::pack::OpenFiles, ids: Vec<u64>, lock: String) -> std::io::Result<Option<Box<dyn crate::pack::UploadQueue>>> {
         Ok(Some(Box::new(upload::Uploads::start(self, packs_dir, files, ids, lock)?)))
     }

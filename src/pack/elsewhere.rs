@@ -36,9 +36,7 @@ pub trait Elsewhere: Send + Sync {
     /// renewing the lock object `lock` while it runs; None if packs never go there.
     fn start_uploads(self: Arc<Self>, packs_dir: PathBuf, files: OpenFiles, ids: Vec<u64>, lock: String) -> io::Result<Option<Box<dyn UploadQueue>>>;
     /// Whether this is a bucket (the packs' listing there has a signature to keep).
-    fn is_bucket(&self) -> bool {
-        true
-    }
+    fn is_bucket(&self) -> bool;
 }
 
 /// The elsewhere of a store without a bucket: no pack is ever there.

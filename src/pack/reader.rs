@@ -1,7 +1,8 @@
 //! Reading sealed packs: a bounded set of open pack files, so that a read is one `pread`;
 //! and the packs that are not on this disk, read from where they are kept (`Elsewhere`: a
 //! bucket's cache of pack ranges, or `Nowhere`), and the queue of sealed packs waiting for
-//! their upload (`UploadQueue`). A pack found neither here nor elsewhere is `Missing`.
+//! their upload (`UploadQueue`). A pack found nowhere is an error: `Missing` where it could
+//! only be on this disk, the bucket's own error where it could be there.
 
 use std::fs::File;
 use std::io;
@@ -260,13 +261,16 @@ impl PackReader {
         self.forget(id);
         self.remote_only.locked().remove(&id);
         let io_err = |source| PackError::Io { pack: id, source };
-        let removed = crate::disk::remove_file(&self.path_of(id));
-        // Two-phase: out of every listing now, deleted by a later gc (`purge_trash`).
-        let trashed = self.elsewhere.trash(id).map_err(io_err)?;
-        match removed {
+        // Where packs are also kept elsewhere: two-phase, out of every listing now, deleted by
+        // a later gc (`purge_trash`). Not while the local file stays.
+        match crate::disk::remove_file(&self.path_of(id)) {
+            Ok(()) => self.elsewhere.trash(id).map(|_| ()).map_err(io_err),
             // A pack kept elsewhere may have left this disk already.
-            Err(e) if e.kind() == io::ErrorKind::NotFound && trashed => Ok(()),
-            r => r.map_err(io_err),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match self.elsewhere.trash(id).map_err(io_err)? {
+                true => Ok(()),
+                false => Err(io_err(e)),
+            },
+            Err(e) => Err(io_err(e)),
         }
     }
 

@@ -168,7 +168,7 @@ pub enum StoreError {
     GcRefused(String),
     #[error("an earlier metadata write failed; close and reopen the store (the next open applies what reached the disk)")]
     LogPoisoned,
-    #[error("metadata log: {at}: undecodable record: {what}")]
+    #[error("metadata log: {at}: {what}")]
     BadLogRecord { at: String, what: String },
     #[error("one change of {bytes} bytes of index records (a file of about {ops} chunks) is more than a log record may hold ({} MiB, {} MiB compressed); nothing was changed", pack::MAX_RAW >> 20, pack::MAX_STORED >> 20)]
     ChangeTooLarge { bytes: usize, ops: usize },
