@@ -43,6 +43,9 @@ pub struct PackReader {
     /// pack only ever moves there), so a read of one does not try two local paths first
     /// every time (three failed opens a blob, on the read path).
     remote_only: Mutex<std::collections::HashSet<u64>>,
+    /// Whether packs can be elsewhere at all: a local store's reads (the mount's hot path)
+    /// then skip `remote_only`'s lock.
+    any_elsewhere: bool,
     /// Finds dictionary chunks (set by the store once its index is open).
     dict_locator: std::sync::OnceLock<DictLocator>,
     dicts: Mutex<lru::LruCache<Digest, Arc<Dictionary>>>,
@@ -68,6 +71,7 @@ impl PackReader {
 
     /// A reader that also finds packs in `elsewhere` (an object store).
     pub fn with_remote(packs_dir: PathBuf, tmp_dir: PathBuf, elsewhere: Arc<dyn Elsewhere>) -> PackReader {
+        let any_elsewhere = elsewhere.is_bucket();
         PackReader {
             packs_dir,
             tmp_dir,
@@ -75,6 +79,7 @@ impl PackReader {
             elsewhere,
             uploads: None,
             remote_only: Mutex::new(Default::default()),
+            any_elsewhere,
             dict_locator: std::sync::OnceLock::new(),
             dicts: Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(DICTS_KEPT).expect("nonzero"))),
             pinned: Mutex::new(Default::default()),
@@ -286,7 +291,7 @@ impl PackReader {
     /// A local file holding pack `pack` (open in `packs-tmp/`, or sealed in `packs/`), or
     /// None if there is none.
     fn local(&self, pack: u64) -> Result<Option<Arc<File>>> {
-        if self.remote_only.locked().contains(&pack) {
+        if self.any_elsewhere && self.remote_only.locked().contains(&pack) {
             return Ok(None);
         }
         match self.file(pack) {
