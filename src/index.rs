@@ -5,7 +5,9 @@
 //! - `chunk`   digest ‖ seq → where the chunk lives, its sizes and its reference count;
 //! - `inode`   inode number → attributes, and for files the head of the recipe;
 //! - `dirent`  parent inode ‖ name → child inode;
-//! - `recipe`  recipe id ‖ piece number → one piece of a file recipe.
+//! - `recipe`  recipe id ‖ piece number → one piece of a file recipe;
+//! - `capture`, `delta_base` (format 9): hints for payloads compressed against their
+//!   relatives (`HINT_CFS`), never logged.
 //!
 //! Every logical change (a file committed, removed or renamed; a gc pass) is one `Batch`,
 //! written with `sync = true`: RocksDB's write batch is atomic across column families.
@@ -35,6 +37,14 @@ pub type Result<T> = std::result::Result<T, IndexError>;
 const FORMAT_VERSION_KEY: &str = "format_version";
 
 const CFS: [&str; 5] = ["meta", "chunk", "inode", "dirent", "recipe"];
+/// Column families of hints (format 9), advisory only: a hint lost (a rebuilt index) or
+/// stale (naming a chunk gone since) costs a delta not made, never a byte. Not logged, not in
+/// checkpoints; a store of an older version has none (an older warcfs could not open its
+/// index with them).
+/// - `capture`: a URL's key (`url_key`) → the first payload chunk of its latest capture;
+/// - `delta_base`: a payload chunk new in the store → that of the capture of its URL
+///   before it: the base gc tries when it settles the chunk (`store::delta`).
+const HINT_CFS: [&str; 2] = ["capture", "delta_base"];
 /// The chunk table's block cache: RocksDB's default size, stated.
 const CHUNK_CACHE_BYTES: usize = 8 << 20;
 
@@ -79,6 +89,8 @@ pub fn recipe_key(rid: u64, piece: u32) -> [u8; 12] {
 
 pub struct Index {
     db: DB,
+    /// Whether the hint column families (`HINT_CFS`) are there.
+    hints: bool,
     /// Bumped by every write: lets caches of derived data (the mount's index file) know
     /// when they are stale.
     generation: std::sync::atomic::AtomicU64,
@@ -126,6 +138,21 @@ pub const CF_INODE: u8 = 2;
 pub const CF_DIRENT: u8 = 3;
 pub const CF_RECIPE: u8 = 4;
 
+/// A URL as the `capture` hints key it: the first 16 bytes of the SHA-256 of its
+/// `WARC-Target-URI` value.
+pub type UrlKey = [u8; 16];
+
+pub fn url_key(uri: &[u8]) -> UrlKey {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(uri)[..16].try_into().expect("16 bytes")
+}
+
+/// Whether the index at `path` has the hint column families (an index that cannot be
+/// listed has none: opening it says why).
+fn has_hints(opts: &Options, path: &Path) -> bool {
+    DB::list_cf(opts, path).is_ok_and(|names| HINT_CFS.iter().all(|h| names.iter().any(|n| n == h)))
+}
+
 /// Removes the write-ahead logs that hold nothing. RocksDB 7.8 starts a new log at every
 /// open and keeps an empty one from an earlier open until a memtable is flushed (fixed in
 /// 8.3, facebook/rocksdb#11409), so a store opened again and again without writes (`stats`
@@ -160,14 +187,17 @@ impl Index {
     /// a consistent view as of now, including the owner's write-ahead log.
     pub fn open_read_only(path: &Path) -> Result<Index> {
         let opts = Options::default();
-        let db = DB::open_cf_for_read_only(&opts, path, CFS, false)?;
-        Ok(Index { db, generation: Default::default() })
+        let hints = has_hints(&opts, path);
+        let names: Vec<&str> = CFS.iter().chain(if hints { &HINT_CFS[..] } else { &[] }).copied().collect();
+        let db = DB::open_cf_for_read_only(&opts, path, names, false)?;
+        Ok(Index { db, hints, generation: Default::default() })
     }
 
     /// Creates a new, empty index at `path` (only `init` does: an index that went missing
     /// must never come back as an empty one, or `gc` would take every pack for garbage).
-    pub fn create(path: &Path, version: u32) -> Result<Index> {
-        let idx = Index::open_with(path, true)?;
+    /// `hints`: with the hint column families (`HINT_CFS`), for a store whose format has them.
+    pub fn create(path: &Path, version: u32, hints: bool) -> Result<Index> {
+        let idx = Index::open_with(path, Some(hints))?;
         let mut b = Batch::new();
         b.put_meta_u64(&idx, FORMAT_VERSION_KEY, version as u64);
         idx.write(b)?;
@@ -177,7 +207,7 @@ impl Index {
     /// Opens an existing index; fails if there is none. The caller holds the store's lock
     /// (`remove_empty_logs`).
     pub fn open(path: &Path) -> Result<Index> {
-        Index::open_with(path, false)
+        Index::open_with(path, None)
     }
 
     /// The store format version recorded when the index was created (None for indexes
@@ -189,10 +219,13 @@ impl Index {
         }
     }
 
-    fn open_with(path: &Path, create: bool) -> Result<Index> {
+    /// `create`: Some(with the hint column families) to create a new index, None to open
+    /// one (with the hint column families it has).
+    fn open_with(path: &Path, create: Option<bool>) -> Result<Index> {
         let mut opts = Options::default();
-        opts.create_if_missing(create);
-        opts.create_missing_column_families(create);
+        opts.create_if_missing(create.is_some());
+        opts.create_missing_column_families(create.is_some());
+        let hints = create.unwrap_or_else(|| has_hints(&opts, path));
         opts.set_max_background_jobs(2);
         opts.set_keep_log_file_num(4);
         let chunk_cache = rocksdb::Cache::new_lru_cache(CHUNK_CACHE_BYTES)?;
@@ -222,9 +255,10 @@ impl Index {
             }
             ColumnFamilyDescriptor::new(*name, o)
         });
+        let hint_cfs = HINT_CFS.iter().filter(|_| hints).map(|name| ColumnFamilyDescriptor::new(*name, Options::default()));
         remove_empty_logs(path)?;
-        let db = DB::open_cf_descriptors(&opts, path, cfs)?;
-        Ok(Index { db, generation: Default::default() })
+        let db = DB::open_cf_descriptors(&opts, path, cfs.chain(hint_cfs))?;
+        Ok(Index { db, hints, generation: Default::default() })
     }
 
     /// Compacts the chunk table. gc moves or drops the entries of every pack it rewrites;
@@ -257,7 +291,7 @@ impl Index {
     /// Writes every column family's memtable out to table files, so that a closed store's
     /// index is all compressed tables rather than a write-ahead log to replay at the next open.
     pub fn flush_tables(&self) -> Result<()> {
-        for name in CFS {
+        for name in CFS.iter().chain(if self.hints { &HINT_CFS[..] } else { &[] }) {
             self.db.flush_cf(self.cf(name))?;
         }
         Ok(())
@@ -482,6 +516,29 @@ impl Index {
         Ok(())
     }
 
+    /// Whether this index keeps hints (`HINT_CFS`: format 9 and later).
+    pub fn has_hints(&self) -> bool {
+        self.hints
+    }
+
+    /// The first payload chunk of the latest capture of the URL keyed `url` (`url_key`).
+    pub fn capture(&self, url: &UrlKey) -> Result<Option<ChunkKey>> {
+        self.hint("capture", url)
+    }
+
+    /// The base gc tries for chunk `key` when it settles it.
+    pub fn delta_base_hint(&self, key: &ChunkKey) -> Result<Option<ChunkKey>> {
+        self.hint("delta_base", &key.to_bytes())
+    }
+
+    fn hint(&self, cf: &str, key: &[u8]) -> Result<Option<ChunkKey>> {
+        if !self.hints {
+            return Ok(None);
+        }
+        // An undecodable hint is no hint.
+        Ok(self.db.get_pinned_cf(self.cf(cf), key)?.and_then(|v| ChunkKey::from_bytes(&v)))
+    }
+
     /// Every recipe piece: (recipe id, piece number, the key of its chunk).
     pub fn for_each_recipe_piece(&self, mut f: impl FnMut(u64, u32, ChunkKey) -> Result<()>) -> Result<()> {
         for item in self.db.iterator_cf(self.cf("recipe"), IteratorMode::Start) {
@@ -561,6 +618,25 @@ impl Batch {
         self.wb.put_cf(idx.cf("meta"), name.as_bytes(), v.to_le_bytes());
     }
 
+    /// Hints (`HINT_CFS`), never logged; nothing on an index without them.
+    pub fn put_capture(&mut self, idx: &Index, url: &UrlKey, key: &ChunkKey) {
+        if idx.hints {
+            self.wb.put_cf(idx.cf("capture"), url, key.to_bytes());
+        }
+    }
+
+    pub fn put_delta_base_hint(&mut self, idx: &Index, key: &ChunkKey, base: &ChunkKey) {
+        if idx.hints {
+            self.wb.put_cf(idx.cf("delta_base"), key.to_bytes(), base.to_bytes());
+        }
+    }
+
+    pub fn delete_delta_base_hint(&mut self, idx: &Index, key: &ChunkKey) {
+        if idx.hints {
+            self.wb.delete_cf(idx.cf("delta_base"), key.to_bytes());
+        }
+    }
+
     pub fn put_chunk(&mut self, idx: &Index, key: &ChunkKey, e: &ChunkEntry) {
         self.put(idx, CF_CHUNK, &key.to_bytes(), &enc(e));
     }
@@ -610,7 +686,7 @@ mod tests {
     #[test]
     fn batch_is_atomic_and_digest_prefix_lookup_finds_collisions() {
         let dir = tempfile::tempdir().unwrap();
-        let idx = Index::create(dir.path(), 2).unwrap();
+        let idx = Index::create(dir.path(), 2, false).unwrap();
         assert_eq!(idx.format_version().unwrap(), Some(2));
         assert!(Index::open(&dir.path().join("missing")).is_err(), "opening never creates");
         let e = |refs| ChunkEntry { pack: 1, offset: 0, stored_len: 3, raw_len: 3, codec: 0, kind: 0, refs };
@@ -637,7 +713,7 @@ mod tests {
     #[test]
     fn a_malformed_chunk_key_is_an_error_not_skipped() {
         let dir = tempfile::tempdir().unwrap();
-        let idx = Index::create(dir.path(), 2).unwrap();
+        let idx = Index::create(dir.path(), 2, false).unwrap();
         let e = ChunkEntry { pack: 1, offset: 0, stored_len: 3, raw_len: 3, codec: 0, kind: 0, refs: 1 };
         let mut b = Batch::new();
         b.put_chunk(&idx, &ChunkKey { digest: [5; 32], seq: 0 }, &e);
@@ -655,7 +731,7 @@ mod tests {
     #[test]
     fn a_small_chunk_table_is_read_into_the_block_cache() {
         let dir = tempfile::tempdir().unwrap();
-        let idx = Index::create(dir.path(), 2).unwrap();
+        let idx = Index::create(dir.path(), 2, false).unwrap();
         let mut b = Batch::new();
         for i in 0..20_000u32 {
             let mut digest = [0u8; 32];
@@ -680,7 +756,7 @@ mod tests {
     #[test]
     fn opening_again_and_again_leaves_one_write_ahead_log() {
         let dir = tempfile::tempdir().unwrap();
-        drop(Index::create(dir.path(), 2).unwrap());
+        drop(Index::create(dir.path(), 2, false).unwrap());
         for _ in 0..4 {
             drop(Index::open(dir.path()).unwrap());
         }
@@ -693,5 +769,52 @@ mod tests {
         drop(idx);
         assert!(logs(dir.path()).iter().any(|&n| n > 0), "the write is in a log only");
         assert_eq!(Index::open(dir.path()).unwrap().meta_u64("next_ino").unwrap(), 7);
+    }
+
+    #[test]
+    fn hints_are_kept_unlogged_where_the_index_has_them() {
+        let key = |n: u8| ChunkKey { digest: [n; 32], seq: n as u32 };
+        let url = url_key(b"http://example.org/");
+        let dir = tempfile::tempdir().unwrap();
+        let idx = Index::create(dir.path(), 9, true).unwrap();
+        let mut b = Batch::new();
+        b.put_capture(&idx, &url, &key(1));
+        b.put_delta_base_hint(&idx, &key(2), &key(1));
+        assert!(b.log().is_empty(), "hints are never logged");
+        idx.write(b).unwrap();
+        drop(idx);
+        let idx = Index::open(dir.path()).unwrap();
+        assert!(idx.has_hints());
+        assert_eq!(idx.capture(&url).unwrap(), Some(key(1)));
+        assert_eq!(idx.delta_base_hint(&key(2)).unwrap(), Some(key(1)));
+        let mut b = Batch::new();
+        b.delete_delta_base_hint(&idx, &key(2));
+        idx.write(b).unwrap();
+        assert_eq!(idx.delta_base_hint(&key(2)).unwrap(), None);
+        let mut seen = 0;
+        idx.for_each_namespace_record(|_| {
+            seen += 1;
+            Ok(true)
+        })
+        .unwrap();
+        drop(idx);
+        assert!(Index::open_read_only(dir.path()).unwrap().has_hints());
+        // An index made without them (an older format's) opens as it is, and hints are no-ops.
+        let old = tempfile::tempdir().unwrap();
+        let idx = Index::create(old.path(), 7, false).unwrap();
+        let mut b = Batch::new();
+        b.put_capture(&idx, &url, &key(1));
+        idx.write(b).unwrap();
+        drop(idx);
+        let idx = Index::open(old.path()).unwrap();
+        assert!(!idx.has_hints());
+        assert_eq!(idx.capture(&url).unwrap(), None);
+        let mut namespace = 0;
+        idx.for_each_namespace_record(|_| {
+            namespace += 1;
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(seen, namespace, "hints are in no checkpoint");
     }
 }

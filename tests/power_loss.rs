@@ -1,4 +1,5 @@
-//! Power loss at every durability point of import, a mount's writes, gc and snapshot.
+//! Power loss at every durability point of import, a mount's writes, gc (making deltas too)
+//! and snapshot.
 //!
 //! Each process runs with `WARCFS_POWER_CUT=1` and `WARCFS_CRASH_AT=POINT:K`: at the K-th
 //! pass through POINT it undoes on the disk every write it made that no fsync of the file
@@ -161,6 +162,56 @@ fn a_rebuilt_index_after_a_power_cut_loses_no_file() {
     all_exact(&store, &expected_files(&one, "/one"), "rebuilt index");
     let after = visible_exact(&store, &two, "rebuilt index");
     assert!(after >= before.len(), "the rebuilt index lost files: {} of {:?}", after, before);
+}
+
+/// A crawl of `pages` pages of one site as a plain WARC: each a response of its own URL,
+/// its body changed by `crawl` in one line (so a later crawl's pages are near copies).
+fn site_crawl(path: &Path, crawl: u32, pages: u32) {
+    let mut out = Vec::new();
+    for p in 0..pages {
+        let mut body = String::from("<!doctype html><html><head><title>Handbook</title></head><body><nav>Home | Catalogue | About</nav>");
+        for k in 0..300u32 {
+            body.push_str(&format!("<p>Section {p}.{k}: how the archive keeps item {} of shelf {}.</p>\n", (p * 7919 + k * 104729) % 100_003, k % 37));
+            if k == 150 {
+                body.push_str(&format!("<p>Revised in crawl {crawl}.</p>\n"));
+            }
+        }
+        body.push_str("</body></html>");
+        let http = format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+        out.extend_from_slice(format!("WARC/1.1\r\nWARC-Type: response\r\nWARC-Record-ID: <urn:uuid:{crawl:04}-{p:08}>\r\nWARC-Target-URI: http://handbook.test/{p}.html\r\nContent-Type: application/http; msgtype=response\r\nContent-Length: {}\r\n\r\n", http.len()).as_bytes());
+        out.extend_from_slice(http.as_bytes());
+        out.extend_from_slice(b"\r\n\r\n");
+    }
+    fs::write(path, out).unwrap();
+}
+
+/// gc making deltas (the later crawl's pages against the earlier's), cut at each of its
+/// durability points: every file reads back exact and fsck is clean, whether the deltas and
+/// their bases' counts were written or not; a whole gc after that makes them.
+#[test]
+fn gc_making_deltas_loses_nothing_at_a_power_cut() {
+    let tmp = TempDir::new().unwrap();
+    let (one, two) = (tmp.path().join("crawl-1.warc"), tmp.path().join("crawl-2.warc"));
+    site_crawl(&one, 1, 40);
+    site_crawl(&two, 2, 40);
+    let expected: BTreeMap<String, PathBuf> = [("/crawl-1.warc".to_string(), one.clone()), ("/crawl-2.warc".to_string(), two.clone())].into();
+    let gc_points = ["checkpoint_synced", "gc_before_index", "gc_after_index", "gc_pack_removed", "pack_footer_synced", "pack_renamed", "exited"];
+    for (trial, point) in gc_points.into_iter().enumerate() {
+        let store = tmp.path().join(format!("store{trial}"));
+        ok(&["init", &s(&store)]);
+        ok(&["import", &s(&store), &s(&one)]);
+        ok(&["gc", &s(&store)]);
+        ok(&["import", &s(&store), &s(&two)]);
+        assert!(cut(point, 1, &args(&["gc", &s(&store)])), "gc did not pass through {point}");
+        let ctx = format!("power cut in a gc making deltas at {point}");
+        fsck_clean(&store, &ctx);
+        all_exact(&store, &expected, &ctx);
+        ok(&["gc", &s(&store)]);
+        let r = run(&["fsck", &s(&store), "--deep"]);
+        assert!(r.ok(), "{ctx}, then gc: {}", r.describe());
+        all_exact(&store, &expected, &ctx);
+        assert!(num(&stats(&store), "delta_chunks") >= 30, "the later crawl's pages are deltas after a whole gc ({ctx}): {}", stats(&store));
+    }
 }
 
 #[test]

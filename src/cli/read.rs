@@ -99,6 +99,9 @@ pub fn stats(store: PathBuf, json: bool) -> Result<i32> {
         if st.dictionaries > 0 {
             println!("dictionaries     {} zstd dictionaries ({} bytes), {} chunks compressed with one", st.dictionaries, st.dictionary_bytes, st.dict_chunks);
         }
+        if st.delta_chunks > 0 {
+            println!("deltas           {} chunks stored against a relative ({} bytes)", st.delta_chunks, st.delta_bytes);
+        }
         println!("collisions       {}", st.collisions);
         println!("staged           {} files, {} bytes (written through a mount, not yet ingested)", st.staged_files, st.staged_bytes);
         if let Some(i) = &ingests {

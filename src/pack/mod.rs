@@ -55,44 +55,6 @@ pub enum PackError {
 
 type Result<T> = std::result::Result<T, PackError>;
 
-/// How a blob's bytes are stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Codec {
-    None = 0,
-    Zstd = 1,
-    /// zstd with a dictionary (format 5): the stored bytes are the dictionary's digest
-    /// (`DICT_REF_LEN` bytes; the dictionary is a chunk of kind `Dict`) and the frame.
-    ZstdDict = 2,
-}
-
-/// Bytes of a `Codec::ZstdDict` blob that name its dictionary: the dictionary chunk's digest.
-pub const DICT_REF_LEN: usize = 32;
-
-impl Codec {
-    pub fn from_u8(v: u8) -> Option<Codec> {
-        match v {
-            0 => Some(Codec::None),
-            1 => Some(Codec::Zstd),
-            2 => Some(Codec::ZstdDict),
-            _ => None,
-        }
-    }
-}
-
-/// The dictionary a `Codec::ZstdDict` blob's stored bytes name.
-pub fn dict_of(stored: &[u8]) -> Option<Digest> {
-    stored.get(..DICT_REF_LEN).map(|d| d.try_into().expect("32 bytes"))
-}
-
-/// A zstd dictionary ready to decode with.
-pub type Dictionary = zstd::zstd_safe::DDict<'static>;
-
-/// Prepares dictionary bytes for decoding; None if zstd cannot (damaged bytes).
-pub fn prepare_dictionary(bytes: &[u8]) -> Option<Dictionary> {
-    zstd::zstd_safe::DDict::try_create(bytes)
-}
-
 /// What a chunk holds; recorded so `stats` and an index rebuild know payloads from headers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -209,87 +171,6 @@ pub fn settled_level(h: &[u8]) -> Option<u8> {
 /// written before blobs said); None if `h` is not a blob header.
 pub fn written_for(h: &[u8]) -> Option<u8> {
     decode_header(h, 0).map(|_| h[FORMAT_BYTE])
-}
-
-/// Decodes stored bytes into the chunk's bytes; `dict` is the dictionary a
-/// `Codec::ZstdDict` blob names (`dict_of`).
-pub fn decode_stored(codec: u8, stored: &[u8], raw_len: u32, dict: Option<&Dictionary>) -> io::Result<Vec<u8>> {
-    if raw_len > MAX_RAW {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("says it holds {raw_len} bytes, beyond any chunk")));
-    }
-    let out = match Codec::from_u8(codec) {
-        Some(Codec::None) => stored.to_vec(),
-        Some(Codec::Zstd) => with_dctx(|d| d.decompress(stored, raw_len as usize))?,
-        Some(Codec::ZstdDict) => {
-            // Into spare capacity: no zeroing of what the frame overwrites anyway.
-            let mut out = Vec::with_capacity(raw_len as usize);
-            decode_with_dict(stored, &mut out, dict)?;
-            out
-        }
-        None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown codec {codec}"))),
-    };
-    if out.len() != raw_len as usize {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "decoded length mismatch"));
-    }
-    Ok(out)
-}
-
-/// No chunk holds more than this (the largest are 4 MiB payload pieces and recipe pieces):
-/// a blob that says otherwise is damaged, and must not size an allocation.
-pub const MAX_RAW: u32 = 256 << 20;
-
-/// Decodes stored bytes into `out`, which must be exactly their decoded length.
-pub fn decode_stored_into(codec: u8, stored: &[u8], out: &mut [u8], dict: Option<&Dictionary>) -> io::Result<()> {
-    let n = match Codec::from_u8(codec) {
-        Some(Codec::None) if stored.len() == out.len() => {
-            out.copy_from_slice(stored);
-            out.len()
-        }
-        Some(Codec::None) => stored.len(),
-        Some(Codec::Zstd) => with_dctx(|d| d.decompress_to_buffer(stored, out))?,
-        Some(Codec::ZstdDict) => decode_with_dict(stored, out, dict)?,
-        None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown codec {codec}"))),
-    };
-    if n != out.len() {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "decoded length mismatch"));
-    }
-    Ok(())
-}
-
-/// Runs `f` with this thread's zstd decompression context: one costs more to create than a
-/// small chunk costs to decode.
-fn with_dctx<T>(f: impl FnOnce(&mut zstd::bulk::Decompressor<'static>) -> io::Result<T>) -> io::Result<T> {
-    thread_local! {
-        static DCTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
-    }
-    DCTX.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            *slot = Some(zstd::bulk::Decompressor::new()?);
-        }
-        f(slot.as_mut().expect("just created"))
-    })
-}
-
-/// Decodes a `Codec::ZstdDict` blob's frame into `out` with `dict`; returns the bytes
-/// written.
-fn decode_with_dict<C: zstd::zstd_safe::WriteBuf + ?Sized>(stored: &[u8], out: &mut C, dict: Option<&Dictionary>) -> io::Result<usize> {
-    let dict = dict.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "its zstd dictionary is not at hand"))?;
-    let frame = stored.get(DICT_REF_LEN..).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "shorter than its dictionary's name"))?;
-    with_dict_dctx(|d| d.decompress_using_ddict(out, frame, dict).map_err(|code| io::Error::other(zstd::zstd_safe::get_error_name(code))))
-}
-
-/// This thread's zstd context for dictionary frames (kept apart from `with_dctx`'s, whose
-/// frames must never meet a dictionary).
-fn with_dict_dctx<T>(f: impl FnOnce(&mut zstd::zstd_safe::DCtx<'static>) -> io::Result<T>) -> io::Result<T> {
-    thread_local! {
-        static DCTX: std::cell::RefCell<Option<zstd::zstd_safe::DCtx<'static>>> = const { std::cell::RefCell::new(None) };
-    }
-    DCTX.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        let d = slot.get_or_insert_with(zstd::zstd_safe::DCtx::create);
-        f(d)
-    })
 }
 
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -566,11 +447,13 @@ pub fn write_file_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+mod codec;
 mod elsewhere;
 mod reader;
 
 pub use elsewhere::{Elsewhere, Nowhere, OpenFiles, UploadQueue};
-pub use reader::{DictLocator, PackReader, MAX_STORED};
+pub use codec::{base_of, decode_stored, decode_stored_into, delta_compress, dict_of, may_be_base, prepare_dictionary, Against, Codec, Dictionary, DELTA_REF_LEN, DICT_REF_LEN, MAX_RAW};
+pub use reader::{ChunkLocator, PackReader, MAX_STORED};
 
 #[cfg(test)]
 mod tests;

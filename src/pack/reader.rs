@@ -11,14 +11,17 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::elsewhere::{Elsewhere, Nowhere, OpenFiles, UploadQueue};
-use super::{decode_header, decode_stored, decode_stored_into, dict_of, pack_name, parse_pack_name, prepare_dictionary, BlobInfo, ChunkKind, Codec, Dictionary, PackError, Result, BLOB_HEADER_LEN};
+use super::{base_of, decode_header, decode_stored, decode_stored_into, dict_of, pack_name, parse_pack_name, prepare_dictionary, Against, BlobInfo, ChunkKind, Codec, Dictionary, PackError, Result, BLOB_HEADER_LEN};
 use crate::LockExt;
 use crate::digest::{ChunkKey, Digest};
 
-/// Where the dictionary chunk of a digest lies, as (pack, offset, stored length): the
-/// store's index knows, the packs do not.
-pub type DictLocator = Box<dyn Fn(&ChunkKey) -> io::Result<Option<(u64, u64, u32)>> + Send + Sync>;
+/// Where a chunk that a blob names (its zstd dictionary, or its base if it is a delta) lies,
+/// as (pack, offset, stored length): the store's index knows, the packs do not.
+pub type ChunkLocator = Box<dyn Fn(&ChunkKey) -> io::Result<Option<(u64, u64, u32)>> + Send + Sync>;
 
+/// Bytes of delta bases kept decoded: a base serves every later capture of its page, and a
+/// delta is read with its base each time (a base is up to 4 MiB, a payload chunk's largest).
+const BASES_KEPT_BYTES: usize = 16 << 20;
 /// Dictionaries kept ready to decode with (a store makes one per 4 GiB of new data or so,
 /// and preparing one costs more than decoding a chunk with it).
 const DICTS_KEPT: usize = 16;
@@ -46,8 +49,10 @@ pub struct PackReader {
     /// Whether packs can be elsewhere at all: a local store's reads (the mount's hot path)
     /// then skip `remote_only`'s lock.
     any_elsewhere: bool,
-    /// Finds dictionary chunks (set by the store once its index is open).
-    dict_locator: std::sync::OnceLock<DictLocator>,
+    /// Finds dictionary and base chunks (set by the store once its index is open).
+    locator: std::sync::OnceLock<ChunkLocator>,
+    /// Delta bases decoded lately, and their bytes in all (`BASES_KEPT_BYTES`).
+    bases: Mutex<(Bases, usize)>,
     dicts: Mutex<lru::LruCache<Digest, Arc<Dictionary>>>,
     /// Dictionaries not in the index yet (the writer's, until its ingest commits or fails):
     /// never evicted, as nothing could find them again.
@@ -61,6 +66,21 @@ fn open_pack_limit() -> std::num::NonZeroUsize {
     // SAFETY: getrlimit fills the struct we pass.
     let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur as usize } else { 1024 };
     std::num::NonZeroUsize::new((soft / 4).clamp(4, 256)).expect("at least 4")
+}
+
+/// Delta bases decoded, by key.
+type Bases = lru::LruCache<ChunkKey, Arc<Vec<u8>>>;
+
+/// What a blob names, fetched for its second attempt (`decoded`).
+enum Named {
+    Dict(Arc<Dictionary>),
+    Base(ChunkKey, Arc<Vec<u8>>),
+}
+
+/// What a blob names that is not at hand.
+enum Wanted {
+    Dict(Digest),
+    Base(ChunkKey),
 }
 
 impl PackReader {
@@ -80,16 +100,78 @@ impl PackReader {
             uploads: None,
             remote_only: Mutex::new(Default::default()),
             any_elsewhere,
-            dict_locator: std::sync::OnceLock::new(),
+            locator: std::sync::OnceLock::new(),
+            bases: Mutex::new((lru::LruCache::unbounded(), 0)),
             dicts: Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(DICTS_KEPT).expect("nonzero"))),
             pinned: Mutex::new(Default::default()),
         }
     }
 
-    /// Tells the reader where dictionary chunks are (`Codec::ZstdDict` blobs name theirs by
-    /// digest). Without it, such blobs cannot be decoded.
-    pub fn set_dict_locator(&self, locate: DictLocator) {
-        let _ = self.dict_locator.set(locate);
+    /// Tells the reader where chunks are by key (`Codec::ZstdDict` blobs name their
+    /// dictionary, `Codec::ZstdDelta` blobs their base). Without it, such blobs cannot be
+    /// decoded.
+    pub fn set_locator(&self, locate: ChunkLocator) {
+        let _ = self.locator.set(locate);
+    }
+
+    /// The raw bytes of base chunk `key`, read as what it must be: a chunk that is not
+    /// itself a delta (so a delta costs one more read at most, and a damaged blob naming
+    /// itself cannot recurse).
+    fn base(&self, key: &ChunkKey) -> Result<Arc<Vec<u8>>> {
+        if let Some(b) = self.ready_base(key) {
+            return Ok(b);
+        }
+        let (pack, offset, stored_len) = self.locate(key, "delta base")?;
+        let bytes = Arc::new(self.decoded(pack, offset, key, stored_len, |info, stored, against| {
+            if info.codec == Codec::ZstdDelta as u8 {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("chunk {} is a delta, so no base", key.short())));
+            }
+            decode_stored(info.codec, stored, info.raw_len, against)
+        })?);
+        let mut kept = self.bases.locked();
+        if bytes.len() <= BASES_KEPT_BYTES {
+            kept.1 += bytes.len();
+            if let Some(old) = kept.0.put(*key, bytes.clone()) {
+                kept.1 -= old.len();
+            }
+            while kept.1 > BASES_KEPT_BYTES {
+                let Some((_, old)) = kept.0.pop_lru() else { break };
+                kept.1 -= old.len();
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// A base decoded lately, if any.
+    fn ready_base(&self, key: &ChunkKey) -> Option<Arc<Vec<u8>>> {
+        self.bases.locked().0.get(key).cloned()
+    }
+
+    /// Where chunk `key` (a dictionary or a base, `what`) lies, by the locator.
+    fn locate(&self, key: &ChunkKey, what: &str) -> Result<(u64, u64, u32)> {
+        let io = |kind, what: String| PackError::Io { pack: 0, source: io::Error::new(kind, what) };
+        let locate = self.locator.get().ok_or_else(|| io(io::ErrorKind::Other, format!("{what} {} asked for, but this reader has no index", key.short())))?;
+        locate(key)
+            .map_err(|source| PackError::Io { pack: 0, source })?
+            .ok_or_else(|| io(io::ErrorKind::NotFound, format!("{what} {} is not in the store", key.short())))
+    }
+
+    /// The base a delta blob names (None if the blob is not a delta), its bytes checked.
+    pub fn base_named(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<Option<ChunkKey>> {
+        self.with_blob(pack, offset, key, stored_len, |info, stored| {
+            if info.codec != Codec::ZstdDelta as u8 {
+                return Ok(None);
+            }
+            base_of(stored).map(Some).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "shorter than its base's name"))
+        })
+    }
+
+    /// Forgets base `key`'s bytes (gc dropped it: its key may name other bytes one day).
+    pub fn forget_base(&self, key: &ChunkKey) {
+        let mut kept = self.bases.locked();
+        if let Some(old) = kept.0.pop(key) {
+            kept.1 -= old.len();
+        }
     }
 
     /// Makes dictionary `digest` known before its chunk is in the index (the writer's, for
@@ -124,18 +206,14 @@ impl PackReader {
             return Ok(d);
         }
         let key = ChunkKey { digest: *digest, seq: 0 };
-        let io = |kind, what: String| PackError::Io { pack: 0, source: io::Error::new(kind, what) };
-        let locate = self.dict_locator.get().ok_or_else(|| io(io::ErrorKind::Other, format!("zstd dictionary {} asked for, but this reader has no index", key.short())))?;
-        let (pack, offset, stored_len) = locate(&key)
-            .map_err(|source| PackError::Io { pack: 0, source })?
-            .ok_or_else(|| io(io::ErrorKind::NotFound, format!("zstd dictionary {} is not in the store", key.short())))?;
+        let (pack, offset, stored_len) = self.locate(&key, "zstd dictionary")?;
         // Read as what it must be: a dictionary chunk, itself never compressed with one (a
         // damaged blob naming itself must not recurse).
         let bytes = self.with_blob(pack, offset, &key, stored_len, |info, stored| {
             if info.kind != ChunkKind::Dict as u8 || info.codec == Codec::ZstdDict as u8 {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, format!("chunk {} is not a zstd dictionary", key.short())));
             }
-            decode_stored(info.codec, stored, info.raw_len, None)
+            decode_stored(info.codec, stored, info.raw_len, Against::Nothing)
         })?;
         let d = Arc::new(prepare_dictionary(&bytes).ok_or_else(|| PackError::Corrupt { pack, offset, what: format!("zstd dictionary {} cannot be prepared (damaged)", key.short()) })?);
         self.dicts.locked().put(*digest, d.clone());
@@ -364,49 +442,71 @@ impl PackReader {
     /// Reads one blob, checks that it is the expected chunk and that its bytes are intact,
     /// and returns the decoded chunk bytes.
     pub fn read(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<Vec<u8>> {
-        self.decoded(pack, offset, key, stored_len, |info, stored, dict| decode_stored(info.codec, stored, info.raw_len, dict))
+        self.decoded(pack, offset, key, stored_len, |info, stored, against| decode_stored(info.codec, stored, info.raw_len, against))
     }
 
     /// Like `read`, decoding into `out`, which must be the chunk's exact length: a reader
     /// that wants a whole chunk once (a sequential one) gets it with no copy and no cache.
     pub fn read_into(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, out: &mut [u8]) -> Result<()> {
-        self.decoded(pack, offset, key, stored_len, |info, stored, dict| {
+        self.decoded(pack, offset, key, stored_len, |info, stored, against| {
             if info.raw_len as usize != out.len() {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, format!("holds {} bytes, not {}", info.raw_len, out.len())));
             }
-            decode_stored_into(info.codec, stored, out, dict)
+            decode_stored_into(info.codec, stored, out, against)
         })
     }
 
-    /// Reads and checks a blob and decodes it with `decode`, handing it the dictionary the
-    /// blob names, if any. A dictionary not prepared yet is read between two attempts: not
-    /// while this thread's blob buffer is lent out.
-    fn decoded<T>(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, mut decode: impl FnMut(&BlobInfo, &[u8], Option<&Dictionary>) -> io::Result<T>) -> Result<T> {
-        let mut have: Option<Arc<Dictionary>> = None;
+    /// Reads and checks a blob and decodes it with `decode`, handing it what the blob names:
+    /// its dictionary or its base. One not at hand is read between two attempts: not while
+    /// this thread's blob buffer is lent out.
+    fn decoded<T>(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32, mut decode: impl FnMut(&BlobInfo, &[u8], Against<'_>) -> io::Result<T>) -> Result<T> {
+        let mut have: Option<Named> = None;
         for _ in 0..2 {
             let mut wanted = None;
-            let r = self.with_blob(pack, offset, key, stored_len, |info, stored| {
-                if info.codec != Codec::ZstdDict as u8 {
-                    return decode(info, stored, None).map(Some);
-                }
-                let d = dict_of(stored).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "shorter than its dictionary's name"))?;
-                match have.clone().or_else(|| self.ready_dictionary(&d)) {
-                    Some(dict) => decode(info, stored, Some(&dict)).map(Some),
-                    None => {
-                        wanted = Some(d);
-                        Ok(None)
+            let r = self.with_blob(pack, offset, key, stored_len, |info, stored| match Codec::from_u8(info.codec) {
+                Some(Codec::ZstdDict) => {
+                    let d = dict_of(stored).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "shorter than its dictionary's name"))?;
+                    let ready = match &have {
+                        Some(Named::Dict(dict)) => Some(dict.clone()),
+                        _ => self.ready_dictionary(&d),
+                    };
+                    match ready {
+                        Some(dict) => decode(info, stored, Against::Dict(&dict)).map(Some),
+                        None => {
+                            wanted = Some(Wanted::Dict(d));
+                            Ok(None)
+                        }
                     }
                 }
+                Some(Codec::ZstdDelta) => {
+                    let b = base_of(stored).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "shorter than its base's name"))?;
+                    if b == *key {
+                        return Err(io::Error::new(io::ErrorKind::InvalidData, "it names itself as its base"));
+                    }
+                    let ready = match &have {
+                        Some(Named::Base(k, bytes)) if *k == b => Some(bytes.clone()),
+                        _ => self.ready_base(&b),
+                    };
+                    match ready {
+                        Some(base) => decode(info, stored, Against::Base(&base)).map(Some),
+                        None => {
+                            wanted = Some(Wanted::Base(b));
+                            Ok(None)
+                        }
+                    }
+                }
+                _ => decode(info, stored, Against::Nothing).map(Some),
             })?;
             match (r, wanted) {
                 (Some(v), _) => return Ok(v),
                 // The one it names, handed to the second attempt as it is (not looked up
                 // again: a busy cache may have let it go meanwhile).
-                (None, Some(d)) => have = Some(self.dictionary(&d)?),
-                (None, None) => unreachable!("a blob is decoded or its dictionary wanted"),
+                (None, Some(Wanted::Dict(d))) => have = Some(Named::Dict(self.dictionary(&d)?)),
+                (None, Some(Wanted::Base(b))) => have = Some(Named::Base(b, self.base(&b)?)),
+                (None, None) => unreachable!("a blob is decoded or what it names wanted"),
             }
         }
-        Err(PackError::Corrupt { pack, offset, what: format!("cannot decode chunk {}: it names another dictionary than it did", key.short()) })
+        Err(PackError::Corrupt { pack, offset, what: format!("cannot decode chunk {}: it names another dictionary or base than it did", key.short()) })
     }
 
     /// Reads and checks a blob, then hands its stored bytes to `decode`.

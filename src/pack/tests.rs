@@ -46,16 +46,16 @@ fn append_seal_footer_and_read_back() {
 fn decoding_into_a_buffer_checks_the_length() {
     let z = zstd::bulk::compress(&[7u8; 500], 3).unwrap();
     let mut exact = [0u8; 500];
-    decode_stored_into(Codec::Zstd as u8, &z, &mut exact, None).unwrap();
+    decode_stored_into(Codec::Zstd as u8, &z, &mut exact, Against::Nothing).unwrap();
     assert_eq!(exact, [7u8; 500]);
     // A frame holding more or less than the buffer, a stored blob of another length, an
     // unknown codec: errors, never a partly filled buffer taken as whole.
-    assert!(decode_stored_into(Codec::Zstd as u8, &z, &mut [0u8; 499], None).is_err());
-    assert!(decode_stored_into(Codec::Zstd as u8, &z, &mut [0u8; 501], None).is_err());
-    assert!(decode_stored_into(Codec::None as u8, b"abc", &mut [0u8; 4], None).is_err());
-    assert!(decode_stored_into(Codec::None as u8, b"abcd", &mut [0u8; 3], None).is_err());
-    assert!(decode_stored_into(99, b"abc", &mut [0u8; 3], None).is_err());
-    assert!(decode_stored(Codec::None as u8, b"abc", 4, None).is_err());
+    assert!(decode_stored_into(Codec::Zstd as u8, &z, &mut [0u8; 499], Against::Nothing).is_err());
+    assert!(decode_stored_into(Codec::Zstd as u8, &z, &mut [0u8; 501], Against::Nothing).is_err());
+    assert!(decode_stored_into(Codec::None as u8, b"abc", &mut [0u8; 4], Against::Nothing).is_err());
+    assert!(decode_stored_into(Codec::None as u8, b"abcd", &mut [0u8; 3], Against::Nothing).is_err());
+    assert!(decode_stored_into(99, b"abc", &mut [0u8; 3], Against::Nothing).is_err());
+    assert!(decode_stored(Codec::None as u8, b"abc", 4, Against::Nothing).is_err());
 }
 
 #[test]

@@ -270,6 +270,7 @@ impl Prepared<'_> {
         inode.staged = false;
         inode.recipe = Some(RecipeHead { id: rid, size: ing.size, piece_starts: ing.starts });
         b.put_inode(&s.index, ino, &inode);
+        s.note_captures(&mut b, &ing.captures)?;
         s.commit_with(&mut w, b, delta, &ing.pending, ing.collisions, ing.dict)?;
         Ok(Some(PutReport { ino, size: ing.size, new_bytes: ing.new_bytes, stats: ing.stats }))
     }

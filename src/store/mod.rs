@@ -14,6 +14,7 @@
 
 mod backend;
 mod config;
+mod delta;
 mod fsops;
 mod ingest;
 mod journal;
@@ -68,11 +69,16 @@ pub use space::{Space, DEFAULT_MIN_FREE};
 pub use mode::Mode;
 
 pub const FORMAT_NAME: &str = "warcfs-store";
-/// The version new stores are made at: 7, version 5 whose gzip members' parses may be in
-/// the longest form (an optimal parser's, such as zopfli's: `format::deflate`); 8 is version
-/// 6 alike. Stores of versions 5 and 6 are read and written as they are (their parses in the
-/// ranked form only), so the warcfs that made them still reads them; one that does not know
-/// 7 and 8 refuses them.
+/// The version new stores are made at: 9, version 7 whose payload chunks gc may store as
+/// deltas against a relative (`pack::Codec::ZstdDelta`, `delta`), with the index's hint
+/// column families. Stores of version 7 are read and written as they are (no deltas, no
+/// hints), so the warcfs that made them still reads them; one that does not know 9 refuses
+/// it instead of failing on its first delta.
+/// 8: version 6 whose parses may be in the longest form (as 7); a store several nodes write
+/// is not settled by gc, so it holds no deltas and stays at 8.
+/// 7: version 5 whose gzip members' parses may be in the longest form (an optimal parser's,
+/// such as zopfli's: `format::deflate`). Stores of versions 5 and 6 are read and written as
+/// they are (their parses in the ranked form only).
 /// 5: versions 3 and 4 (a back end or none) with chunks compressed with zstd dictionaries
 /// (`pack::Codec::ZstdDict`, `dict`).
 /// 4: version 3 with the sealed packs in an object store (`Config::backend`).
@@ -83,7 +89,7 @@ pub const FORMAT_NAME: &str = "warcfs-store";
 /// Stores of versions 3 and 4 are read and written as they are (without dictionaries), so
 /// the warcfs that made them still reads them; one that does not know version 5 refuses a
 /// new store instead of failing on its first dictionary chunk.
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 9;
 /// The versions read besides `FORMAT_VERSION`: 3 (local packs only) and 4 (an object store).
 pub const LOCAL_V3: u32 = 3;
 pub const REMOTE_FORMAT_VERSION: u32 = 4;
@@ -91,26 +97,34 @@ pub const REMOTE_FORMAT_VERSION: u32 = 4;
 pub const DICT_FORMAT_VERSION: u32 = 5;
 /// Version 6 stores (5 several nodes write), read and written as they are.
 pub const SHARED_V6: u32 = 6;
+/// Version 7 stores (parses in the longest form, no deltas), read and written as they are.
+pub const LONGEST_V7: u32 = 7;
 /// A bucket-backed store that several nodes write at once (`init --backend URL --writers
 /// several`): version 7 with per-node namespaces and metadata logs (`shared`). A warcfs
 /// that knows only one writer per bucket refuses it.
 pub const SHARED_FORMAT_VERSION: u32 = 8;
 /// Every version this warcfs reads and writes.
-pub const VERSIONS: [u32; 6] = [LOCAL_V3, REMOTE_FORMAT_VERSION, DICT_FORMAT_VERSION, SHARED_V6, FORMAT_VERSION, SHARED_FORMAT_VERSION];
+pub const VERSIONS: [u32; 7] = [LOCAL_V3, REMOTE_FORMAT_VERSION, DICT_FORMAT_VERSION, SHARED_V6, LONGEST_V7, SHARED_FORMAT_VERSION, FORMAT_VERSION];
 
 /// Whether a store of `version` is one several nodes write (6 or 8).
 pub fn several_writers(version: u32) -> bool {
     version == SHARED_V6 || version == SHARED_FORMAT_VERSION
 }
 
-/// Whether a store of `version` may hold parses in the longest form (7 or 8).
+/// Whether a store of `version` may hold parses in the longest form (7, 8 and 9).
 pub fn longest_parses(version: u32) -> bool {
+    version >= LONGEST_V7
+}
+
+/// Whether a store of `version` may hold deltas, and keeps the hints that find their bases
+/// (9; not 8, which several nodes write and gc does not settle).
+pub fn deltas(version: u32) -> bool {
     version >= FORMAT_VERSION
 }
 pub(crate) use layout::CONFIG_FILE;
 
-/// How the pack reader finds a dictionary chunk: through the index.
-fn dict_locator(index: &std::sync::Arc<Index>) -> pack::DictLocator {
+/// How the pack reader finds a chunk a blob names (a dictionary, a delta base): through the index.
+fn chunk_locator(index: &std::sync::Arc<Index>) -> pack::ChunkLocator {
     let index = std::sync::Arc::downgrade(index);
     Box::new(move |key| {
         let index = index.upgrade().ok_or_else(|| io::Error::other("the store is closed"))?;
@@ -146,7 +160,7 @@ pub enum StoreError {
     Io { path: PathBuf, err: io::Error },
     #[error("{0}: not a warcfs store (no {CONFIG_FILE}, and the directory is not empty)")]
     NotAStore(PathBuf),
-    #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} versions {LOCAL_V3}, {REMOTE_FORMAT_VERSION} (packs in an object store), {DICT_FORMAT_VERSION} and {FORMAT_VERSION} (dictionaries), and {SHARED_V6} and {SHARED_FORMAT_VERSION} (several writers) (to move files over, read them with the warcfs that wrote the store and import them into a new one)")]
+    #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} versions {LOCAL_V3}, {REMOTE_FORMAT_VERSION} (packs in an object store), {DICT_FORMAT_VERSION} and {LONGEST_V7} (dictionaries), {FORMAT_VERSION} (deltas), and {SHARED_V6} and {SHARED_FORMAT_VERSION} (several writers) (to move files over, read them with the warcfs that wrote the store and import them into a new one)")]
     Format { path: PathBuf, found: String },
     #[error("{path}: store is in use by process {pid}")]
     Busy { path: PathBuf, pid: String },
@@ -400,7 +414,7 @@ impl Store {
                 fs::remove_dir_all(&index_dir).map_err(io_at(&index_dir))?;
             }
             let cfg = opts.config.clone();
-            let index = Index::create(&index_dir, cfg.version)?;
+            let index = Index::create(&index_dir, cfg.version, deltas(cfg.version))?;
             let json = serde_json::to_vec_pretty(&cfg).expect("config serialises");
             pack::write_file_atomic(&cfg_path, &json).map_err(io_at(&cfg_path))?;
             (cfg, Some(index))
@@ -481,7 +495,7 @@ impl Store {
         let level = if mode.shared() { ingest::chunks::UNSETTLED_ZSTD_LEVEL } else { ingest::chunks::ZSTD_LEVEL };
         let dicts = ingest::dict::Dicts::new(!follower && config.version >= DICT_FORMAT_VERSION && config.compression == Compression::Zstd, level);
         let index = std::sync::Arc::new(index);
-        packs.set_dict_locator(dict_locator(&index));
+        packs.set_locator(chunk_locator(&index));
         let store = Store::assemble(root, config, index, packs, bucket, dicts, max_id + 1, digest, mode, nodes::follow::FollowState::seeded(seen.iter().map(|p| p.0)), lock);
         store.roll_forward(&recovered)?;
         open::recovered(root)?;
@@ -574,7 +588,7 @@ impl Store {
         let bucket = remote_packs_read_only(root, &config)?;
         let packs = backend::pack_reader(root, bucket.as_ref());
         let index = std::sync::Arc::new(index);
-        packs.set_dict_locator(dict_locator(&index));
+        packs.set_locator(chunk_locator(&index));
         let dicts = ingest::dict::Dicts::new(false, ingest::chunks::ZSTD_LEVEL);
         let mode = Mode::at_open(&config, false);
         Ok(Store::assemble(root, config, index, packs, bucket, dicts, 0, digest::sha256, mode, nodes::follow::FollowState::default(), lock))

@@ -371,6 +371,7 @@ impl Store {
         if existing.is_none() {
             b.put_dirent(&self.index, dir, name, ino);
         }
+        self.note_captures(&mut b, &ing.captures)?;
         self.commit_with(w, b, delta, &ing.pending, ing.collisions, ing.dict)?;
         Ok(PutReport { ino, size: ing.size, new_bytes: ing.new_bytes, stats: ing.stats })
     }

@@ -108,6 +108,8 @@ enum Batched {
 #[derive(Default)]
 pub(in crate::store) struct Compressors {
     cctx: Option<zstd::zstd_safe::CCtx<'static>>,
+    /// gc's, for deltas (`delta::make`), apart from the dictionary's sticky parameters.
+    delta: Option<zstd::zstd_safe::CCtx<'static>>,
     levels: Vec<(i32, zstd::bulk::Compressor<'static>)>,
 }
 
@@ -117,6 +119,13 @@ impl Compressors {
             self.cctx = zstd::zstd_safe::CCtx::try_create();
         }
         self.cctx.as_mut()
+    }
+
+    pub(in crate::store) fn for_delta(&mut self) -> Option<&mut zstd::zstd_safe::CCtx<'static>> {
+        if self.delta.is_none() {
+            self.delta = zstd::zstd_safe::CCtx::try_create();
+        }
+        self.delta.as_mut()
     }
 
     pub(in crate::store) fn at(&mut self, level: i32) -> Option<&mut zstd::bulk::Compressor<'static>> {

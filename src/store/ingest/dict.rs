@@ -324,9 +324,9 @@ mod tests {
         let plain = zstd::bulk::compress(&p, TEST_LEVEL).unwrap();
         assert!(z.len() - 32 < plain.len(), "the dictionary helps: {} vs {}", z.len() - 32, plain.len());
         let dict = crate::pack::prepare_dictionary(&bytes).unwrap();
-        let back = crate::pack::decode_stored(crate::pack::Codec::ZstdDict as u8, &z, p.len() as u32, Some(&dict)).unwrap();
+        let back = crate::pack::decode_stored(crate::pack::Codec::ZstdDict as u8, &z, p.len() as u32, crate::pack::Against::Dict(&dict)).unwrap();
         assert_eq!(back, p);
-        assert!(crate::pack::decode_stored(crate::pack::Codec::ZstdDict as u8, &z, p.len() as u32, None).is_err());
+        assert!(crate::pack::decode_stored(crate::pack::Codec::ZstdDict as u8, &z, p.len() as u32, crate::pack::Against::Nothing).is_err());
     }
 
     #[test]

@@ -34,6 +34,7 @@ use crate::store::ingest::source::{each_window, io_err, plain_room, split_window
 use crate::sync::Spare;
 use crate::LockExt;
 pub use crate::store::ingest::source::{Source, Windows, WINDOWS};
+use crate::store::delta::captures::{url_of, Capture};
 use crate::store::{Result, Store, StoreError, Writer};
 use crate::digest::ChunkKey;
 use crate::format::gzip::{self, Region};
@@ -66,6 +67,8 @@ pub(in crate::store) struct Ingested {
     /// A zstd dictionary this ingest trained and stored (`dict`): committed with it, in use
     /// once committed.
     pub dict: Option<ChunkKey>,
+    /// Its records' URLs and first payload chunks (`delta::captures`).
+    pub captures: Vec<Capture>,
 }
 
 struct Ctx {
@@ -74,6 +77,8 @@ struct Ctx {
     /// Whether a member's parse took the longest form (an optimal parser's): the file's
     /// recipe pieces then hold mostly parse bytes that no other file shares.
     longest: bool,
+    /// Each record's URL and first payload chunk, for the delta hints its commit leaves.
+    captures: Vec<Capture>,
 }
 
 fn cdc(data: &[u8], (min, avg, max): (u32, u32, u32)) -> impl Iterator<Item = (usize, usize)> + '_ {
@@ -227,7 +232,7 @@ impl Store {
             }
             Ok(w)
         };
-        let mut ctx = Ctx { stats: FileStats::default(), added: Added::default(), longest: false };
+        let mut ctx = Ctx { stats: FileStats::default(), added: Added::default(), longest: false, captures: Vec::new() };
         let mut rb = RecipeBuilder::new();
         let total = crate::failpoint::io_error("ingest_start").and_then(|()| src.size()).map_err(io_err)?;
         let win = Windows { bytes: win.bytes.max(1), max_bytes: win.max_bytes.max(win.bytes), plain: win.plain.max(1) };
@@ -284,7 +289,7 @@ impl Store {
         let dict = ctx.added.dict;
         let pending = std::mem::take(&mut w.pending);
         let collisions = std::mem::take(&mut w.collisions);
-        Ok(Ingested { pieces, piece_keys, starts, size, stats: ctx.stats, new_bytes: ctx.added.new_bytes, pending, collisions, dict })
+        Ok(Ingested { pieces, piece_keys, starts, size, stats: ctx.stats, new_bytes: ctx.added.new_bytes, pending, collisions, dict, captures: ctx.captures })
     }
 
     /// Stores one window of a gzip file, its members' parses proven.
@@ -410,12 +415,18 @@ impl Store {
         // in text order, each with its plain offset and length (`cuts`).
         let mut items: Vec<(&[u8], ChunkKind)> = blocks.iter().map(|b| (b.as_slice(), ChunkKind::Literal)).collect();
         let mut cuts: Vec<(usize, usize)> = Vec::new();
+        // The payloads' first chunks (by item) and their records' URLs.
+        let mut heads: Vec<(usize, crate::index::UrlKey)> = Vec::new();
+        let mut header: &[u8] = &[];
         for span in &seg.spans {
             let (s, e) = (span.start as usize, (span.start + span.len) as usize);
             match span.kind {
-                SpanKind::Header => {}
+                SpanKind::Header => header = &plain[s..e],
                 SpanKind::Payload => {
                     ctx.stats.payload_bytes += span.len;
+                    if let Some(url) = url_of(header) {
+                        heads.push((items.len(), url));
+                    }
                     for (i, (o, l)) in cdc(&plain[s..e], PAYLOAD_CDC).enumerate() {
                         let kind = if i == 0 { ChunkKind::PayloadHead } else { ChunkKind::Payload };
                         items.push((&plain[s + o..s + o + l], kind));
@@ -431,6 +442,11 @@ impl Store {
             }
         }
         let keys = self.store_chunks(w, &mut ctx.added, &items)?;
+        for (item, url) in heads {
+            let head = keys[item];
+            let new = w.pending.get(&head.digest).is_some_and(|v| v.iter().any(|(k, _)| *k == head));
+            ctx.captures.push(Capture { url, head, new });
+        }
         let (block_keys, chunk_keys) = keys.split_at(blocks.len());
         let mut out = Vec::with_capacity(seg.spans.len());
         let mut header_no = 0usize;

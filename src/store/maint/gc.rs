@@ -14,7 +14,8 @@ use crate::store::{io_at, Ns, Result, Store, StoreError};
 use crate::LockExt;
 use crate::digest::ChunkKey;
 use crate::extsort::{Sorted, Sorter};
-use crate::index::Batch;
+use crate::index::{Batch, ChunkEntry};
+use crate::store::delta;
 use crate::pack::{self, ChunkKind, OpenPack, BLOB_HEADER_LEN};
 use crate::recipe::FileStats;
 
@@ -51,6 +52,10 @@ pub struct Stats {
     pub dictionaries: u64,
     pub dictionary_bytes: u64,
     pub dict_chunks: u64,
+    /// Chunks stored as deltas against a base (format 9), and their bytes in packs (counted
+    /// in `chunks` and `chunk_bytes` too).
+    pub delta_chunks: u64,
+    pub delta_bytes: u64,
     pub collisions: u64,
     pub packs: u64,
     /// Files written through a mount whose bytes are staged, not yet ingested.
@@ -99,10 +104,14 @@ impl Default for GcOptions {
 /// Raw bytes gc reads before it settles them (`settle`) and writes them out.
 const SETTLE_BATCH: usize = 16 << 20;
 
-/// gc's pack being written and the index entries that move into it once it is sealed.
+/// gc's pack being written and the index entries that move into it (or, for a delta's base,
+/// change with it) once it is sealed.
 struct Rewritten {
     open: Option<OpenPack>,
-    batch: Batch,
+    moved: HashMap<ChunkKey, ChunkEntry>,
+    /// Chunks whose delta hints are spent, deleted with the entries.
+    spent: Vec<ChunkKey>,
+    bases: delta::make::Choosing,
 }
 
 /// Packs whose dead share is above this are rewritten by gc.
@@ -178,6 +187,10 @@ impl Store {
                 _ => {}
             }
             s.dict_chunks += (e.codec == crate::pack::Codec::ZstdDict as u8) as u64;
+            if e.codec == crate::pack::Codec::ZstdDelta as u8 {
+                s.delta_chunks += 1;
+                s.delta_bytes += bytes;
+            }
             s.chunks += 1;
             s.chunk_bytes += bytes;
             match ChunkKind::from_u8(e.kind) {
@@ -300,16 +313,22 @@ impl Store {
             let gone: HashSet<u64> = if self.mode.shared() { doomed.iter().chain(rewrite.iter()).copied().collect() } else { HashSet::new() };
             rep.chunks_dropped = 0;
             let mut b = Batch::new();
+            // A delta dropped lowers its base's count (in the same batch).
+            let mut lowered = delta::bases::Lowered::default();
             for item in self.index.chunk_iter() {
                 let (k, e) = item?;
                 if e.refs == 0 && (!self.mode.shared() || gone.contains(&e.pack)) {
                     b.delete_chunk(&self.index, &k);
+                    b.delete_delta_base_hint(&self.index, &k);
+                    lowered.lower(self, &k, &e)?;
                     rep.chunks_dropped += 1;
                     if b.log().len() >= self.limits.batch_ops {
+                        lowered.put_into(&self.index, &mut b);
                         self.gc_write(&mut ns, std::mem::take(&mut b))?;
                     }
                 }
             }
+            lowered.put_into(&self.index, &mut b);
             self.gc_write(&mut ns, b)?;
         }
         for id in doomed.iter().chain(rewrite.iter()) {
@@ -380,7 +399,17 @@ impl Store {
                 places.push(r).map_err(io_at(&runs))?;
             }
         }
-        let mut out = Rewritten { open: None, batch: Batch::new() };
+        // Deltas (format 9) are made of chunks settled for the first time: those of packs
+        // whose first blob is at level 0.
+        let mut bases = delta::make::Choosing { enabled: settling && crate::store::deltas(self.config.version), ..Default::default() };
+        if bases.enabled {
+            for &id in ids {
+                if self.packs.first_settled(id)? == Some(0) {
+                    bases.fresh.insert(id);
+                }
+            }
+        }
+        let mut out = Rewritten { open: None, moved: HashMap::new(), spent: Vec::new(), bases };
         let mut dicts = settle::Dicts::default();
         // Blobs read and not yet written: settled a batch at a time, on two threads.
         let mut blobs: Vec<settle::Blob> = Vec::new();
@@ -403,7 +432,7 @@ impl Store {
             };
             batch_bytes += e.raw_len as usize;
             // The blob's own codec (the header's, checked), as gc always copied it.
-            blobs.push(settle::Blob { key: k, entry: crate::index::ChunkEntry { codec: blob.codec, ..e }, stored });
+            blobs.push(settle::Blob { key: k, entry: crate::index::ChunkEntry { codec: blob.codec, ..e }, stored, base: None });
             if batch_bytes >= SETTLE_BATCH {
                 damaged += self.write_rewritten(ns, &mut out, &mut dicts, std::mem::take(&mut blobs), settling)?;
                 batch_bytes = 0;
@@ -422,7 +451,15 @@ impl Store {
             o.seal(&packs_dir).map_err(io_at(&packs_dir))?;
             self.packs.sealed(id);
         }
-        self.gc_write(ns, std::mem::take(&mut out.batch))
+        let mut b = Batch::new();
+        for (k, e) in out.moved.drain() {
+            b.put_chunk(&self.index, &k, &e);
+        }
+        for k in out.spent.drain(..) {
+            b.delete_delta_base_hint(&self.index, &k);
+        }
+        out.bases.whole_in_open.clear();
+        self.gc_write(ns, b)
     }
 
     /// Appends `blobs` to gc's new packs in their order, settled first if `settling`, and
@@ -431,6 +468,8 @@ impl Store {
     /// later gc settles it (again, if it was).
     fn write_rewritten(&self, ns: &mut Ns, out: &mut Rewritten, dicts: &mut settle::Dicts, mut blobs: Vec<settle::Blob>, settling: bool) -> Result<u64> {
         let tmp_dir = crate::store::layout::packs_tmp(&self.root);
+        let spent = self.choose_bases(&mut out.bases, &out.moved, &mut blobs)?;
+        out.spent.extend(spent);
         let damaged = if settling { self.settle(dicts, &mut blobs)? } else { 0 };
         for b in blobs {
             let e = &b.entry;
@@ -446,8 +485,19 @@ impl Store {
             let _taken = self.space.take((BLOB_HEADER_LEN + b.stored.len()) as u64).map_err(io_at(&tmp_dir))?;
             let level = if settling { settle::LEVEL } else { 0 };
             let info = o.append_settled(b.key, ChunkKind::from_u8(e.kind), codec, e.raw_len, &b.stored, level).map_err(io_at(&tmp_dir))?;
-            let ne = crate::index::ChunkEntry { pack: o.id, offset: info.offset, stored_len: info.stored_len, ..e.clone() };
-            out.batch.put_chunk(&self.index, &b.key, &ne);
+            let pack = o.id;
+            // (Deltas made by this gc raise their bases' counts: an entry moved after that
+            // carries the count as it is now, not as gc first read it.)
+            let refs = if out.bases.enabled { self.current_refs(&out.moved, &b.key, e.refs)? } else { e.refs };
+            out.moved.insert(b.key, crate::index::ChunkEntry { pack, offset: info.offset, stored_len: info.stored_len, refs, ..e.clone() });
+            match (&b.base, codec) {
+                (Some((base, _)), pack::Codec::ZstdDelta) => self.raise_base(&mut out.moved, base)?,
+                (_, pack::Codec::ZstdDelta) => {}
+                _ if settling => {
+                    out.bases.whole_in_open.insert(b.key);
+                }
+                _ => {}
+            }
         }
         Ok(damaged)
     }
@@ -487,8 +537,8 @@ impl Store {
         Ok(dir)
     }
 
-    /// Every reference every file's recipe holds (`recipe::references`), sorted by chunk
-    /// key, with the file's inode. `visit` sees each file with the bytes its recipe
+    /// Every reference every file's recipe holds (`recipe::references`) and every delta's to
+    /// its base (`delta::bases`), sorted by chunk key, with the file's inode. `visit` sees each file with the bytes its recipe
     /// describes, or why the recipe could not be read; an error from it stops the pass.
     pub(in crate::store) fn sorted_references(&self, mut visit: impl FnMut(u64, &Inode, Result<u64>) -> Result<()>) -> Result<Sorted<RefRecord>> {
         let runs = self.runs_dir()?;
@@ -509,6 +559,8 @@ impl Store {
                 Err(e) => visit(ino, &inode, Err(e))?,
             }
         }
+        // A delta's reference to its base, as a file's would be (no file's inode).
+        self.delta_references(&mut sorter, &runs)?;
         sorter.finish().map_err(io_at(&runs))
     }
 }
@@ -559,12 +611,14 @@ impl RefGroups {
         let first = first.map_err(|err| StoreError::Io { path: "sort run".into(), err })?;
         let key = ChunkKey::from_bytes(&first[..36]).expect("36 bytes");
         let ino_of = |r: &RefRecord| u64::from_be_bytes(r[36..].try_into().expect("8 bytes"));
-        let mut g = RefGroup { key, count: 1, inos: vec![ino_of(&first)] };
+        // (A delta's reference names no file.)
+        let first_ino = ino_of(&first);
+        let mut g = RefGroup { key, count: 1, inos: if first_ino == delta::bases::DELTA_REFERENCE { Vec::new() } else { vec![first_ino] } };
         while let Some(r) = self.refs.next_if(|r| r.as_ref().map_or(true, |r| r[..36] == first[..36])) {
             let r = r.map_err(|err| StoreError::Io { path: "sort run".into(), err })?;
             g.count += 1;
             let ino = ino_of(&r);
-            if g.inos.len() < self.named && g.inos.last() != Some(&ino) {
+            if ino != delta::bases::DELTA_REFERENCE && g.inos.len() < self.named && g.inos.last() != Some(&ino) {
                 g.inos.push(ino);
             }
         }

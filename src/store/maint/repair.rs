@@ -21,7 +21,7 @@ use std::path::Path;
 
 use crate::store::journal::{CheckpointPart, MetaRecord, APPLIED_SEQ};
 use crate::store::namespace::{paths_in, Inode};
-use crate::store::{io_at, read_config, recover_packs, take_lock, Result, Store, StoreError, DICT_FORMAT_VERSION, FORMAT_VERSION, LOCAL_V3, REMOTE_FORMAT_VERSION, SHARED_FORMAT_VERSION, SHARED_V6, VERSIONS};
+use crate::store::{io_at, read_config, recover_packs, take_lock, Result, Store, StoreError, DICT_FORMAT_VERSION, LOCAL_V3, LONGEST_V7, REMOTE_FORMAT_VERSION, SHARED_FORMAT_VERSION, SHARED_V6, VERSIONS};
 use crate::digest::ChunkKey;
 use crate::index::{Batch, ChunkEntry, Index};
 use crate::pack::{self, ChunkKind, PackReader};
@@ -123,7 +123,7 @@ pub(in crate::store) fn packs_version(root: &Path, packs: &PackReader) -> Result
         0 => return Ok((DICT_FORMAT_VERSION, false)),
         REMOTE_FORMAT_VERSION => LOCAL_V3,
         SHARED_V6 => DICT_FORMAT_VERSION,
-        SHARED_FORMAT_VERSION => FORMAT_VERSION,
+        SHARED_FORMAT_VERSION => LONGEST_V7,
         v => v,
     };
     if !VERSIONS.contains(&local) {
@@ -155,7 +155,7 @@ pub(in crate::store) fn build_index(
         // What an interrupted repair left: start again.
         fs::remove_dir_all(&building).map_err(io_at(&building))?;
     }
-    let idx = Index::create(&building, config.version)?;
+    let idx = Index::create(&building, config.version, crate::store::deltas(config.version))?;
     let remote = match remote {
         Some(r) => Some(r),
         None => crate::store::backend::remote_packs(root, config)?,
@@ -293,6 +293,8 @@ pub(in crate::store) fn build_index(
     if !unreadable.is_empty() {
         rep.problems.extend(name_recipes(&idx, unreadable)?);
     }
+    // And each delta's reference to its base.
+    crate::store::delta::bases::count_delta_references(&idx, &packs, &mut refs, &mut rep.problems)?;
     let mut b = Batch::new();
     let mut in_batch = 0usize;
     for (key, n) in refs {

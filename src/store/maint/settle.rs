@@ -67,6 +67,9 @@ pub(in crate::store) struct Blob {
     pub key: ChunkKey,
     pub entry: ChunkEntry,
     pub stored: Vec<u8>,
+    /// The base to try it against (`delta::make`), with its raw bytes; after settling, a blob
+    /// of codec `ZstdDelta` with a base is a delta made now.
+    pub base: Option<(ChunkKey, std::sync::Arc<Vec<u8>>)>,
 }
 
 impl Blob {
@@ -87,6 +90,8 @@ impl Blob {
 enum Settled {
     /// Its bytes at `LEVEL` (kept only if smaller).
     Smaller(Vec<u8>),
+    /// Its bytes against its base (`Blob::base`), as a `ZstdDelta` blob stores them.
+    Delta(Vec<u8>),
     /// Not recompressed.
     Kept,
     /// Its bytes do not decode to its digest, or its dictionary is missing or damaged:
@@ -183,7 +188,7 @@ impl Store {
             Compressors::default,
             |z, i| -> Result<Settled> {
                 let b = work[i];
-                if !b.recompressed() {
+                if !b.recompressed() && b.base.is_none() {
                     return Ok(Settled::Kept);
                 }
                 self.recompress(dicts, z, b)
@@ -194,6 +199,10 @@ impl Store {
         for (b, r) in blobs.iter_mut().zip(done) {
             match r.ok_or_else(|| StoreError::Bug("a settling thread gave no result".into()))?? {
                 Settled::Smaller(stored) if stored.len() < b.stored.len() => b.stored = stored,
+                Settled::Delta(stored) => {
+                    b.stored = stored;
+                    b.entry.codec = Codec::ZstdDelta as u8;
+                }
                 Settled::Smaller(_) | Settled::Kept => {}
                 Settled::Damaged(e) => {
                     log::warn!("gc: {e}; copied as it is (run `warcfs fsck`)");
@@ -220,7 +229,7 @@ impl Store {
             }
             false => None,
         };
-        let raw = match pack::decode_stored(codec, &b.stored, raw_len, dict.map(|(_, (_, ddict))| ddict)) {
+        let raw = match pack::decode_stored(codec, &b.stored, raw_len, dict.map_or(pack::Against::Nothing, |(_, (_, ddict))| pack::Against::Dict(ddict))) {
             Ok(raw) => raw,
             Err(e) => return Ok(Settled::Damaged(b.corrupt(format!("cannot decode it: {e}")))),
         };
@@ -229,9 +238,16 @@ impl Store {
         }
         let no_context = || StoreError::Bug("zstd has no compression context".into());
         let settled = match dict {
+            _ if !b.recompressed() => None,
             Some((digest, (cdict, _))) => dict::Shared::new(digest, cdict).compress(z.for_dictionary().ok_or_else(no_context)?, &raw),
             None => z.at(LEVEL as i32).ok_or_else(no_context)?.compress(&raw).ok(),
         };
+        if let Some((key, base)) = &b.base {
+            let alone = settled.as_ref().map_or(b.stored.len(), |s| s.len().min(b.stored.len()));
+            if let Some(d) = crate::store::delta::make::delta_of(z.for_delta().ok_or_else(no_context)?, key, base, &raw, alone) {
+                return Ok(Settled::Delta(d));
+            }
+        }
         // What zstd would not do again is kept as it is: that changes nothing stored.
         Ok(settled.map_or(Settled::Kept, Settled::Smaller))
     }

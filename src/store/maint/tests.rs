@@ -282,7 +282,7 @@ fn repair_gives_a_store_without_settings_the_version_its_packs_were_written_for(
     use std::os::unix::fs::FileExt;
     let data: Vec<u8> = (0..40u32).flat_map(|r| warc_record(r, &site_page(r))).collect();
     // (the version made, whether its blobs say it, the version repair writes)
-    for (made, says, repaired) in [(DICT_FORMAT_VERSION, true, DICT_FORMAT_VERSION), (FORMAT_VERSION, true, FORMAT_VERSION), (FORMAT_VERSION, false, DICT_FORMAT_VERSION)] {
+    for (made, says, repaired) in [(DICT_FORMAT_VERSION, true, DICT_FORMAT_VERSION), (LONGEST_V7, true, LONGEST_V7), (FORMAT_VERSION, true, FORMAT_VERSION), (FORMAT_VERSION, false, DICT_FORMAT_VERSION)] {
         let dir = tempfile::tempdir().unwrap();
         let s = open_config(dir.path(), Config { version: made, ..Config::default() }, digest::sha256);
         s.put_file(ROOT_INO, b"f.warc", &data, meta()).unwrap();
@@ -321,7 +321,7 @@ fn repair_gives_a_store_without_settings_the_version_its_packs_were_written_for(
     p.sync().unwrap();
     p.seal(&dir.path().join("packs")).unwrap();
     let packs = crate::pack::PackReader::new(dir.path().join("packs"), dir.path().join("packs-tmp"));
-    assert_eq!(crate::store::maint::repair::packs_version(dir.path(), &packs).unwrap(), (FORMAT_VERSION, true));
+    assert_eq!(crate::store::maint::repair::packs_version(dir.path(), &packs).unwrap(), (LONGEST_V7, true));
 }
 
 /// The settled level in the header of every chunk's blob in every sealed pack (not the

@@ -1,0 +1,97 @@
+//! A base's references from its deltas: each delta entry in the index counts once in its
+//! base's `refs`. gc raises them when it makes a delta (`make`) and lowers them here when it
+//! drops a delta's entry; fsck and gc's safety check (`delta_references`) and `repair index`
+//! (`count_delta_references`) count them from the delta blobs themselves.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use crate::digest::ChunkKey;
+use crate::extsort::Sorter;
+use crate::index::{Batch, ChunkEntry, Index};
+use crate::pack::{Codec, PackReader};
+use crate::store::maint::gc::RefRecord;
+use crate::store::{io_at, Result, Store, StoreError};
+
+/// The inode a delta's reference to its base is sorted under (`RefRecord`): no file's.
+pub(in crate::store) const DELTA_REFERENCE: u64 = 0;
+
+/// Base entries lowered by one of gc's drop batches, written with it.
+#[derive(Default)]
+pub(in crate::store) struct Lowered {
+    entries: HashMap<ChunkKey, ChunkEntry>,
+}
+
+impl Lowered {
+    /// Lowers the refcount of the base of delta `key` (being dropped, its entry `e`) by one.
+    /// A delta whose blob cannot be read is logged: its base keeps the reference (a leak fsck
+    /// names), which is safe where a guess would not be.
+    pub fn lower(&mut self, store: &Store, key: &ChunkKey, e: &ChunkEntry) -> Result<()> {
+        if e.codec != Codec::ZstdDelta as u8 {
+            return Ok(());
+        }
+        let base = match store.packs.base_named(e.pack, e.offset, key, e.stored_len) {
+            Ok(Some(base)) => base,
+            Ok(None) => return Ok(()),
+            Err(err) => {
+                log::warn!("gc: delta {} dropped, but its base cannot be named ({err}); the base keeps one reference too many (run `warcfs fsck`)", key.short());
+                return Ok(());
+            }
+        };
+        let entry = match self.entries.get(&base) {
+            Some(e) => e.clone(),
+            None => store.index.chunk(&base)?.ok_or_else(|| StoreError::MissingChunk(base.to_string()))?,
+        };
+        let refs = entry.refs.checked_sub(1).ok_or_else(|| {
+            log::error!("refcount of base {} would drop below zero as its delta {} goes; gc stopped", base.short(), key.short());
+            StoreError::RefcountUnderflow { chunk: base.to_string(), refs: -1 }
+        })?;
+        self.entries.insert(base, ChunkEntry { refs, ..entry });
+        store.packs.forget_base(&base);
+        Ok(())
+    }
+
+    /// Puts the lowered entries into `b` (the batch that drops their deltas).
+    pub fn put_into(&mut self, idx: &Index, b: &mut Batch) {
+        for (k, e) in self.entries.drain() {
+            b.put_chunk(idx, &k, &e);
+        }
+    }
+}
+
+impl Store {
+    /// Adds to `sorter` one reference to each delta's base, under `DELTA_REFERENCE`.
+    pub(in crate::store) fn delta_references(&self, sorter: &mut Sorter<RefRecord>, runs: &Path) -> Result<()> {
+        for item in self.index.chunk_iter() {
+            let (k, e) = item?;
+            if e.codec != Codec::ZstdDelta as u8 {
+                continue;
+            }
+            // A delta that cannot be read is fsck's to report when it reads every chunk.
+            if let Ok(Some(base)) = self.packs.base_named(e.pack, e.offset, &k, e.stored_len) {
+                let mut r = [0u8; 44];
+                r[..36].copy_from_slice(&base.to_bytes());
+                r[36..].copy_from_slice(&DELTA_REFERENCE.to_be_bytes());
+                sorter.push(r).map_err(io_at(runs))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Adds one reference to each delta's base in `idx` to `refs` (`repair index`); a delta
+/// whose base cannot be named is a problem of its own.
+pub(in crate::store) fn count_delta_references(idx: &Index, packs: &PackReader, refs: &mut HashMap<ChunkKey, u64>, problems: &mut Vec<String>) -> Result<()> {
+    for item in idx.chunk_iter() {
+        let (k, e) = item?;
+        if e.codec != Codec::ZstdDelta as u8 {
+            continue;
+        }
+        match packs.base_named(e.pack, e.offset, &k, e.stored_len) {
+            Ok(Some(base)) => *refs.entry(base).or_default() += 1,
+            Ok(None) => {}
+            Err(err) => problems.push(format!("delta {}: its base cannot be named: {err}", k.short())),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! Ingest's side of deltas: each record's URL and first payload chunk, and the hints they
+//! leave in the index (`capture`: a URL's latest capture; `delta_base`: a new chunk's
+//! previous capture, the base gc tries when it settles the chunk).
+
+use std::collections::HashMap;
+
+use crate::digest::ChunkKey;
+use crate::index::{url_key, Batch, UrlKey};
+use crate::store::{Result, Store};
+
+/// One capture an ingest stored: its URL, the first chunk of its payload, and whether that
+/// chunk was new to the store (only a new chunk is given a base to try).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::store) struct Capture {
+    pub url: UrlKey,
+    pub head: ChunkKey,
+    pub new: bool,
+}
+
+/// The URL of the record whose header block `header` is, if it is a `response` or
+/// `resource` record (the ones whose payload is the page a later capture revisits): the value
+/// of its `WARC-Target-URI`, `<...>` brackets removed. `header` may begin with bytes of
+/// earlier records (short payloads are kept with the headers): the last WARC record start in
+/// it is taken.
+pub(in crate::store) fn target_of(header: &[u8]) -> Option<&[u8]> {
+    let start = last_record_start(header)?;
+    let mut uri = None;
+    let mut wanted = false;
+    for line in header[start..].split(|&b| b == b'\n').skip(1) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            break;
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else { continue };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if name.eq_ignore_ascii_case(b"WARC-Type") {
+            wanted = value.eq_ignore_ascii_case(b"response") || value.eq_ignore_ascii_case(b"resource");
+        } else if name.eq_ignore_ascii_case(b"WARC-Target-URI") {
+            let v = value.strip_prefix(b"<").and_then(|v| v.strip_suffix(b">")).unwrap_or(value);
+            uri = (!v.is_empty()).then_some(v);
+        }
+    }
+    uri.filter(|_| wanted)
+}
+
+/// Where the last `WARC/` version line of `header` starts.
+fn last_record_start(header: &[u8]) -> Option<usize> {
+    const MARK: &[u8] = b"WARC/";
+    (0..header.len().saturating_sub(MARK.len() - 1)).rev().find(|&i| header[i..].starts_with(MARK) && (i == 0 || header[i - 1] == b'\n'))
+}
+
+/// The URL key of the record whose header block is `header`, if it is one whose payload may
+/// have relatives (`target_of`).
+pub(in crate::store) fn url_of(header: &[u8]) -> Option<UrlKey> {
+    target_of(header).map(url_key)
+}
+
+impl Store {
+    /// Adds to `b` (a file's commit) the hints its captures leave: each URL's latest capture,
+    /// and for each new chunk whose URL was captured before with other bytes, that capture's
+    /// chunk as its base to try. Nothing on a store without hints.
+    pub(in crate::store) fn note_captures(&self, b: &mut Batch, captures: &[Capture]) -> Result<()> {
+        if !self.index.has_hints() || captures.is_empty() {
+            return Ok(());
+        }
+        // The same URL twice in one file: the later capture's relative is the earlier.
+        let mut latest: HashMap<UrlKey, ChunkKey> = HashMap::new();
+        for c in captures {
+            let before = match latest.get(&c.url) {
+                Some(k) => Some(*k),
+                None => self.index.capture(&c.url)?,
+            };
+            if let Some(base) = before.filter(|&base| c.new && base != c.head) {
+                b.put_delta_base_hint(&self.index, &c.head, &base);
+            }
+            if before != Some(c.head) {
+                b.put_capture(&self.index, &c.url, &c.head);
+            }
+            latest.insert(c.url, c.head);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_url_of_the_last_response_or_resource_record() {
+        let h = b"WARC/1.0\r\nWARC-Type: response\r\nWARC-Target-URI: http://example.org/a\r\nContent-Length: 10\r\n\r\nHTTP/1.1 200 OK\r\n\r\n";
+        assert_eq!(target_of(h), Some(&b"http://example.org/a"[..]));
+        let bracketed = b"WARC/1.0\r\nwarc-type: resource\r\nWARC-Target-URI: <urn:x:y>\r\n\r\n";
+        assert_eq!(target_of(bracketed), Some(&b"urn:x:y"[..]));
+        let request = b"WARC/1.0\r\nWARC-Type: request\r\nWARC-Target-URI: http://example.org/a\r\n\r\n";
+        assert_eq!(target_of(request), None);
+        // A short record kept with the next one's header: the later record counts.
+        let two = b"WARC/1.0\r\nWARC-Type: response\r\nWARC-Target-URI: http://a/\r\n\r\nshort\r\n\r\nWARC/1.1\r\nWARC-Type: response\r\nWARC-Target-URI: http://b/\r\n\r\n";
+        assert_eq!(target_of(two), Some(&b"http://b/"[..]));
+        assert_eq!(target_of(b"no record here"), None);
+        assert_eq!(target_of(b""), None);
+        assert_eq!(url_of(h), Some(url_key(b"http://example.org/a")));
+    }
+}

@@ -1,0 +1,178 @@
+//! Deltas end to end on a real store: a later capture of a page becomes a delta against the
+//! earlier one when gc settles it, reads back exact, keeps its base alive through the base's
+//! refcount, survives `repair index`, and goes (its base after it) when nothing uses it.
+
+use crate::digest::ChunkKey;
+use crate::pack::{ChunkKind, Codec};
+use crate::store::tests::*;
+use crate::store::*;
+
+/// A response record of `url` whose payload is `body`.
+fn capture(url: &str, id: u32, body: &[u8]) -> Vec<u8> {
+    let http = format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\r\n", body.len());
+    let mut r = format!(
+        "WARC/1.1\r\nWARC-Type: response\r\nWARC-Record-ID: <urn:uuid:{id:08}>\r\nWARC-Target-URI: {url}\r\nContent-Type: application/http; msgtype=response\r\nContent-Length: {}\r\n\r\n",
+        http.len() + body.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(http.as_bytes());
+    r.extend_from_slice(body);
+    r.extend_from_slice(b"\r\n\r\n");
+    r
+}
+
+/// A page of about 40 KB, and the same page a crawl later: a line changed in its middle.
+fn versions() -> (Vec<u8>, Vec<u8>) {
+    let one: Vec<u8> = (0..8).flat_map(site_page).collect();
+    let mut two = one.clone();
+    let mid = two.len() / 2;
+    two.splice(mid..mid, b"<p>Updated this week: opening hours changed.</p>".iter().copied());
+    (one, two)
+}
+
+/// The payload chunk of `body` (a payload head, one chunk at this size).
+fn chunk_of(s: &Store, body: &[u8]) -> (ChunkKey, crate::index::ChunkEntry) {
+    let digest = (s.digest)(body);
+    let mut found = s.index.chunks_with_digest(&digest).unwrap();
+    assert_eq!(found.len(), 1, "one chunk holds the payload");
+    found.pop().unwrap()
+}
+
+fn clean(s: &Store) {
+    let rep = s.fsck(true).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+}
+
+#[test]
+fn a_later_capture_becomes_a_delta_on_the_earlier_and_keeps_it_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let (one, two) = versions();
+    let url = "http://example.org/opening-hours";
+    let a = capture(url, 1, &one);
+    let b = capture(url, 2, &two);
+    s.put_file(ROOT_INO, b"a.warc", &a, meta()).unwrap();
+    s.gc().unwrap();
+    s.put_file(ROOT_INO, b"b.warc", &b, meta()).unwrap();
+    let (base, _) = chunk_of(&s, &one);
+    let (key, e) = chunk_of(&s, &two);
+    assert_eq!(s.index.delta_base_hint(&key).unwrap(), Some(base), "ingest names the earlier capture");
+    assert_ne!(e.codec, Codec::ZstdDelta as u8, "ingest writes no delta");
+    let before = s.stats().unwrap().stored_bytes;
+    s.gc().unwrap();
+    let (_, e) = chunk_of(&s, &two);
+    assert_eq!(e.codec, Codec::ZstdDelta as u8, "gc made the later capture a delta");
+    assert!((e.stored_len as usize) * 10 < two.len() / 4, "a near copy costs a fraction: {} of {}", e.stored_len, two.len());
+    assert_eq!(s.index.delta_base_hint(&key).unwrap(), None, "the hint is spent");
+    assert_eq!(chunk_of(&s, &one).1.refs, 2, "the base counts its file and its delta");
+    assert!(s.stats().unwrap().stored_bytes < before);
+    assert_eq!(read_all(&s, "/b.warc"), b);
+    assert_eq!(read_all(&s, "/a.warc"), a);
+    clean(&s);
+
+    // The earlier file goes: its payload stays, for the delta.
+    s.remove("/a.warc", false).unwrap();
+    s.gc().unwrap();
+    assert_eq!(chunk_of(&s, &one).1.refs, 1);
+    drop(s);
+    let s = Store::open(dir.path(), false).unwrap();
+    assert_eq!(read_all(&s, "/b.warc"), b);
+    clean(&s);
+
+    // The index rebuilt from the packs counts the delta's reference too.
+    drop(s);
+    std::fs::remove_dir_all(dir.path().join("index")).unwrap();
+    let rep = repair_index(dir.path()).unwrap();
+    assert!(rep.problems.is_empty(), "{rep:?}");
+    let s = Store::open(dir.path(), false).unwrap();
+    assert_eq!(chunk_of(&s, &one).1.refs, 1);
+    assert_eq!(read_all(&s, "/b.warc"), b);
+    clean(&s);
+
+    // The last file goes: the delta with the next gc, its base with the one after.
+    s.remove("/b.warc", false).unwrap();
+    s.gc().unwrap();
+    assert!(s.index.chunks_with_digest(&(s.digest)(&two)).unwrap().is_empty());
+    assert_eq!(chunk_of(&s, &one).1.refs, 0);
+    s.gc().unwrap();
+    assert!(s.index.chunks_with_digest(&(s.digest)(&one)).unwrap().is_empty());
+    clean(&s);
+}
+
+/// A chain of captures: each later one is a delta on the first (never on a delta), and one
+/// gc over them all makes deltas only on bases already settled.
+#[test]
+fn a_base_is_never_a_delta() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Off, digest::sha256);
+    let url = "http://example.org/news";
+    let pages: Vec<Vec<u8>> = (0..4u32)
+        .map(|v| {
+            let mut p: Vec<u8> = (0..8).flat_map(site_page).collect();
+            p.extend_from_slice(format!("<p>Edition {v}</p>").as_bytes());
+            p
+        })
+        .collect();
+    let files: Vec<Vec<u8>> = pages.iter().enumerate().map(|(i, p)| capture(url, i as u32, p)).collect();
+    for (i, f) in files.iter().enumerate() {
+        s.put_file(ROOT_INO, format!("{i}.warc").as_bytes(), f, meta()).unwrap();
+        s.gc().unwrap();
+    }
+    let (first, e) = chunk_of(&s, &pages[0]);
+    assert_ne!(e.codec, Codec::ZstdDelta as u8);
+    assert_eq!(e.refs, 4, "its file and three deltas");
+    for p in &pages[1..] {
+        let (key, e) = chunk_of(&s, p);
+        assert_eq!(e.codec, Codec::ZstdDelta as u8);
+        assert_eq!(s.packs.base_named(e.pack, e.offset, &key, e.stored_len).unwrap(), Some(first), "on the first capture, not on a delta");
+    }
+    for (i, f) in files.iter().enumerate() {
+        assert_eq!(&read_all(&s, &format!("/{i}.warc")), f);
+    }
+    clean(&s);
+    // Another kind of chunk with the same URL's hint would not be one: only payloads are.
+    assert!(matches!(ChunkKind::from_u8(e.kind), ChunkKind::PayloadHead));
+}
+
+/// Imported together and settled by one gc: the second capture's base is not settled when
+/// gc meets it unless its pack came first, and nothing is ever a delta on a chunk that may
+/// still become one. Whatever gc chose, every file reads back and fsck is clean.
+#[test]
+fn one_gc_over_many_captures_reads_back_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open_config(dir.path(), Config { pack_size: MIN_PACK_SIZE, ..Config::default() }, digest::sha256);
+    let mut files = Vec::new();
+    for v in 0..6u32 {
+        let f: Vec<u8> = (0..5u32)
+            .flat_map(|u| {
+                let mut p: Vec<u8> = (0..6).flat_map(|k| site_page(u * 10 + k)).collect();
+                p.extend_from_slice(format!("<p>Crawl {v}</p>").as_bytes());
+                capture(&format!("http://example.org/{u}"), v * 10 + u, &p)
+            })
+            .collect();
+        s.put_file(ROOT_INO, format!("crawl-{v}.warc").as_bytes(), &f, meta()).unwrap();
+        files.push(f);
+    }
+    s.gc().unwrap();
+    s.gc().unwrap();
+    for (v, f) in files.iter().enumerate() {
+        assert_eq!(&read_all(&s, &format!("/crawl-{v}.warc")), f);
+    }
+    clean(&s);
+}
+
+/// A store of version 7 keeps no hints and makes no deltas (an older warcfs must still open
+/// its index and read every chunk).
+#[test]
+fn a_version_7_store_makes_no_deltas() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open_config(dir.path(), Config { version: LONGEST_V7, ..Config::default() }, digest::sha256);
+    let (one, two) = versions();
+    s.put_file(ROOT_INO, b"a.warc", &capture("http://x/", 1, &one), meta()).unwrap();
+    s.gc().unwrap();
+    s.put_file(ROOT_INO, b"b.warc", &capture("http://x/", 2, &two), meta()).unwrap();
+    s.gc().unwrap();
+    assert!(!s.index.has_hints());
+    assert_ne!(chunk_of(&s, &two).1.codec, Codec::ZstdDelta as u8);
+    clean(&s);
+}
