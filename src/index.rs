@@ -526,6 +526,23 @@ impl Index {
         self.hint("capture", url)
     }
 
+    /// `capture` of each of `urls`, in one batched lookup (a file's records, at its commit).
+    pub fn captures(&self, urls: &[UrlKey]) -> Result<Vec<Option<ChunkKey>>> {
+        if !self.hints {
+            return Ok(vec![None; urls.len()]);
+        }
+        let mut sorted: Vec<&UrlKey> = urls.iter().collect();
+        sorted.sort_unstable();
+        let found = self.db.batched_multi_get_cf(self.cf("capture"), &sorted, true);
+        let mut by_url: std::collections::HashMap<&UrlKey, ChunkKey> = std::collections::HashMap::new();
+        for (url, r) in sorted.iter().zip(found) {
+            if let Some(k) = r?.and_then(|v| ChunkKey::from_bytes(&v)) {
+                by_url.insert(url, k);
+            }
+        }
+        Ok(urls.iter().map(|u| by_url.get(u).copied()).collect())
+    }
+
     /// The base gc tries for chunk `key` when it settles it.
     pub fn delta_base_hint(&self, key: &ChunkKey) -> Result<Option<ChunkKey>> {
         self.hint("delta_base", &key.to_bytes())
@@ -786,6 +803,7 @@ mod tests {
         let idx = Index::open(dir.path()).unwrap();
         assert!(idx.has_hints());
         assert_eq!(idx.capture(&url).unwrap(), Some(key(1)));
+        assert_eq!(idx.captures(&[url_key(b"x"), url, url]).unwrap(), vec![None, Some(key(1)), Some(key(1))]);
         assert_eq!(idx.delta_base_hint(&key(2)).unwrap(), Some(key(1)));
         let mut b = Batch::new();
         b.delete_delta_base_hint(&idx, &key(2));

@@ -1,6 +1,7 @@
 //! A base's references from its deltas: each delta entry in the index counts once in its
 //! base's `refs`. gc raises them when it makes a delta (`make`) and lowers them here when it
-//! drops a delta's entry; fsck and gc's safety check (`delta_references`) and `repair index`
+//! drops a delta's entry (the dead deltas before anything else, so that a base whose last
+//! delta goes is collected in the same pass); fsck and gc's safety check (`delta_references`) and `repair index`
 //! (`count_delta_references`) count them from the delta blobs themselves.
 
 use std::collections::HashMap;
@@ -11,7 +12,7 @@ use crate::extsort::Sorter;
 use crate::index::{Batch, ChunkEntry, Index};
 use crate::pack::{Codec, PackReader};
 use crate::store::maint::gc::RefRecord;
-use crate::store::{io_at, Result, Store, StoreError};
+use crate::store::{io_at, Ns, Result, Store, StoreError};
 
 /// The inode a delta's reference to its base is sorted under (`RefRecord`): no file's.
 pub(in crate::store) const DELTA_REFERENCE: u64 = 0;
@@ -60,6 +61,43 @@ impl Lowered {
 }
 
 impl Store {
+    /// Drops the entries of the deltas nothing uses, each batch lowering their bases' counts
+    /// (so the index never counts a reference from a delta it does not hold); returns how
+    /// many. First, as for every drop, every recipe is read to prove none uses them.
+    pub(in crate::store) fn drop_dead_deltas(&self, ns: &mut Ns) -> Result<u64> {
+        let dead = |e: &ChunkEntry| e.refs == 0 && e.codec == Codec::ZstdDelta as u8;
+        let mut any = false;
+        for item in self.index.chunk_iter() {
+            if dead(&item?.1) {
+                any = true;
+                break;
+            }
+        }
+        if !any {
+            return Ok(0);
+        }
+        self.refuse_dropping_referenced()?;
+        let (mut b, mut lowered, mut dropped) = (Batch::new(), Lowered::default(), 0u64);
+        for item in self.index.chunk_iter() {
+            let (k, e) = item?;
+            if !dead(&e) {
+                continue;
+            }
+            b.delete_chunk(&self.index, &k);
+            b.delete_delta_base_hint(&self.index, &k);
+            lowered.lower(self, &k, &e)?;
+            dropped += 1;
+            if b.log().len() >= self.limits.batch_ops {
+                lowered.put_into(&self.index, &mut b);
+                self.gc_write(ns, std::mem::take(&mut b))?;
+            }
+        }
+        lowered.put_into(&self.index, &mut b);
+        self.gc_write(ns, b)?;
+        self.packs.forget_bases();
+        Ok(dropped)
+    }
+
     /// Adds to `sorter` one reference to each delta's base, under `DELTA_REFERENCE`.
     pub(in crate::store) fn delta_references(&self, sorter: &mut Sorter<RefRecord>, runs: &Path) -> Result<()> {
         for item in self.index.chunk_iter() {

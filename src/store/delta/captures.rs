@@ -63,13 +63,11 @@ impl Store {
         if !self.index.has_hints() || captures.is_empty() {
             return Ok(());
         }
+        let stored = self.index.captures(&captures.iter().map(|c| c.url).collect::<Vec<_>>())?;
         // The same URL twice in one file: the later capture's relative is the earlier.
         let mut latest: HashMap<UrlKey, ChunkKey> = HashMap::new();
-        for c in captures {
-            let before = match latest.get(&c.url) {
-                Some(k) => Some(*k),
-                None => self.index.capture(&c.url)?,
-            };
+        for (c, stored) in captures.iter().zip(stored) {
+            let before = latest.get(&c.url).copied().or(stored);
             if let Some(base) = before.filter(|&base| c.new && base != c.head) {
                 b.put_delta_base_hint(&self.index, &c.head, &base);
             }

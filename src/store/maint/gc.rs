@@ -243,6 +243,9 @@ impl Store {
         // A checkpoint of the namespace first: every earlier log record becomes garbage
         // that this pass collects, so the log stays the size of the namespace.
         self.checkpoint(&mut ns, true)?;
+        // Deltas nothing uses go first, their bases' counts lowered with them: a base whose
+        // last delta goes is garbage in this same pass.
+        let dead_deltas = self.drop_dead_deltas(&mut ns)?;
 
         // Live bytes per pack, the packs that hold live chunks (not only log records), and
         // how many chunks nothing references.
@@ -330,7 +333,9 @@ impl Store {
             }
             lowered.put_into(&self.index, &mut b);
             self.gc_write(&mut ns, b)?;
+            self.packs.forget_bases();
         }
+        rep.chunks_dropped += dead_deltas;
         for id in doomed.iter().chain(rewrite.iter()) {
             self.packs.delete(*id)?;
             crate::failpoint::crash_at("gc_pack_removed");
@@ -360,7 +365,7 @@ impl Store {
 
     /// One of gc's index batches (chunk entries only, so not logged: they follow from the
     /// packs). Packs are deleted only after the last one.
-    fn gc_write(&self, ns: &mut Ns, b: Batch) -> Result<()> {
+    pub(in crate::store) fn gc_write(&self, ns: &mut Ns, b: Batch) -> Result<()> {
         if b.is_empty() {
             return Ok(());
         }
@@ -504,7 +509,7 @@ impl Store {
 
     /// Before gc drops chunks whose refcount is 0, every recipe is read to prove none uses
     /// one: a refcount that went wrong must stop gc, not take bytes a file still needs.
-    fn refuse_dropping_referenced(&self) -> Result<()> {
+    pub(in crate::store) fn refuse_dropping_referenced(&self) -> Result<()> {
         let refs = self.sorted_references(|ino, _, described| match described {
             Ok(_) => Ok(()),
             Err(e) => {
