@@ -26,7 +26,8 @@ use crate::pack::ChunkKind;
 use crate::store::{Followed, Keep, MetaRecord, Opening, Peers, Result, Share, Store};
 use crate::LockExt;
 
-pub const FOLLOW_INTERVAL: Duration = Duration::from_secs(2);
+/// How often a mounted node takes in what the others published.
+pub(super) const FOLLOW_INTERVAL: Duration = Duration::from_secs(2);
 
 /// After this many rounds waiting for a chunk, a record's chunks are looked for in every
 /// listed pack (`Store::find_chunks`).

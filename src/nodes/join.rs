@@ -64,7 +64,7 @@ pub(super) fn next_pack(o: &Opening, listed: &PackList) -> u64 {
 
 /// Starts uploading `o`'s sealed packs, renewing the bucket's lock object `owner` meanwhile.
 pub(super) fn start_uploads(o: &mut Opening, owner: String) -> Result<()> {
-    o.packs.start_uploads(owner).map_err(crate::store::io_at(&o.root))
+    o.packs.start_uploads(owner).map_err(io_at(&o.root))
 }
 
 /// What `sync_index` found: the bucket's packs now, and the packs the index has taken in

@@ -14,8 +14,5 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
-pub use follow::FOLLOW_INTERVAL;
-pub use join::{init_remote, Joined};
-pub use join::repair_index;
+pub use join::{init_remote, repair_index, Joined};
 pub use shared::default_dir;
-pub use writer::PUBLISH_INTERVAL;

@@ -22,7 +22,7 @@ use super::join::{bucket_of, holder, lock_bucket, next_pack, start_uploads};
 use super::writer::{close, Publishing};
 use crate::bucket::client::RemotePacks;
 use crate::bucket::{gc_generation, node_of};
-use crate::store::{Followed, GcGuard, Opening, Peers, Result, Store, StoreError, Writers, CHECKPOINT_RECORDS, ROOT_INO};
+use crate::store::{io_at, Followed, GcGuard, Opening, Peers, Result, Store, StoreError, Writers, CHECKPOINT_RECORDS, ROOT_INO};
 use crate::LockExt;
 
 /// Where a command writes when not told: the root, or on a store several nodes write, the
@@ -99,7 +99,7 @@ impl Shared {
         self.following.follow(store)?;
         // The gc generation before the listing: a gc between the two then shows as a newer
         // generation at the next open, never as an older listing under the newer number.
-        let generation = gc_generation(&self.bucket.remote).map_err(crate::store::io_at(store.root()))?;
+        let generation = gc_generation(&self.bucket.remote).map_err(io_at(store.root()))?;
         let (mut sig, list) = store.bucket_listing()?;
         self.following.look(|st| {
             if st.busy || !st.waiting.is_empty() || list.iter().any(|p| node_of(p.0) != self.node && !st.seen.contains(&p.0)) {

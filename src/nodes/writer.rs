@@ -11,7 +11,8 @@ use super::join::{holder, lock_bucket, next_pack, start_uploads};
 use crate::store::{Opening, Peers, Result, Store};
 use crate::LockExt;
 
-pub const PUBLISH_INTERVAL: Duration = Duration::from_secs(4);
+/// How often a mounted writer publishes its open packs.
+pub(super) const PUBLISH_INTERVAL: Duration = Duration::from_secs(4);
 
 /// A writer's publishing: when it last published.
 pub(super) struct Publishing {
