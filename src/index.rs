@@ -80,6 +80,12 @@ fn chunk_key(k: &[u8]) -> Result<ChunkKey> {
     ChunkKey::from_bytes(k).ok_or(IndexError::Bad("chunk key"))
 }
 
+/// The id (inode or recipe) a namespace key starts with (an inode's, a directory entry's,
+/// a recipe piece's), as does an entry's value: the inode it names.
+pub fn id_of(k: &[u8]) -> Option<u64> {
+    k.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes)
+}
+
 pub fn recipe_key(rid: u64, piece: u32) -> [u8; 12] {
     let mut k = [0u8; 12];
     k[..8].copy_from_slice(&rid.to_be_bytes());

@@ -14,6 +14,7 @@ mod failpoint;
 pub mod format;
 pub mod fuse;
 pub mod index;
+pub mod nodes;
 pub mod pack;
 pub mod recipe;
 pub mod store;

@@ -31,6 +31,21 @@ pub const PENDING: &str = "pending-uploads";
 pub const LEASE: &str = "lease-";
 pub const GC: &str = "gc-";
 
+/// The lock of node `node`, the one writer of a store one node writes at a time.
+pub fn writer_lock(node: u16) -> String {
+    format!("node-{node:04x}")
+}
+
+/// The lease of node `node`, one of the writers of a store several nodes write.
+pub fn lease(node: u16) -> String {
+    format!("{LEASE}{node:04x}")
+}
+
+/// The lock a gc on node `node` of a store several nodes write holds.
+pub fn gc_lock(node: u16) -> String {
+    format!("{GC}{node:04x}")
+}
+
 /// The node a lock name is for (`node-NNNN`, `lease-NNNN`, `gc-NNNN`), if it says.
 fn node_of(name: &str) -> Option<&str> {
     name.rsplit_once('-').map(|(_, n)| n)

@@ -27,28 +27,15 @@ pub fn signature_of(packs: &[(u64, u64)]) -> u64 {
     u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))
 }
 
-/// The sealed packs `packs` sees (local, then the bucket's) and their digest; None on a
-/// local store.
-pub fn bucket_listing(packs: &crate::pack::PackReader) -> std::io::Result<Option<(u64, PackList)>> {
-    if !packs.has_bucket() {
-        return Ok(None);
-    }
+/// The sealed packs `packs`, a reader of a bucket's store, sees (those waiting here for
+/// their upload, then the bucket's) and their digest.
+pub fn bucket_listing(packs: &crate::pack::PackReader) -> std::io::Result<(u64, PackList)> {
     let list = packs.sealed_packs()?;
-    Ok(Some((signature_of(&list), list)))
+    Ok((signature_of(&list), list))
 }
 
 pub fn hostname() -> String {
     fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "unknown".into())
-}
-
-/// The name of this node's lock object: a lease beside the other writers' on a store
-/// several nodes write, the one writer's lock otherwise (`lock`).
-pub fn lock_owner(node: u16, several_writers: bool) -> String {
-    if several_writers {
-        format!("{}{node:04x}", lock::LEASE)
-    } else {
-        format!("node-{node:04x}")
-    }
 }
 
 
@@ -95,9 +82,6 @@ impl crate::pack::Elsewhere for client::RemotePacks {
     }
     fn purge_trash(&self, grace: std::time::Duration) -> std::io::Result<u64> {
         client::RemotePacks::purge_trash(self, grace)
-    }
-    fn is_bucket(&self) -> bool {
-        true
     }
     fn start_uploads(self: std::sync::Arc<Self>, packs_dir: std::path::PathBuf, files: crate::pack::OpenFiles, ids: Vec<u64>, lock: String) -> std::io::Result<Option<Box<dyn crate::pack::UploadQueue>>> {
         Ok(Some(Box::new(upload::Uploads::start(self, packs_dir, files, ids, lock)?)))

@@ -68,8 +68,9 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
         println!("{v}");
     } else {
         // On an object store, packs leave every listing at once and their objects go with a
-        // later gc (`bucket::client::TRASH_GRACE`).
-        let trash = if s.config().backend.is_some() {
+        // later gc (`bucket::client::TRASH_GRACE`), and a gc settles at most so much.
+        let bucket = s.config().backend.is_some();
+        let trash = if bucket {
             format!("; {} trashed packs of an earlier gc deleted from the bucket", rep.packs_purged)
         } else {
             String::new()
@@ -83,7 +84,7 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
             rep.packs_settled
         );
         if rep.packs_left_unsettled > 0 {
-            let cap = if s.config().backend.is_some() { format!(", and at most {} on an object store", human(crate::store::SETTLE_REMOTE_BUDGET)) } else { String::new() };
+            let cap = if bucket { format!(", and at most {} on an object store", human(crate::store::SETTLE_REMOTE_BUDGET)) } else { String::new() };
             println!("up to {} packs left to settle by a later gc (one settles at most half of the disk's free room{cap})", rep.packs_left_unsettled);
         }
     }
@@ -138,7 +139,7 @@ pub fn snapshot(store: PathBuf, dest: PathBuf, quiet: bool) -> Result<i32> {
 
 pub fn repair_index(store: PathBuf, quiet: bool) -> Result<i32> {
     let bar = progress::spinner(quiet, format!("repair {}: rebuilding the index from the packs", store.display()));
-    let rep = crate::store::repair_index(&store)?;
+    let rep = crate::nodes::repair_index(&store)?;
     bar.finish_and_clear();
     if let Some(kept) = &rep.kept_broken_index {
         println!("the unreadable index was kept as {kept}");

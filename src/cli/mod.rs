@@ -49,14 +49,14 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Init { store, verify, compression, pack_size, backend: Some(url), cache_size, writers, node_name } => {
             let config = Config { verify, compression, pack_size, cache_size, ..Config::default() };
-            match crate::store::init_remote(&store, &url, config, writers, node_name)? {
-                crate::store::Joined::Created(s) => {
+            match crate::nodes::init_remote(&store, &url, config, writers, node_name)? {
+                crate::nodes::Joined::Created(s) => {
                     let writes = s.config().node_name.as_ref().map(|n| format!(", writing under /{n}/")).unwrap_or_default();
                     println!("initialised {} in {url} (verify {verify:?}, compression {compression:?}), node {:04x}{writes}", store.display(), s.config().node.unwrap_or(0));
                     Ok(exit::OK)
                 }
-                crate::store::Joined::Joined(rep) => {
-                    let dir = crate::store::default_dir(&store);
+                crate::nodes::Joined::Joined(rep) => {
+                    let dir = crate::nodes::default_dir(&store);
                     let writes = if dir == "/" { String::new() } else { format!(", writing under {dir}/") };
                     println!(
                         "{} joined the store in {url}: index rebuilt from {} packs ({} chunks, {} recipes){writes}",
@@ -73,7 +73,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
         }
         Cmd::Import { store, src, to } => {
-            let to = to.unwrap_or_else(|| crate::store::default_dir(&store));
+            let to = to.unwrap_or_else(|| crate::nodes::default_dir(&store));
             import::import(&store, &src, &to, quiet)
         }
         Cmd::Cat { store, path } => read::cat(store, path),

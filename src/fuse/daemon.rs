@@ -198,15 +198,15 @@ pub fn mount(args: MountArgs) -> Result<i32> {
     }
 }
 
-/// On a bucket-backed store, the thread that keeps this node and the bucket in step: a
-/// follower takes in what the writer published, the writer publishes its open packs, and a
-/// writer of a store several nodes write does both (see `store::follow`). Every inode that
-/// another node's records changed is dropped from the kernel's caches (`notifier`): a file
-/// rewritten elsewhere may keep its size and times, which is all the kernel checks before it
-/// serves its cached pages again. It runs until the process ends.
+/// On a bucket-backed store, the thread that keeps this node and the bucket in step
+/// (`Store::keep_in_step`): a follower takes in what the writer published, the writer
+/// publishes its open packs, and a writer of a store several nodes write does both (see
+/// `nodes`). Every inode that another node's records changed is dropped from the kernel's
+/// caches (`notifier`): a file rewritten elsewhere may keep its size and times, which is all
+/// the kernel checks before it serves its cached pages again. It runs until the process
+/// ends; a store without a bucket starts none.
 fn bucket_thread(store: Arc<Store>, notifier: fuser::Notifier) -> Result<()> {
-    let shared = store.is_shared_writer();
-    let (every, what) = if store.changed_elsewhere() { (crate::store::FOLLOW_INTERVAL, "following the bucket") } else { (crate::store::PUBLISH_INTERVAL, "publishing to the bucket") };
+    let Some((every, what)) = store.in_step_every() else { return Ok(()) };
     std::thread::Builder::new()
         .name("warcfs-bucket".into())
         .spawn(move || {
@@ -214,19 +214,7 @@ fn bucket_thread(store: Arc<Store>, notifier: fuser::Notifier) -> Result<()> {
             let mut logged: Option<std::time::Instant> = None;
             loop {
                 std::thread::sleep(every);
-                let r = if store.is_follower() {
-                    store.follow().map(|f| forget(&notifier, f))
-                } else if shared {
-                    // The kernel forgets what changed before anything else can fail.
-                    store
-                        .publish_if_due()
-                        .and_then(|_| store.follow())
-                        .map(|f| forget(&notifier, f))
-                        .and_then(|_| store.checkpoint_if_due(crate::store::CHECKPOINT_RECORDS))
-                        .map(|_| ())
-                } else {
-                    store.publish()
-                };
+                let r = store.keep_in_step(&mut |inodes| forget(&notifier, inodes));
                 match r {
                     Err(e) if logged.is_none_or(|t| t.elapsed().as_secs() >= 60) => {
                         log::error!("{what}: {e}");
@@ -244,10 +232,10 @@ fn bucket_thread(store: Arc<Store>, notifier: fuser::Notifier) -> Result<()> {
 /// Has the kernel drop its attributes and cached pages of every inode another node's records
 /// changed. (fuser reports an inode the kernel does not hold as done.) A failure (the mount
 /// going away) ends the round with one log line: the next round's inodes are other ones.
-fn forget(notifier: &fuser::Notifier, followed: crate::store::Followed) {
-    for (i, &ino) in followed.inodes.iter().enumerate() {
+fn forget(notifier: &fuser::Notifier, inodes: &[u64]) {
+    for (i, &ino) in inodes.iter().enumerate() {
         if let Err(e) = notifier.inval_inode(fuser::INodeNo(ino), 0, 0) {
-            log::warn!("following the bucket: the kernel could not be told to forget inode {ino} and {} more changed by other nodes: {e}", followed.inodes.len() - i - 1);
+            log::warn!("following the bucket: the kernel could not be told to forget inode {ino} and {} more changed by other nodes: {e}", inodes.len() - i - 1);
             return;
         }
     }
@@ -282,7 +270,7 @@ fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<Fi
     let result = (|| -> Result<Session<Guarded>> {
         // Read-only on a bucket-backed store: a follower of the node that writes there.
         let store = Arc::new(if opts.read_only { Store::open_follower(store_path)? } else { Store::open(store_path, true)? });
-        let for_bucket = store.config().backend.is_some().then(|| store.clone());
+        let in_step = store.clone();
         if let Some(bytes) = opts.min_free {
             store.space().set_floor(bytes);
         }
@@ -318,9 +306,7 @@ fn run(store_path: &Path, mountpoint: &Path, opts: &Parsed, mut ready: Option<Fi
         cfg.clone_fd = true;
         let session = Session::new(Guarded(fs), mountpoint, &cfg).with_context(|| format!("{}: cannot mount", mountpoint.display()))?;
         // Only once mounted: a mount that fails must let the store go (and its bucket lock).
-        if let Some(store) = for_bucket {
-            bucket_thread(store, session.notifier())?;
-        }
+        bucket_thread(in_step, session.notifier())?;
         Ok(session)
     })();
     let mut session = match result {

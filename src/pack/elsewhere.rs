@@ -35,8 +35,6 @@ pub trait Elsewhere: Send + Sync {
     /// Starts uploading the sealed packs `ids` of `packs_dir` (and those pushed later),
     /// renewing the lock object `lock` while it runs; None if packs never go there.
     fn start_uploads(self: Arc<Self>, packs_dir: PathBuf, files: OpenFiles, ids: Vec<u64>, lock: String) -> io::Result<Option<Box<dyn UploadQueue>>>;
-    /// Whether this is a bucket (the packs' listing there has a signature to keep).
-    fn is_bucket(&self) -> bool;
 }
 
 /// The elsewhere of a store without a bucket: no pack is ever there.
@@ -64,9 +62,6 @@ impl Elsewhere for Nowhere {
     }
     fn start_uploads(self: Arc<Self>, _: PathBuf, _: OpenFiles, _: Vec<u64>, _: String) -> io::Result<Option<Box<dyn UploadQueue>>> {
         Ok(None)
-    }
-    fn is_bucket(&self) -> bool {
-        false
     }
 }
 

@@ -86,12 +86,15 @@ enum Wanted {
 impl PackReader {
     /// A reader of the packs on this disk only.
     pub fn new(packs_dir: PathBuf, tmp_dir: PathBuf) -> PackReader {
-        PackReader::with_remote(packs_dir, tmp_dir, Arc::new(Nowhere))
+        PackReader::reading(packs_dir, tmp_dir, Arc::new(Nowhere), false)
     }
 
     /// A reader that also finds packs in `elsewhere` (an object store).
     pub fn with_remote(packs_dir: PathBuf, tmp_dir: PathBuf, elsewhere: Arc<dyn Elsewhere>) -> PackReader {
-        let any_elsewhere = elsewhere.is_bucket();
+        PackReader::reading(packs_dir, tmp_dir, elsewhere, true)
+    }
+
+    fn reading(packs_dir: PathBuf, tmp_dir: PathBuf, elsewhere: Arc<dyn Elsewhere>, any_elsewhere: bool) -> PackReader {
         PackReader {
             packs_dir,
             tmp_dir,
@@ -227,11 +230,6 @@ impl PackReader {
         let d = Arc::new(prepare_dictionary(&bytes).ok_or_else(|| PackError::Corrupt { pack, offset, what: format!("zstd dictionary {} cannot be prepared (damaged)", key.short()) })?);
         self.dicts.locked().put(*digest, d.clone());
         Ok(d)
-    }
-
-    /// Whether packs are also kept in a bucket.
-    pub fn has_bucket(&self) -> bool {
-        self.elsewhere.is_bucket()
     }
 
     /// Where packs not on this disk are kept.

@@ -16,9 +16,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{io_at, Ns, Result, Store, StoreError};
+use super::{io_at, Ns, Result, Share, Store, StoreError, ROOT_INO};
+use crate::bucket::node_of;
 use crate::digest::ChunkKey;
-use crate::index::{Batch, ChunkEntry, LogOp, CF_CHUNK};
+use crate::index::{id_of, Batch, ChunkEntry, LogOp, CF_CHUNK, CF_DIRENT, CF_INODE, CF_RECIPE};
 use crate::pack::{self, ChunkKind, Codec, OpenPack};
 use crate::LockExt;
 
@@ -30,13 +31,13 @@ pub const LOG_VERSION_SHARED: u32 = 2;
 pub const APPLIED_SEQ: &str = "log_applied_seq";
 /// The index meta key holding the last record of node `node`'s log this index applied (a
 /// store several nodes write: each node's log on its own; its own stay in `APPLIED_SEQ`).
-pub(super) fn applied_key(node: u16) -> String {
+pub(crate) fn applied_key(node: u16) -> String {
     format!("{APPLIED_SEQ}.{node:04x}")
 }
 
 /// The index meta key holding where node `node`'s latest complete checkpoint this index
 /// applied begins: its records before that are garbage.
-pub(super) fn checkpoint_key(node: u16) -> String {
+pub(crate) fn checkpoint_key(node: u16) -> String {
     format!("log_checkpoint.{node:04x}")
 }
 
@@ -47,7 +48,7 @@ fn checkpoint_size_key(node: u16) -> String {
 
 /// How many records a shared store's writer writes between two checkpoints of its own
 /// (`checkpoint_if_due`).
-pub const CHECKPOINT_RECORDS: u64 = 10_000;
+pub(crate) const CHECKPOINT_RECORDS: u64 = 10_000;
 
 /// A journal pack is sealed past this size (records are small; this bounds what an open
 /// scans for unapplied records).
@@ -116,6 +117,46 @@ impl MetaRecord {
             v => Err(format!("metadata log record of version {v} (this warcfs reads {LOG_VERSION} and {LOG_VERSION_SHARED})")),
         }
     }
+
+    /// A record's bytes as `decode` reads them: version 1, or version 2 with `node` (the
+    /// node whose log it is in, on a store several nodes write).
+    fn encode(seq: u64, ops: &[LogOp], checkpoint: Option<CheckpointPart>, node: Option<u16>) -> Vec<u8> {
+        /// `MetaRecord` as written: the same encoding, borrowing the batch's changes.
+        #[derive(Serialize)]
+        struct Out<'a> {
+            version: u32,
+            seq: u64,
+            ops: &'a [LogOp],
+            checkpoint: Option<CheckpointPart>,
+        }
+        /// Version 2: version 1's fields, then the node.
+        #[derive(Serialize)]
+        struct Out2<'a> {
+            v1: Out<'a>,
+            node: u16,
+        }
+        match node {
+            Some(node) => postcard::to_allocvec(&Out2 { v1: Out { version: LOG_VERSION_SHARED, seq, ops, checkpoint }, node }),
+            None => postcard::to_allocvec(&Out { version: LOG_VERSION, seq, ops, checkpoint }),
+        }
+        .expect("in-memory serialisation cannot fail")
+    }
+}
+
+/// Whether namespace record `op` belongs in the checkpoint of a node of `share`: on a store
+/// several nodes write, only the keys this node writes (and the root's inode, which no one
+/// changes), so that a checkpoint never carries another node's keys back over that node's
+/// later changes.
+pub(super) fn in_checkpoint(share: Share, op: &LogOp) -> bool {
+    let Some(node) = share.log_node() else { return true };
+    let LogOp::Put(cf, key, value) = op else { return true };
+    let mine = |ino: Option<u64>| ino.is_some_and(|i| node_of(i) == node);
+    match *cf {
+        CF_INODE => id_of(key) == Some(ROOT_INO) || mine(id_of(key)),
+        CF_DIRENT if id_of(key) == Some(ROOT_INO) => mine(id_of(value)),
+        CF_DIRENT | CF_RECIPE => mine(id_of(key)),
+        _ => true,
+    }
 }
 
 impl Store {
@@ -153,20 +194,6 @@ impl Store {
     /// log pack: every record in it is applied then, so a record the index may lack is
     /// always in the open pack, which the next open recovers and applies (`roll_forward`).
     fn append_record(&self, ops: &[LogOp], checkpoint: Option<CheckpointPart>) -> Result<(ChunkKey, ChunkEntry, u64)> {
-        /// `MetaRecord` as written: the same encoding, borrowing the batch's changes.
-        #[derive(Serialize)]
-        struct Out<'a> {
-            version: u32,
-            seq: u64,
-            ops: &'a [LogOp],
-            checkpoint: Option<CheckpointPart>,
-        }
-        /// Version 2: version 1's fields, then the node.
-        #[derive(Serialize)]
-        struct Out2<'a> {
-            v1: Out<'a>,
-            node: u16,
-        }
         {
             let mut j = self.journal.locked();
             if j.poisoned {
@@ -175,13 +202,7 @@ impl Store {
             if checkpoint.is_none() && j.open.as_ref().is_some_and(|o| o.len() >= JOURNAL_PACK_TARGET) {
                 self.seal_journal(&mut j)?;
             }
-            let raw = if self.mode.shared() {
-                let v1 = Out { version: LOG_VERSION_SHARED, seq: j.next_seq, ops, checkpoint };
-                postcard::to_allocvec(&Out2 { v1, node: self.node() })
-            } else {
-                postcard::to_allocvec(&Out { version: LOG_VERSION, seq: j.next_seq, ops, checkpoint })
-            }
-            .expect("in-memory serialisation cannot fail");
+            let raw = MetaRecord::encode(j.next_seq, ops, checkpoint, self.share().log_node());
             // Compressed as the store's chunks are (`init --compression`).
             let (codec, stored) = match self.config.compression {
                 super::Compression::Zstd => (Codec::Zstd, std::borrow::Cow::Owned(zstd::bulk::compress(&raw, 3).map_err(|err| StoreError::Io { path: crate::store::layout::packs_tmp(&self.root), err })?)),
@@ -255,8 +276,9 @@ impl Store {
         let mut size = 0usize;
         let mut err = None;
         let mut written = 0u64;
+        let share = self.share();
         self.index.for_each_namespace_record(|op| {
-            if !self.checkpoints(&op) {
+            if !in_checkpoint(share, &op) {
                 return Ok(true);
             }
             written += 1;
@@ -280,9 +302,9 @@ impl Store {
         for (k, e, seq) in &parts {
             self.note_applied(&mut b, k, e, *seq);
         }
-        if self.mode.shared() {
-            b.put_meta_u64_unlogged(&self.index, &checkpoint_key(self.node()), first_seq);
-            b.put_meta_u64_unlogged(&self.index, &checkpoint_size_key(self.node()), written);
+        if let Some(node) = share.log_node() {
+            b.put_meta_u64_unlogged(&self.index, &checkpoint_key(node), first_seq);
+            b.put_meta_u64_unlogged(&self.index, &checkpoint_size_key(node), written);
         }
         self.index.write(b).inspect_err(|_| self.journal.locked().poisoned = true)?;
         if !collect {
@@ -311,15 +333,13 @@ impl Store {
         Ok(())
     }
 
-    /// On a shared store's writer: a checkpoint of this node's keys once `every` records,
-    /// and at least as many as the last checkpoint held changes, have been written since the
-    /// last (so checkpoints cost at most about as much as the log they supersede). Other nodes take it in as they follow, and the gc of any
-    /// node then collects the records it supersedes: so this node's log stays the size of its
+    /// For a writer of a store several nodes write (`nodes`): a checkpoint of this node's
+    /// keys once `every` records, and at least as many as the last checkpoint held changes,
+    /// have been written since the last (so checkpoints cost at most about as much as the
+    /// log they supersede). Other nodes take it in as they follow, and the gc of any node
+    /// then collects the records it supersedes: so this node's log stays the size of its
     /// namespace even if gc runs only elsewhere. Returns whether it wrote one.
-    pub fn checkpoint_if_due(&self, every: u64) -> Result<bool> {
-        if self.mode != crate::store::Mode::SharedWriter {
-            return Ok(false);
-        }
+    pub(crate) fn checkpoint_if_due(&self, every: u64) -> Result<bool> {
         let mut ns = self.ns.locked();
         let next = self.journal.locked().next_seq;
         let last = self.index.meta_u64_opt(&checkpoint_key(self.node()))?.unwrap_or(0);
@@ -336,13 +356,10 @@ impl Store {
     /// only once that node's own complete checkpoint covers it (this node's checkpoint holds
     /// none of the other nodes' keys).
     fn superseded(&self, key: &ChunkKey, e: &ChunkEntry) -> Result<bool> {
-        if !self.mode.shared() {
-            return Ok(true);
-        }
-        let raw = self.packs.read(e.pack, e.offset, key, e.stored_len)?;
-        let rec = MetaRecord::decode(&raw).map_err(|m| StoreError::BadLogRecord { at: format!("pack {:016x} offset {}", e.pack, e.offset), what: m.to_string() })?;
+        let Some(own) = self.share().log_node() else { return Ok(true) };
+        let rec = self.read_record(e.pack, e.offset, key, e.stored_len)?;
         match rec.node {
-            Some(n) if n != self.node() => Ok(self.index.meta_u64_opt(&checkpoint_key(n))?.is_some_and(|first| rec.seq < first)),
+            Some(n) if n != own => Ok(self.index.meta_u64_opt(&checkpoint_key(n))?.is_some_and(|first| rec.seq < first)),
             _ => Ok(true),
         }
     }
@@ -372,7 +389,7 @@ impl Store {
         // This node's own records only: another node's, which a gc here copied into a pack
         // of this node's (a shared store's gc keeps every node's live records), are that
         // node's log, numbered on their own, and `follow` takes them in.
-        let own = self.mode.shared().then(|| self.node());
+        let own = self.share().log_node();
         let mut pending: Vec<(MetaRecord, ChunkKey, ChunkEntry)> = Vec::new();
         for &id in recovered {
             self.each_record(id, |rec, key, entry| {
@@ -400,14 +417,19 @@ impl Store {
         Ok(())
     }
 
+    /// The metadata log record stored at `offset` of pack `pack` under `key`.
+    pub(crate) fn read_record(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<MetaRecord> {
+        let raw = self.packs.read(pack, offset, key, stored_len)?;
+        MetaRecord::decode(&raw).map_err(|e| StoreError::BadLogRecord { at: format!("pack {pack:016x} offset {offset}"), what: e.to_string() })
+    }
+
     /// Every metadata log record in pack `id`, with its chunk key and entry.
     pub(super) fn each_record(&self, id: u64, mut f: impl FnMut(MetaRecord, ChunkKey, ChunkEntry) -> Result<()>) -> Result<()> {
         for blob in self.pack_blobs(id)? {
             if pack::ChunkKind::from_u8(blob.kind) != ChunkKind::Meta {
                 continue;
             }
-            let raw = self.packs.read(id, blob.offset, &blob.key, blob.stored_len)?;
-            let rec = MetaRecord::decode(&raw).map_err(|e| StoreError::BadLogRecord { at: format!("pack {id:016x} offset {}", blob.offset), what: e.to_string() })?;
+            let rec = self.read_record(id, blob.offset, &blob.key, blob.stored_len)?;
             let entry = ChunkEntry { pack: id, offset: blob.offset, stored_len: blob.stored_len, raw_len: blob.raw_len, codec: blob.codec, kind: blob.kind, refs: 1 };
             f(rec, blob.key, entry)?;
         }
@@ -449,5 +471,43 @@ mod tests {
         let three = postcard::to_allocvec(&V1(3, 1, &ops, None)).unwrap();
         assert!(MetaRecord::decode(&three).unwrap_err().contains("version 3"));
         assert!(MetaRecord::decode(&two[..two.len() - 1]).is_err(), "a cut record is refused");
+    }
+
+    /// A node writes under its own directory only, with ids in its range, and its
+    /// checkpoint carries only its own keys.
+    #[test]
+    fn a_node_of_a_shared_store_writes_and_checkpoints_only_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = crate::store::tests::shared_store(dir.path(), 3, "three");
+        let own = st.resolve("/three").unwrap();
+        assert_eq!(own, 3 << 48 | 1);
+        let meta = crate::store::FileMeta { mode: 0o644, mtime: crate::store::Timestamp::now() };
+        let put = st.put_file(own, b"a.warc", b"WARC/1.0\r\n\r\n", meta).unwrap();
+        assert_eq!(node_of(put.ino), 3);
+        let refused = st.put_file(ROOT_INO, b"b.warc", b"x", meta).unwrap_err();
+        assert!(matches!(refused, StoreError::NotOwned { .. }), "{refused}");
+        assert!(refused.to_string().contains("writes only under /three/"), "{refused}");
+        assert!(st.mkdir_p("/elsewhere").is_err());
+        st.mkdir_p("/three/sub").unwrap();
+        // Another node's keys: its inode, its directory's entries, its recipes.
+        let theirs = 5u64 << 48 | 9;
+        let put = |cf: u8, k: Vec<u8>, v: Vec<u8>| LogOp::Put(cf, k, v);
+        assert!(!in_checkpoint(st.share(), &put(CF_INODE, theirs.to_be_bytes().to_vec(), vec![])));
+        assert!(!in_checkpoint(st.share(), &put(CF_DIRENT, crate::index::dirent_key(theirs, b"x"), vec![0; 8])));
+        assert!(!in_checkpoint(st.share(), &put(CF_DIRENT, crate::index::dirent_key(ROOT_INO, b"five"), (5u64 << 48 | 1).to_be_bytes().to_vec())));
+        assert!(!in_checkpoint(st.share(), &put(CF_RECIPE, crate::index::recipe_key(theirs, 0).to_vec(), vec![])));
+        // Its own, and the root's inode, which no one changes.
+        assert!(in_checkpoint(st.share(), &put(CF_INODE, own.to_be_bytes().to_vec(), vec![])));
+        assert!(in_checkpoint(st.share(), &put(CF_INODE, ROOT_INO.to_be_bytes().to_vec(), vec![])));
+        assert!(in_checkpoint(st.share(), &put(CF_DIRENT, crate::index::dirent_key(ROOT_INO, b"three"), own.to_be_bytes().to_vec())));
+        assert!(in_checkpoint(st.share(), &put(CF_DIRENT, crate::index::dirent_key(own, b"a.warc"), vec![0; 8])));
+        let mut n = 0;
+        st.index
+            .for_each_namespace_record(|op| {
+                n += in_checkpoint(st.share(), &op) as usize;
+                Ok(true)
+            })
+            .unwrap();
+        assert!(n >= 6, "{n} of its own records");
     }
 }

@@ -29,6 +29,18 @@ pub fn index_rebuilding(root: &Path) -> PathBuf {
     root.join("index.rebuilding")
 }
 
+/// `index.stale/`: a node's index kept aside while it is rebuilt from the bucket (put back
+/// if the rebuild fails).
+pub fn index_stale(root: &Path) -> PathBuf {
+    root.join("index.stale")
+}
+
+/// `bucket-packs`: on a writer of a store several nodes write, the packs its index had taken
+/// in when it last closed, and the bucket's gc generation then (`nodes::join`).
+pub fn bucket_packs(root: &Path) -> PathBuf {
+    root.join("bucket-packs")
+}
+
 /// `packs/`: sealed packs (on a bucket store: those waiting for their upload).
 pub fn packs(root: &Path) -> PathBuf {
     root.join("packs")

@@ -11,32 +11,38 @@
 //! Write order: chunk bytes are appended to the open pack and `fdatasync`ed before the one
 //! synced RocksDB batch that commits a recipe with its refcount changes. A crash leaves the
 //! old state or the new one, plus pack bytes nothing references, which `gc` reclaims.
+//!
+//! What the store is (`Mode`, `Share`) is decided once, at open. The public opens
+//! (`Store::open` and the rest) are the nodes wing's (`crate::nodes`): it opens the
+//! directory here (`Store::open_dir`), joins its bucket if it has one, and gives the store
+//! its part among the bucket's nodes (`Peers`), which the store calls without asking.
 
 mod backend;
 mod config;
 mod delta;
+mod foreign;
 mod fsops;
 mod ingest;
 mod journal;
 pub mod layout;
-mod mode;
 mod maint;
+mod mode;
 mod namespace;
-mod nodes;
 mod open;
+mod peers;
 mod read;
 mod space;
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
 use crate::LockExt;
-use crate::digest::{self, DigestFn};
+use crate::digest::DigestFn;
 use crate::index::{Index, IndexError};
 use crate::pack::{self, OpenPack, PackError, PackReader};
 
@@ -49,24 +55,21 @@ pub use ingest::direct::ImportFile;
 /// How much of a file ingest reads first (and an importer splits ahead, see `Presplit`).
 pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
 pub use maint::fsck::{FsckReport, MAX_PROBLEMS};
-pub use nodes::follow::{Followed, FOLLOW_INTERVAL, PUBLISH_INTERVAL};
-pub use journal::CHECKPOINT_RECORDS;
 pub use maint::gc::{GcOptions, GcReport, ScanLimits, Stats};
-pub use maint::settle::REMOTE_BUDGET as SETTLE_REMOTE_BUDGET;
-use crate::bucket::hostname;
-use backend::{remote_packs, remote_packs_read_only};
-pub use nodes::join::CLOSE_UPLOAD_WAIT;
-pub use nodes::join::{init_remote, Joined};
-use open::{creation_leftover, open_index, recover_packs, remove_dead_runs, set_mode, take_lock};
-pub(crate) use open::read_config;
+pub(crate) use backend::{node_base, remote_err};
+pub(crate) use foreign::Keep;
+pub(crate) use journal::{MetaRecord, CHECKPOINT_RECORDS};
+use open::{recover_packs, take_lock};
+pub(crate) use open::{open_index, read_config, set_mode, Opening};
 pub use namespace::{components, DirEntry, FileMeta, Ingest, Inode, InodeKind, PutReport, Timestamp, ROOT_INO};
+pub use peers::{Followed, CLOSE_UPLOAD_WAIT};
+pub(crate) use peers::{Alone, GcGuard, Peers};
 pub use read::cache::{ReadCache, ReadCounters};
 pub use read::records::{RecordHead, StagedFiles};
-pub use maint::repair::{repair_index, RepairReport};
-pub use nodes::shared::default_dir;
+pub use maint::repair::{rebuild_index, RepairReport};
 pub use maint::snapshot::SnapshotReport;
 pub use space::{Space, DEFAULT_MIN_FREE};
-pub use mode::Mode;
+pub use mode::{Mode, Share, SETTLE_REMOTE_BUDGET};
 
 pub const FORMAT_NAME: &str = "warcfs-store";
 /// The version new stores are made at: 9, version 7 whose payload chunks gc may store as
@@ -100,16 +103,11 @@ pub const SHARED_V6: u32 = 6;
 /// Version 7 stores (parses in the longest form, no deltas), read and written as they are.
 pub const LONGEST_V7: u32 = 7;
 /// A bucket-backed store that several nodes write at once (`init --backend URL --writers
-/// several`): version 7 with per-node namespaces and metadata logs (`shared`). A warcfs
+/// several`): version 7 with per-node namespaces and metadata logs (`nodes`). A warcfs
 /// that knows only one writer per bucket refuses it.
 pub const SHARED_FORMAT_VERSION: u32 = 8;
 /// Every version this warcfs reads and writes.
 pub const VERSIONS: [u32; 7] = [LOCAL_V3, REMOTE_FORMAT_VERSION, DICT_FORMAT_VERSION, SHARED_V6, LONGEST_V7, SHARED_FORMAT_VERSION, FORMAT_VERSION];
-
-/// Whether a store of `version` is one several nodes write (6 or 8).
-pub fn several_writers(version: u32) -> bool {
-    version == SHARED_V6 || version == SHARED_FORMAT_VERSION
-}
 
 /// Whether a store of `version` may hold parses in the longest form (7, 8 and 9).
 pub fn longest_parses(version: u32) -> bool {
@@ -124,8 +122,8 @@ pub fn deltas(version: u32) -> bool {
 pub(crate) use layout::CONFIG_FILE;
 
 /// How the pack reader finds a chunk a blob names (a dictionary, a delta base): through the index.
-fn chunk_locator(index: &std::sync::Arc<Index>) -> pack::ChunkLocator {
-    let index = std::sync::Arc::downgrade(index);
+fn chunk_locator(index: &Arc<Index>) -> pack::ChunkLocator {
+    let index = Arc::downgrade(index);
     Box::new(move |key| {
         let index = index.upgrade().ok_or_else(|| io::Error::other("the store is closed"))?;
         let e = index.chunk(key).map_err(io::Error::other)?;
@@ -245,7 +243,8 @@ pub(crate) fn bug_as_error<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Resu
     })
 }
 
-fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+/// An I/O error on `path`, as the store reports it.
+pub(crate) fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
     move |err| StoreError::Io { path: path.to_path_buf(), err }
 }
 
@@ -272,9 +271,9 @@ pub struct Store {
     config: Config,
     /// The bucket's client and this node's cache of its packs, on a store with a back end
     /// (the pack reader reads through the same one).
-    bucket: Option<std::sync::Arc<crate::bucket::client::RemotePacks>>,
+    bucket: Option<Arc<crate::bucket::client::RemotePacks>>,
     /// Shared with the pack reader, which finds dictionary chunks through it.
-    index: std::sync::Arc<Index>,
+    index: Arc<Index>,
     packs: PackReader,
     cache: ReadCache,
     writer: Mutex<Writer>,
@@ -294,9 +293,9 @@ pub struct Store {
     tails: ingest::tails::KnownTails,
     /// What this store is (`Mode`), decided at open.
     mode: Mode,
-    follow: Mutex<nodes::follow::FollowState>,
-    /// When this writer last published to the bucket (`nodes::follow::publish`).
-    published: Mutex<std::time::Instant>,
+    /// The other nodes of its bucket, as the nodes wing chose their part by `mode` at open
+    /// (`Alone` on a store without a bucket).
+    peers: Arc<dyn Peers>,
     _lock: File,
 }
 
@@ -333,7 +332,7 @@ pub struct OpenOptionsStore {
     /// Create the store with `config` if the directory is missing or empty.
     pub create: bool,
     pub config: Config,
-    /// On a bucket-backed store: follow the bucket's writer, write nothing (`follow`).
+    /// On a bucket-backed store: follow the bucket's writer, write nothing (`nodes`).
     pub follower: bool,
 }
 
@@ -348,177 +347,6 @@ impl Store {
     /// earlier copy of their payload, and how many such namings the store refused (`tails`).
     pub fn named_tails(&self) -> (u64, u64) {
         self.tails.counts()
-    }
-
-    /// Creates a new store at `root`; fails if one is already there.
-    pub fn init(root: &Path, config: Config) -> Result<Store> {
-        if crate::store::layout::config(root).exists() {
-            return Err(StoreError::Io {
-                path: root.to_path_buf(),
-                err: io::Error::new(io::ErrorKind::AlreadyExists, "a store already exists here"),
-            });
-        }
-        Store::open_with(root, &OpenOptionsStore { create: true, config, follower: false }, digest::sha256)
-    }
-
-    /// Opens an existing store, or creates it with the defaults if `create`.
-    pub fn open(root: &Path, create: bool) -> Result<Store> {
-        Store::open_with(root, &OpenOptionsStore { create, config: Config::default(), follower: false }, digest::sha256)
-    }
-
-    /// Opens a bucket-backed store as a follower of the node that writes to the bucket: no
-    /// bucket lock, nothing written but what `follow` takes in (see `follow`). A local
-    /// store opens as `open` does, read-only to its caller all the same.
-    pub fn open_follower(root: &Path) -> Result<Store> {
-        Store::open_with(root, &OpenOptionsStore { create: false, config: Config::default(), follower: true }, digest::sha256)
-    }
-
-    pub(crate) fn open_with(root: &Path, opts: &OpenOptionsStore, digest: DigestFn) -> Result<Store> {
-        let cfg_path = crate::store::layout::config(root);
-        if !root.exists() {
-            if !opts.create {
-                return Err(StoreError::NoStore(root.to_path_buf()));
-            }
-            crate::disk::create_dir_all(root).map_err(io_at(root))?;
-            crate::disk::sync_parent(root).map_err(io_at(root))?;
-        }
-        if !root.is_dir() {
-            return Err(StoreError::NotAStore(root.to_path_buf()));
-        }
-        let fresh = !cfg_path.exists();
-        if fresh {
-            // Only what a creation cut short can leave may be here; anything else is
-            // someone else's directory (or a store that lost its config: refused too).
-            let mut foreign = false;
-            for e in fs::read_dir(root).map_err(io_at(root))? {
-                let e = e.map_err(io_at(root))?;
-                foreign |= !creation_leftover(&e.path());
-            }
-            if foreign || !opts.create {
-                return Err(if foreign { StoreError::NotAStore(root.to_path_buf()) } else { StoreError::NoStore(root.to_path_buf()) });
-            }
-            // The store holds whole archives: keep it private to its owner.
-            set_mode(root, 0o700)?;
-        }
-        let lock = take_lock(root)?;
-        remove_dead_runs(&crate::store::layout::cache(root).join("runs"));
-        let index_dir = crate::store::layout::index(root);
-        let (config, created) = if fresh && !cfg_path.exists() {
-            // Creation: the directories and an empty index first, the config last. A
-            // directory with a config is a store, whose index must exist from then on; one
-            // without is an unfinished creation, started again here.
-            for d in crate::store::layout::DIRS {
-                crate::disk::create_dir_all(&root.join(d)).map_err(io_at(root))?;
-            }
-            if index_dir.exists() {
-                fs::remove_dir_all(&index_dir).map_err(io_at(&index_dir))?;
-            }
-            let cfg = opts.config.clone();
-            let index = Index::create(&index_dir, cfg.version, deltas(cfg.version))?;
-            let json = serde_json::to_vec_pretty(&cfg).expect("config serialises");
-            pack::write_file_atomic(&cfg_path, &json).map_err(io_at(&cfg_path))?;
-            (cfg, Some(index))
-        } else {
-            (read_config(&cfg_path)?, None)
-        };
-        for d in crate::store::layout::DIRS {
-            fs::create_dir_all(root.join(d)).map_err(io_at(root))?;
-        }
-        let created_here = created.is_some();
-        let mut index = match created {
-            Some(index) => index,
-            None => open_index(root, &index_dir, false, config.version)?,
-        };
-        let (max_id, recovered) = recover_packs(root)?;
-        // The packs a follower's index reflects (its first `follow` takes in the others).
-        let mut seen: Vec<(u64, u64)> = Vec::new();
-        // A shared writer's index is to take in packs published since it last closed.
-        let mut catch_up = false;
-        let mode = Mode::at_open(&config, opts.follower);
-        let bucket = remote_packs(root, &config)?;
-        let mut packs = backend::pack_reader(root, bucket.as_ref());
-        let max_id = match (mode, bucket.clone()) {
-            (_, None) => max_id,
-            (Mode::Follower { .. }, Some(r)) => {
-                let nodes::join::Synced { index: idx, listed: list, .. } = nodes::join::sync_index(root, &config, index, &r, created_here, None)?;
-                // A follower's index keeps no refcounts (`follow` leaves chunk changes out): it
-                // must never pass as up to date when this node next opens to write, where gc
-                // would take its zero counts at their word. 0 is no signature of any listing.
-                let mut b = crate::index::Batch::new();
-                b.put_meta_u64_unlogged(&idx, backend::SIGNATURE, 0);
-                idx.write(b)?;
-                index = idx;
-                seen = list;
-                max_id
-            }
-            (_, Some(r)) => {
-                let shared = mode == Mode::SharedWriter;
-                let owner = crate::bucket::lock_owner(config.node.unwrap_or(0), shared);
-                let mut what = format!("{} pid {} {}", hostname(), std::process::id(), root.display());
-                if shared {
-                    // A lease says "pending" for as long as its node writes: records not yet
-                    // published may rely on chunks a gc elsewhere would take, so a node killed
-                    // at any moment keeps gc off until it starts again (or its lease is deleted
-                    // by hand). A clean stop with nothing left to upload deletes it.
-                    what = format!("{}: writing ({what})", crate::bucket::lock::PENDING);
-                }
-                crate::bucket::lock::take_lock(&r.remote, &owner, &what).map_err(|err| {
-                    // Another node writes: readers (`cat`, `ls`, `stats`) open read-only.
-                    if err.kind() == io::ErrorKind::WouldBlock {
-                        StoreError::Busy { path: r.remote.url().into(), pid: err.to_string() }
-                    } else {
-                        StoreError::Remote { url: r.remote.url().to_string(), err }
-                    }
-                })?;
-                // Another node wrote since this one last did: its index is rebuilt from the
-                // bucket before anything is written (see `backend::SIGNATURE`).
-                let nodes::join::Synced { index: idx, listed: list, taken_in } = nodes::join::sync_index(root, &config, index, &r, created_here, Some(&owner))?;
-                index = idx;
-                if shared {
-                    // The packs its index reflects: its first `follow` takes in the others.
-                    catch_up = taken_in.len() != list.len();
-                    seen = taken_in.into_iter().map(|id| (id, 0)).collect();
-                    // Until this node closes cleanly (`note_bucket`), its index reflects no
-                    // listing: a node killed now rebuilds at its next open.
-                    let mut b = crate::index::Batch::new();
-                    b.put_meta_u64_unlogged(&index, backend::SIGNATURE, 0);
-                    index.write(b)?;
-                }
-                // This node's packs: ids below the next node's range.
-                let node_base = backend::node_base(&config);
-                let remote_max = list.iter().map(|p| p.0).filter(|id| id >> 48 == node_base >> 48).max().unwrap_or(0);
-                packs.start_uploads(owner).map_err(io_at(root))?;
-                max_id.max(remote_max).max(node_base)
-            }
-        };
-        let follower = mode.follows();
-        let level = if mode.shared() { ingest::chunks::UNSETTLED_ZSTD_LEVEL } else { ingest::chunks::ZSTD_LEVEL };
-        let dicts = ingest::dict::Dicts::new(!follower && config.version >= DICT_FORMAT_VERSION && config.compression == Compression::Zstd, level);
-        let index = std::sync::Arc::new(index);
-        packs.set_locator(chunk_locator(&index));
-        let store = Store::assemble(root, config, index, packs, bucket, dicts, max_id + 1, digest, mode, nodes::follow::FollowState::seeded(seen.iter().map(|p| p.0)), lock);
-        store.roll_forward(&recovered)?;
-        open::recovered(root)?;
-        // A shared store's writer takes in what the other nodes published since it last
-        // closed (if its open did not rebuild the index from the bucket).
-        if catch_up {
-            // Not fatal: the store is whole as it is; what is not taken in yet is by the next
-            // follow (a mount's, or gc's, which needs it all), and this close notes no listing.
-            if let Err(e) = store.follow() {
-                log::warn!("{}: taking in the other nodes' changes: {e}", root.display());
-            }
-        }
-        if store.mode == Mode::SharedWriter && !created_here && store.inode(namespace::ROOT_INO)?.is_none() {
-            // On a shared store only the node that made it makes the root (one key, one
-            // writer): its first records are not in the bucket yet.
-            return Err(StoreError::RootNotUploaded(root.to_path_buf()));
-        }
-        store.ensure_root()?;
-        store.ensure_node_dir()?;
-        if !follower {
-            store.resume_dictionary()?;
-        }
-        Ok(store)
     }
 
     /// Has the kernel start reading the index into the page cache, up to `budget` bytes, and
@@ -540,20 +368,21 @@ impl Store {
     /// The one place a `Store` is put together, from what an open found.
     #[allow(clippy::too_many_arguments)]
     fn assemble(
-        root: &Path,
+        root: PathBuf,
         config: Config,
-        index: std::sync::Arc<Index>,
+        index: Arc<Index>,
         packs: PackReader,
-        bucket: Option<std::sync::Arc<crate::bucket::client::RemotePacks>>,
+        bucket: Option<Arc<crate::bucket::client::RemotePacks>>,
         dicts: ingest::dict::Dicts,
         next_pack: u64,
         digest: DigestFn,
         mode: Mode,
-        follow: nodes::follow::FollowState,
+        peers: Arc<dyn Peers>,
         lock: File,
     ) -> Store {
         Store {
-            root: root.to_path_buf(),
+            space: Space::new(root.clone(), space::DEFAULT_MIN_FREE),
+            root,
             config,
             bucket,
             index,
@@ -565,41 +394,11 @@ impl Store {
             ns: Mutex::new(Ns { next_ino: 0, next_recipe: 0 }),
             digest,
             limits: ScanLimits::default(),
-            space: Space::new(root.to_path_buf(), space::DEFAULT_MIN_FREE),
             ingests: IngestCounters::default(),
             tails: ingest::tails::KnownTails::default(),
             mode,
-            follow: Mutex::new(follow),
-            published: Mutex::new(std::time::Instant::now()),
+            peers,
             _lock: lock,
-        }
-    }
-
-    /// Opens a store that another process owns (a mounted store) for reading: `stats`,
-    /// `ls` and `cat` see it as of now. Nothing can be written through it.
-    pub fn open_read_only(root: &Path) -> Result<Store> {
-        let cfg_path = crate::store::layout::config(root);
-        if !cfg_path.exists() {
-            return Err(if root.exists() { StoreError::NotAStore(root.to_path_buf()) } else { StoreError::NoStore(root.to_path_buf()) });
-        }
-        let config = read_config(&cfg_path)?;
-        let index = open_index(root, &crate::store::layout::index(root), true, config.version)?;
-        let lock = File::open(crate::store::layout::lock(root)).map_err(io_at(root))?;
-        let bucket = remote_packs_read_only(root, &config)?;
-        let packs = backend::pack_reader(root, bucket.as_ref());
-        let index = std::sync::Arc::new(index);
-        packs.set_locator(chunk_locator(&index));
-        let dicts = ingest::dict::Dicts::new(false, ingest::chunks::ZSTD_LEVEL);
-        let mode = Mode::at_open(&config, false);
-        Ok(Store::assemble(root, config, index, packs, bucket, dicts, 0, digest::sha256, mode, nodes::follow::FollowState::default(), lock))
-    }
-
-    /// Opens the store to read: exclusively if it is free, read-only if another process
-    /// (a mount) owns it.
-    pub fn open_for_reading(root: &Path) -> Result<Store> {
-        match Store::open(root, false) {
-            Err(StoreError::Busy { .. }) => Store::open_read_only(root),
-            r => r,
         }
     }
 
@@ -616,6 +415,27 @@ impl Store {
         &self.config
     }
 
+    /// What this store is, decided at open.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Whether this store follows a bucket that another node writes (`open_follower`).
+    pub fn is_follower(&self) -> bool {
+        self.mode.follows()
+    }
+
+    /// What of the store this node writes (`Share`), from its settings.
+    pub(crate) fn share(&self) -> Share {
+        Share::of(&self.config)
+    }
+
+    /// This node's number: the top 16 bits of the ids of the packs it writes (0 on a local
+    /// store), and on a store several nodes write of its inodes and recipes too.
+    pub(crate) fn node(&self) -> u16 {
+        self.config.node.unwrap_or(0)
+    }
+
     /// Seals the open pack (if any) and writes the index's memtables out. Called on close,
     /// so a cleanly closed store has no open pack and no write-ahead log to replay.
     pub fn flush(&self) -> Result<()> {
@@ -626,6 +446,29 @@ impl Store {
         self.seal_journal(&mut self.journal.locked())?;
         self.index.flush_tables()?;
         Ok(())
+    }
+
+    /// Seals the open data pack, then the log's, if they hold anything, so that the uploads
+    /// send them now, in that order (a record never reaches the bucket before the chunks it
+    /// names); returns whether it did. Nothing on a store without uploads. Never waits for
+    /// the writer lock (an ingest holds it for a whole file, and this holds the namespace
+    /// lock meanwhile): if it is taken, nothing is sealed this time.
+    pub(crate) fn seal_for_upload(&self) -> Result<bool> {
+        if !self.packs.uploads() {
+            return Ok(false);
+        }
+        // Namespace lock first (the lock order): a log pack is sealed only with every record
+        // in it applied.
+        let _ns = self.ns.locked();
+        let Ok(mut w) = self.writer.try_lock() else { return Ok(false) };
+        if w.open.as_ref().is_some_and(|o| !o.is_empty()) {
+            self.seal_open(&mut w)?;
+        }
+        let mut j = self.journal.locked();
+        if j.open.as_ref().is_some_and(|o| !o.is_empty()) {
+            self.seal_journal(&mut j)?;
+        }
+        Ok(true)
     }
 
     /// Seals the data writer's open pack.
@@ -660,7 +503,7 @@ impl Store {
     }
 
     /// The blobs of sealed pack `id`, from its footer.
-    fn pack_blobs(&self, id: u64) -> Result<Vec<pack::BlobInfo>> {
+    pub(crate) fn pack_blobs(&self, id: u64) -> Result<Vec<pack::BlobInfo>> {
         Ok(self.packs.footer(id)?)
     }
 }
@@ -678,13 +521,13 @@ impl Drop for Store {
             }
         }
         // On a bucket-backed store: the packs go up (bounded), then the lock is given back.
-        if let Err(e) = self.close_remote(nodes::join::CLOSE_UPLOAD_WAIT) {
+        if let Err(e) = self.close_remote(CLOSE_UPLOAD_WAIT) {
             log::warn!("{e}");
         }
     }
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 #[cfg(test)]
 mod kind_tests;

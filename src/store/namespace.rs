@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::ingest::{Ingested, Presplit, Windows};
-use super::{Ns, Result, Store, StoreError};
+use super::{Ns, Result, Share, Store, StoreError};
 use crate::LockExt;
 use crate::digest::ChunkKey;
 use crate::index::{Batch, Index};
@@ -162,6 +162,58 @@ impl Store {
         Ok(())
     }
 
+    /// This node's directory at the root of a store several nodes write, `/NAME/`, made on
+    /// its first open as a writer (`nodes`), with the counters it allocates ids from starting
+    /// in its range. Fails if another node has that name.
+    pub(crate) fn ensure_node_dir(&self) -> Result<()> {
+        let Share::Node(node) = self.share() else { return Ok(()) };
+        let name = self.config.node_name.clone().unwrap_or_default();
+        let ino = self.share().id_base() | 1;
+        match self.index.lookup(ROOT_INO, name.as_bytes())? {
+            Some(found) if found == ino => Ok(()),
+            Some(found) => Err(StoreError::NodeNameTaken { name, theirs: crate::bucket::node_of(found), ours: node }),
+            None => {
+                let mut b = Batch::new();
+                let mut d = Inode::new(InodeKind::Dir, 0o755);
+                d.parent = ROOT_INO;
+                b.put_inode(&self.index, ino, &d);
+                b.put_dirent(&self.index, ROOT_INO, name.as_bytes(), ino);
+                b.put_meta_u64(&self.index, "next_ino", ino + 1);
+                b.put_meta_u64(&self.index, "next_recipe", ino + 1);
+                self.write_batch(&mut self.ns.locked(), b)
+            }
+        }
+    }
+
+    /// Whether this node may change inode `ino` (see `Share::owns`).
+    pub fn owns(&self, ino: u64) -> bool {
+        self.share().owns(ino)
+    }
+
+    /// Fails (`StoreError::NotOwned`, naming `what`) unless this node may change inode `ino`
+    /// (or add and remove entries in it, for a directory): always on a store one node
+    /// writes; on a store several nodes write, only its own.
+    pub fn check_owns(&self, ino: u64, what: &[u8]) -> Result<()> {
+        if self.owns(ino) {
+            return Ok(());
+        }
+        let name = self.config.node_name.clone().unwrap_or_default();
+        Err(StoreError::NotOwned {
+            what: String::from_utf8_lossy(what).into_owned(),
+            node: name,
+            owner: if ino == ROOT_INO { "the store's root, which no node changes".into() } else { format!("node {:04x}", crate::bucket::node_of(ino)) },
+        })
+    }
+
+    /// `check_owns` for an inode known by its number only (FUSE opens and attribute
+    /// changes): nothing is formatted unless it fails.
+    pub fn check_owns_inode(&self, ino: u64) -> Result<()> {
+        if self.owns(ino) {
+            return Ok(());
+        }
+        self.check_owns(ino, format!("<inode {ino}>").as_bytes())
+    }
+
     pub fn inode(&self, ino: u64) -> Result<Option<Inode>> {
         Ok(self.index.inode(ino)?)
     }
@@ -210,8 +262,8 @@ impl Store {
             _ => &mut w.next_recipe,
         };
         if *counter == 0 {
-            // On a shared store, in this node's range (`shared`).
-            *counter = self.index.meta_u64(if what == "ino" { "next_ino" } else { "next_recipe" })?.max(self.id_base() + ROOT_INO + 1);
+            // On a store several nodes write, in this node's range (`Share::id_base`).
+            *counter = self.index.meta_u64(if what == "ino" { "next_ino" } else { "next_recipe" })?.max(self.share().id_base() + ROOT_INO + 1);
         }
         let v = *counter;
         *counter += 1;

@@ -1,11 +1,168 @@
 //! Opening a store's directory: its lock, its settings file, its index (refused, never made
 //! anew, when missing), the packs a crash left open, and the scratch a killed process left.
+//! What is opened (`Opening`) becomes a `Store` once the opens of the nodes wing have joined
+//! its bucket, if it has one (`crate::nodes`); a store another process owns is opened to
+//! read here (`Store::open_read_only`), joining nothing.
 
 use std::fs::{self, File};
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::bucket::client::RemotePacks;
+use crate::digest;
+
+/// A store's directory opened, not yet a `Store`: its lock, its settings, its index, the
+/// packs a crash left open sealed, and the reader of its packs (through its bucket's, if it
+/// has one). An open joins the bucket with it (which may rebuild `index`), then makes it a
+/// `Store` (`into_store`).
+pub(crate) struct Opening {
+    pub(crate) root: PathBuf,
+    pub(crate) config: Config,
+    pub(crate) mode: Mode,
+    /// None only while `rebuild_index` replaces it.
+    pub(super) index: Option<Index>,
+    /// Whether this open made the store (and its empty index).
+    pub(crate) created: bool,
+    /// The bucket's client and this node's cache of its packs, on a store with a back end.
+    pub(crate) bucket: Option<Arc<RemotePacks>>,
+    pub(crate) packs: PackReader,
+    /// The largest id of a pack on this disk.
+    pub(crate) max_id: u64,
+    /// Packs whose log records are still to be rolled forward (`recover_packs`).
+    recovered: Vec<u64>,
+    digest: DigestFn,
+    lock: File,
+}
+
+impl Store {
+    /// Opens the directory of the store at `root`, made with `opts.config` if it is missing
+    /// or empty and `opts.create`: its lock taken, its settings read, its index opened, the
+    /// packs a crash left open sealed, and its bucket connected if it has one.
+    pub(crate) fn open_dir(root: &Path, opts: &OpenOptionsStore, digest: DigestFn) -> Result<Opening> {
+        let cfg_path = layout::config(root);
+        if !root.exists() {
+            if !opts.create {
+                return Err(StoreError::NoStore(root.to_path_buf()));
+            }
+            crate::disk::create_dir_all(root).map_err(io_at(root))?;
+            crate::disk::sync_parent(root).map_err(io_at(root))?;
+        }
+        if !root.is_dir() {
+            return Err(StoreError::NotAStore(root.to_path_buf()));
+        }
+        let fresh = !cfg_path.exists();
+        if fresh {
+            // Only what a creation cut short can leave may be here; anything else is
+            // someone else's directory (or a store that lost its config: refused too).
+            let mut foreign = false;
+            for e in fs::read_dir(root).map_err(io_at(root))? {
+                let e = e.map_err(io_at(root))?;
+                foreign |= !creation_leftover(&e.path());
+            }
+            if foreign || !opts.create {
+                return Err(if foreign { StoreError::NotAStore(root.to_path_buf()) } else { StoreError::NoStore(root.to_path_buf()) });
+            }
+            // The store holds whole archives: keep it private to its owner.
+            set_mode(root, 0o700)?;
+        }
+        let lock = take_lock(root)?;
+        remove_dead_runs(&layout::cache(root).join("runs"));
+        let index_dir = layout::index(root);
+        let (config, created) = if fresh && !cfg_path.exists() {
+            // Creation: the directories and an empty index first, the config last. A
+            // directory with a config is a store, whose index must exist from then on; one
+            // without is an unfinished creation, started again here.
+            for d in layout::DIRS {
+                crate::disk::create_dir_all(&root.join(d)).map_err(io_at(root))?;
+            }
+            if index_dir.exists() {
+                fs::remove_dir_all(&index_dir).map_err(io_at(&index_dir))?;
+            }
+            let cfg = opts.config.clone();
+            let index = Index::create(&index_dir, cfg.version, super::deltas(cfg.version))?;
+            let json = serde_json::to_vec_pretty(&cfg).expect("config serialises");
+            pack::write_file_atomic(&cfg_path, &json).map_err(io_at(&cfg_path))?;
+            (cfg, Some(index))
+        } else {
+            (read_config(&cfg_path)?, None)
+        };
+        for d in layout::DIRS {
+            fs::create_dir_all(root.join(d)).map_err(io_at(root))?;
+        }
+        let created_here = created.is_some();
+        let index = match created {
+            Some(index) => index,
+            None => open_index(root, &index_dir, false, config.version)?,
+        };
+        let (max_id, recovered) = recover_packs(root)?;
+        let bucket = backend::remote_packs(root, &config)?;
+        let packs = backend::pack_reader(root, bucket.as_ref());
+        let mode = Mode::at_open(&config, opts.follower);
+        Ok(Opening { root: root.to_path_buf(), config, mode, index: Some(index), created: created_here, bucket, packs, max_id, recovered, digest, lock })
+    }
+
+    /// Opens a store that another process owns (a mounted store) for reading: `stats`,
+    /// `ls` and `cat` see it as of now. Nothing can be written through it.
+    pub fn open_read_only(root: &Path) -> Result<Store> {
+        let cfg_path = layout::config(root);
+        if !cfg_path.exists() {
+            return Err(if root.exists() { StoreError::NotAStore(root.to_path_buf()) } else { StoreError::NoStore(root.to_path_buf()) });
+        }
+        let config = read_config(&cfg_path)?;
+        let index = open_index(root, &layout::index(root), true, config.version)?;
+        let lock = File::open(layout::lock(root)).map_err(io_at(root))?;
+        let bucket = backend::remote_packs_read_only(root, &config)?;
+        let packs = backend::pack_reader(root, bucket.as_ref());
+        let index = Arc::new(index);
+        packs.set_locator(super::chunk_locator(&index));
+        let dicts = ingest::dict::Dicts::new(false, ingest::chunks::ZSTD_LEVEL);
+        let mode = Mode::at_open(&config, false);
+        Ok(Store::assemble(root.to_path_buf(), config, index, packs, bucket, dicts, 0, digest::sha256, mode, Arc::new(Alone), lock))
+    }
+}
+
+impl Opening {
+    fn index(&self) -> &Index {
+        self.index.as_ref().expect("an opening's index")
+    }
+
+    /// The signature of the bucket listing the index last reflected (`SIGNATURE`).
+    pub(crate) fn noted_listing(&self) -> Result<Option<u64>> {
+        Ok(self.index().meta_u64_opt(backend::SIGNATURE)?)
+    }
+
+    /// Notes that the index reflects the bucket listing of signature `sig` (0: none).
+    pub(crate) fn note_listing(&self, sig: u64) -> Result<()> {
+        backend::note_listing(self.index(), sig)
+    }
+
+    /// The store, with `peers` (the part the nodes wing chose for its mode) and new packs
+    /// numbered from `next_pack`, once the log records a crash kept from the index are
+    /// applied. `finish` is the open's last step.
+    pub(crate) fn into_store(self, next_pack: u64, peers: Arc<dyn Peers>) -> Result<Store> {
+        let config = &self.config;
+        // A node that writes nothing trains no dictionary.
+        let dictionaries = !self.mode.follows() && config.version >= DICT_FORMAT_VERSION && config.compression == Compression::Zstd;
+        let level = ingest::chunks::zstd_level(pack::ChunkKind::Raw, Share::of(config).settles());
+        let dicts = ingest::dict::Dicts::new(dictionaries, level);
+        let index = Arc::new(self.index.expect("an opening's index"));
+        self.packs.set_locator(super::chunk_locator(&index));
+        let store = Store::assemble(self.root, self.config, index, self.packs, self.bucket, dicts, next_pack, self.digest, self.mode, peers, self.lock);
+        store.roll_forward(&self.recovered)?;
+        recovered(&store.root)?;
+        Ok(store)
+    }
+}
+
+impl Store {
+    /// An open's last step, once the store is whole and its bucket joined: the root made on
+    /// a new store, and the zstd dictionary ingest used resumed.
+    pub(crate) fn finish_open(&self) -> Result<()> {
+        self.ensure_root()?;
+        self.resume_dictionary()
+    }
+}
 
 /// Removes the sort runs (`extsort`) of processes that were killed while sorting: their
 /// names start with `run-PID-`. A live process's runs (a read-only `warcfs index` of a
@@ -91,7 +248,7 @@ pub(super) fn recover_packs(root: &Path) -> Result<(u64, Vec<u64>)> {
 }
 
 /// The log records of the packs `recover_packs` returned are in the index: forgets them.
-pub(super) fn recovered(root: &Path) -> Result<()> {
+pub(crate) fn recovered(root: &Path) -> Result<()> {
     let list = root.join(RECOVERING);
     match crate::disk::remove_file(&list) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(StoreError::Io { path: list, err: e }),
@@ -123,7 +280,7 @@ pub(super) fn creation_leftover(path: &Path) -> bool {
 
 /// Opens an existing store's index, refusing one that is missing, unreadable or made for
 /// another format version: never an empty index in its place.
-pub(super) fn open_index(root: &Path, index_dir: &Path, read_only: bool, version: u32) -> Result<Index> {
+pub(crate) fn open_index(root: &Path, index_dir: &Path, read_only: bool, version: u32) -> Result<Index> {
     if !index_dir.join("CURRENT").exists() {
         return Err(StoreError::IndexMissing(root.to_path_buf()));
     }
@@ -149,18 +306,13 @@ pub(crate) fn read_config(path: &Path) -> Result<Config> {
         return Err(StoreError::Format { path: store, found: format!("{name} version {version}") });
     }
     let cfg: Config = serde_json::from_value(v).map_err(|e| StoreError::Format { path: store.clone(), found: format!("bad {CONFIG_FILE}: {e}") })?;
-    // Version 4 is version 3 with a back end: one without the other is not a store we wrote
-    // (from version 5 on, either may have one).
-    if cfg.version < DICT_FORMAT_VERSION && cfg.backend.is_some() != (cfg.version == REMOTE_FORMAT_VERSION) {
-        return Err(StoreError::Format { path: store, found: format!("{name} version {version} {} a back end", if cfg.backend.is_some() { "with" } else { "without" }) });
-    }
-    if several_writers(cfg.version) && (cfg.backend.is_none() || cfg.node.is_none() || cfg.node_name.is_none()) {
-        return Err(StoreError::Format { path: store, found: format!("{name} version {version} (several writers) without a back end, node number and node name") });
+    if let Some(why) = super::mode::misfit(&cfg) {
+        return Err(StoreError::Format { path: store, found: format!("{name} version {version} {why}") });
     }
     Ok(cfg)
 }
 
-pub(super) fn set_mode(path: &Path, mode: u32) -> Result<()> {
+pub(crate) fn set_mode(path: &Path, mode: u32) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io_at(path))
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use proptest::prelude::*;
 
 use super::*;
+use crate::digest;
 use crate::store::ingest::Windows;
 use crate::store::namespace::FileMeta;
 
@@ -17,6 +18,30 @@ pub(in crate::store) fn open(dir: &Path, verify: Verify, digest: DigestFn) -> St
 pub(in crate::store) fn open_config(dir: &Path, config: Config, digest: DigestFn) -> Store {
     let opts = OpenOptionsStore { create: true, config, follower: false };
     Store::open_with(dir, &opts, digest).unwrap()
+}
+
+/// Node `node` ("name") of a store several nodes write, in `dir/name`, its bucket
+/// `dir/bucket` (`file://`).
+pub(crate) fn shared_store(dir: &Path, node: u16, name: &str) -> Store {
+    let config = Config {
+        version: SHARED_FORMAT_VERSION,
+        backend: Some(format!("file://{}", dir.join("bucket").display())),
+        node: Some(node),
+        node_name: Some(name.into()),
+        ..Config::default()
+    };
+    Store::init(&dir.join(name), config).unwrap()
+}
+
+/// The zstd level recipe pieces are written at where gc does not settle them.
+pub(crate) const ARCHIVAL_ZSTD_LEVEL: i32 = crate::store::ingest::chunks::ARCHIVAL_ZSTD_LEVEL;
+pub(crate) use super::journal::checkpoint_key;
+
+impl Store {
+    /// The index, for tests that look into it from outside the store.
+    pub(crate) fn test_index(&self) -> &Index {
+        &self.index
+    }
 }
 
 pub(in crate::store) fn meta() -> FileMeta {
@@ -41,7 +66,7 @@ pub(in crate::store) fn read_all(s: &Store, name: &str) -> Vec<u8> {
 }
 
 /// One WARC response record whose payload is `body`.
-pub(in crate::store) fn warc_record(id: u32, body: &[u8]) -> Vec<u8> {
+pub(crate) fn warc_record(id: u32, body: &[u8]) -> Vec<u8> {
     let http = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n", body.len());
     let block_len = http.len() + body.len();
     let mut r = format!(
@@ -540,7 +565,7 @@ pub(in crate::store) fn two_ingests_of_one_new_payload_committed_in_turn_share_o
 
 
 /// HTML-like pages of one site: shared markup, varying text.
-pub(in crate::store) fn site_page(i: u32) -> Vec<u8> {
+pub(crate) fn site_page(i: u32) -> Vec<u8> {
     let mut p = format!("<!doctype html><html lang=en><head><meta charset=utf-8><title>Item {i}</title><link rel=stylesheet href=/static/site.css><script src=/static/app.js defer></script></head><body><header><nav><a href=/>Home</a> | <a href=/catalogue>Catalogue</a> | <a href=/about>About us</a></nav></header><main>").into_bytes();
     for k in 0..40u32 {
         let x = i.wrapping_mul(2654435761).wrapping_add(k * 40503) >> 7;

@@ -2,7 +2,8 @@
 //! earlier one when gc settles it, reads back exact, keeps its base alive through the base's
 //! refcount, survives `repair index`, and goes (its base with it) when nothing uses it.
 
-use crate::digest::ChunkKey;
+use crate::digest::{self, ChunkKey};
+use crate::nodes::repair_index;
 use crate::pack::{ChunkKind, Codec};
 use crate::store::tests::*;
 use crate::store::*;

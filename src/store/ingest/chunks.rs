@@ -39,6 +39,17 @@ pub(in crate::store) const ARCHIVAL_ZSTD_LEVEL: i32 = 9;
 /// less than at level 3, for about 1 s more of its import (2.9 s); settling keeps them (a
 /// blob is recompressed only if that makes it smaller).
 pub(in crate::store) const LONGEST_PARSE_ZSTD_LEVEL: i32 = 15;
+
+/// The level ingest compresses a new chunk of `kind` at, unless told another: where gc
+/// settles chunks later (`Share::settles`) the fast one, where it does not what stays.
+pub(in crate::store) fn zstd_level(kind: ChunkKind, settled_later: bool) -> i32 {
+    match (kind, settled_later) {
+        (_, true) => ZSTD_LEVEL,
+        (ChunkKind::Recipe, false) => ARCHIVAL_ZSTD_LEVEL,
+        (_, false) => UNSETTLED_ZSTD_LEVEL,
+    }
+}
+
 /// New bytes `store_chunks` plans before it compresses and appends them.
 const BATCH_BYTES: usize = 8 << 20;
 /// Chunk entries a commit looks up in one call.
@@ -146,6 +157,9 @@ impl Store {
     /// store whose format has them. One that cannot be read is logged and left: chunks are
     /// then compressed without, and a new one is trained.
     pub(in crate::store) fn resume_dictionary(&self) -> Result<()> {
+        if !self.writer.locked().dicts.enabled() {
+            return Ok(());
+        }
         let Some(raw) = self.index.meta_bytes(crate::store::ingest::dict::META_KEY)? else { return Ok(()) };
         let Some(key) = ChunkKey::from_bytes(&raw) else {
             log::warn!("{}: the index names no readable zstd dictionary; a new one will be trained", self.root.display());
@@ -413,16 +427,12 @@ impl Store {
         let mut compressed: Vec<Option<(Codec, Vec<u8>)>> = match self.config.compression {
             Compression::Zstd => {
                 let dicts = &w.dicts;
-                let shared = self.mode.shared();
+                let settled_later = self.share().settles();
                 let work = |z: &mut Compressors, n: usize| {
                     let (i, dict) = new[n];
                     let (data, kind) = items[i];
                     let with_dict = dict.and_then(|d| dicts.shared(d)).and_then(|shared| shared.compress(z.for_dictionary()?, data)).map(|z| (Codec::ZstdDict, z));
-                    let level = level.unwrap_or(match (kind, shared) {
-                        (ChunkKind::Recipe, true) => ARCHIVAL_ZSTD_LEVEL,
-                        (_, true) => UNSETTLED_ZSTD_LEVEL,
-                        (_, false) => ZSTD_LEVEL,
-                    });
+                    let level = level.unwrap_or(zstd_level(kind, settled_later));
                     with_dict.or_else(|| z.at(level)?.compress(data).ok().map(|z| (Codec::Zstd, z)))
                 };
                 on_two_threads(new.len(), Compressors::default, work).into_iter().map(Option::flatten).collect()

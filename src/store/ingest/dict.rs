@@ -65,9 +65,14 @@ impl Active {
 
 impl Dicts {
     /// `enabled`: the store's format has dictionaries (5 on) and compresses chunks, at zstd
-    /// `level`.
+    /// `level`, and this node writes.
     pub fn new(enabled: bool, level: i32) -> Dicts {
         Dicts { enabled, level, samples: Vec::new(), sizes: Vec::new(), candidate: None, awaiting: None, active: None }
+    }
+
+    /// Whether chunks are compressed with dictionaries here at all.
+    pub fn enabled(&self) -> bool {
+        self.enabled
     }
 
     fn wanted(&self) -> bool {

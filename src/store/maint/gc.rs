@@ -219,14 +219,12 @@ impl Store {
     /// wrote (`settle`). Memory does not grow with the number of chunks (see `ScanLimits`):
     /// a number per pack, one sort run, one batch.
     pub fn gc_with(&self, opts: GcOptions) -> Result<GcReport> {
-        // (A store several nodes write is not settled yet: another node's open pack may get
-        // an id below what this one has settled, and the marks would pass it by.)
-        let settling = opts.settle && self.config.compression == crate::store::config::Compression::Zstd && !self.mode.shared();
-        // A shared store: the bucket's gc lock, and every other node's changes taken in.
-        let gc_lock = self.gc_prepare()?;
-        if let Some(lock) = &gc_lock {
-            lock.still_exclusive()?;
-        }
+        let share = self.share();
+        let settling = opts.settle && self.config.compression == crate::store::config::Compression::Zstd && share.settles();
+        // What the other nodes of a bucket let this gc do (on a store several nodes write,
+        // the bucket's gc lock, and every other node's changes taken in).
+        let others = self.peers.before_gc(self)?;
+        others.still_exclusive()?;
         // Packs an earlier gc put in the bucket's trash, once no node can still be reading
         // them. (A test shortens the wait with the `trash_no_grace` fail point.)
         let grace = if crate::failpoint::armed("trash_no_grace") { std::time::Duration::ZERO } else { crate::bucket::lock::TRASH_GRACE };
@@ -302,25 +300,21 @@ impl Store {
             self.seal_journal(&mut self.journal.locked())?;
             self.wait_uploaded(GC_UPLOAD_WAIT)?;
         }
-        if let Some(lock) = &gc_lock {
-            lock.still_exclusive()?;
-        }
+        others.still_exclusive()?;
         // Entries of chunks nothing uses go last, with their packs: a gc stopped before here
         // leaves the index whole (on a shared store, every node's index holds what its
         // listed packs hold).
         if rep.chunks_dropped > 0 {
-            // On a shared store, a chunk nothing uses keeps its entry while its pack stays:
-            // every node's index holds the blobs of the packs it has taken in (a node that
-            // rebuilds finds it there), and one node may dedup against it before this one
-            // sees that record; its entry goes with its pack.
-            let gone: HashSet<u64> = if self.mode.shared() { doomed.iter().chain(rewrite.iter()).copied().collect() } else { HashSet::new() };
+            // Only those of the packs that go, where an unused chunk keeps its entry while its
+            // pack stays (`Share::keeps_unused_entries`).
+            let only_of: Option<HashSet<u64>> = share.keeps_unused_entries().then(|| doomed.iter().chain(rewrite.iter()).copied().collect());
             rep.chunks_dropped = 0;
             let mut b = Batch::new();
             // A delta dropped lowers its base's count (in the same batch).
             let mut lowered = delta::bases::Lowered::default();
             for item in self.index.chunk_iter() {
                 let (k, e) = item?;
-                if e.refs == 0 && (!self.mode.shared() || gone.contains(&e.pack)) {
+                if e.refs == 0 && only_of.as_ref().is_none_or(|gone| gone.contains(&e.pack)) {
                     b.delete_chunk(&self.index, &k);
                     b.delete_delta_base_hint(&self.index, &k);
                     lowered.lower(self, &k, &e)?;

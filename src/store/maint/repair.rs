@@ -21,7 +21,7 @@ use std::path::Path;
 
 use crate::store::journal::{CheckpointPart, MetaRecord, APPLIED_SEQ};
 use crate::store::namespace::{paths_in, Inode};
-use crate::store::{io_at, read_config, recover_packs, take_lock, Result, Store, StoreError, DICT_FORMAT_VERSION, LOCAL_V3, LONGEST_V7, REMOTE_FORMAT_VERSION, SHARED_FORMAT_VERSION, SHARED_V6, VERSIONS};
+use crate::store::{io_at, read_config, recover_packs, take_lock, Result, StoreError, DICT_FORMAT_VERSION, LOCAL_V3, LONGEST_V7, REMOTE_FORMAT_VERSION, SHARED_FORMAT_VERSION, SHARED_V6, VERSIONS};
 use crate::digest::ChunkKey;
 use crate::index::{Batch, ChunkEntry, Index};
 use crate::pack::{self, ChunkKind, PackReader};
@@ -51,8 +51,9 @@ pub struct RepairReport {
 /// synced one by one; the index is flushed once at the end).
 const BATCH_CHUNKS: usize = 10_000;
 
-/// Rebuilds the index of the store at `root` from its packs (see the module doc).
-pub fn repair_index(root: &Path) -> Result<RepairReport> {
+/// Rebuilds the index of the store at `root` from its packs (see the module doc). `repair
+/// index` then opens the store once (`crate::nodes::repair_index`).
+pub fn rebuild_index(root: &Path) -> Result<RepairReport> {
     let mut rep = RepairReport::default();
     let cfg_path = crate::store::layout::config(root);
     let mut lock = None;
@@ -103,9 +104,6 @@ pub fn repair_index(root: &Path) -> Result<RepairReport> {
     // Every log record is in the rebuilt index, those of packs an open cut short too.
     crate::store::open::recovered(root)?;
     drop(lock);
-    // Opening it once applies nothing more (the log is all applied) but proves it opens.
-    // (Read-only if another node of a bucket-backed store holds the bucket's lock.)
-    drop(Store::open_for_reading(root)?);
     Ok(rep)
 }
 
@@ -135,12 +133,12 @@ pub(in crate::store) fn packs_version(root: &Path, packs: &PackReader) -> Result
 /// Builds the index of the store at `root` from its packs into `index.rebuilding/` and
 /// renames it to `index/` (which must not exist). The caller holds the store's lock. Also
 /// used when a node of a bucket-backed store finds that the bucket changed since it last
-/// wrote (`Store::open`).
+/// wrote (`crate::nodes`).
 /// `remote`: the cache of a store being opened (a second one on `cache/packs` would empty it
 /// under the first).
 /// `tick` is called after every pack read (a writer keeps its bucket lock fresh there: a
 /// rebuild of many packs outlasts the lock's lifetime).
-pub(in crate::store) fn build_index(
+pub(crate) fn build_index(
     root: &Path,
     config: &crate::store::Config,
     rep: &mut RepairReport,
@@ -233,7 +231,7 @@ pub(in crate::store) fn build_index(
     }
     // Each node's log on its own (one log, numbered across nodes, on a store one node
     // writes at a time): this node's own changes all, the others' without their counters.
-    let own = config.node.filter(|_| crate::store::several_writers(config.version));
+    let own = crate::store::Share::of(config).log_node();
     records.sort_by_key(|r| (r.6, r.0));
     let mut b = Batch::new();
     let mut from = 0;
@@ -314,7 +312,7 @@ pub(in crate::store) fn build_index(
     idx.write(b)?;
     // The signature of the packs read above, not of a new listing: a pack a writer added
     // meanwhile must make the next open rebuild again, not pass as known.
-    if packs.has_bucket() {
+    if remote.is_some() {
         let mut b = Batch::new();
         b.put_meta_u64_unlogged(&idx, crate::store::backend::SIGNATURE, crate::bucket::signature_of(&listed));
         idx.write(b)?;
@@ -324,6 +322,33 @@ pub(in crate::store) fn build_index(
     crate::disk::rename(&building, &index_dir).map_err(io_at(&index_dir))?;
     pack::sync_dir(root).map_err(io_at(root))?;
     Ok(listed)
+}
+
+impl crate::store::Opening {
+    /// Rebuilds the index from the packs, the bucket's with them (`build_index`): the old
+    /// one kept aside until the new one is whole, and put back if the rebuild fails. `tick`
+    /// is called after every pack read. Returns what the rebuild found, and the packs it
+    /// read.
+    pub(crate) fn rebuild_index(&mut self, tick: &mut dyn FnMut()) -> Result<(RepairReport, crate::bucket::PackList)> {
+        drop(self.index.take());
+        let (index_dir, aside) = (crate::store::layout::index(&self.root), crate::store::layout::index_stale(&self.root));
+        if aside.exists() {
+            fs::remove_dir_all(&aside).map_err(io_at(&aside))?;
+        }
+        fs::rename(&index_dir, &aside).map_err(io_at(&index_dir))?;
+        let mut rep = RepairReport::default();
+        let list = match build_index(&self.root, &self.config, &mut rep, self.bucket.clone(), tick) {
+            Ok(list) => list,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&index_dir);
+                let _ = fs::rename(&aside, &index_dir);
+                return Err(e);
+            }
+        };
+        let _ = fs::remove_dir_all(&aside);
+        self.index = Some(crate::store::open_index(&self.root, &index_dir, false, self.config.version)?);
+        Ok((rep, list))
+    }
 }
 
 /// Each of `problems` (recipe id, what is wrong with it) as a line naming the file whose

@@ -24,10 +24,6 @@ use crate::pack::{self, ChunkKind, Codec, PackError};
 /// (levels 15-19 take 7-15 times as long for 2 % more).
 pub(in crate::store) const LEVEL: u8 = crate::store::ingest::chunks::ARCHIVAL_ZSTD_LEVEL as u8;
 
-/// Bytes of packs one gc settles at most on an object store: the new packs must reach the
-/// bucket within gc's upload wait (10 minutes: 7 MB/s). A local store's limit is its room.
-pub const REMOTE_BUDGET: u64 = 4 << 30;
-
 /// Index meta records `settled_below_NNNN` (one per node prefix of pack ids, the top 16 bits,
 /// in hex): every pack of that prefix below the id is settled, holds no chunk, or was found
 /// damaged (`Plan::damaged`). Not logged:
@@ -111,8 +107,8 @@ impl Store {
     /// does not rewrite anyway) to settle now: those whose first blob is at level 0, oldest
     /// first, as many as fit in half of the disk's room less `reserved` (what the packs
     /// rewritten for their garbage take; gc deletes the packs it replaces only at its end),
-    /// on an object store at most `REMOTE_BUDGET`. It stops at the first that does not fit:
-    /// the rest are left unread, counted in `left`.
+    /// on a bucket at most `SETTLE_REMOTE_BUDGET` (`settle_budget`). It stops at the
+    /// first that does not fit: the rest are left unread, counted in `left`.
     pub(in crate::store) fn plan_settle(&self, mut candidates: Vec<(u64, u64)>, reserved: u64) -> Result<Plan> {
         let prefix = |id: u64| (id >> 48) as u16;
         let mut below: BTreeMap<u16, u64> = BTreeMap::new();
@@ -124,10 +120,7 @@ impl Store {
         }
         candidates.retain(|&(id, _)| id >= below[&prefix(id)]);
         candidates.sort_unstable();
-        let mut budget = self.space.room().map_err(io_at(&self.root))?.saturating_sub(reserved) / 2;
-        if self.config.backend.is_some() {
-            budget = budget.min(REMOTE_BUDGET);
-        }
+        let mut budget = self.mode.settle_budget(self.space.room().map_err(io_at(&self.root))?.saturating_sub(reserved) / 2);
         let mut plan = Plan::default();
         let mut stop = false;
         for (id, size) in candidates {

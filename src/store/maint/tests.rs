@@ -6,7 +6,8 @@ use std::path::Path;
 
 use crate::store::tests::*;
 use crate::store::*;
-use crate::digest::ChunkKey;
+use crate::digest::{self, ChunkKey};
+use crate::nodes::repair_index;
 use std::collections::HashMap;
 
 #[test]
