@@ -64,6 +64,7 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
             "packs_left_unsettled": rep.packs_left_unsettled,
             "chunks_damaged": rep.chunks_damaged,
             "packs_purged": rep.packs_purged,
+            "deltas_made": rep.deltas_made,
         });
         println!("{v}");
     } else {
@@ -76,12 +77,13 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
             String::new()
         };
         println!(
-            "reclaimed {reclaimed} bytes ({}): {} chunks dropped, {} packs deleted, {} rewritten ({} to settle them at zstd level 9){trash}",
+            "reclaimed {reclaimed} bytes ({}): {} chunks dropped, {} packs deleted, {} rewritten ({} to settle them at zstd level 9, {} pages stored against an earlier capture){trash}",
             human(reclaimed),
             rep.chunks_dropped,
             rep.packs_deleted,
             rep.packs_rewritten,
-            rep.packs_settled
+            rep.packs_settled,
+            rep.deltas_made
         );
         if rep.packs_left_unsettled > 0 {
             let cap = if bucket { format!(", and at most {} on an object store", human(crate::store::SETTLE_REMOTE_BUDGET)) } else { String::new() };

@@ -26,6 +26,18 @@ pub(in crate::store) struct Choosing {
     /// Chunks written whole into gc's open pack: settled, so final, though their index
     /// entries still name their old places until the pack is sealed.
     pub whole_in_open: HashSet<ChunkKey>,
+    /// Chunks written into gc's open pack as deltas, with their bases.
+    pub deltas_in_open: HashMap<ChunkKey, ChunkKey>,
+    /// Deltas made.
+    pub made: u64,
+}
+
+impl Choosing {
+    /// gc's open pack is sealed: the index says where its chunks are, and what they are.
+    pub fn sealed(&mut self) {
+        self.whole_in_open.clear();
+        self.deltas_in_open.clear();
+    }
 }
 
 /// Whether a chunk of `kind` may be a base or a delta: content-defined chunks of bytes.
@@ -61,13 +73,18 @@ impl Store {
     }
 
     /// The base `hint` names for chunk `of`, if it is one: live, of data, not a delta (a
-    /// delta's own base is taken instead), and final (settled already, so never a delta
-    /// later: one base per read).
+    /// delta's own base is taken instead), and final, so never a delta later (one base per
+    /// read): settled already, or with no hint of its own (only a chunk with a hint becomes
+    /// a delta, and no hint is added while gc runs).
     fn final_base(&self, ch: &mut Choosing, moved: &HashMap<ChunkKey, ChunkEntry>, of: &ChunkKey, hint: ChunkKey) -> Result<Option<(ChunkKey, ChunkEntry)>> {
         let mut key = hint;
         for _ in 0..2 {
             if key == *of {
                 return Ok(None);
+            }
+            if let Some(base) = ch.deltas_in_open.get(&key) {
+                key = *base;
+                continue;
             }
             // Where it is read from: the index's place, which stays readable until gc's end
             // (a chunk moving into gc's open pack is not there for readers yet).
@@ -85,7 +102,7 @@ impl Store {
                     _ => return Ok(None),
                 }
             }
-            let settled = ch.whole_in_open.contains(&key) || {
+            let settled = ch.whole_in_open.contains(&key) || self.index.delta_base_hint(&key)?.is_none() || {
                 let pack = e.pack;
                 let level = match ch.levels.get(&pack) {
                     Some(l) => *l,

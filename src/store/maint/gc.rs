@@ -82,6 +82,8 @@ pub struct GcReport {
     pub chunks_damaged: u64,
     /// Objects of packs an earlier gc trashed, deleted now (object store only).
     pub packs_purged: u64,
+    /// Chunks settled as deltas against a relative (format 9, `delta`).
+    pub deltas_made: u64,
     pub bytes_before: u64,
     pub bytes_after: u64,
 }
@@ -286,7 +288,8 @@ impl Store {
         if rep.chunks_dropped > 0 {
             self.refuse_dropping_referenced()?;
         }
-        let (damaged, kept) = self.rewrite_packs(&mut ns, &rewrite, settling)?;
+        let (damaged, kept, deltas_made) = self.rewrite_packs(&mut ns, &rewrite, settling)?;
+        rep.deltas_made = deltas_made;
         rep.chunks_damaged = damaged + plan.damaged;
         // A pack with a live blob that could not be read stays, that blob's entry with it.
         rewrite.retain(|id| !kept.contains(id));
@@ -374,11 +377,12 @@ impl Store {
     /// Returns how many chunks were found damaged: settling copies one whose bytes do not
     /// decode to its digest as it is; a blob that does not read back intact (its checksum)
     /// is not copied, and its pack, returned in the set, must stay (one damaged chunk must
-    /// not stop every gc, nor be written anew under a checksum of its damage).
-    fn rewrite_packs(&self, ns: &mut Ns, ids: &HashSet<u64>, settling: bool) -> Result<(u64, HashSet<u64>)> {
+    /// not stop every gc, nor be written anew under a checksum of its damage). And how many
+    /// deltas it made.
+    fn rewrite_packs(&self, ns: &mut Ns, ids: &HashSet<u64>, settling: bool) -> Result<(u64, HashSet<u64>, u64)> {
         let mut kept = HashSet::new();
         if ids.is_empty() {
-            return Ok((0, kept));
+            return Ok((0, kept, 0));
         }
         let runs = self.runs_dir()?;
         // Pack ‖ offset ‖ key ‖ the rest of the entry: sorted, the blobs in their old order.
@@ -439,7 +443,7 @@ impl Store {
         }
         damaged += self.write_rewritten(ns, &mut out, &mut dicts, blobs, settling)?;
         self.seal_rewritten(ns, &mut out)?;
-        Ok((damaged, kept))
+        Ok((damaged, kept, out.bases.made))
     }
 
     /// Seals gc's open pack, if any, and moves the index entries of its blobs there.
@@ -457,7 +461,7 @@ impl Store {
         for k in out.spent.drain(..) {
             b.delete_delta_base_hint(&self.index, &k);
         }
-        out.bases.whole_in_open.clear();
+        out.bases.sealed();
         self.gc_write(ns, b)
     }
 
@@ -490,7 +494,11 @@ impl Store {
             let refs = if out.bases.enabled { self.current_refs(&out.moved, &b.key, e.refs)? } else { e.refs };
             out.moved.insert(b.key, crate::index::ChunkEntry { pack, offset: info.offset, stored_len: info.stored_len, refs, ..e.clone() });
             match (&b.base, codec) {
-                (Some((base, _)), pack::Codec::ZstdDelta) => self.raise_base(&mut out.moved, base)?,
+                (Some((base, _)), pack::Codec::ZstdDelta) => {
+                    self.raise_base(&mut out.moved, base)?;
+                    out.bases.deltas_in_open.insert(b.key, *base);
+                    out.bases.made += 1;
+                }
                 (_, pack::Codec::ZstdDelta) => {}
                 _ if settling => {
                     out.bases.whole_in_open.insert(b.key);
