@@ -172,7 +172,7 @@ pub struct ByteUse {
     pub counts: ByteCounts,
 }
 
-/// Stored bytes by what they are for. A blob's 60-byte header counts in `blob_headers`, its
+/// The bytes by what they are for. A blob's 60-byte header counts in `blob_headers`, its
 /// stored bytes (as the index gives their length) in its kind's category.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ByteCategories {
