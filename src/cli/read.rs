@@ -142,7 +142,7 @@ fn print_byte_use(u: &ByteUse) {
     for (key, bytes) in u.categories.rows() {
         let note = match key {
             "payload" => format!("{} chunks (raw, payload, payload head), {} of them with a dictionary ({})", n.payload_chunks, n.payload_dict_chunks, human(n.payload_dict_bytes)),
-            "deltas" => format!("{} chunks stored against a base chunk (blob codec 3)", n.delta_chunks),
+            "deltas" => format!("{} chunks stored against a base chunk (blob codec 3, made by gc)", n.delta_chunks),
             "headers" => format!("{} literal blocks of WARC and HTTP headers", n.header_chunks),
             "parse_prefixes" => format!("{} gzip members' parse prefixes in recipe pieces ({} before compression)", n.members, human(n.parse_prefix_raw - n.block_header_raw)),
             "block_headers" => format!("dynamic block headers kept as bits in those prefixes ({} before compression)", human(n.block_header_raw)),
