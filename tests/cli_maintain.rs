@@ -1,7 +1,8 @@
 //! End-to-end tests of the `warcfs` command line (real files, a real RocksDB index, real
 //! pack files, and the binary run as a child process): maintenance. rm and gc reclaim
 //! space, fsck finds a flipped byte and names its files, a missing or unreadable index is
-//! refused, repair rebuilds the index from the packs alone, and fsck and gc report in JSON.
+//! refused, repair rebuilds the index from the packs alone, fsck and gc report in JSON, and
+//! `stats --bytes` accounts for every byte of the store.
 
 mod common;
 
@@ -301,4 +302,61 @@ fn fsck_and_gc_report_in_json() {
     assert_eq!(num(&v, "reclaimed_bytes"), num(&v, "bytes_before") - num(&v, "bytes_after"), "{v}");
     assert!(num(&v, "reclaimed_bytes") > 0, "{v}");
     assert_fsck_clean(&store, false);
+}
+
+/// `stats --bytes` puts every byte under the store in one category: they add up to what
+/// `du -sb` counts there, each category holds what it should, and the recipe pieces' split
+/// adds up to the pieces' blobs as plain `stats` counts them.
+#[test]
+fn stats_bytes_accounts_for_every_byte_of_the_store() {
+    let tmp = TempDir::new().unwrap();
+    // A wget crawl: gzip members with dynamic blocks, payloads long enough for parse tails.
+    let (store, _) = store_with_sample(tmp.path(), "webrecorder-pywb/iana.warc.gz");
+    let du = |args: &[&str]| -> u64 {
+        let out = std::process::Command::new("du").args(args).arg(&store).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("du {args:?}: {out:?}"))
+    };
+    let breakdown = || {
+        let v: serde_json::Value = serde_json::from_slice(&ok(&["stats", &s(&store), "--bytes", "--json"]).stdout).unwrap();
+        let b = v["bytes"].clone();
+        let cats: BTreeMap<String, u64> = b["categories"].as_object().unwrap().iter().map(|(k, n)| (k.clone(), n.as_u64().unwrap())).collect();
+        assert_eq!(cats.len(), 15, "{b}");
+        assert_eq!(cats.values().sum::<u64>(), num(&b, "total"), "{b}");
+        assert_eq!(num(&b, "total"), num(&b, "under_store"), "{b}");
+        // Outside index/ the store does not change once the command is done: exactly what
+        // du counts. RocksDB appends its statistics to its info log (`index/LOG`) as it
+        // closes, so index/ may have grown since, by less than that file.
+        assert_eq!(du(&["-sb", "--exclude=index"]), num(&b, "total") - cats["index"], "{b}");
+        let index_now = du(&["-sb"]) - du(&["-sb", "--exclude=index"]);
+        let log = fs::metadata(store.join("index/LOG")).unwrap().len();
+        assert!(index_now >= cats["index"] && index_now - cats["index"] < log, "index/ is {index_now} bytes now, its LOG {log}: {b}");
+        (v, b, cats)
+    };
+
+    let (v, b, cats) = breakdown();
+    for k in ["payload", "headers", "parse_prefixes", "block_headers", "parse_tails", "recipes", "log", "blob_headers", "footers", "index", "other"] {
+        assert!(cats[k] > 0, "{k} is 0: {b}");
+    }
+    assert_eq!((cats["deltas"], cats["dead"]), (0, 0), "{b}");
+    let c = &b["counts"];
+    assert_eq!(num(c, "members"), num(&v, "gzip_members"), "{b}");
+    // Each piece's blob, split three ways by raw share, is whole again; so are the tails'
+    // and the log's blobs (60-byte headers aside).
+    let blobs = |kinds: &[&str], count: &str| kinds.iter().map(|k| cats[*k]).sum::<u64>() + 60 * num(c, count);
+    assert_eq!(blobs(&["parse_prefixes", "block_headers", "recipes"], "recipe_pieces"), num(&v, "recipe_chunk_bytes"), "{b}");
+    assert_eq!(blobs(&["parse_tails"], "parse_tails"), num(&v, "parse_tail_chunk_bytes"), "{b}");
+    assert_eq!(blobs(&["log"], "log_records"), num(&v, "log_bytes"), "{b}");
+    assert!(num(c, "parse_prefix_raw") > num(c, "block_header_raw"), "{b}");
+
+    // gc settles every pack: the packs are then blobs and footers to the byte.
+    ok(&["gc", &s(&store)]);
+    let (_, b, cats) = breakdown();
+    assert_eq!(cats["dead"], 0, "{b}");
+    assert!(cats["payload"] > 0 && cats["parse_tails"] > 0, "{b}");
+
+    // With the file removed, its chunks are dead until the next gc.
+    ok(&["rm", &s(&store), "/iana.warc.gz"]);
+    let (_, b, cats) = breakdown();
+    assert_eq!((cats["payload"], cats["parse_prefixes"], cats["recipes"]), (0, 0, 0), "{b}");
+    assert!(cats["dead"] >= num(&b["counts"], "dead_blob_bytes") && num(&b["counts"], "dead_blob_bytes") > 500_000, "{b}");
 }

@@ -172,6 +172,12 @@ pub enum Cmd {
         /// the table, for scripts.
         #[arg(long)]
         json: bool,
+        /// Also say where the bytes go: every byte under STORE (as `du -sb` counts it) in
+        /// one category: payloads, headers, parse prefixes and tails, recipes, the metadata
+        /// log, pack overhead, the index... Reads every recipe piece (with --json: the
+        /// object's "bytes").
+        #[arg(long)]
+        bytes: bool,
     },
     /// Check that every file's bytes can be rebuilt and every refcount is right.
     ///

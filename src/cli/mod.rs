@@ -85,7 +85,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
             Ok(exit::OK)
         }
-        Cmd::Stats { store, json } => read::stats(store, json),
+        Cmd::Stats { store, json, bytes } => read::stats(store, json, bytes),
         Cmd::Fsck { store, deep, json } => maintain::fsck(store, deep, json, quiet),
         Cmd::Index { store, paths, format } => read::index(store, paths, format, quiet),
         Cmd::Snapshot { store, dest } => maintain::snapshot(store, dest, quiet),

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 
 use super::{exit, human, progress, IndexFormat, INDEX_RUN_BYTES};
-use crate::store::{InodeKind, Store};
+use crate::store::{ByteUse, InodeKind, Store};
 
 pub fn cat(store: PathBuf, path: String) -> Result<i32> {
     let s = Store::open_for_reading(&store)?;
@@ -70,9 +70,10 @@ fn perms(mode: u32) -> String {
     s
 }
 
-pub fn stats(store: PathBuf, json: bool) -> Result<i32> {
+pub fn stats(store: PathBuf, json: bool, bytes: bool) -> Result<i32> {
     let s = Store::open_for_reading(&store)?;
     let st = s.stats()?;
+    let byte_use = if bytes { Some(s.byte_use()?) } else { None };
     // A mounted store also tells what its reads have cost since it was mounted.
     let reads = crate::fuse::control::read_counters(&store);
     let ingests = crate::fuse::control::ingests(&store);
@@ -83,6 +84,9 @@ pub fn stats(store: PathBuf, json: bool) -> Result<i32> {
         }
         if let (Some(i), Some(obj)) = (&ingests, v.as_object_mut()) {
             obj.insert("ingests".into(), serde_json::to_value(i)?);
+        }
+        if let (Some(u), Some(obj)) = (&byte_use, v.as_object_mut()) {
+            obj.insert("bytes".into(), serde_json::to_value(u)?);
         }
         println!("{v}");
     } else {
@@ -123,8 +127,55 @@ pub fn stats(store: PathBuf, json: bool) -> Result<i32> {
                 r.pieces_loaded
             );
         }
+        if let Some(u) = &byte_use {
+            print_byte_use(u);
+        }
     }
     Ok(exit::OK)
+}
+
+/// `stats --bytes` as a table: each category's bytes, its share and what it holds.
+fn print_byte_use(u: &ByteUse) {
+    let n = &u.counts;
+    println!();
+    println!("where the bytes go: {} bytes ({})", u.total, human(u.total));
+    for (key, bytes) in u.categories.rows() {
+        let note = match key {
+            "payload" => format!("{} chunks (raw, payload, payload head), {} of them with a dictionary ({})", n.payload_chunks, n.payload_dict_chunks, human(n.payload_dict_bytes)),
+            "deltas" => format!("{} chunks stored against a base chunk (blob codec 3, made by gc)", n.delta_chunks),
+            "headers" => format!("{} literal blocks of WARC and HTTP headers", n.header_chunks),
+            "parse_prefixes" => format!("{} gzip members' parse prefixes in recipe pieces ({} before compression)", n.members, human(n.parse_prefix_raw - n.block_header_raw)),
+            "block_headers" => format!("dynamic block headers kept as bits in those prefixes ({} before compression)", human(n.block_header_raw)),
+            "parse_tails" => format!("{} shared parse tails", n.parse_tails),
+            "recipes" => format!("{} recipe pieces, less the prefixes' share", n.recipe_pieces),
+            "dictionaries" => format!("{} zstd dictionaries", n.dictionaries),
+            "log" => format!("{} metadata log records", n.log_records),
+            "blob_headers" => format!("{} live blobs, 60 bytes each", n.live_blobs),
+            "footers" => format!("{} sealed packs' footers: their fixed part and their live blobs' entries ({} open packs have none yet)", n.sealed_packs, n.open_packs),
+            "dead" => format!("{} blobs of refcount 0 ({}), blobs no index entry names, their footer entries", n.dead_blobs, human(n.dead_blob_bytes)),
+            "index" => "the RocksDB index (index/)".to_string(),
+            "staging" => "files written through a mount, not yet ingested".to_string(),
+            _ => "settings, lock, cache/, the directories themselves".to_string(),
+        };
+        let share = if u.total > 0 { bytes as f64 * 100.0 / u.total as f64 } else { 0.0 };
+        println!("  {:<15} {bytes:>14} {:>9} {share:>5.1} %  {note}", key.replace('_', " "), human(bytes));
+    }
+    // Recipe pieces are compressed whole: their parts' shares are by raw bytes.
+    println!("(parse prefixes, block headers and recipes split each recipe piece's stored bytes by their share of its raw bytes)");
+    if u.elsewhere > 0 {
+        println!("{} bytes ({}) of it are packs in the object store; the other {} are under the store's directory", u.elsewhere, human(u.elsewhere), u.under_store);
+    } else {
+        println!("the total is what `du -sb` counts under the store's directory as this command found it (files, directories and symlinks; hard links once)");
+    }
+    if n.overrun_bytes > 0 {
+        println!("the index places {} bytes past the ends of their packs (damage: run `warcfs fsck`)", n.overrun_bytes);
+    }
+    if n.unreadable_pieces > 0 {
+        println!("{} recipe pieces could not be read, and count whole as recipes (run `warcfs fsck`)", n.unreadable_pieces);
+    }
+    if n.unplaced_entries > 0 {
+        println!("{} index entries name packs that are not there (removed by gc during the walk, or lost), and are left out", n.unplaced_entries);
+    }
 }
 
 pub fn index(store: PathBuf, paths: Vec<String>, format: IndexFormat, quiet: bool) -> Result<i32> {

@@ -55,7 +55,8 @@ pub use ingest::direct::ImportFile;
 /// How much of a file ingest reads first (and an importer splits ahead, see `Presplit`).
 pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
 pub use maint::fsck::{FsckReport, MAX_PROBLEMS};
-pub use maint::gc::{GcOptions, GcReport, ScanLimits, Stats};
+pub use maint::gc::{GcOptions, GcReport, ScanLimits};
+pub use maint::stats::{ByteCategories, ByteCounts, ByteUse, Stats};
 pub(crate) use backend::{node_base, remote_err};
 pub(crate) use foreign::Keep;
 pub(crate) use journal::{MetaRecord, CHECKPOINT_RECORDS};

@@ -1,14 +1,11 @@
-//! Whole-store passes: `stats` (what is stored and how well it dedups) and `gc` (drop
-//! unreferenced chunks, rewrite packs that are mostly dead), and the sorted reference
-//! stream that gc and `fsck` merge with the chunk table.
+//! `gc` (drop unreferenced chunks, rewrite packs that are mostly dead), and the sorted
+//! reference stream that gc and `fsck` merge with the chunk table.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::PathBuf;
 
-use serde::Serialize;
-
-use crate::store::namespace::{Inode, InodeKind};
+use crate::store::namespace::Inode;
 use crate::store::maint::settle;
 use crate::store::{io_at, Ns, Result, Store, StoreError};
 use crate::LockExt;
@@ -17,53 +14,6 @@ use crate::extsort::{Sorted, Sorter};
 use crate::index::{Batch, ChunkEntry};
 use crate::store::delta;
 use crate::pack::{self, ChunkKind, OpenPack, BLOB_HEADER_LEN};
-use crate::recipe::FileStats;
-
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Stats {
-    pub files: u64,
-    pub directories: u64,
-    pub logical_bytes: u64,
-    /// Bytes of pack files (sealed, here or in the object store, and open).
-    pub stored_bytes: u64,
-    /// Bytes of the RocksDB index on disk.
-    pub index_bytes: u64,
-    pub records: u64,
-    pub payloads: u64,
-    pub payload_bytes: u64,
-    pub unique_payloads: u64,
-    pub chunks: u64,
-    pub chunk_bytes: u64,
-    pub unreferenced_chunks: u64,
-    pub gzip_members: u64,
-    pub gzip_members_raw: u64,
-    /// Bytes of the gzip members' recorded deflate parses, as written by ingest, and the
-    /// bytes their shared tails take in packs after dedup and compression.
-    pub parse_bytes: u64,
-    pub parse_tail_chunk_bytes: u64,
-    /// Recipe pieces (chunks of their own) and the metadata log's records, in packs: what
-    /// makes the index rebuildable from the packs. Not counted in `chunks`.
-    pub recipe_chunks: u64,
-    pub recipe_chunk_bytes: u64,
-    pub log_records: u64,
-    pub log_bytes: u64,
-    /// zstd dictionaries (chunks of their own, not counted in `chunks`), and the chunks
-    /// compressed with one.
-    pub dictionaries: u64,
-    pub dictionary_bytes: u64,
-    pub dict_chunks: u64,
-    /// Chunks stored as deltas against a base (format 9), and their bytes in packs (counted
-    /// in `chunks` and `chunk_bytes` too).
-    pub delta_chunks: u64,
-    pub delta_bytes: u64,
-    pub collisions: u64,
-    pub packs: u64,
-    /// Files written through a mount whose bytes are staged, not yet ingested.
-    pub staged_files: u64,
-    pub staged_bytes: u64,
-    /// Sealed packs waiting for their upload to the object store.
-    pub uploads_waiting: u64,
-}
 
 #[derive(Clone, Debug, Default)]
 pub struct GcReport {
@@ -122,96 +72,7 @@ const GC_DEAD_SHARE: f64 = 0.10;
 /// ones they replace.
 const GC_UPLOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// Bytes and files under `path` (none if it does not exist). A file removed during the walk
-/// (a staged file being stored) is not counted; any other error is the caller's, so that
-/// `stats` never gives part of an answer as the whole.
-fn dir_usage(path: &std::path::Path) -> Result<(u64, u64)> {
-    let gone = |e: &walkdir::Error| e.io_error().is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound);
-    let (mut bytes, mut files) = (0u64, 0u64);
-    for entry in walkdir::WalkDir::new(path) {
-        let md = match entry.and_then(|e| e.metadata()) {
-            Ok(md) => md,
-            Err(e) if gone(&e) => continue,
-            Err(e) => return Err(io_at(path)(e.into())),
-        };
-        if md.is_file() {
-            bytes += md.len();
-            files += 1;
-        }
-    }
-    Ok((bytes, files))
-}
-
 impl Store {
-    pub fn stats(&self) -> Result<Stats> {
-        let mut s = Stats::default();
-        let mut fs_ = FileStats::default();
-        self.index.for_each_inode(|_, inode: Inode| {
-            match inode.kind {
-                InodeKind::File => {
-                    s.files += 1;
-                    s.logical_bytes += inode.size;
-                    fs_ += inode.stats;
-                }
-                InodeKind::Dir => s.directories += 1,
-                _ => {}
-            }
-            Ok(())
-        })?;
-        s.records = fs_.records;
-        s.payloads = fs_.payloads;
-        s.payload_bytes = fs_.payload_bytes;
-        s.gzip_members = fs_.gzip_members;
-        s.gzip_members_raw = fs_.gzip_members_raw;
-        s.parse_bytes = fs_.parse_bytes;
-        self.index.for_each_chunk(|_, e| {
-            if e.refs == 0 {
-                s.unreferenced_chunks += 1;
-                return Ok(());
-            }
-            let bytes = e.stored_len as u64 + BLOB_HEADER_LEN as u64;
-            match ChunkKind::from_u8(e.kind) {
-                ChunkKind::Meta => {
-                    s.log_records += 1;
-                    s.log_bytes += bytes;
-                    return Ok(());
-                }
-                ChunkKind::Recipe => {
-                    s.recipe_chunks += 1;
-                    s.recipe_chunk_bytes += bytes;
-                    return Ok(());
-                }
-                ChunkKind::Dict => {
-                    s.dictionaries += 1;
-                    s.dictionary_bytes += bytes;
-                    return Ok(());
-                }
-                _ => {}
-            }
-            s.dict_chunks += (e.codec == crate::pack::Codec::ZstdDict as u8) as u64;
-            if e.codec == crate::pack::Codec::ZstdDelta as u8 {
-                s.delta_chunks += 1;
-                s.delta_bytes += bytes;
-            }
-            s.chunks += 1;
-            s.chunk_bytes += bytes;
-            match ChunkKind::from_u8(e.kind) {
-                ChunkKind::PayloadHead => s.unique_payloads += 1,
-                ChunkKind::Parse => s.parse_tail_chunk_bytes += bytes,
-                _ => {}
-            }
-            Ok(())
-        })?;
-        s.collisions = self.index.meta_u64("collisions")?;
-        let sealed = self.packs.sealed_packs().map_err(io_at(&crate::store::layout::packs(&self.root)))?;
-        s.stored_bytes = sealed.iter().map(|p| p.1).sum::<u64>() + dir_usage(&crate::store::layout::packs_tmp(&self.root))?.0;
-        s.index_bytes = dir_usage(&crate::store::layout::index(&self.root))?.0;
-        s.packs = sealed.len() as u64;
-        s.uploads_waiting = self.uploads().0;
-        (s.staged_bytes, s.staged_files) = dir_usage(&crate::store::layout::staging(&self.root))?;
-        Ok(s)
-    }
-
     /// `gc_with` as `warcfs gc` runs it: settling packs too.
     pub fn gc(&self) -> Result<GcReport> {
         self.gc_with(GcOptions::default())

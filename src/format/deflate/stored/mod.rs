@@ -16,6 +16,7 @@
 //! ranks up to `RANK_STEPS` links, as older parses hold them. Byte layout: docs/FORMAT.md,
 //! "Deflate parse".
 
+mod blocks;
 mod chain;
 mod longest;
 
@@ -23,7 +24,9 @@ use super::trees;
 use chain::{resolve, Chain, Ref, RANK_STEPS, STORED_REF_STEPS, WINDOW};
 use longest::{get_longest, put_longest, LONGEST_MARK};
 pub use longest::is_optimal;
-use super::{dist_index, extension, len_index, Block, BlockKind, Match, Parse, ParseError, Result};
+pub use blocks::header_bytes;
+use blocks::{get_block, get_count, put_blocks};
+use super::{dist_index, extension, len_index, BlockKind, Match, Parse, ParseError, Result};
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -359,7 +362,6 @@ fn block_freqs(plain: &[u8], ms: &[Match], start: usize, end: usize) -> Option<(
 /// Smallest shared tail worth a chunk of its own: below this, a tail's chunk (and its index
 /// entry) would cost more than the bytes it could save.
 const MIN_TAIL_MATCHES: usize = 64;
-const MAX_HEADER_BITS: u64 = 8192;
 
 /// A parse in its stored form.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -510,27 +512,7 @@ fn read_back(stored: &Stored, plain: &[u8], written: &[Resolved], named: Option<
 /// With `named`, the tail is not written (`encode_prefix_read_back`).
 fn encode_with(p: &Parse, plain: &[u8], cut: Option<Cut>, longest: bool, mut proof: Option<&mut Vec<Resolved>>, named: bool) -> Result<Stored> {
     let mut prefix = Vec::with_capacity(64 + p.matches.len() * 4);
-    put_varint(&mut prefix, p.blocks.len() as u64);
-    let mut prev = 0u32;
-    for b in &p.blocks {
-        // Dynamic headers are kept as written (type 2), never left to be derived (type 3).
-        let (ty, extra): (u8, Option<&BlockKind>) = match &b.kind {
-            BlockKind::Stored { .. } => (0, Some(&b.kind)),
-            BlockKind::Fixed => (1, None),
-            BlockKind::Dynamic { .. } => (2, Some(&b.kind)),
-        };
-        prefix.push(b.last as u8 | ty << 1);
-        put_varint(&mut prefix, (b.end - prev) as u64);
-        prev = b.end;
-        match extra {
-            Some(BlockKind::Stored { pad }) => prefix.push(*pad),
-            Some(BlockKind::Dynamic { header, bits }) => {
-                put_varint(&mut prefix, *bits as u64);
-                prefix.extend_from_slice(header);
-            }
-            _ => {}
-        }
-    }
+    put_blocks(&mut prefix, &p.blocks);
     prefix.push(p.end_pad);
     let base = cut.map_or(0, |c| c.base);
     let (cut, k) = cut_of(p, plain, cut);
@@ -572,29 +554,18 @@ pub fn decode(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8]) -> Result<Parse>
 /// when `tail` is not given (`read_back`).
 fn decode_with(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8], sources: &mut Sources, named: Option<&[Match]>) -> Result<Parse> {
     let mut c = Cursor { b: prefix, i: 0 };
-    let n = c.bounded((plain.len() as u64 + 1) << 4)? as usize;
+    let n = get_count(&mut c, plain.len() as u64)?;
     let mut p = Parse { blocks: Vec::with_capacity(n.min(1 << 16)), ..Parse::default() };
     let mut derived = Vec::new();
     let mut end = 0u64;
     for _ in 0..n {
-        let flags = c.byte()?;
-        end += c.bounded(plain.len() as u64 - end)?;
-        let kind = match flags >> 1 {
-            0 => BlockKind::Stored { pad: c.byte()? },
-            1 => BlockKind::Fixed,
-            2 => {
-                let bits = c.bounded(MAX_HEADER_BITS)?;
-                let header = c.bytes(bits.div_ceil(8) as usize)?.to_vec();
-                BlockKind::Dynamic { header, bits: bits as u32 }
-            }
-            // zlib's header for the block's symbols, derived once the matches are read.
-            3 => BlockKind::Dynamic { header: Vec::new(), bits: 0 },
-            _ => return Err(ParseError::Damaged("block type")),
-        };
-        if flags >> 1 == 3 {
+        let (block, to_derive, _) = get_block(&mut c, plain.len() as u64, end)?;
+        end = block.end as u64;
+        // zlib's header for the block's symbols (kind 3), derived once the matches are read.
+        if to_derive {
             derived.push(p.blocks.len());
         }
-        p.blocks.push(Block { kind, last: flags & 1 != 0, end: end as u32 });
+        p.blocks.push(block);
     }
     p.end_pad = c.byte()?;
     let cut = c.bounded(plain.len() as u64)?;

@@ -2,6 +2,7 @@
 
 use super::*;
 use chain::Counted;
+use crate::format::deflate::Block;
 use flate2::{Compress, Compression, FlushCompress};
 
 /// Every dynamic block zlib writes gets the header `trees` derives from its symbols, so
@@ -432,4 +433,28 @@ fn a_tail_identity_holds_what_header_bytes_its_form_rests_on() {
     let tails: Vec<Vec<u8>> = texts.iter().map(|t| encode_read_back_at(&p, t, Some(cut), false).unwrap().0.tail.unwrap()).collect();
     assert_ne!(tails[0], tails[1], "the header byte past the source decides the stored form");
     assert_ne!(tail_identity(&p, &texts[0], cut), tail_identity(&p, &texts[1], cut));
+}
+
+/// `header_bytes` (what `stats --bytes` counts as block headers) is the bytes the writer
+/// spent on each dynamic block's kept header: its bit count's varint and its bits.
+#[test]
+fn header_bytes_are_the_kept_dynamic_headers() {
+    let text: Vec<u8> = (0..300_000u32).map(|i| b"<p class=\"x\">a b</p>\n"[(i as usize * 5 + (i as usize >> 8)) % 21] ^ (i % 241 == 0) as u8).collect();
+    // (compress_vec writes only into the room the vector has.)
+    let mut d = Vec::with_capacity(text.len());
+    Compress::new(Compression::new(6), false).compress_vec(&text, &mut d, FlushCompress::Finish).unwrap();
+    let p = super::super::record(&d, &text).unwrap();
+    let mut want = 0;
+    for b in &p.blocks {
+        if let BlockKind::Dynamic { header, bits } = &b.kind {
+            let mut v = Vec::new();
+            put_varint(&mut v, *bits as u64);
+            want += v.len() + header.len();
+        }
+    }
+    assert!(want > 20, "the text makes dynamic blocks: {:?}", p.blocks.len());
+    let stored = encode(&p, &text, Some(4096), false);
+    assert_eq!(header_bytes(&stored.prefix, text.len()).unwrap(), want);
+    // A prefix cut inside its block list is damage, not a count.
+    assert!(header_bytes(&stored.prefix[..3], text.len()).is_err());
 }
