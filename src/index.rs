@@ -233,7 +233,11 @@ impl Index {
         opts.create_missing_column_families(create.is_some());
         let hints = create.unwrap_or_else(|| has_hints(&opts, path));
         opts.set_max_background_jobs(2);
-        opts.set_keep_log_file_num(4);
+        // RocksDB's info log: warnings only, in one file. At its default level it wrote
+        // 107 KB at every open (its options, per column family) and kept four such files:
+        // 0.43 MB of a store of 6.5 MB of WARCs, 0.36 of its 0.5 MB index.
+        opts.set_log_level(rocksdb::LogLevel::Warn);
+        opts.set_keep_log_file_num(1);
         let chunk_cache = rocksdb::Cache::new_lru_cache(CHUNK_CACHE_BYTES)?;
         let cfs = CFS.iter().map(|name| {
             let mut o = Options::default();
