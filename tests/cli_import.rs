@@ -109,7 +109,7 @@ fn init_modes_and_import_of_plain_files() {
     let r = ok(&["init", &st, "--verify", "size", "--compression", "none"]);
     assert!(r.out().contains(&st), "{}", r.describe());
     let cfg: serde_json::Value = serde_json::from_slice(&fs::read(store.join("warcfs.json")).unwrap()).unwrap();
-    assert_eq!((cfg["format"].as_str(), cfg["version"].as_u64()), (Some("warcfs-store"), Some(7)), "{cfg}");
+    assert_eq!((cfg["format"].as_str(), cfg["version"].as_u64()), (Some("warcfs-store"), Some(9)), "{cfg}");
     assert_eq!((cfg["verify"].as_str(), cfg["compression"].as_str()), (Some("size"), Some("none")), "{cfg}");
     fails_with(&["init", &st], &[&st, "already exists"]);
     fails_with(&["init", &st, "--compression", "zstd"], &[&st, "already exists"]);

@@ -67,10 +67,15 @@ pub(in crate::store) fn read_all(s: &Store, name: &str) -> Vec<u8> {
 
 /// One WARC response record whose payload is `body`.
 pub(crate) fn warc_record(id: u32, body: &[u8]) -> Vec<u8> {
+    response_record(&format!("http://example.org/{id}"), id, body)
+}
+
+/// One WARC response record of `url` whose payload is `body`.
+pub(crate) fn response_record(url: &str, id: u32, body: &[u8]) -> Vec<u8> {
     let http = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n", body.len());
     let block_len = http.len() + body.len();
     let mut r = format!(
-        "WARC/1.1\r\nWARC-Type: response\r\nWARC-Record-ID: <urn:uuid:{id:08}>\r\nWARC-Target-URI: http://example.org/{id}\r\nContent-Type: application/http; msgtype=response\r\nContent-Length: {block_len}\r\n\r\n"
+        "WARC/1.1\r\nWARC-Type: response\r\nWARC-Record-ID: <urn:uuid:{id:08}>\r\nWARC-Target-URI: {url}\r\nContent-Type: application/http; msgtype=response\r\nContent-Length: {block_len}\r\n\r\n"
     )
     .into_bytes();
     r.extend_from_slice(http.as_bytes());

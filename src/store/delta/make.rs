@@ -41,7 +41,7 @@ impl Choosing {
 }
 
 /// Whether a chunk of `kind` may be a base or a delta: content-defined chunks of bytes.
-fn data(kind: u8) -> bool {
+pub(in crate::store) fn data(kind: u8) -> bool {
     matches!(ChunkKind::from_u8(kind), ChunkKind::Raw | ChunkKind::Payload | ChunkKind::PayloadHead)
 }
 

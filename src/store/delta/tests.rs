@@ -10,16 +10,7 @@ use crate::store::*;
 
 /// A response record of `url` whose payload is `body`.
 fn capture(url: &str, id: u32, body: &[u8]) -> Vec<u8> {
-    let http = format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\r\n", body.len());
-    let mut r = format!(
-        "WARC/1.1\r\nWARC-Type: response\r\nWARC-Record-ID: <urn:uuid:{id:08}>\r\nWARC-Target-URI: {url}\r\nContent-Type: application/http; msgtype=response\r\nContent-Length: {}\r\n\r\n",
-        http.len() + body.len()
-    )
-    .into_bytes();
-    r.extend_from_slice(http.as_bytes());
-    r.extend_from_slice(body);
-    r.extend_from_slice(b"\r\n\r\n");
-    r
+    response_record(url, id, body)
 }
 
 /// A page of about 40 KB, and the same page a crawl later: a line changed in its middle.

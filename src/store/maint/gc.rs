@@ -352,7 +352,7 @@ impl Store {
             let pack = o.id;
             // (Deltas made by this gc raise their bases' counts: an entry moved after that
             // carries the count as it is now, not as gc first read it.)
-            let refs = if out.bases.enabled { self.current_refs(&out.moved, &b.key, e.refs)? } else { e.refs };
+            let refs = if out.bases.made > 0 && delta::make::data(e.kind) { self.current_refs(&out.moved, &b.key, e.refs)? } else { e.refs };
             out.moved.insert(b.key, crate::index::ChunkEntry { pack, offset: info.offset, stored_len: info.stored_len, refs, ..e.clone() });
             match (&b.base, codec) {
                 (Some((base, _)), pack::Codec::ZstdDelta) => {
