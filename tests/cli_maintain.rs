@@ -324,12 +324,12 @@ fn stats_bytes_accounts_for_every_byte_of_the_store() {
         assert_eq!(cats.values().sum::<u64>(), num(&b, "total"), "{b}");
         assert_eq!(num(&b, "total"), num(&b, "under_store"), "{b}");
         // Outside index/ the store does not change once the command is done: exactly what
-        // du counts. RocksDB appends its statistics to its info log (`index/LOG`) as it
-        // closes, so index/ may have grown since, by less than that file.
+        // du counts. RocksDB may append to its info log (`index/LOG`, warnings only) as it
+        // closes, so index/ may have grown since, by no more than that file.
         assert_eq!(du(&["-sb", "--exclude=index"]), num(&b, "total") - cats["index"], "{b}");
         let index_now = du(&["-sb"]) - du(&["-sb", "--exclude=index"]);
         let log = fs::metadata(store.join("index/LOG")).unwrap().len();
-        assert!(index_now >= cats["index"] && index_now - cats["index"] < log, "index/ is {index_now} bytes now, its LOG {log}: {b}");
+        assert!(index_now >= cats["index"] && index_now - cats["index"] <= log, "index/ is {index_now} bytes now, its LOG {log}: {b}");
         (v, b, cats)
     };
 

@@ -343,14 +343,13 @@ impl Store {
         let (c, n) = (&mut u.categories, &mut u.counts);
         (c.index, c.staging, c.other, c.dead) = (w.index, w.staging, w.other, w.spare_packs);
         let mut packs = w.packs;
-        if self.config.backend.is_some() {
-            let listed = self.packs.sealed_packs().map_err(io_at(&layout::packs(&self.root)))?;
-            for (id, size) in listed {
-                if let Entry::Vacant(v) = packs.entry(id) {
-                    v.insert(PackFile { size, sealed: true, live_bytes: 0, live_blobs: 0 });
-                    u.elsewhere += size;
-                    n.packs_elsewhere += 1;
-                }
+        // Sealed packs not on this disk (in a bucket; on a local store, none).
+        let listed = self.packs.sealed_packs().map_err(io_at(&layout::packs(&self.root)))?;
+        for (id, size) in listed {
+            if let Entry::Vacant(v) = packs.entry(id) {
+                v.insert(PackFile { size, sealed: true, live_bytes: 0, live_blobs: 0 });
+                u.elsewhere += size;
+                n.packs_elsewhere += 1;
             }
         }
         for item in self.index.chunk_iter() {
