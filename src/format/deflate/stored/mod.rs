@@ -8,7 +8,8 @@
 //!
 //! Three choices trade a little space for rebuild speed, measured on the crawl corpus: dynamic
 //! headers are kept as the bits they were written as (deriving zlib's from the block's
-//! symbols, as parses before format 5 ask, took a quarter of a rebuild; the bits cost the corpus's store 1.6 MB);
+//! symbols, as parses before format 5 ask, took a quarter of a rebuild; the bits cost the
+//! corpus's store 1.6 MB);
 //! a source of a match of implied length (zlib's, GNU gzip's) more than
 //! `STORED_REF_STEPS` links down its chain is stored as its distance (5 % of matches took
 //! half of all chain steps); and text with few matches has them all stored as distances, so
