@@ -169,15 +169,6 @@ impl PackReader {
         })
     }
 
-    /// Forgets base `key`'s bytes (gc lowered its count: it may go, and its key name other
-    /// bytes one day).
-    pub fn forget_base(&self, key: &ChunkKey) {
-        let mut kept = self.bases.locked();
-        if let Some(old) = kept.0.pop(key) {
-            kept.1 -= old.len();
-        }
-    }
-
     /// Forgets every base's bytes (gc dropped chunks: a key dropped may be given to other
     /// bytes, as a collision's next seq).
     pub fn forget_bases(&self) {

@@ -56,7 +56,6 @@ impl Lowered {
             StoreError::RefcountUnderflow { chunk: base.to_string(), refs: -1 }
         })?;
         self.entries.insert(base, ChunkEntry { refs, ..entry });
-        store.packs.forget_base(&base);
         Ok(())
     }
 
@@ -73,6 +72,10 @@ impl Store {
     /// (so the index never counts a reference from a delta it does not hold); returns how
     /// many. First, as for every drop, every recipe is read to prove none uses them.
     pub(in crate::store) fn drop_dead_deltas(&self, ns: &mut Ns) -> Result<u64> {
+        // A store whose format has no deltas holds none: no scan of its chunk table.
+        if !crate::store::deltas(self.config.version) {
+            return Ok(0);
+        }
         let dead = |e: &ChunkEntry| e.refs == 0 && e.codec == Codec::ZstdDelta as u8;
         let mut any = false;
         for item in self.index.chunk_iter() {
@@ -108,6 +111,9 @@ impl Store {
 
     /// Adds to `sorter` one reference to each delta's base, under `DELTA_REFERENCE`.
     pub(in crate::store) fn delta_references(&self, sorter: &mut Sorter<RefRecord>, runs: &Path) -> Result<()> {
+        if !crate::store::deltas(self.config.version) {
+            return Ok(());
+        }
         for item in self.index.chunk_iter() {
             let (k, e) = item?;
             if e.codec != Codec::ZstdDelta as u8 {

@@ -292,7 +292,9 @@ pub(crate) fn build_index(
         rep.problems.extend(name_recipes(&idx, unreadable)?);
     }
     // And each delta's reference to its base.
-    crate::store::delta::bases::count_delta_references(&idx, &packs, &mut refs, &mut rep.problems)?;
+    if crate::store::deltas(config.version) {
+        crate::store::delta::bases::count_delta_references(&idx, &packs, &mut refs, &mut rep.problems)?;
+    }
     let mut b = Batch::new();
     let mut in_batch = 0usize;
     for (key, n) in refs {
