@@ -41,14 +41,14 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     let quiet = cli.quiet;
     match cli.cmd {
-        Cmd::Init { store, verify, compression, pack_size, backend: None, .. } => {
-            let config = Config { verify, compression, pack_size, ..Config::default() };
+        Cmd::Init { store, verify, compression, parses, pack_size, backend: None, .. } => {
+            let config = Config { verify, compression, pack_size, version: parses.version(), ..Config::default() };
             Store::init(&store, config)?;
-            println!("initialised {} (verify {verify:?}, compression {compression:?})", store.display());
+            println!("initialised {} (verify {verify:?}, compression {compression:?}, parses {parses:?})", store.display());
             Ok(exit::OK)
         }
-        Cmd::Init { store, verify, compression, pack_size, backend: Some(url), cache_size, writers, node_name } => {
-            let config = Config { verify, compression, pack_size, cache_size, ..Config::default() };
+        Cmd::Init { store, verify, compression, parses, pack_size, backend: Some(url), cache_size, writers, node_name } => {
+            let config = Config { verify, compression, pack_size, cache_size, version: parses.version(), ..Config::default() };
             match crate::nodes::init_remote(&store, &url, config, writers, node_name)? {
                 crate::nodes::Joined::Created(s) => {
                     let writes = s.config().node_name.as_ref().map(|n| format!(", writing under /{n}/")).unwrap_or_default();

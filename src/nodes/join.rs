@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::bucket::client::{Remote, RemotePacks};
 use crate::bucket::{gc_generation, hostname, signature_of, PackList};
-use crate::store::{io_at, remote_err, Config, Opening, RepairReport, Result, Store, StoreError, Writers, FORMAT_NAME, FORMAT_VERSION, SHARED_FORMAT_VERSION};
+use crate::store::{io_at, remote_err, Config, Opening, RepairReport, Result, Store, StoreError, Writers, FORMAT_NAME, SHARED_FORMAT_VERSION};
 
 /// `repair index`, and a node joining a bucket's store: the index rebuilt from the packs
 /// (`store::rebuild_index`), then the store opened once, which applies nothing more (the
@@ -184,7 +184,9 @@ pub fn init_remote(root: &Path, url: &str, mut config: Config, writers: Option<W
     }
     let remote = Remote::connect(url).map_err(remote_err(url))?;
     let existing = remote.get(BUCKET_CONFIG).map_err(remote_err(url))?;
-    config.version = if writers == Some(Writers::Several) { SHARED_FORMAT_VERSION } else { FORMAT_VERSION };
+    if writers == Some(Writers::Several) {
+        config.version = SHARED_FORMAT_VERSION;
+    }
     config.backend = Some(url.to_string());
     let existing_version = match &existing {
         Some(bytes) => serde_json::from_slice::<Shared>(bytes).ok().map(|s| s.version),

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{FORMAT_NAME, FORMAT_VERSION, PACK_TARGET};
+use super::{DELTAS_V9, FORMAT_NAME, FORMAT_VERSION, PACK_TARGET};
 
 /// How a digest hit is proven to be the same bytes before it is shared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -33,6 +33,31 @@ pub enum Writers {
     One,
     /// Several at once, each under its own directory at the root (format version 6 or 8).
     Several,
+}
+
+/// How a store keeps its gzip members' deflate parses (`init --parses`), fixed at init by
+/// the store's format version.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Parses {
+    /// Every match ranked on the text's own chains (version 9): a member rebuilds at about
+    /// 340 MB/s of its text.
+    #[default]
+    Fast,
+    /// zlib's own search, cut short, and where it must be corrected (version 10;
+    /// `format::deflate::predict`): a fifth of the parse bytes, but a member rebuilds at
+    /// about a third of the speed and imports take three times as long. For stores written
+    /// once and read seldom.
+    Compact,
+}
+
+impl Parses {
+    /// The format version a new store one node writes is made at.
+    pub fn version(self) -> u32 {
+        match self {
+            Parses::Fast => DELTAS_V9,
+            Parses::Compact => FORMAT_VERSION,
+        }
+    }
 }
 
 /// The store's settings, fixed at init.
@@ -70,7 +95,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             format: FORMAT_NAME.into(),
-            version: FORMAT_VERSION,
+            version: Parses::default().version(),
             verify: Verify::Bytes,
             compression: Compression::Zstd,
             pack_size: PACK_TARGET,

@@ -47,7 +47,7 @@ use crate::index::{Index, IndexError};
 use crate::pack::{self, OpenPack, PackError, PackReader};
 
 pub use read::ahead::{ReadAhead, START_AFTER as STREAMING_RUN};
-pub use config::{Compression, Config, Verify, Writers};
+pub use config::{Compression, Config, Parses, Verify, Writers};
 pub use fsops::{FileUsage, Prepared};
 pub use ingest::{Presplit, Source};
 pub use ingest::source::Spares;
@@ -73,11 +73,14 @@ pub use space::{Space, DEFAULT_MIN_FREE};
 pub use mode::{Mode, Share, SETTLE_REMOTE_BUDGET};
 
 pub const FORMAT_NAME: &str = "warcfs-store";
-/// The version new stores are made at: 9, version 7 whose payload chunks gc may store as
-/// deltas against a relative (`pack::Codec::ZstdDelta`, `delta`), with the index's hint
-/// column families. Stores of version 7 are read and written as they are (no deltas, no
-/// hints), so the warcfs that made them still reads them; one that does not know 9 refuses
-/// it instead of failing on its first delta.
+/// The version new stores are made at: 10, version 9 whose gzip members' parses may be in
+/// the predicted form (zlib's own search, cut short, and its corrections:
+/// `format::deflate::predict`), cut where a match ends. Stores of version 9 are read and
+/// written as they are (no predicted parses), so the warcfs that made them still reads
+/// them; one that does not know 10 refuses it instead of failing on its first such parse.
+/// 9: version 7 whose payload chunks gc may store as deltas against a relative
+/// (`pack::Codec::ZstdDelta`, `delta`), with the index's hint column families. Stores of
+/// version 7 are read and written as they are (no deltas, no hints).
 /// 8: version 6 whose parses may be in the longest form (as 7); a store several nodes write
 /// is not settled by gc, so it holds no deltas and stays at 8.
 /// 7: version 5 whose gzip members' parses may be in the longest form (an optimal parser's,
@@ -93,7 +96,7 @@ pub const FORMAT_NAME: &str = "warcfs-store";
 /// Stores of versions 3 and 4 are read and written as they are (without dictionaries), so
 /// the warcfs that made them still reads them; one that does not know version 5 refuses a
 /// new store instead of failing on its first dictionary chunk.
-pub const FORMAT_VERSION: u32 = 9;
+pub const FORMAT_VERSION: u32 = 10;
 /// The versions read besides `FORMAT_VERSION`: 3 (local packs only) and 4 (an object store).
 pub const LOCAL_V3: u32 = 3;
 pub const REMOTE_FORMAT_VERSION: u32 = 4;
@@ -103,12 +106,14 @@ pub const DICT_FORMAT_VERSION: u32 = 5;
 pub const SHARED_V6: u32 = 6;
 /// Version 7 stores (parses in the longest form, no deltas), read and written as they are.
 pub const LONGEST_V7: u32 = 7;
+/// Version 9 stores (deltas, no predicted parses), read and written as they are.
+pub const DELTAS_V9: u32 = 9;
 /// A bucket-backed store that several nodes write at once (`init --backend URL --writers
 /// several`): version 7 with per-node namespaces and metadata logs (`nodes`). A warcfs
 /// that knows only one writer per bucket refuses it.
 pub const SHARED_FORMAT_VERSION: u32 = 8;
 /// Every version this warcfs reads and writes.
-pub const VERSIONS: [u32; 7] = [LOCAL_V3, REMOTE_FORMAT_VERSION, DICT_FORMAT_VERSION, SHARED_V6, LONGEST_V7, SHARED_FORMAT_VERSION, FORMAT_VERSION];
+pub const VERSIONS: [u32; 8] = [LOCAL_V3, REMOTE_FORMAT_VERSION, DICT_FORMAT_VERSION, SHARED_V6, LONGEST_V7, SHARED_FORMAT_VERSION, DELTAS_V9, FORMAT_VERSION];
 
 /// Whether a store of `version` may hold parses in the longest form (7, 8 and 9).
 pub fn longest_parses(version: u32) -> bool {
@@ -116,8 +121,13 @@ pub fn longest_parses(version: u32) -> bool {
 }
 
 /// Whether a store of `version` may hold deltas, and keeps the hints that find their bases
-/// (9; not 8, which several nodes write and gc does not settle).
+/// (9 and 10; not 8, which several nodes write and gc does not settle).
 pub fn deltas(version: u32) -> bool {
+    version >= DELTAS_V9
+}
+
+/// Whether a store of `version` may hold parses in the predicted form (10).
+pub fn predicted_parses(version: u32) -> bool {
     version >= FORMAT_VERSION
 }
 pub(crate) use layout::CONFIG_FILE;
@@ -159,7 +169,7 @@ pub enum StoreError {
     Io { path: PathBuf, err: io::Error },
     #[error("{0}: not a warcfs store (no {CONFIG_FILE}, and the directory is not empty)")]
     NotAStore(PathBuf),
-    #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} versions {LOCAL_V3}, {REMOTE_FORMAT_VERSION} (packs in an object store), {DICT_FORMAT_VERSION} and {LONGEST_V7} (dictionaries), {FORMAT_VERSION} (deltas), and {SHARED_V6} and {SHARED_FORMAT_VERSION} (several writers) (to move files over, read them with the warcfs that wrote the store and import them into a new one)")]
+    #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} versions {LOCAL_V3}, {REMOTE_FORMAT_VERSION} (packs in an object store), {DICT_FORMAT_VERSION} and {LONGEST_V7} (dictionaries), {DELTAS_V9} (deltas), {FORMAT_VERSION} (predicted parses), and {SHARED_V6} and {SHARED_FORMAT_VERSION} (several writers) (to move files over, read them with the warcfs that wrote the store and import them into a new one)")]
     Format { path: PathBuf, found: String },
     #[error("{path}: store is in use by process {pid}")]
     Busy { path: PathBuf, pid: String },

@@ -26,6 +26,7 @@ use thiserror::Error;
 
 mod bits;
 mod inflate;
+pub mod predict;
 mod stored;
 mod trees;
 
@@ -433,4 +434,4 @@ pub fn replay(parse: &Parse, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -14,7 +14,7 @@ fn zlib(plain: &[u8], level: u32) -> Vec<u8> {
 /// `plain` deflated by zlib at `level` with `strategy` (0 default, 1 filtered, 2 Huffman
 /// only, 3 RLE, 4 fixed codes) and `mem_level`, through libz-sys directly (flate2 exposes
 /// neither setting).
-fn zlib_with(t: &[u8], level: u32, strategy: u32, mem_level: i32) -> Vec<u8> {
+pub(super) fn zlib_with(t: &[u8], level: u32, strategy: u32, mem_level: i32) -> Vec<u8> {
     let len = t.len();
     unsafe {
         extern "C" fn zalloc(_: *mut libc::c_void, n: u32, size: u32) -> *mut libc::c_void {
@@ -42,7 +42,7 @@ fn zlib_with(t: &[u8], level: u32, strategy: u32, mem_level: i32) -> Vec<u8> {
     }
 }
 
-fn text(n: usize, seed: u32) -> Vec<u8> {
+pub(super) fn text(n: usize, seed: u32) -> Vec<u8> {
     let mut v = Vec::with_capacity(n);
     let mut x = seed;
     while v.len() < n {

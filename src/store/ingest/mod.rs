@@ -22,6 +22,8 @@ pub(in crate::store) mod source;
 pub(in crate::store) mod tails;
 #[cfg(test)]
 mod tail_tests;
+#[cfg(test)]
+mod predicted_tests;
 
 use std::borrow::Cow;
 use std::sync::MutexGuard;
@@ -246,14 +248,14 @@ impl Store {
             // Finding and inflating the members of a window, and proving their parses, on
             // threads of their own while this one stores the window before.
             let mut arc_mode = false;
-            let longest = crate::store::longest_parses(self.config.version);
+            let forms = ready::Forms::of(self.config.version);
             let prepare = |offset, data: Cow<'s, [u8]>, last| {
                 let sw = split.take_for(offset, &data).unwrap_or_else(|| split_window_in(&data, last, win, spare.text.take(plain_room(data.len(), win))));
                 let consumed = sw.consumed;
                 (consumed > 0).then_some(((offset, data, sw), consumed))
             };
             let finish = |(offset, data, sw): (u64, Cow<'s, [u8]>, _)| {
-                let ready = Ready::make(&data, sw, offset == 0, &mut arc_mode, longest, &self.tails);
+                let ready = Ready::make(&data, sw, offset == 0, &mut arc_mode, forms, &self.tails);
                 Proven { data, ready }
             };
             windows_ahead(src, total, win, &spare.data, prepare, finish, begin, |w: &mut MutexGuard<'a, Writer>, mut p: Proven<'s>| {

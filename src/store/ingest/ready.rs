@@ -117,6 +117,20 @@ pub(in crate::store) fn prove_member(data: &[u8], window_plain: &[u8], m: &Membe
     proven(&back).then_some(Proof { stored, crc, trailer, tail: TailFrom::Encoded(identity), place })
 }
 
+/// The parse forms a store's format allows a writer: the longest form (7 and later) and the
+/// predicted form (10), whose cut falls where a match ends.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::store) struct Forms {
+    pub longest: bool,
+    pub predicted: bool,
+}
+
+impl Forms {
+    pub(in crate::store) fn of(version: u32) -> Forms {
+        Forms { longest: crate::store::longest_parses(version), predicted: crate::store::predicted_parses(version) }
+    }
+}
+
 /// Each member's proof, in member order; None for a member kept raw.
 pub(in crate::store) type Proofs = Vec<Option<Proof>>;
 
@@ -134,12 +148,12 @@ impl Ready {
     /// window of which nothing could be used is left as it is (the ingest reads it again,
     /// larger). With `longest` (a store of format 7 or 8), an optimal parser's members'
     /// parses are stored in the longest form.
-    pub(in crate::store) fn make(data: &[u8], mut sw: SplitWindow, first: bool, arc_mode: &mut bool, longest: bool, known: &KnownTails) -> Ready {
+    pub(in crate::store) fn make(data: &[u8], mut sw: SplitWindow, first: bool, arc_mode: &mut bool, forms: Forms, known: &KnownTails) -> Ready {
         if sw.consumed == 0 {
             return Ready { sw, seg: warc::Segmentation::default(), parses: Vec::new() };
         }
         let seg = warc::segment_window(&sw.plain, first, true, arc_mode).0;
-        let parses = prove_members(&data[..sw.consumed], &sw, &seg, longest, known);
+        let parses = prove_members(&data[..sw.consumed], &sw, &seg, forms, known);
         // The parses as recorded are done with: the window waits for its storing without them.
         for r in &mut sw.regions {
             if let Region::Member(m) = r {
@@ -204,7 +218,7 @@ impl Presplit {
 /// Records and proves the parse of every member of `sw` (whose regions tile `data`) on two
 /// threads: most of the CPU of ingest. Largest members first, so one slow member does not
 /// finish alone at the end.
-fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation, longest: bool, known: &KnownTails) -> Proofs {
+fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation, forms: Forms, known: &KnownTails) -> Proofs {
     let plain = &sw.plain[..];
     let members: Vec<&Member> = sw
         .regions
@@ -216,10 +230,10 @@ fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation, longes
         .collect();
     let mut order: Vec<usize> = (0..members.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(members[i].plain_len));
-    let places = places(&members, seg);
+    let places = places(&members, seg, forms.predicted);
     let work = |_: &mut (), i: usize| {
         crate::failpoint::panic_at("prove");
-        prove_member(data, plain, members[i], places[i], longest, Some(known))
+        prove_member(data, plain, members[i], places[i], forms.longest, Some(known))
     };
     let proofs = each_of(Workers::Proving, &order, members.len(), || (), work);
     proofs.into_iter().map(Option::flatten).collect()
@@ -231,7 +245,7 @@ fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation, longes
 /// before the cut is kept in the recipe, whose pieces must stay small whatever a member
 /// holds (one without a payload, a huge header). The tail's text starts at the payload's
 /// start (`Cut::base`), and so does what its copies must share (`Place::payload`).
-pub(in crate::store) fn places(members: &[&Member], seg: &warc::Segmentation) -> Vec<Place> {
+pub(in crate::store) fn places(members: &[&Member], seg: &warc::Segmentation, predicted: bool) -> Vec<Place> {
     let payloads: Vec<(u64, u64)> = seg.spans.iter().filter(|s| s.kind == SpanKind::Payload).map(|s| (s.start, s.start + s.len)).collect();
     members
         .iter()
@@ -244,7 +258,7 @@ pub(in crate::store) fn places(members: &[&Member], seg: &warc::Segmentation) ->
                 None => (PARSE_INLINE_TEXT, 0),
             };
             let at = at.min(PARSE_INLINE_TEXT);
-            let cut = deflate::Cut { at: at as usize, base: base.min(at) as usize };
+            let cut = deflate::Cut { at: at as usize, base: base.min(at) as usize, predicted };
             // (A payload that starts past PARSE_INLINE_TEXT has header text after the cut:
             // no chunk of its payload would stand for that, so its tail is never named.)
             let payload = payloads.get(i).filter(|&&(a, e)| a >= ps && a < pe && a - ps == cut.base as u64 && e <= pe && pe - e <= MAX_AFTER_PAYLOAD).copied();

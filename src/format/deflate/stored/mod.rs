@@ -21,7 +21,7 @@ mod blocks;
 mod chain;
 mod longest;
 
-use super::trees;
+use super::{predict, trees};
 use chain::{resolve, Chain, Ref, RANK_STEPS, STORED_REF_STEPS, WINDOW};
 use longest::{get_longest, put_longest, LONGEST_MARK};
 pub use longest::is_optimal;
@@ -257,8 +257,10 @@ enum Sources<'a> {
     /// `resolve`, on a chain filled up to each match as it is read: reading a stored parse.
     Chain(Chain),
     /// The refs as the encoder wrote them, in order, and what `resolve` gave for each on its
-    /// own chain: ingest's proof (`encode_read_back`).
-    Written(std::slice::Iter<'a, Resolved>),
+    /// own chain: ingest's proof (`encode_read_back`). With them the recorded matches,
+    /// which a section in the predicted form stands for: the loop that wrote it emitted
+    /// exactly those, and a reader runs the same loop with the same corrections.
+    Written(std::slice::Iter<'a, Resolved>, &'a [Match]),
 }
 
 impl Sources<'_> {
@@ -274,7 +276,7 @@ impl Sources<'_> {
                 }
                 resolve(chain, plain, pos, r, lc)
             }
-            Sources::Written(written) => match written.next() {
+            Sources::Written(written, _) => match written.next() {
                 Some(w) if w.is(pos, r, lc) => Ok(w.source()),
                 _ => Err(ParseError::Damaged("reads back other than written")),
             },
@@ -283,7 +285,18 @@ impl Sources<'_> {
 }
 
 /// Reads what `put_matches` wrote; returns the bytes it took.
-fn get_matches(b: &[u8], from: u64, plain: &[u8], sources: &mut Sources, out: &mut Vec<Match>) -> Result<usize> {
+fn get_matches(b: &[u8], from: u64, to: u64, stored: &[(u32, u32)], plain: &[u8], sources: &mut Sources, out: &mut Vec<Match>) -> Result<usize> {
+    if let Some(rest) = b.strip_prefix(&predict::PREDICTED_MARK[..]) {
+        let used = match sources {
+            Sources::Written(_, recorded) => {
+                let (a, z) = (recorded.partition_point(|m| (m.pos as u64) < from), recorded.partition_point(|m| (m.pos as u64) < to));
+                out.extend_from_slice(&recorded[a..z]);
+                predict::section_len(rest, (to - from) as usize)?
+            }
+            Sources::Chain(_) => predict::get_section(rest, plain, from as usize, to as usize, stored, out)?,
+        };
+        return Ok(predict::PREDICTED_MARK.len() + used);
+    }
     if let Some(rest) = b.strip_prefix(&LONGEST_MARK[..]) {
         // Ingest's proof reads a parse with longest-form sections back as a reader does.
         let Sources::Chain(chain) = sources else { return Err(ParseError::Damaged("reads back other than written")) };
@@ -406,7 +419,7 @@ pub fn encode_read_back_at(p: &Parse, plain: &[u8], cut: Option<Cut>, longest: b
     }
     let mut proof = Vec::with_capacity(p.matches.len());
     let stored = encode_with(p, plain, cut, false, Some(&mut proof), false)?;
-    let back = read_back(&stored, plain, &proof, None)?;
+    let back = read_back(&stored, plain, &proof, &p.matches, None)?;
     // The proof stands for what a reader does; every debug build (the tests) checks that.
     debug_assert_eq!(decode(&stored.prefix, stored.tail.as_deref(), plain).as_ref(), Ok(&back));
     Ok((stored, back))
@@ -423,7 +436,8 @@ pub fn encode_prefix_read_back(p: &Parse, plain: &[u8], cut: Cut) -> Result<Opti
     }
     let mut proof = Vec::with_capacity(k);
     let stored = encode_with(p, plain, Some(cut), false, Some(&mut proof), true)?;
-    let back = read_back(&stored, plain, &proof, Some(&p.matches[k..]))?;
+    let back = read_back(&stored, plain, &proof, &p.matches, Some(&p.matches[k..]))?;
+    debug_assert_eq!(decode_with(&stored.prefix, None, plain, &mut Sources::Chain(Chain::new(plain.len())), Some(&p.matches[k..])).as_ref(), Ok(&back));
     Ok(Some((stored, back)))
 }
 
@@ -431,16 +445,19 @@ pub fn encode_prefix_read_back(p: &Parse, plain: &[u8], cut: Cut) -> Result<Opti
 /// on. `base` (at most `at`; ingest gives the payload's start) is where the text the tail
 /// depends on starts: the tail's matches whose sources lie before it (in the headers, which
 /// differ from one copy of a payload to the next) are stored as distances, so the tail's
-/// bytes follow from the text from `base` on and its own matches (`tail_identity`).
+/// bytes follow from the text from `base` on and its own matches (`tail_identity`). With
+/// `predicted` (a store of format 10), sections may take the predicted form, and the cut
+/// falls at the end of the first match that reaches `at`, where zlib's loop starts afresh.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cut {
     pub at: usize,
     pub base: usize,
+    pub predicted: bool,
 }
 
 impl Cut {
     pub fn at(at: usize) -> Cut {
-        Cut { at, base: 0 }
+        Cut { at, base: 0, predicted: false }
     }
 }
 
@@ -448,6 +465,14 @@ impl Cut {
 /// when what would follow the cut is too small a tail.
 fn cut_of(p: &Parse, plain: &[u8], cut: Option<Cut>) -> (usize, usize) {
     let (cut, k) = match cut {
+        Some(Cut { at, predicted: true, .. }) => {
+            // The end of the first match that reaches `at`.
+            let j = p.matches.partition_point(|m| (m.pos as usize + m.len as usize) < at);
+            match p.matches.get(j) {
+                Some(m) => (m.pos as usize + m.len as usize, j + 1),
+                None => (plain.len(), p.matches.len()),
+            }
+        }
         Some(Cut { at, .. }) => {
             let k = p.matches.partition_point(|m| (m.pos as usize) < at);
             let cut = match k.checked_sub(1).map(|i| p.matches[i]) {
@@ -481,6 +506,7 @@ pub fn tail_identity(p: &Parse, plain: &[u8], cut: Cut) -> Option<Vec<u8>> {
     }
     let tail = &p.matches[k..];
     let mut id = Vec::with_capacity(16 + tail.len() * 4);
+    id.push(cut.predicted as u8);
     put_varint(&mut id, Chain::table_bits(plain.len()) as u64);
     put_varint(&mut id, (plain.len() - cut.base) as u64);
     put_varint(&mut id, (at - cut.base) as u64);
@@ -499,11 +525,11 @@ pub fn tail_identity(p: &Parse, plain: &[u8], cut: Cut) -> Option<Vec<u8>> {
 /// `stored` read as `decode` reads it, each source taken from `written` (the refs as the
 /// encoder wrote them, in order, and what they resolved to); with `named`, `stored` has
 /// no tail of its own and these are its matches.
-fn read_back(stored: &Stored, plain: &[u8], written: &[Resolved], named: Option<&[Match]>) -> Result<Parse> {
-    let mut sources = Sources::Written(written.iter());
+fn read_back(stored: &Stored, plain: &[u8], written: &[Resolved], recorded: &[Match], named: Option<&[Match]>) -> Result<Parse> {
+    let mut sources = Sources::Written(written.iter(), recorded);
     let back = decode_with(&stored.prefix, stored.tail.as_deref(), plain, &mut sources, named)?;
     match sources {
-        Sources::Written(rest) if rest.len() == 0 => Ok(back),
+        Sources::Written(rest, _) if rest.len() == 0 => Ok(back),
         _ => Err(ParseError::Damaged("reads back other than written")),
     }
 }
@@ -516,8 +542,8 @@ fn encode_with(p: &Parse, plain: &[u8], cut: Option<Cut>, longest: bool, mut pro
     put_blocks(&mut prefix, &p.blocks);
     prefix.push(p.end_pad);
     let base = cut.map_or(0, |c| c.base);
-    let (cut, k) = cut_of(p, plain, cut);
-    put_varint(&mut prefix, cut as u64);
+    let (at, k) = cut_of(p, plain, cut);
+    put_varint(&mut prefix, at as u64);
     if longest {
         // Both sections in the longest form, or (a match where no candidate is found) the
         // whole parse in the ranked form, on a fresh chain.
@@ -528,16 +554,28 @@ fn encode_with(p: &Parse, plain: &[u8], cut: Option<Cut>, longest: bool, mut pro
             if k == p.matches.len() {
                 return Ok(Stored { prefix: pre, tail: None, longest: true });
             }
-            if put_longest(&mut t, &p.matches[k..], cut as u32, plain, &mut chain) {
+            if put_longest(&mut t, &p.matches[k..], at as u32, plain, &mut chain) {
                 return Ok(Stored { prefix: pre, tail: Some(t), longest: true });
             }
         }
     }
     let mut chain = Chain::new(plain.len());
-    put_matches(&mut prefix, &p.matches[..k], 0, 0, plain, &mut chain, proof.as_deref_mut())?;
+    let predicted = cut.is_some_and(|c| c.predicted);
+    // The member's own blocks bound where its prefix's loop may choose freely; a tail's
+    // loop takes none, so that its bytes follow from its text alone. Text with few matches
+    // (images, compressed payloads) keeps the ranked form: its loop would search at every
+    // position, where the ranked form builds no chain at all.
+    let stored = if predicted { predict::stored_ranges(&p.blocks) } else { Vec::new() };
+    let dense = |ms: &[Match], from: usize, to: usize| ms.len() as u64 * 1024 >= (to - from) as u64 * SPARSE_PER_KIB;
+    let predicted_at = |from: usize, to: usize, ms: &[Match]| predicted && dense(ms, from, to);
+    if !(predicted_at(0, at, &p.matches[..k]) && predict::put_section(&mut prefix, plain, 0, 0, at, &stored, &p.matches[..k]).is_some()) {
+        put_matches(&mut prefix, &p.matches[..k], 0, 0, plain, &mut chain, proof.as_deref_mut())?;
+    }
     let tail = if k < p.matches.len() && !named {
         let mut t = Vec::with_capacity((p.matches.len() - k) * 2);
-        put_matches(&mut t, &p.matches[k..], cut as u32, base, plain, &mut chain, proof)?;
+        if !(predicted_at(at, plain.len(), &p.matches[k..]) && predict::put_section(&mut t, plain, base, at, plain.len(), &[], &p.matches[k..]).is_some()) {
+            put_matches(&mut t, &p.matches[k..], at as u32, base, plain, &mut chain, proof)?;
+        }
         Some(t)
     } else {
         None
@@ -570,7 +608,8 @@ fn decode_with(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8], sources: &mut S
     }
     p.end_pad = c.byte()?;
     let cut = c.bounded(plain.len() as u64)?;
-    let used = get_matches(&prefix[c.i..], 0, plain, sources, &mut p.matches)?;
+    let stored = predict::stored_ranges(&p.blocks);
+    let used = get_matches(&prefix[c.i..], 0, cut, &stored, plain, sources, &mut p.matches)?;
     if c.i + used != prefix.len() {
         return Err(ParseError::Damaged("trailing bytes"));
     }
@@ -580,7 +619,7 @@ fn decode_with(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8], sources: &mut S
     match (tail, named) {
         (None, Some(ms)) if cut < plain.len() as u64 && ms.first().is_some_and(|m| m.pos as u64 >= cut) => p.matches.extend_from_slice(ms),
         (_, Some(_)) => return Err(ParseError::Damaged("reads back other than written")),
-        (Some(t), None) if get_matches(t, cut, plain, sources, &mut p.matches)? != t.len() => return Err(ParseError::Damaged("trailing bytes")),
+        (Some(t), None) if get_matches(t, cut, plain.len() as u64, &[], plain, sources, &mut p.matches)? != t.len() => return Err(ParseError::Damaged("trailing bytes")),
         (Some(_), None) => {}
         (None, None) if cut != plain.len() as u64 => return Err(ParseError::Damaged("tail missing")),
         (None, None) => {}

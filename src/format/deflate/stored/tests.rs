@@ -99,7 +99,7 @@ fn the_proof_refuses_bytes_other_than_written() {
     let (_, p) = zlib9(&text);
     let mut proof = Vec::new();
     let s = encode_with(&p, &text, None, false, Some(&mut proof), false).unwrap();
-    assert_eq!(read_back(&s, &text, &proof, None).unwrap(), p);
+    assert_eq!(read_back(&s, &text, &proof, &p.matches, None).unwrap(), p);
     assert!(proof.len() > 100, "{}", proof.len());
     // Another ref, position or length column at one match: the same columns' lengths, other
     // bytes.
@@ -108,13 +108,13 @@ fn the_proof_refuses_bytes_other_than_written() {
     for change in [|w: &mut Resolved| w.r += 3, |w: &mut Resolved| w.pos += 1, |w: &mut Resolved| w.lc = 1] {
         let mut other = proof.clone();
         change(&mut other[i]);
-        assert_eq!(read_back(&s, &text, &other, None), Err(ParseError::Damaged(bad)));
+        assert_eq!(read_back(&s, &text, &other, &p.matches, None), Err(ParseError::Damaged(bad)));
     }
     // One match fewer, or one more, than the bytes hold.
-    assert_eq!(read_back(&s, &text, &proof[..proof.len() - 1], None), Err(ParseError::Damaged(bad)));
+    assert_eq!(read_back(&s, &text, &proof[..proof.len() - 1], &p.matches, None), Err(ParseError::Damaged(bad)));
     let mut more = proof.clone();
     more.push(Resolved::new(text.len() - 3, 0, 0, (1, None)).unwrap());
-    assert_eq!(read_back(&s, &text, &more, None), Err(ParseError::Damaged(bad)));
+    assert_eq!(read_back(&s, &text, &more, &p.matches, None), Err(ParseError::Damaged(bad)));
 }
 
 /// Bytes that look random (no three repeat by chance often enough to matter).
@@ -365,7 +365,7 @@ fn a_tail_based_at_its_payload_is_the_same_behind_other_headers() {
     push_markup(&mut payload, 6000, 12);
     let texts: Vec<Vec<u8>> = headers.iter().map(|h| [*h, &payload[..]].concat()).collect();
     let base = headers[0].len();
-    let cut = Cut { at: base + 4096, base };
+    let cut = Cut { at: base + 4096, base, predicted: false };
     let parses: Vec<Parse> = texts.iter().map(|t| zlib9(t).1).collect();
     // The payload takes "http://a.example/" from the headers (it holds no earlier copy).
     assert!(parses[0].matches.iter().any(|m| m.pos as usize > cut.at && (m.pos as usize) - (m.dist as usize) < base), "a tail match reaches back into the headers");
@@ -391,7 +391,7 @@ fn a_prefix_proven_alone_is_the_prefix_of_the_whole() {
     let base = text.len();
     push_markup(&mut text, 8000, 5);
     let (_, p) = zlib9(&text);
-    let cut = Cut { at: base + 4096, base };
+    let cut = Cut { at: base + 4096, base, predicted: false };
     let (whole, _) = encode_read_back_at(&p, &text, Some(cut), false).unwrap();
     let (prefix, back) = encode_prefix_read_back(&p, &text, cut).unwrap().unwrap();
     assert_eq!((prefix.prefix, prefix.tail), (whole.prefix, None));
@@ -426,7 +426,7 @@ fn a_tail_identity_holds_what_header_bytes_its_form_rests_on() {
     assert_eq!(matches.last().unwrap().pos as usize + 3, at, "the xyz runs end where the copy from the headers begins");
     matches.push(Match { pos: at as u32, len: 8, dist: (at - 3) as u16 });
     let p = Parse { blocks: vec![Block { kind: BlockKind::Fixed, last: true, end: texts[0].len() as u32 }], matches, end_pad: 0 };
-    let cut = Cut { at: base + 2048, base };
+    let cut = Cut { at: base + 2048, base, predicted: false };
     for t in &texts {
         assert_eq!(t[at..at + 8], t[3..11], "the match copies what it says");
     }
