@@ -8,15 +8,18 @@ use crate::format::deflate::{Block, BlockKind, Result, ParseError};
 const MAX_HEADER_BITS: u64 = 8192;
 
 /// Appends the block list of `blocks`: their count, then per block its flags, its text
-/// length and what its kind keeps. Dynamic headers are kept as written (kind 2), never left
-/// to be derived (kind 3).
-pub(super) fn put_blocks(prefix: &mut Vec<u8>, blocks: &[Block]) {
+/// length and what its kind keeps. Dynamic headers are kept as written (kind 2), unless
+/// `derived` says the block's header is zlib's for its symbols (kind 3: only in a store of
+/// parses in the predicted form, whose rebuilds are slower anyway).
+pub(super) fn put_blocks(prefix: &mut Vec<u8>, blocks: &[Block], derived: &[bool]) {
     put_varint(prefix, blocks.len() as u64);
     let mut prev = 0u32;
-    for b in blocks {
+    for (i, b) in blocks.iter().enumerate() {
+        let derive = derived.get(i).copied().unwrap_or(false);
         let ty = match &b.kind {
             BlockKind::Stored { .. } => 0u8,
             BlockKind::Fixed => 1,
+            BlockKind::Dynamic { .. } if derive => 3,
             BlockKind::Dynamic { .. } => 2,
         };
         prefix.push(b.last as u8 | ty << 1);
@@ -24,11 +27,11 @@ pub(super) fn put_blocks(prefix: &mut Vec<u8>, blocks: &[Block]) {
         prev = b.end;
         match &b.kind {
             BlockKind::Stored { pad } => prefix.push(*pad),
-            BlockKind::Dynamic { header, bits } => {
+            BlockKind::Dynamic { header, bits } if !derive => {
                 put_varint(prefix, *bits as u64);
                 prefix.extend_from_slice(header);
             }
-            BlockKind::Fixed => {}
+            BlockKind::Dynamic { .. } | BlockKind::Fixed => {}
         }
     }
 }

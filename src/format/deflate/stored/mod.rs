@@ -539,7 +539,8 @@ fn read_back(stored: &Stored, plain: &[u8], written: &[Resolved], recorded: &[Ma
 /// With `named`, the tail is not written (`encode_prefix_read_back`).
 fn encode_with(p: &Parse, plain: &[u8], cut: Option<Cut>, longest: bool, mut proof: Option<&mut Vec<Resolved>>, named: bool) -> Result<Stored> {
     let mut prefix = Vec::with_capacity(64 + p.matches.len() * 4);
-    put_blocks(&mut prefix, &p.blocks);
+    let derived = if cut.is_some_and(|c| c.predicted) { zlib_headers(p, plain) } else { Vec::new() };
+    put_blocks(&mut prefix, &p.blocks, &derived);
     prefix.push(p.end_pad);
     let base = cut.map_or(0, |c| c.base);
     let (at, k) = cut_of(p, plain, cut);
@@ -581,6 +582,28 @@ fn encode_with(p: &Parse, plain: &[u8], cut: Option<Cut>, longest: bool, mut pro
         None
     };
     Ok(Stored { prefix, tail, longest: false })
+}
+
+/// For each block of `p`, whether it is dynamic with zlib's header for its symbols (kind 3:
+/// a reader derives it).
+fn zlib_headers(p: &Parse, plain: &[u8]) -> Vec<bool> {
+    let mut start = 0usize;
+    p.blocks
+        .iter()
+        .map(|b| {
+            let end = b.end as usize;
+            let derivable = match &b.kind {
+                BlockKind::Dynamic { header, bits } => {
+                    let from = p.matches.partition_point(|m| (m.pos as usize) < start);
+                    let to = p.matches.partition_point(|m| (m.pos as usize) < end);
+                    block_freqs(plain, &p.matches[from..to], start, end).is_some_and(|(l, d)| trees::zlib_header(&l, &d) == (header.clone(), *bits))
+                }
+                _ => false,
+            };
+            start = end;
+            derivable
+        })
+        .collect()
 }
 
 /// Decodes a stored parse of `plain`. Every count and offset is bounded by the text's
