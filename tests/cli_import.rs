@@ -467,3 +467,30 @@ fn thousands_of_packs_work_under_a_low_descriptor_limit() {
     assert!(r.ok(), "repair under ulimit -n 128:\n{}", r.describe());
     assert_fsck_clean(&store, true);
 }
+
+#[test]
+fn a_compact_store_keeps_zlibs_parses_in_a_fraction_of_the_bytes_and_reads_back_exactly() {
+    let corpus = crawl_corpus();
+    let tmp = TempDir::new().unwrap();
+    let files = expected_files(&[corpus.to_path_buf()], "/");
+    let mut parse_bytes = Vec::new();
+    for parses in ["fast", "compact"] {
+        let store = tmp.path().join(parses);
+        ok(&["init", "--parses", parses, &s(&store)]);
+        let config: serde_json::Value = serde_json::from_slice(&fs::read(store.join("warcfs.json")).unwrap()).unwrap();
+        assert_eq!(config["version"], if parses == "fast" { 9 } else { 10 }, "{config}");
+        ok(&["import", &s(&store), &s(corpus)]);
+        ok(&["gc", &s(&store)]);
+        assert_all_exact(&store, &files, &ls_tree(&store, "/"));
+        assert_fsck_clean(&store, true);
+        let st = stats(&store);
+        assert_eq!(num(&st, "gzip_members_raw"), 0, "{st}");
+        parse_bytes.push(num(&st, "parse_bytes"));
+    }
+    // wget's zlib, level 9: predicted and corrected where the ranked form lists every match.
+    assert!(parse_bytes[1] * 3 < parse_bytes[0], "compact {} against fast {} parse bytes", parse_bytes[1], parse_bytes[0]);
+    // A usage error (clap's, exit status 2) naming the choices.
+    let r = run(&["init", "--parses", "small", &s(&tmp.path().join("bad"))]);
+    assert!(r.code == Some(2) && r.stderr.contains("'small'") && r.stderr.contains("fast, compact"), "{}", r.describe());
+    assert!(!tmp.path().join("bad").exists());
+}
