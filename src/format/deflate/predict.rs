@@ -159,7 +159,7 @@ impl<'a> Chains<'a> {
     }
 
     /// Inserts `pos` (which has two bytes after it) and returns the chain's previous head.
-    #[inline]
+    #[inline(always)]
     fn insert(&mut self, pos: usize) -> Option<usize> {
         let t = self.text;
         let h = (((t[pos] as usize) << 10) ^ ((t[pos + 1] as usize) << 5) ^ t[pos + 2] as usize) & HMASK;
@@ -187,8 +187,11 @@ impl<'a> Chains<'a> {
         let cap = 258.min(t.len() - pos);
         let nice = nice.min(cap);
         let mut left = steps;
+        let pair = |i: usize| u16::from_le_bytes([t[i], t[i + 1]]);
         loop {
-            if best < cap && t[cur + best] == t[pos + best] {
+            // zlib's test: a candidate can beat `best` (at least 2) only if it agrees at
+            // `best - 1` and `best`, and (hash collisions aside) at its first two bytes.
+            if best < cap && pair(cur + best - 1) == pair(pos + best - 1) && pair(cur) == pair(pos) {
                 let l = common(t, cur, pos, cap);
                 if l > best {
                     best = l;
