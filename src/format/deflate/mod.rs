@@ -28,6 +28,7 @@ mod bits;
 mod inflate;
 pub mod predict;
 mod stored;
+mod varint;
 mod trees;
 
 use bits::{encoder, BitReader, BitWriter, ClDecoder, Codes, Decoder};

@@ -18,6 +18,7 @@
 //! stand. Whatever the encoder writes is checked by decoding it: a member it cannot predict
 //! (another writer, a stored block cut inside a match) keeps the ranked form.
 
+use super::varint::{put_varint, Cursor};
 use super::{Match, ParseError};
 
 type Result<T> = std::result::Result<T, ParseError>;
@@ -545,7 +546,7 @@ struct Header {
 }
 
 fn read_header(b: &[u8], span: usize) -> Result<Header> {
-    let mut c = Reader { b, i: 0 };
+    let mut c = Cursor { b, i: 0 };
     let lvl = Level::zlib(c.byte()?).ok_or(ParseError::Damaged("predicted level"))?;
     let cheap = c.byte()? as usize;
     if cheap == 0 || cheap > MAX_CHEAP {
@@ -557,9 +558,9 @@ fn read_header(b: &[u8], span: usize) -> Result<Header> {
     let (sl, cl, dl) = (c.bounded(b.len() as u64)? as usize, c.bounded(b.len() as u64)? as usize, c.bounded(b.len() as u64)? as usize);
     let body = c.i;
     let end = body.checked_add(sl).and_then(|e| e.checked_add(cl)).and_then(|e| e.checked_add(dl)).filter(|&e| e <= b.len()).ok_or(ParseError::Damaged("predicted columns"))?;
-    let mut steps = Reader { b: &b[body..body + sl], i: 0 };
-    let mut codes = Reader { b: &b[body + sl..body + sl + cl], i: 0 };
-    let mut dists = Reader { b: &b[body + sl + cl..end], i: 0 };
+    let mut steps = Cursor { b: &b[body..body + sl], i: 0 };
+    let mut codes = Cursor { b: &b[body + sl..body + sl + cl], i: 0 };
+    let mut dists = Cursor { b: &b[body + sl + cl..end], i: 0 };
     let mut fixes = Vec::with_capacity(n);
     let mut step = 0u64;
     for k in 0..n {
@@ -604,40 +605,6 @@ pub(super) fn get_section(b: &[u8], text: &[u8], from: usize, to: usize, stored:
     let (ms, _) = run(sec, h.lvl, h.cheap, Fixes::Read { list: &h.fixes, next: 0 })?;
     out.extend_from_slice(&ms);
     Ok(h.used)
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-struct Reader<'a> {
-    b: &'a [u8],
-    i: usize,
-}
-
-impl Reader<'_> {
-    fn byte(&mut self) -> Result<u8> {
-        let v = *self.b.get(self.i).ok_or(ParseError::Damaged("ends early"))?;
-        self.i += 1;
-        Ok(v)
-    }
-
-    /// A varint of at most `max`.
-    fn bounded(&mut self, max: u64) -> Result<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            v |= ((b & 0x7f) as u64) << shift;
-            if b < 0x80 {
-                return if v <= max { Ok(v) } else { Err(ParseError::Damaged("value out of range")) };
-            }
-        }
-        Err(ParseError::Damaged("varint too long"))
-    }
 }
 
 #[cfg(test)]

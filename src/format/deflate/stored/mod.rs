@@ -28,67 +28,7 @@ pub use longest::is_optimal;
 pub use blocks::header_bytes;
 use blocks::{get_block, get_count, put_blocks};
 use super::{dist_index, extension, len_index, BlockKind, Match, Parse, ParseError, Result};
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-struct Cursor<'a> {
-    b: &'a [u8],
-    i: usize,
-}
-
-impl Cursor<'_> {
-    fn byte(&mut self) -> Result<u8> {
-        let v = *self.b.get(self.i).ok_or(ParseError::Damaged("ends early"))?;
-        self.i += 1;
-        Ok(v)
-    }
-
-    #[inline(always)]
-    fn varint(&mut self) -> Result<u64> {
-        // Most values (gaps, refs, lengths) fit one byte.
-        if let Some(&b) = self.b.get(self.i) {
-            if b < 0x80 {
-                self.i += 1;
-                return Ok(b as u64);
-            }
-        }
-        self.varint_long()
-    }
-
-    fn varint_long(&mut self) -> Result<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            v |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(ParseError::Damaged("varint too long"))
-    }
-
-    /// A varint that must fit `max`, so that it can size nothing larger.
-    #[inline(always)]
-    fn bounded(&mut self, max: u64) -> Result<u64> {
-        let v = self.varint()?;
-        if v > max {
-            return Err(ParseError::Damaged("value out of range"));
-        }
-        Ok(v)
-    }
-
-    fn bytes(&mut self, n: usize) -> Result<&[u8]> {
-        let s = self.b.get(self.i..self.i.saturating_add(n)).ok_or(ParseError::Damaged("ends early"))?;
-        self.i += n;
-        Ok(s)
-    }
-}
+use super::varint::{put_varint, Cursor};
 
 /// Appends a section of `n` matches whose columns are `gaps`, `refs` and `lens`: the count
 /// and the first two columns' byte lengths, then the columns.
