@@ -221,14 +221,16 @@ impl Chains<'_> {
     /// reaches `len` bytes (at most what the text holds after `pos`), within `RANK_LIMIT`
     /// links and the window.
     fn reaching(&self, pos: usize, head: usize, len: usize) -> impl Iterator<Item = usize> + '_ {
-        let mut cur = Some(head);
+        let mut cur = Some(head).filter(|&h| pos - h < MAX_DIST);
         let mut links = 0;
         std::iter::from_fn(move || {
             while let Some(c) = cur {
                 links += 1;
                 let next = self.t.prev[(c - self.origin) & PMASK] as usize;
                 cur = (next != 0 && links < RANK_LIMIT).then(|| next + self.origin).filter(|&q| pos - q < MAX_DIST);
-                if common(self.text, c, pos, len) == len {
+                let t = self.text;
+                // Its last byte first: most candidates fail there (len is at least 3).
+                if t[c + len - 1] == t[pos + len - 1] && common(t, c, pos, len) == len {
                     return Some(c);
                 }
             }
@@ -295,7 +297,7 @@ fn run_with(sec: Section, lvl: Level, cheap: usize, fixes: &mut Fixes, tables: &
     let mut out = Vec::new();
     let mut made = Vec::new();
     let (mut s, mut step) = (from, 0u32);
-    let (mut mlen, mut mstart) = (2usize, 0usize);
+    let (mut mlen, mut mstart) = (2usize, origin);
     let mut pending = false;
     let cheap = cheap.min(lvl.chain).max(1);
     let mut sfrom = stored.partition_point(|r| (r.1 as usize) <= from);
@@ -466,7 +468,7 @@ fn corrections(sec: Section, matches: &[Match], lvl: Level, cheap: usize, budget
     let stored = sec.stored;
     let want = move |p: usize| -> Want {
         match at.get(p - sec.from).copied().unwrap_or(0) {
-            0 if stored.iter().any(|&(a, b)| a as usize <= p && p < b as usize) => Want::Any,
+            0 if stored.get(stored.partition_point(|r| r.1 as usize <= p)).is_some_and(|r| r.0 as usize <= p) => Want::Any,
             0 => Want::Literal,
             i => {
                 let m = matches[i as usize - 1];
@@ -532,8 +534,11 @@ pub(super) fn put_section(out: &mut Vec<u8>, text: &[u8], origin: usize, from: u
     out.extend_from_slice(&steps);
     out.extend_from_slice(&codes);
     out.extend_from_slice(&dists);
-    // The bytes as a reader takes them (a debug build checks every section).
-    debug_assert_eq!(read_header(&out[start + PREDICTED_MARK.len()..], to - from).map(|h| h.fixes), Ok(cs));
+    // The bytes as a reader takes them: the section's proof rests on it (`stored::read_back`).
+    if read_header(&out[start + PREDICTED_MARK.len()..], to - from).map(|h| h.fixes).as_ref() != Ok(&cs) {
+        out.truncate(start);
+        return None;
+    }
     Some(lvl.level)
 }
 
@@ -558,6 +563,11 @@ fn read_header(b: &[u8], span: usize) -> Result<Header> {
     let (sl, cl, dl) = (c.bounded(b.len() as u64)? as usize, c.bounded(b.len() as u64)? as usize, c.bounded(b.len() as u64)? as usize);
     let body = c.i;
     let end = body.checked_add(sl).and_then(|e| e.checked_add(cl)).and_then(|e| e.checked_add(dl)).filter(|&e| e <= b.len()).ok_or(ParseError::Damaged("predicted columns"))?;
+    // Every correction's step takes a byte at least: the count is bounded by the bytes
+    // before it sizes anything.
+    if n > sl {
+        return Err(ParseError::Damaged("predicted columns"));
+    }
     let mut steps = Cursor { b: &b[body..body + sl], i: 0 };
     let mut codes = Cursor { b: &b[body + sl..body + sl + cl], i: 0 };
     let mut dists = Cursor { b: &b[body + sl + cl..end], i: 0 };
