@@ -493,4 +493,6 @@ fn a_compact_store_keeps_zlibs_parses_in_a_fraction_of_the_bytes_and_reads_back_
     let r = run(&["init", "--parses", "small", &s(&tmp.path().join("bad"))]);
     assert!(r.code == Some(2) && r.stderr.contains("'small'") && r.stderr.contains("fast, compact"), "{}", r.describe());
     assert!(!tmp.path().join("bad").exists());
+    // Several writers keep the fast form: said before any bucket is reached.
+    fails_with(&["init", "--parses", "compact", "--backend", "s3://nowhere/x", "--writers", "several", &s(&tmp.path().join("shared"))], &["--parses compact", "several"]);
 }

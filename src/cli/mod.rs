@@ -48,6 +48,9 @@ pub fn run(cli: Cli) -> Result<i32> {
             Ok(exit::OK)
         }
         Cmd::Init { store, verify, compression, parses, pack_size, backend: Some(url), cache_size, writers, node_name } => {
+            if parses == crate::store::Parses::Compact && writers == Some(crate::store::Writers::Several) {
+                anyhow::bail!("--parses compact is for a store one node writes: a store several nodes write keeps its parses in the fast form (format 8)");
+            }
             let config = Config { verify, compression, pack_size, cache_size, version: parses.version(), ..Config::default() };
             match crate::nodes::init_remote(&store, &url, config, writers, node_name)? {
                 crate::nodes::Joined::Created(s) => {
