@@ -44,9 +44,9 @@ pub enum Parses {
     #[default]
     Fast,
     /// zlib's own search, cut short, and where it must be corrected (version 10;
-    /// `format::deflate::predict`): a fifth of the parse bytes, but a member rebuilds at
-    /// about a third of the speed and imports take three times as long. For stores written
-    /// once and read seldom.
+    /// `format::deflate`): a fifth of the parse bytes, but a member rebuilds at about a
+    /// third of the speed and imports take about 1.8 times as long. For stores written once
+    /// and read seldom.
     Compact,
 }
 

@@ -73,11 +73,11 @@ pub use space::{Space, DEFAULT_MIN_FREE};
 pub use mode::{Mode, Share, SETTLE_REMOTE_BUDGET};
 
 pub const FORMAT_NAME: &str = "warcfs-store";
-/// The version new stores are made at: 10, version 9 whose gzip members' parses may be in
-/// the predicted form (zlib's own search, cut short, and its corrections:
-/// `format::deflate::predict`), cut where a match ends. Stores of version 9 are read and
-/// written as they are (no predicted parses), so the warcfs that made them still reads
-/// them; one that does not know 10 refuses it instead of failing on its first such parse.
+/// The newest version: 10, version 9 whose gzip members' parses may be in the predicted
+/// form (zlib's own search, cut short, and its corrections: `format::deflate`), cut where a
+/// match ends. New stores one node writes are made at 9 (`init --parses fast`, the default)
+/// or 10 (`--parses compact`: `config::Parses`); a warcfs that does not know 10 refuses
+/// such a store instead of failing on its first predicted parse.
 /// 9: version 7 whose payload chunks gc may store as deltas against a relative
 /// (`pack::Codec::ZstdDelta`, `delta`), with the index's hint column families. Stores of
 /// version 7 are read and written as they are (no deltas, no hints).
@@ -115,7 +115,7 @@ pub const SHARED_FORMAT_VERSION: u32 = 8;
 /// Every version this warcfs reads and writes.
 pub const VERSIONS: [u32; 8] = [LOCAL_V3, REMOTE_FORMAT_VERSION, DICT_FORMAT_VERSION, SHARED_V6, LONGEST_V7, SHARED_FORMAT_VERSION, DELTAS_V9, FORMAT_VERSION];
 
-/// Whether a store of `version` may hold parses in the longest form (7, 8 and 9).
+/// Whether a store of `version` may hold parses in the longest form (7 and later).
 pub fn longest_parses(version: u32) -> bool {
     version >= LONGEST_V7
 }

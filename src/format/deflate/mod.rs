@@ -26,7 +26,7 @@ use thiserror::Error;
 
 mod bits;
 mod inflate;
-pub mod predict;
+mod predict;
 mod stored;
 mod varint;
 mod trees;

@@ -15,11 +15,12 @@
 //! whose pending match the loop would emit gets a result one longer than that match (zlib's
 //! own result there was longer still, so the fixed loop stays within what zlib did), or none
 //! at all. Text in stored blocks holds no recorded matches: the loop's own choices there
-//! stand. Whatever the encoder writes is checked by decoding it: a member it cannot predict
-//! (another writer, a stored block cut inside a match) keeps the ranked form.
+//! stand. The loop that chose the corrections emitted exactly the recorded matches, and the
+//! bytes are read back as those corrections before a section takes the form; a section no
+//! level predicts (another writer, a stored block cut inside a match) keeps the ranked form.
 
 use super::varint::{put_varint, Cursor};
-use super::{Match, ParseError};
+use super::{extension, Block, BlockKind, Match, ParseError};
 
 type Result<T> = std::result::Result<T, ParseError>;
 
@@ -193,7 +194,7 @@ impl<'a> Chains<'a> {
             // zlib's test: a candidate can beat `best` (at least 2) only if it agrees at
             // `best - 1` and `best`, and (hash collisions aside) at its first two bytes.
             if best < cap && pair(cur + best - 1) == pair(pos + best - 1) && pair(cur) == pair(pos) {
-                let l = common(t, cur, pos, cap);
+                let l = extension(t, pos, pos - cur, cap);
                 if l > best {
                     best = l;
                     start = cur;
@@ -214,9 +215,7 @@ impl<'a> Chains<'a> {
         }
         (best.min(cap), start)
     }
-}
 
-impl Chains<'_> {
     /// The positions down the chain from `head` (the one `insert(pos)` returned) whose text
     /// reaches `len` bytes (at most what the text holds after `pos`), within `RANK_LIMIT`
     /// links and the window.
@@ -230,7 +229,7 @@ impl Chains<'_> {
                 cur = (next != 0 && links < RANK_LIMIT).then(|| next + self.origin).filter(|&q| pos - q < MAX_DIST);
                 let t = self.text;
                 // Its last byte first: most candidates fail there (len is at least 3).
-                if t[c + len - 1] == t[pos + len - 1] && common(t, c, pos, len) == len {
+                if t[c + len - 1] == t[pos + len - 1] && extension(t, pos, pos - c, len) == len {
                     return Some(c);
                 }
             }
@@ -245,24 +244,6 @@ impl Chains<'_> {
     fn nth_reaching(&self, pos: usize, head: usize, len: usize, k: u16) -> Option<usize> {
         self.reaching(pos, head, len).nth(k as usize)
     }
-}
-
-/// Length of the common extension of `a` and `b` (a < b), at most `cap`.
-#[inline]
-fn common(t: &[u8], a: usize, b: usize, cap: usize) -> usize {
-    let mut l = 0;
-    while l + 8 <= cap {
-        let x = u64::from_le_bytes(t[a + l..a + l + 8].try_into().unwrap());
-        let y = u64::from_le_bytes(t[b + l..b + l + 8].try_into().unwrap());
-        if x != y {
-            return l + ((x ^ y).trailing_zeros() / 8) as usize;
-        }
-        l += 8;
-    }
-    while l < cap && t[a + l] == t[b + l] {
-        l += 1;
-    }
-    l
 }
 
 /// One section of the text: the loop runs over [from, to) with the chains holding the text
@@ -335,7 +316,8 @@ fn run_with(sec: Section, lvl: Level, cheap: usize, fixes: &mut Fixes, tables: &
             }
             None => {}
         }
-        if let Some(f) = fix {
+        // (What the encoder chose; a reader has its list already.)
+        if let Some(f) = fix.filter(|_| fixes.choosing()) {
             made.push(Correction { step, fix: f });
         }
         step = step.checked_add(1).ok_or(ParseError::Damaged("too many steps"))?;
@@ -442,11 +424,11 @@ impl Fixes<'_> {
 }
 
 /// The plain ranges `[start, end)` of the stored blocks, from the block ends.
-pub fn stored_ranges(blocks: &[super::Block]) -> Vec<(u32, u32)> {
+fn stored_ranges(blocks: &[Block]) -> Vec<(u32, u32)> {
     let mut out = Vec::new();
     let mut start = 0;
     for b in blocks {
-        if matches!(b.kind, super::BlockKind::Stored { .. }) && b.end > start {
+        if matches!(b.kind, BlockKind::Stored { .. }) && b.end > start {
             out.push((start, b.end));
         }
         start = b.end;
@@ -496,8 +478,9 @@ const LEVELS: [u8; 6] = [9, 6, 5, 7, 8, 4];
 /// another runs past the budget within a few hundred positions, and the next is tried).
 /// Returns the level taken. Proven as it is made: the loop that chose the corrections gave
 /// exactly `matches`, and a reader runs that loop with those corrections.
-pub(super) fn put_section(out: &mut Vec<u8>, text: &[u8], origin: usize, from: usize, to: usize, stored: &[(u32, u32)], matches: &[Match]) -> Option<u8> {
-    let sec = Section { text, origin, from, to, stored };
+pub(super) fn put_section(out: &mut Vec<u8>, text: &[u8], origin: usize, from: usize, to: usize, blocks: &[Block], matches: &[Match]) -> Option<u8> {
+    let stored = stored_ranges(blocks);
+    let sec = Section { text, origin, from, to, stored: &stored };
     let budget = matches.len() / 3 + 16;
     let best = LEVELS.into_iter().find_map(|lv| {
         let lvl = Level::zlib(lv)?;
@@ -605,13 +588,14 @@ pub(super) fn section_len(b: &[u8], span: usize) -> Result<usize> {
 
 /// Reads a section in the predicted form (after its mark) covering [from, to) of `text`,
 /// appending its matches to `out`; returns the bytes it took.
-pub(super) fn get_section(b: &[u8], text: &[u8], from: usize, to: usize, stored: &[(u32, u32)], out: &mut Vec<Match>) -> Result<usize> {
+pub(super) fn get_section(b: &[u8], text: &[u8], from: usize, to: usize, blocks: &[Block], out: &mut Vec<Match>) -> Result<usize> {
     if from > to || to > text.len() {
         return Err(ParseError::Damaged("predicted section"));
     }
     let h = read_header(b, to - from)?;
     let origin = from.checked_sub(h.back).ok_or(ParseError::Damaged("predicted origin"))?;
-    let sec = Section { text, origin, from, to, stored };
+    let stored = stored_ranges(blocks);
+    let sec = Section { text, origin, from, to, stored: &stored };
     let (ms, _) = run(sec, h.lvl, h.cheap, Fixes::Read { list: &h.fixes, next: 0 })?;
     out.extend_from_slice(&ms);
     Ok(h.used)

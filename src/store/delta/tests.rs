@@ -8,10 +8,6 @@ use crate::pack::{ChunkKind, Codec};
 use crate::store::tests::*;
 use crate::store::*;
 
-/// A response record of `url` whose payload is `body`.
-fn capture(url: &str, id: u32, body: &[u8]) -> Vec<u8> {
-    response_record(url, id, body)
-}
 
 /// A page of about 40 KB, and the same page a crawl later: a line changed in its middle.
 fn versions() -> (Vec<u8>, Vec<u8>) {
@@ -41,8 +37,8 @@ fn a_later_capture_becomes_a_delta_on_the_earlier_and_keeps_it_alive() {
     let s = open(dir.path(), Verify::Bytes, digest::sha256);
     let (one, two) = versions();
     let url = "http://example.org/opening-hours";
-    let a = capture(url, 1, &one);
-    let b = capture(url, 2, &two);
+    let a = response_record(url, 1, &one);
+    let b = response_record(url, 2, &two);
     s.put_file(ROOT_INO, b"a.warc", &a, meta()).unwrap();
     s.gc().unwrap();
     s.put_file(ROOT_INO, b"b.warc", &b, meta()).unwrap();
@@ -104,7 +100,7 @@ fn a_base_is_never_a_delta() {
             p
         })
         .collect();
-    let files: Vec<Vec<u8>> = pages.iter().enumerate().map(|(i, p)| capture(url, i as u32, p)).collect();
+    let files: Vec<Vec<u8>> = pages.iter().enumerate().map(|(i, p)| response_record(url, i as u32, p)).collect();
     for (i, f) in files.iter().enumerate() {
         s.put_file(ROOT_INO, format!("{i}.warc").as_bytes(), f, meta()).unwrap();
         s.gc().unwrap();
@@ -138,7 +134,7 @@ fn one_gc_over_many_captures_reads_back_exact() {
             .flat_map(|u| {
                 let mut p: Vec<u8> = (0..6).flat_map(|k| site_page(u * 10 + k)).collect();
                 p.extend_from_slice(format!("<p>Crawl {v}</p>").as_bytes());
-                capture(&format!("http://example.org/{u}"), v * 10 + u, &p)
+                response_record(&format!("http://example.org/{u}"), v * 10 + u, &p)
             })
             .collect();
         s.put_file(ROOT_INO, format!("crawl-{v}.warc").as_bytes(), &f, meta()).unwrap();
@@ -163,9 +159,9 @@ fn a_version_7_store_makes_no_deltas() {
     let dir = tempfile::tempdir().unwrap();
     let s = open_config(dir.path(), Config { version: LONGEST_V7, ..Config::default() }, digest::sha256);
     let (one, two) = versions();
-    s.put_file(ROOT_INO, b"a.warc", &capture("http://x/", 1, &one), meta()).unwrap();
+    s.put_file(ROOT_INO, b"a.warc", &response_record("http://x/", 1, &one), meta()).unwrap();
     s.gc().unwrap();
-    s.put_file(ROOT_INO, b"b.warc", &capture("http://x/", 2, &two), meta()).unwrap();
+    s.put_file(ROOT_INO, b"b.warc", &response_record("http://x/", 2, &two), meta()).unwrap();
     s.gc().unwrap();
     assert!(!s.index.has_hints());
     assert_ne!(chunk_of(&s, &two).1.codec, Codec::ZstdDelta as u8);
@@ -180,9 +176,9 @@ fn a_damaged_base_is_an_error_never_other_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let s = open(dir.path(), Verify::Off, digest::sha256);
     let (one, two) = versions();
-    s.put_file(ROOT_INO, b"a.warc", &capture("http://x/", 1, &one), meta()).unwrap();
+    s.put_file(ROOT_INO, b"a.warc", &response_record("http://x/", 1, &one), meta()).unwrap();
     s.gc().unwrap();
-    let b = capture("http://x/", 2, &two);
+    let b = response_record("http://x/", 2, &two);
     s.put_file(ROOT_INO, b"b.warc", &b, meta()).unwrap();
     s.gc().unwrap();
     let (base, e) = chunk_of(&s, &one);

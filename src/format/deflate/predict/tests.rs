@@ -16,11 +16,11 @@ fn real_text() -> Vec<u8> {
 }
 
 /// Encodes [from, to) of `plain`'s parse `ms` and reads it back.
-fn section(plain: &[u8], origin: usize, from: usize, to: usize, stored: &[(u32, u32)], ms: &[Match]) -> Option<(Vec<u8>, Vec<Match>)> {
+fn section(plain: &[u8], origin: usize, from: usize, to: usize, blocks: &[Block], ms: &[Match]) -> Option<(Vec<u8>, Vec<Match>)> {
     let mut out = Vec::new();
-    put_section(&mut out, plain, origin, from, to, stored, ms)?;
+    put_section(&mut out, plain, origin, from, to, blocks, ms)?;
     let mut back = Vec::new();
-    let used = get_section(&out[PREDICTED_MARK.len()..], plain, from, to, stored, &mut back).unwrap();
+    let used = get_section(&out[PREDICTED_MARK.len()..], plain, from, to, blocks, &mut back).unwrap();
     assert_eq!(used + PREDICTED_MARK.len(), out.len());
     Some((out, back))
 }
@@ -31,10 +31,9 @@ fn zlibs_members_at_every_lazy_level_are_predicted_and_read_back_exactly() {
         for level in 4..=9 {
             let d = zlib_with(&plain, level, 0, 8);
             let p = record(&d, &plain).unwrap();
-            let stored = stored_ranges(&p.blocks);
             // Made-up text of seven words repeated may take more corrections than a third of
             // its matches (then the ranked form); real text never.
-            let Some((bytes, back)) = section(&plain, 0, 0, plain.len(), &stored, &p.matches) else {
+            let Some((bytes, back)) = section(&plain, 0, 0, plain.len(), &p.blocks, &p.matches) else {
                 assert!(!real, "level {level} not predicted");
                 continue;
             };
@@ -80,8 +79,7 @@ fn other_writers_are_not_predicted() {
         if p.matches.is_empty() {
             continue;
         }
-        let stored = stored_ranges(&p.blocks);
-        if let Some((_, back)) = section(&plain, 0, 0, plain.len(), &stored, &p.matches) {
+        if let Some((_, back)) = section(&plain, 0, 0, plain.len(), &p.blocks, &p.matches) {
             // Predicted after all (within the budget): then exactly.
             assert_eq!(back, p.matches, "level {level} strategy {strategy}");
         }

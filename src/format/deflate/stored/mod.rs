@@ -27,7 +27,7 @@ use longest::{get_longest, put_longest, LONGEST_MARK};
 pub use longest::is_optimal;
 pub use blocks::header_bytes;
 use blocks::{get_block, get_count, put_blocks};
-use super::{dist_index, extension, len_index, BlockKind, Match, Parse, ParseError, Result};
+use super::{dist_index, extension, len_index, Block, BlockKind, Match, Parse, ParseError, Result};
 use super::varint::{put_varint, Cursor};
 
 /// Appends a section of `n` matches whose columns are `gaps`, `refs` and `lens`: the count
@@ -225,7 +225,7 @@ impl Sources<'_> {
 }
 
 /// Reads what `put_matches` wrote; returns the bytes it took.
-fn get_matches(b: &[u8], from: u64, to: u64, stored: &[(u32, u32)], plain: &[u8], sources: &mut Sources, out: &mut Vec<Match>) -> Result<usize> {
+fn get_matches(b: &[u8], from: u64, to: u64, blocks: &[Block], plain: &[u8], sources: &mut Sources, out: &mut Vec<Match>) -> Result<usize> {
     if let Some(rest) = b.strip_prefix(&predict::PREDICTED_MARK[..]) {
         let used = match sources {
             Sources::Written(_, recorded) => {
@@ -233,7 +233,7 @@ fn get_matches(b: &[u8], from: u64, to: u64, stored: &[(u32, u32)], plain: &[u8]
                 out.extend_from_slice(&recorded[a..z]);
                 predict::section_len(rest, (to - from) as usize)?
             }
-            Sources::Chain(_) => predict::get_section(rest, plain, from as usize, to as usize, stored, out)?,
+            Sources::Chain(_) => predict::get_section(rest, plain, from as usize, to as usize, blocks, out)?,
         };
         return Ok(predict::PREDICTED_MARK.len() + used);
     }
@@ -500,22 +500,24 @@ fn encode_with(p: &Parse, plain: &[u8], cut: Option<Cut>, longest: bool, mut pro
             }
         }
     }
-    let mut chain = Chain::new(plain.len());
+    // The ranked form's chain, made only if a section takes that form.
+    let mut chain = None;
     let predicted = cut.is_some_and(|c| c.predicted);
     // The member's own blocks bound where its prefix's loop may choose freely; a tail's
     // loop takes none, so that its bytes follow from its text alone. Text with few matches
     // (images, compressed payloads) keeps the ranked form: its loop would search at every
     // position, where the ranked form builds no chain at all.
-    let stored = if predicted { predict::stored_ranges(&p.blocks) } else { Vec::new() };
     let dense = |ms: &[Match], from: usize, to: usize| ms.len() as u64 * 1024 >= (to - from) as u64 * SPARSE_PER_KIB;
     let predicted_at = |from: usize, to: usize, ms: &[Match]| predicted && dense(ms, from, to);
-    if !(predicted_at(0, at, &p.matches[..k]) && predict::put_section(&mut prefix, plain, 0, 0, at, &stored, &p.matches[..k]).is_some()) {
-        put_matches(&mut prefix, &p.matches[..k], 0, 0, plain, &mut chain, proof.as_deref_mut())?;
+    if !(predicted_at(0, at, &p.matches[..k]) && predict::put_section(&mut prefix, plain, 0, 0, at, &p.blocks, &p.matches[..k]).is_some()) {
+        let chain = chain.get_or_insert_with(|| Chain::new(plain.len()));
+        put_matches(&mut prefix, &p.matches[..k], 0, 0, plain, chain, proof.as_deref_mut())?;
     }
     let tail = if k < p.matches.len() && !named {
         let mut t = Vec::with_capacity((p.matches.len() - k) * 2);
         if !(predicted_at(at, plain.len(), &p.matches[k..]) && predict::put_section(&mut t, plain, base, at, plain.len(), &[], &p.matches[k..]).is_some()) {
-            put_matches(&mut t, &p.matches[k..], at as u32, base, plain, &mut chain, proof)?;
+            let chain = chain.get_or_insert_with(|| Chain::new(plain.len()));
+            put_matches(&mut t, &p.matches[k..], at as u32, base, plain, chain, proof)?;
         }
         Some(t)
     } else {
@@ -536,7 +538,10 @@ fn zlib_headers(p: &Parse, plain: &[u8]) -> Vec<bool> {
                 BlockKind::Dynamic { header, bits } => {
                     let from = p.matches.partition_point(|m| (m.pos as usize) < start);
                     let to = p.matches.partition_point(|m| (m.pos as usize) < end);
-                    block_freqs(plain, &p.matches[from..to], start, end).is_some_and(|(l, d)| trees::zlib_header(&l, &d) == (header.clone(), *bits))
+                    block_freqs(plain, &p.matches[from..to], start, end).is_some_and(|(l, d)| {
+                        let (h, n) = trees::zlib_header(&l, &d);
+                        n == *bits && h == *header
+                    })
                 }
                 _ => false,
             };
@@ -571,8 +576,7 @@ fn decode_with(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8], sources: &mut S
     }
     p.end_pad = c.byte()?;
     let cut = c.bounded(plain.len() as u64)?;
-    let stored = predict::stored_ranges(&p.blocks);
-    let used = get_matches(&prefix[c.i..], 0, cut, &stored, plain, sources, &mut p.matches)?;
+    let used = get_matches(&prefix[c.i..], 0, cut, &p.blocks, plain, sources, &mut p.matches)?;
     if c.i + used != prefix.len() {
         return Err(ParseError::Damaged("trailing bytes"));
     }
