@@ -109,7 +109,7 @@ fn init_modes_and_import_of_plain_files() {
     let r = ok(&["init", &st, "--verify", "size", "--compression", "none"]);
     assert!(r.out().contains(&st), "{}", r.describe());
     let cfg: serde_json::Value = serde_json::from_slice(&fs::read(store.join("warcfs.json")).unwrap()).unwrap();
-    assert_eq!((cfg["format"].as_str(), cfg["version"].as_u64()), (Some("warcfs-store"), Some(9)), "{cfg}");
+    assert_eq!((cfg["format"].as_str(), cfg["version"].as_u64()), (Some("warcfs-store"), Some(11)), "{cfg}");
     assert_eq!((cfg["verify"].as_str(), cfg["compression"].as_str()), (Some("size"), Some("none")), "{cfg}");
     fails_with(&["init", &st], &[&st, "already exists"]);
     fails_with(&["init", &st, "--compression", "zstd"], &[&st, "already exists"]);
@@ -478,7 +478,7 @@ fn a_compact_store_keeps_zlibs_parses_in_a_fraction_of_the_bytes_and_reads_back_
         let store = tmp.path().join(parses);
         ok(&["init", "--parses", parses, &s(&store)]);
         let config: serde_json::Value = serde_json::from_slice(&fs::read(store.join("warcfs.json")).unwrap()).unwrap();
-        assert_eq!(config["version"], if parses == "fast" { 9 } else { 10 }, "{config}");
+        assert_eq!(config["version"], if parses == "fast" { 11 } else { 12 }, "{config}");
         ok(&["import", &s(&store), &s(corpus)]);
         ok(&["gc", &s(&store)]);
         assert_all_exact(&store, &files, &ls_tree(&store, "/"));

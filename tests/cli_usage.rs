@@ -65,7 +65,7 @@ fn bad_input_gets_one_line_and_nonzero_exit() {
     let cfg_path = future.join("warcfs.json");
     let mut cfg: serde_json::Value = serde_json::from_slice(&fs::read(&cfg_path).unwrap()).unwrap();
     assert_eq!(cfg["format"], "warcfs-store");
-    assert_eq!(cfg["version"], 9);
+    assert_eq!(cfg["version"], 11);
     // And one of the version before (no metadata in the packs), which this warcfs refuses too.
     let old = tmp.path().join("old");
     ok(&["init", &s(&old)]);

@@ -2,11 +2,13 @@
 //! compressed with a zstd dictionary (format 5), or a frame compressed against the bytes of
 //! another chunk, its base (a delta, format 9). A blob of the last two names what it was
 //! compressed with in its first stored bytes; the reader finds that chunk (`reader`) and
-//! hands it here as `Against`.
+//! hands it here as `Against`. In a store of format 11 or 12 a header block's frame holds
+//! the block packed (`packed_frame`, `format::warc::packed`).
 
 use std::io;
 
 use crate::digest::{ChunkKey, Digest};
+use super::ChunkKind;
 
 /// How a blob's bytes are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,26 +95,70 @@ pub enum Against<'a> {
 /// a blob that says otherwise is damaged, and must not size an allocation.
 pub const MAX_RAW: u32 = 256 << 20;
 
-/// Decodes stored bytes into the chunk's bytes.
+/// Whether a blob's zstd frame holds its chunk's bytes packed (`format::warc::packed`): a
+/// header block's (kind `Literal`, codec `Zstd` or `ZstdDict`) in a store whose header
+/// blocks are packed (format 11 and later, decided at open: `PackReader::packing_headers`).
+/// A header block stored as it is (codec `None`) is never packed.
+pub fn packed_frame(packed_headers: bool, kind: u8, codec: u8) -> bool {
+    packed_headers && kind == ChunkKind::Literal as u8 && matches!(Codec::from_u8(codec), Some(Codec::Zstd | Codec::ZstdDict))
+}
+
+/// What a writer compresses for chunk bytes `raw` of `kind`: the bytes themselves, or a
+/// header block's packed (`packed_frame`); None if packing would not give `raw` back (never
+/// seen: the caller stores the block as it is, uncompressed, so a reader never unpacks it).
+pub fn frame_of(packed_headers: bool, kind: ChunkKind, raw: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
+    if !packed_headers || kind != ChunkKind::Literal {
+        return Some(std::borrow::Cow::Borrowed(raw));
+    }
+    let packed = crate::format::warc::packed::pack(raw);
+    match crate::format::warc::packed::unpack(&packed, raw.len()) {
+        Ok(back) if back == raw => Some(std::borrow::Cow::Owned(packed)),
+        _ => {
+            log::warn!("a header block of {} bytes does not pack and unpack to itself: stored as it is", raw.len());
+            None
+        }
+    }
+}
+
+/// Decodes a blob of `kind` into its chunk's bytes, unpacking a packed frame
+/// (`packed_frame`).
+pub fn decode_chunk(packed_headers: bool, kind: u8, codec: u8, stored: &[u8], raw_len: u32, against: Against<'_>) -> io::Result<Vec<u8>> {
+    if !packed_frame(packed_headers, kind, codec) {
+        return decode_stored(codec, stored, raw_len, against);
+    }
+    if raw_len > MAX_RAW {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("says it holds {raw_len} bytes, beyond any chunk")));
+    }
+    // Packing escapes bytes below 8 with one more: a frame is at most twice the chunk.
+    let frame = decode_frame(codec, stored, 2 * raw_len as usize, against)?;
+    crate::format::warc::packed::unpack(&frame, raw_len as usize).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Decodes stored bytes into the chunk's bytes (a frame as it is: `decode_chunk` unpacks).
 pub fn decode_stored(codec: u8, stored: &[u8], raw_len: u32, against: Against<'_>) -> io::Result<Vec<u8>> {
     if raw_len > MAX_RAW {
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("says it holds {raw_len} bytes, beyond any chunk")));
     }
-    let out = match Codec::from_u8(codec) {
-        Some(Codec::None) => stored.to_vec(),
-        Some(Codec::Zstd) => with_dctx(|d| d.decompress(stored, raw_len as usize))?,
-        Some(c @ (Codec::ZstdDict | Codec::ZstdDelta)) => {
-            // Into spare capacity: no zeroing of what the frame overwrites anyway.
-            let mut out = Vec::with_capacity(raw_len as usize);
-            decode_against(c, stored, &mut out, against)?;
-            out
-        }
-        None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown codec {codec}"))),
-    };
+    let out = decode_frame(codec, stored, raw_len as usize, against)?;
     if out.len() != raw_len as usize {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "decoded length mismatch"));
     }
     Ok(out)
+}
+
+/// The bytes a blob's stored bytes decode to, at most `cap` of them (more is an error).
+fn decode_frame(codec: u8, stored: &[u8], cap: usize, against: Against<'_>) -> io::Result<Vec<u8>> {
+    Ok(match Codec::from_u8(codec) {
+        Some(Codec::None) => stored.to_vec(),
+        Some(Codec::Zstd) => with_dctx(|d| d.decompress(stored, cap))?,
+        Some(c @ (Codec::ZstdDict | Codec::ZstdDelta)) => {
+            // Into spare capacity: no zeroing of what the frame overwrites anyway.
+            let mut out = Vec::with_capacity(cap);
+            decode_against(c, stored, &mut out, against)?;
+            out
+        }
+        None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown codec {codec}"))),
+    })
 }
 
 /// Decodes stored bytes into `out`, which must be exactly their decoded length.

@@ -452,7 +452,7 @@ mod elsewhere;
 mod reader;
 
 pub use elsewhere::{Elsewhere, Nowhere, OpenFiles, UploadQueue};
-pub use codec::{base_of, decode_stored, decode_stored_into, delta_compress, dict_of, may_be_base, prepare_dictionary, Against, Codec, Dictionary, DELTA_REF_LEN, DICT_REF_LEN, MAX_RAW};
+pub use codec::{base_of, decode_chunk, decode_stored, frame_of, packed_frame, decode_stored_into, delta_compress, dict_of, may_be_base, prepare_dictionary, Against, Codec, Dictionary, DELTA_REF_LEN, DICT_REF_LEN, MAX_RAW};
 pub use reader::{ChunkLocator, PackReader, MAX_STORED};
 
 #[cfg(test)]

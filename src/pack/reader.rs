@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::elsewhere::{Elsewhere, Nowhere, OpenFiles, UploadQueue};
+use super::codec::{decode_chunk, packed_frame};
 use super::{base_of, decode_header, decode_stored, decode_stored_into, dict_of, pack_name, parse_pack_name, prepare_dictionary, Against, BlobInfo, ChunkKind, Codec, Dictionary, PackError, Result, BLOB_HEADER_LEN};
 use crate::LockExt;
 use crate::digest::{ChunkKey, Digest};
@@ -57,6 +58,9 @@ pub struct PackReader {
     /// Dictionaries not in the index yet (the writer's, until its ingest commits or fails):
     /// never evicted, as nothing could find them again.
     pinned: Mutex<std::collections::HashMap<Digest, Arc<Dictionary>>>,
+    /// Whether header blocks' frames hold them packed (`codec::packed_frame`): the store's
+    /// format, decided when it is opened.
+    packed_headers: bool,
 }
 
 /// Pack files kept open: 256, or a quarter of the process's descriptor limit if that is
@@ -107,7 +111,14 @@ impl PackReader {
             bases: Mutex::new((lru::LruCache::unbounded(), 0)),
             dicts: Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(DICTS_KEPT).expect("nonzero"))),
             pinned: Mutex::new(Default::default()),
+            packed_headers: false,
         }
+    }
+
+    /// This reader, for a store whose header blocks are packed (format 11 and later).
+    pub fn packing_headers(mut self, packed: bool) -> PackReader {
+        self.packed_headers = packed;
+        self
     }
 
     /// Tells the reader where chunks are by key (`Codec::ZstdDict` blobs name their
@@ -129,7 +140,7 @@ impl PackReader {
             if info.codec == Codec::ZstdDelta as u8 {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, format!("chunk {} is a delta, so no base", key.short())));
             }
-            decode_stored(info.codec, stored, info.raw_len, against)
+            decode_chunk(self.packed_headers, info.kind, info.codec, stored, info.raw_len, against)
         })?);
         let mut kept = self.bases.locked();
         if bytes.len() <= BASES_KEPT_BYTES {
@@ -440,7 +451,7 @@ impl PackReader {
     /// Reads one blob, checks that it is the expected chunk and that its bytes are intact,
     /// and returns the decoded chunk bytes.
     pub fn read(&self, pack: u64, offset: u64, key: &ChunkKey, stored_len: u32) -> Result<Vec<u8>> {
-        self.decoded(pack, offset, key, stored_len, |info, stored, against| decode_stored(info.codec, stored, info.raw_len, against))
+        self.decoded(pack, offset, key, stored_len, |info, stored, against| decode_chunk(self.packed_headers, info.kind, info.codec, stored, info.raw_len, against))
     }
 
     /// Like `read`, decoding into `out`, which must be the chunk's exact length: a reader
@@ -449,6 +460,10 @@ impl PackReader {
         self.decoded(pack, offset, key, stored_len, |info, stored, against| {
             if info.raw_len as usize != out.len() {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, format!("holds {} bytes, not {}", info.raw_len, out.len())));
+            }
+            if packed_frame(self.packed_headers, info.kind, info.codec) {
+                out.copy_from_slice(&decode_chunk(true, info.kind, info.codec, stored, info.raw_len, against)?);
+                return Ok(());
             }
             decode_stored_into(info.codec, stored, out, against)
         })

@@ -35,12 +35,14 @@ fn connect(config: &Config) -> Result<Option<Remote>> {
 }
 
 /// The reader of this store's packs: those on this disk, and those in `bucket` if it has one.
-pub(crate) fn pack_reader(root: &Path, bucket: Option<&Arc<RemotePacks>>) -> crate::pack::PackReader {
+/// `config` says how its blobs are shaped (`pack::packed_frame`).
+pub(crate) fn pack_reader(root: &Path, config: &Config, bucket: Option<&Arc<RemotePacks>>) -> crate::pack::PackReader {
     let (packs, tmp) = (super::layout::packs(root), super::layout::packs_tmp(root));
-    match bucket {
+    let reader = match bucket {
         Some(r) => crate::pack::PackReader::with_remote(packs, tmp, r.clone()),
         None => crate::pack::PackReader::new(packs, tmp),
-    }
+    };
+    reader.packing_headers(super::packed_headers(config.version))
 }
 
 /// The pack cache of a process that owns the store: `cache/packs/`, emptied.

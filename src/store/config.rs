@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{DELTAS_V9, FORMAT_NAME, FORMAT_VERSION, PACK_TARGET};
+use super::{FORMAT_NAME, FORMAT_VERSION, PACKED_V11, PACK_TARGET};
 
 /// How a digest hit is proven to be the same bytes before it is shared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -39,11 +39,11 @@ pub enum Writers {
 /// the store's format version.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Parses {
-    /// Every match ranked on the text's own chains (version 9): a member rebuilds at about
+    /// Every match ranked on the text's own chains (version 11): a member rebuilds at about
     /// 340 MB/s of its text.
     #[default]
     Fast,
-    /// zlib's own search, cut short, and where it must be corrected (version 10;
+    /// zlib's own search, cut short, and where it must be corrected (version 12;
     /// `format::deflate`): a fifth of the parse bytes, but a member rebuilds at about a
     /// third of the speed and imports take about 1.8 times as long. For stores written once
     /// and read seldom.
@@ -54,7 +54,7 @@ impl Parses {
     /// The format version a new store one node writes is made at.
     pub fn version(self) -> u32 {
         match self {
-            Parses::Fast => DELTAS_V9,
+            Parses::Fast => PACKED_V11,
             Parses::Compact => FORMAT_VERSION,
         }
     }

@@ -73,11 +73,14 @@ pub use space::{Space, DEFAULT_MIN_FREE};
 pub use mode::{Mode, Share, SETTLE_REMOTE_BUDGET};
 
 pub const FORMAT_NAME: &str = "warcfs-store";
-/// The newest version: 10, version 9 whose gzip members' parses may be in the predicted
-/// form (zlib's own search, cut short, and its corrections: `format::deflate`), cut where a
-/// match ends. New stores one node writes are made at 9 (`init --parses fast`, the default)
-/// or 10 (`--parses compact`: `config::Parses`); a warcfs that does not know 10 refuses
-/// such a store instead of failing on its first predicted parse.
+/// The newest version: 12, version 10 (parses in the predicted form) whose header blocks
+/// are packed (as 11). New stores one node writes are made at 11 (`init --parses fast`, the
+/// default) or 12 (`--parses compact`: `config::Parses`).
+/// 11: version 9 whose header blocks' zstd frames hold them packed (`format::warc::packed`:
+/// record ids and digests as bytes, a request's block digest derived); a warcfs that does
+/// not know 11 refuses such a store instead of failing on its first header block.
+/// 10: version 9 whose gzip members' parses may be in the predicted form (zlib's own
+/// search, cut short, and its corrections: `format::deflate`), cut where a match ends.
 /// 9: version 7 whose payload chunks gc may store as deltas against a relative
 /// (`pack::Codec::ZstdDelta`, `delta`), with the index's hint column families. Stores of
 /// version 7 are read and written as they are (no deltas, no hints).
@@ -96,7 +99,7 @@ pub const FORMAT_NAME: &str = "warcfs-store";
 /// Stores of versions 3 and 4 are read and written as they are (without dictionaries), so
 /// the warcfs that made them still reads them; one that does not know version 5 refuses a
 /// new store instead of failing on its first dictionary chunk.
-pub const FORMAT_VERSION: u32 = 10;
+pub const FORMAT_VERSION: u32 = 12;
 /// The versions read besides `FORMAT_VERSION`: 3 (local packs only) and 4 (an object store).
 pub const LOCAL_V3: u32 = 3;
 pub const REMOTE_FORMAT_VERSION: u32 = 4;
@@ -108,12 +111,16 @@ pub const SHARED_V6: u32 = 6;
 pub const LONGEST_V7: u32 = 7;
 /// Version 9 stores (deltas, no predicted parses), read and written as they are.
 pub const DELTAS_V9: u32 = 9;
+/// Version 10 stores (predicted parses, header blocks as they are), read and written as they are.
+pub const PREDICTED_V10: u32 = 10;
+/// Version 11: 9 with packed header blocks (`init --parses fast`).
+pub const PACKED_V11: u32 = 11;
 /// A bucket-backed store that several nodes write at once (`init --backend URL --writers
 /// several`): version 7 with per-node namespaces and metadata logs (`nodes`). A warcfs
 /// that knows only one writer per bucket refuses it.
 pub const SHARED_FORMAT_VERSION: u32 = 8;
 /// Every version this warcfs reads and writes.
-pub const VERSIONS: [u32; 8] = [LOCAL_V3, REMOTE_FORMAT_VERSION, DICT_FORMAT_VERSION, SHARED_V6, LONGEST_V7, SHARED_FORMAT_VERSION, DELTAS_V9, FORMAT_VERSION];
+pub const VERSIONS: [u32; 10] = [LOCAL_V3, REMOTE_FORMAT_VERSION, DICT_FORMAT_VERSION, SHARED_V6, LONGEST_V7, SHARED_FORMAT_VERSION, DELTAS_V9, PREDICTED_V10, PACKED_V11, FORMAT_VERSION];
 
 /// Whether a store of `version` may hold parses in the longest form (7 and later).
 pub fn longest_parses(version: u32) -> bool {
@@ -126,9 +133,15 @@ pub fn deltas(version: u32) -> bool {
     version >= DELTAS_V9
 }
 
-/// Whether a store of `version` may hold parses in the predicted form (10).
+/// Whether a store of `version` may hold parses in the predicted form (10 and 12).
 pub fn predicted_parses(version: u32) -> bool {
-    version >= FORMAT_VERSION
+    version == PREDICTED_V10 || version == FORMAT_VERSION
+}
+
+/// Whether the zstd frames of a store of `version`'s header blocks hold them packed (11
+/// and 12; `pack::Shape`).
+pub fn packed_headers(version: u32) -> bool {
+    version >= PACKED_V11
 }
 pub(crate) use layout::CONFIG_FILE;
 
@@ -169,7 +182,7 @@ pub enum StoreError {
     Io { path: PathBuf, err: io::Error },
     #[error("{0}: not a warcfs store (no {CONFIG_FILE}, and the directory is not empty)")]
     NotAStore(PathBuf),
-    #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} versions {LOCAL_V3}, {REMOTE_FORMAT_VERSION} (packs in an object store), {DICT_FORMAT_VERSION} and {LONGEST_V7} (dictionaries), {DELTAS_V9} (deltas), {FORMAT_VERSION} (predicted parses), and {SHARED_V6} and {SHARED_FORMAT_VERSION} (several writers) (to move files over, read them with the warcfs that wrote the store and import them into a new one)")]
+    #[error("{path}: unsupported store format ({found}); this warcfs reads {FORMAT_NAME} versions {LOCAL_V3}, {REMOTE_FORMAT_VERSION} (packs in an object store), {DICT_FORMAT_VERSION} and {LONGEST_V7} (dictionaries), {DELTAS_V9} (deltas), {PREDICTED_V10} (predicted parses), {PACKED_V11} and {FORMAT_VERSION} (packed header blocks), and {SHARED_V6} and {SHARED_FORMAT_VERSION} (several writers) (to move files over, read them with the warcfs that wrote the store and import them into a new one)")]
     Format { path: PathBuf, found: String },
     #[error("{path}: store is in use by process {pid}")]
     Busy { path: PathBuf, pid: String },
@@ -542,3 +555,5 @@ impl Drop for Store {
 pub(crate) mod tests;
 #[cfg(test)]
 mod kind_tests;
+#[cfg(test)]
+mod packed_tests;

@@ -97,7 +97,7 @@ impl Store {
         };
         let (max_id, recovered) = recover_packs(root)?;
         let bucket = backend::remote_packs(root, &config)?;
-        let packs = backend::pack_reader(root, bucket.as_ref());
+        let packs = backend::pack_reader(root, &config, bucket.as_ref());
         let mode = Mode::at_open(&config, opts.follower);
         Ok(Opening { root: root.to_path_buf(), config, mode, index: Some(index), created: created_here, bucket, packs, max_id, recovered, digest, lock })
     }
@@ -113,7 +113,7 @@ impl Store {
         let index = open_index(root, &layout::index(root), true, config.version)?;
         let lock = File::open(layout::lock(root)).map_err(io_at(root))?;
         let bucket = backend::remote_packs_read_only(root, &config)?;
-        let packs = backend::pack_reader(root, bucket.as_ref());
+        let packs = backend::pack_reader(root, &config, bucket.as_ref());
         let index = Arc::new(index);
         packs.set_locator(super::chunk_locator(&index));
         let dicts = ingest::dict::Dicts::new(false, ingest::chunks::ZSTD_LEVEL);

@@ -9,6 +9,8 @@
 //! spans tile the input exactly, that nothing panics or loops, and that it stays fast.
 //! Speed comes from reading headers only and jumping over blocks by their declared length.
 
+pub mod packed;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpanKind {
     Header,

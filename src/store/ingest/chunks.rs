@@ -277,8 +277,13 @@ impl Store {
         };
         // Payloads, headers and unparsed bytes are what a dictionary trained on them helps.
         let dictable = self.config.compression == Compression::Zstd && matches!(kind, ChunkKind::Raw | ChunkKind::Literal | ChunkKind::Payload | ChunkKind::PayloadHead);
-        if dictable {
-            w.dicts.sample(data);
+        if dictable && w.dicts.wants(data) {
+            // What the chunk's frame will hold (a header block packed), which is what the
+            // dictionary must match.
+            match crate::pack::frame_of(crate::store::packed_headers(self.config.version), kind, data) {
+                Some(frame) => w.dicts.sample(&frame),
+                None => w.dicts.sample(data),
+            }
         }
         Ok(Plan::New(ChunkKey { digest, seq }, dictable))
     }
@@ -428,9 +433,11 @@ impl Store {
             Compression::Zstd => {
                 let dicts = &w.dicts;
                 let settled_later = self.share().settles();
+                let packed_headers = crate::store::packed_headers(self.config.version);
                 let work = |z: &mut Compressors, n: usize| {
                     let (i, dict) = new[n];
                     let (data, kind) = items[i];
+                    let data = &*crate::pack::frame_of(packed_headers, kind, data)?;
                     let with_dict = dict.and_then(|d| dicts.shared(d)).and_then(|shared| shared.compress(z.for_dictionary()?, data)).map(|z| (Codec::ZstdDict, z));
                     let level = level.unwrap_or(zstd_level(kind, settled_later));
                     with_dict.or_else(|| z.at(level)?.compress(data).ok().map(|z| (Codec::Zstd, z)))

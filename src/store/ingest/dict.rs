@@ -86,12 +86,17 @@ impl Dicts {
 
     /// Offers the bytes of a new chunk as a sample, while a dictionary is wanted.
     pub fn sample(&mut self, data: &[u8]) {
-        if !self.wanted() || self.samples.len() >= SAMPLE_TARGET || data.len() < 64 {
+        if !self.wants(data) {
             return;
         }
         let s = &data[..data.len().min(SAMPLE_MAX)];
         self.samples.extend_from_slice(s);
         self.sizes.push(s.len());
+    }
+
+    /// Whether `sample` would take (some of) `data`.
+    pub fn wants(&self, data: &[u8]) -> bool {
+        self.wanted() && self.samples.len() < SAMPLE_TARGET && data.len() >= 64
     }
 
     /// A new dictionary trained on the samples, once there are enough (they are used up

@@ -158,7 +158,7 @@ pub(crate) fn build_index(
         Some(r) => Some(r),
         None => crate::store::backend::remote_packs(root, config)?,
     };
-    let packs = crate::store::backend::pack_reader(root, remote.as_ref());
+    let packs = crate::store::backend::pack_reader(root, config, remote.as_ref());
 
     // 1. Chunks where they lie; the log's records, to apply in order.
     let mut seen: HashSet<ChunkKey> = HashSet::new();

@@ -222,7 +222,8 @@ impl Store {
             }
             false => None,
         };
-        let raw = match pack::decode_stored(codec, &b.stored, raw_len, dict.map_or(pack::Against::Nothing, |(_, (_, ddict))| pack::Against::Dict(ddict))) {
+        let packed_headers = crate::store::packed_headers(self.config.version);
+        let raw = match pack::decode_chunk(packed_headers, b.entry.kind, codec, &b.stored, raw_len, dict.map_or(pack::Against::Nothing, |(_, (_, ddict))| pack::Against::Dict(ddict))) {
             Ok(raw) => raw,
             Err(e) => return Ok(Settled::Damaged(b.corrupt(format!("cannot decode it: {e}")))),
         };
@@ -230,10 +231,14 @@ impl Store {
             return Ok(Settled::Damaged(b.corrupt("its bytes do not match its digest".into())));
         }
         let no_context = || StoreError::Bug("zstd has no compression context".into());
-        let settled = match dict {
+        // A header block stays packed as it was (`pack::packed_frame`): it is recompressed
+        // only if it packs again.
+        let frame = pack::frame_of(packed_headers, ChunkKind::from_u8(b.entry.kind), &raw);
+        let settled = match (dict, frame) {
+            (_, None) => None,
             _ if !b.recompressed() => None,
-            Some((digest, (cdict, _))) => dict::Shared::new(digest, cdict).compress(z.for_dictionary().ok_or_else(no_context)?, &raw),
-            None => z.at(LEVEL as i32).ok_or_else(no_context)?.compress(&raw).ok(),
+            (Some((digest, (cdict, _))), Some(frame)) => dict::Shared::new(digest, cdict).compress(z.for_dictionary().ok_or_else(no_context)?, &frame),
+            (None, Some(frame)) => z.at(LEVEL as i32).ok_or_else(no_context)?.compress(&frame).ok(),
         };
         if let Some((key, base)) = &b.base {
             let alone = settled.as_ref().map_or(b.stored.len(), |s| s.len().min(b.stored.len()));

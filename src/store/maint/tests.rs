@@ -283,7 +283,7 @@ fn repair_gives_a_store_without_settings_the_version_its_packs_were_written_for(
     use std::os::unix::fs::FileExt;
     let data: Vec<u8> = (0..40u32).flat_map(|r| warc_record(r, &site_page(r))).collect();
     // (the version made, whether its blobs say it, the version repair writes)
-    for (made, says, repaired) in [(DICT_FORMAT_VERSION, true, DICT_FORMAT_VERSION), (LONGEST_V7, true, LONGEST_V7), (DELTAS_V9, true, DELTAS_V9), (FORMAT_VERSION, true, FORMAT_VERSION), (FORMAT_VERSION, false, DICT_FORMAT_VERSION)] {
+    for (made, says, repaired) in [(DICT_FORMAT_VERSION, true, DICT_FORMAT_VERSION), (LONGEST_V7, true, LONGEST_V7), (DELTAS_V9, true, DELTAS_V9), (PREDICTED_V10, true, PREDICTED_V10), (PACKED_V11, true, PACKED_V11), (FORMAT_VERSION, true, FORMAT_VERSION), (FORMAT_VERSION, false, DICT_FORMAT_VERSION)] {
         let dir = tempfile::tempdir().unwrap();
         let s = open_config(dir.path(), Config { version: made, ..Config::default() }, digest::sha256);
         s.put_file(ROOT_INO, b"f.warc", &data, meta()).unwrap();

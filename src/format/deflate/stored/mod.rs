@@ -386,7 +386,7 @@ pub fn encode_prefix_read_back(p: &Parse, plain: &[u8], cut: Cut) -> Result<Opti
 /// depends on starts: the tail's matches whose sources lie before it (in the headers, which
 /// differ from one copy of a payload to the next) are stored as distances, so the tail's
 /// bytes follow from the text from `base` on and its own matches (`tail_identity`). With
-/// `predicted` (a store of format 10), sections may take the predicted form, and the cut
+/// `predicted` (a store of format 10 or 12), sections may take the predicted form, and the cut
 /// falls at the end of the first match that reaches `at`, where zlib's loop starts afresh.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cut {
