@@ -41,7 +41,9 @@ const CFS: [&str; 5] = ["meta", "chunk", "inode", "dirent", "recipe"];
 /// stale (naming a chunk gone since) costs a delta not made, never a byte. Not logged, not in
 /// checkpoints; a store of an older version has none (an older warcfs could not open its
 /// index with them).
-/// - `capture`: a URL's key (`url_key`) → the first payload chunk of its latest capture;
+/// - `capture`: a URL's key (`url_key`, 16 bytes) → the first payload chunk of its latest
+///   capture; and a similarity sketch's slot value (5 bytes: `store::delta::sketch`) → the
+///   key of the latest URL whose capture had that value;
 /// - `delta_base`: a payload chunk new in the store → that of the capture of its URL
 ///   before it: the base gc tries when it settles the chunk (`store::delta`).
 const HINT_CFS: [&str; 2] = ["capture", "delta_base"];
@@ -241,6 +243,7 @@ impl Index {
         let chunk_cache = rocksdb::Cache::new_lru_cache(CHUNK_CACHE_BYTES)?;
         let cfs = CFS.iter().map(|name| {
             let mut o = Options::default();
+            o.set_compression_type(rocksdb::DBCompressionType::Zstd);
             if *name == "chunk" {
                 // Lookups of new data mostly miss: a bloom filter answers them from memory.
                 // Filters and index blocks stay with their table readers (about 2 bytes a
@@ -265,7 +268,11 @@ impl Index {
             }
             ColumnFamilyDescriptor::new(*name, o)
         });
-        let hint_cfs = HINT_CFS.iter().filter(|_| hints).map(|name| ColumnFamilyDescriptor::new(*name, Options::default()));
+        let hint_cfs = HINT_CFS.iter().filter(|_| hints).map(|name| {
+            let mut o = Options::default();
+            o.set_compression_type(rocksdb::DBCompressionType::Zstd);
+            ColumnFamilyDescriptor::new(*name, o)
+        });
         remove_empty_logs(path)?;
         let db = DB::open_cf_descriptors(&opts, path, cfs.chain(hint_cfs))?;
         Ok(Index { db, hints, generation: Default::default() })
@@ -553,6 +560,17 @@ impl Index {
         Ok(urls.iter().map(|u| by_url.get(u).copied()).collect())
     }
 
+    /// The URL last noted under each of `keys` (`store::delta::sketch::slot_key`: 5 bytes,
+    /// so never a URL's key, in the same column family), in one batched lookup.
+    pub fn similar(&self, keys: &[[u8; 5]]) -> Result<Vec<Option<UrlKey>>> {
+        if !self.hints {
+            return Ok(vec![None; keys.len()]);
+        }
+        let found = self.db.batched_multi_get_cf(self.cf("capture"), keys, false);
+        // An undecodable hint is no hint.
+        found.into_iter().map(|r| Ok(r?.and_then(|v| UrlKey::try_from(&v[..]).ok()))).collect()
+    }
+
     /// The base gc tries for chunk `key` when it settles it.
     pub fn delta_base_hint(&self, key: &ChunkKey) -> Result<Option<ChunkKey>> {
         self.hint("delta_base", &key.to_bytes())
@@ -649,6 +667,14 @@ impl Batch {
     pub fn put_capture(&mut self, idx: &Index, url: &UrlKey, key: &ChunkKey) {
         if idx.hints {
             self.wb.put_cf(idx.cf("capture"), url, key.to_bytes());
+        }
+    }
+
+    /// Notes `url` as the latest URL whose capture has a sketch slot's value
+    /// (`Index::similar`).
+    pub fn put_similar(&mut self, idx: &Index, key: &[u8; 5], url: &UrlKey) {
+        if idx.hints {
+            self.wb.put_cf(idx.cf("capture"), key, url);
         }
     }
 

@@ -4,7 +4,9 @@
 //! The relative is the previous capture of the same URL: ingest notes, for each record's
 //! first payload chunk, its URL (`captures`: the index's `capture` hints), and for a chunk new
 //! to the store whose URL was captured before, that capture's chunk as the base to try
-//! (`delta_base` hints). Ingest compresses nothing against it: gc does, when it settles the
+//! (`delta_base` hints). A chunk whose URL was never captured tries the latest capture of
+//! the URL whose page its similarity sketch resembles (`sketch`: a page moved to another URL,
+//! a translation). Ingest compresses nothing against it: gc does, when it settles the
 //! chunk's pack (`make`), keeping the delta only if it is much smaller than the chunk alone.
 //!
 //! What holds, and who keeps it so:
@@ -22,6 +24,7 @@
 pub(in crate::store) mod bases;
 pub(in crate::store) mod captures;
 pub(in crate::store) mod make;
+pub(in crate::store) mod sketch;
 
 /// A delta is kept only if it takes at most this share of what the chunk takes alone
 /// (numerator over 4): a delta costs its reader the base's read too, so a small saving is not

@@ -199,3 +199,30 @@ fn a_damaged_base_is_an_error_never_other_bytes() {
     let said = rep.problems.join("\n");
     assert!(said.contains(&base.short()) && said.contains(&delta.short()), "fsck names the base and its delta: {said}");
 }
+
+/// A page never captured at its URL before, but like a stored page at another URL (a moved
+/// page, a translation), is compressed against it: its sketch finds it. A stranger is not.
+#[test]
+fn a_page_at_a_new_url_becomes_a_delta_on_the_page_it_resembles() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let (one, moved) = versions();
+    let stranger: Vec<u8> = (100..108).flat_map(site_page).collect();
+    let a = response_record("http://example.org/hours.html", 1, &one);
+    let b = [response_record("http://example.org/archive/hours.html", 2, &moved), response_record("http://example.org/other.html", 3, &stranger)].concat();
+    s.put_file(ROOT_INO, b"a.warc", &a, meta()).unwrap();
+    s.put_file(ROOT_INO, b"b.warc", &b, meta()).unwrap();
+    let (base, _) = chunk_of(&s, &one);
+    let (key, _) = chunk_of(&s, &moved);
+    assert_eq!(s.index.delta_base_hint(&key).unwrap(), Some(base), "the sketch names the page it resembles");
+    let (other, _) = chunk_of(&s, &stranger);
+    assert_eq!(s.index.delta_base_hint(&other).unwrap(), None, "a page like none has no base to try");
+    s.gc().unwrap();
+    let (_, e) = chunk_of(&s, &moved);
+    assert_eq!(e.codec, Codec::ZstdDelta as u8, "gc made the moved page a delta");
+    assert!((e.stored_len as usize) * 10 < moved.len() / 4, "{} of {}", e.stored_len, moved.len());
+    assert_ne!(chunk_of(&s, &stranger).1.codec, Codec::ZstdDelta as u8);
+    assert_eq!(read_all(&s, "/b.warc"), b);
+    assert_eq!(read_all(&s, "/a.warc"), a);
+    clean(&s);
+}

@@ -447,7 +447,9 @@ impl Store {
         for (item, url) in heads {
             let head = keys[item];
             let new = w.pending.get(&head.digest).is_some_and(|v| v.iter().any(|(k, _)| *k == head));
-            ctx.captures.push(Capture { url, head, new });
+            // A new chunk's sketch, in case its URL was never captured before (`note_captures`).
+            let sketch = (new && self.index.has_hints()).then(|| crate::store::delta::sketch::sketch(items[item].0)).flatten();
+            ctx.captures.push(Capture { url, head, new, sketch });
         }
         let (block_keys, chunk_keys) = keys.split_at(blocks.len());
         let mut out = Vec::with_capacity(seg.spans.len());
