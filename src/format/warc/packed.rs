@@ -80,11 +80,21 @@ impl Encoding {
         }
     }
 
-    fn spell(self, bytes: &[u8]) -> String {
+    /// `bytes` spelled in this encoding, into `out` (no allocation: this is a read's path).
+    fn spell_into(self, bytes: &[u8], out: &mut Vec<u8>) {
+        let mut buf = [0u8; 64];
+        let text = &mut buf[..self.chars()];
         match self {
-            Encoding::Base32Sha1 | Encoding::Base32Sha256 => BASE32_NOPAD.encode(bytes),
-            Encoding::HexSha1 | Encoding::HexSha256 => HEXLOWER.encode(bytes),
+            Encoding::Base32Sha1 | Encoding::Base32Sha256 => BASE32_NOPAD.encode_mut(bytes, text),
+            Encoding::HexSha1 | Encoding::HexSha256 => HEXLOWER.encode_mut(bytes, text),
         }
+        out.extend_from_slice(text);
+    }
+
+    fn spell(self, bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.chars());
+        self.spell_into(bytes, &mut out);
+        out
     }
 
     /// The bytes `text` spells in this encoding, if it is this encoding's canonical
@@ -95,7 +105,7 @@ impl Encoding {
             Encoding::Base32Sha1 | Encoding::Base32Sha256 => BASE32_NOPAD.decode(text).ok()?,
             Encoding::HexSha1 | Encoding::HexSha256 => HEXLOWER.decode(text).ok()?,
         };
-        (bytes.len() == self.bytes() && self.spell(&bytes).as_bytes() == text).then_some(bytes)
+        (bytes.len() == self.bytes() && self.spell(&bytes) == text).then_some(bytes)
     }
 
     fn hash(self, block: &[u8]) -> Vec<u8> {
@@ -114,15 +124,19 @@ pub fn pack(raw: &[u8]) -> Vec<u8> {
     // damaged bytes cannot make it hash more than the chunk).
     let mut derived_end = 0;
     while i < raw.len() {
-        let b = raw[i];
+        // Plain bytes up to the next that is a token's or ends a label, at once.
+        let run = raw[i..].iter().position(|&b| b < SPECIAL || b == b':').unwrap_or(raw.len() - i);
+        out.extend_from_slice(&raw[i..i + run]);
+        i += run;
+        let Some(&b) = raw.get(i) else { break };
+        i += 1;
         if b < SPECIAL {
             out.extend_from_slice(&[ESCAPE, b]);
-            i += 1;
             continue;
         }
         out.push(b);
-        i += 1;
-        if b != b':' {
+        // Every label ends in `d:`, `1:` or `6:` (`uuid:`, `sha1:`, `sha256:`).
+        if i < 2 || !matches!(raw[i - 2], b'd' | b'D' | b'1' | b'6') {
             continue;
         }
         let before = &raw[..i];
@@ -179,7 +193,7 @@ pub fn unpack(packed: &[u8], raw_len: usize) -> Result<Vec<u8>, Damaged> {
             UUID => {
                 let id = packed.get(i..i + 16).ok_or(Damaged("a record id cut short"))?;
                 room(&out, UUID_LEN)?;
-                out.extend_from_slice(spell_uuid(id).as_bytes());
+                spell_uuid(id, &mut out);
                 i += 16;
             }
             DIGEST | DERIVED => {
@@ -188,7 +202,7 @@ pub fn unpack(packed: &[u8], raw_len: usize) -> Result<Vec<u8>, Damaged> {
                 room(&out, enc.chars())?;
                 if token == DIGEST {
                     let bytes = packed.get(i..i + enc.bytes()).ok_or(Damaged("a digest cut short"))?;
-                    out.extend_from_slice(enc.spell(bytes).as_bytes());
+                    enc.spell_into(bytes, &mut out);
                     i += enc.bytes();
                 } else {
                     let n = get_varint(packed, &mut i).filter(|&n| n <= raw_len as u64).ok_or(Damaged("a derived digest's length is damaged"))?;
@@ -218,23 +232,37 @@ pub fn unpack(packed: &[u8], raw_len: usize) -> Result<Vec<u8>, Damaged> {
     // Last first: a block may hold a later derived digest, never an earlier one.
     for (&(at, enc, n), &start) in derived.iter().zip(&blocks).rev() {
         let spelled = enc.spell(&enc.hash(&out[start..start + n]));
-        out[at..at + enc.chars()].copy_from_slice(spelled.as_bytes());
+        out[at..at + enc.chars()].copy_from_slice(&spelled);
     }
     Ok(out)
 }
 
 /// Where the block a digest ending at `end` may stand for lies: the bytes after the first
 /// CR LF CR LF after it, as many as the record header's Content-Length says (the header being
-/// the lines from the last `WARC/` line before `end`); None unless they all lie in `raw`.
+/// the lines from the last `WARC/` line before `end`); None unless they all lie in `raw`,
+/// followed by the record's end.
 fn derived_block(raw: &[u8], end: usize) -> Option<(usize, usize)> {
     let start = block_start(raw, end)?;
+    // The record header's first line: the last that begins with `WARC/`, line by line back.
     let near = end.saturating_sub(NEAR);
-    let header_start = rfind(&raw[near..end], b"\nWARC/").map(|p| near + p + 1).or_else(|| (near == 0 && raw.starts_with(b"WARC/")).then_some(0))?;
-    let header = &raw[header_start..start];
-    let at = find_ignore_case(header, b"\ncontent-length:")? + b"\ncontent-length:".len();
-    let digits = header[at..].iter().skip_while(|&&b| b == b' ' || b == b'\t').take_while(|b| b.is_ascii_digit()).take(12).fold(None, |n: Option<u64>, &d| Some(n.unwrap_or(0) * 10 + (d - b'0') as u64))?;
+    let mut to = end;
+    let header_start = loop {
+        match raw[near..to].iter().rposition(|&b| b == b'\n') {
+            Some(p) if raw[near + p + 1..].starts_with(b"WARC/") => break near + p + 1,
+            Some(p) => to = near + p,
+            None if near == 0 && raw.starts_with(b"WARC/") => break 0,
+            None => return None,
+        }
+    };
+    const LENGTH: &[u8] = b"content-length:";
+    let line = raw[header_start..start].split(|&b| b == b'\n').find(|l| l.len() > LENGTH.len() && l[..LENGTH.len()].eq_ignore_ascii_case(LENGTH))?;
+    let digits = line[LENGTH.len()..].iter().skip_while(|&&b| b == b' ' || b == b'\t').take_while(|b| b.is_ascii_digit()).take(12).fold(None, |n: Option<u64>, &d| Some(n.unwrap_or(0) * 10 + (d - b'0') as u64))?;
     let n = usize::try_from(digits).ok()?;
-    (start.checked_add(n)? <= raw.len()).then_some((start, n))
+    // A block in these bytes is a whole record's: the record's end (CR LF CR LF) follows it.
+    // A response's block is elsewhere (its payload), and what follows its length here is
+    // the next record's header: no hash is spent on it.
+    let end = start.checked_add(n)?;
+    raw.get(end..end + 4).is_some_and(|t| t == b"\r\n\r\n").then_some((start, n))
 }
 
 /// Where the bytes after the first CR LF CR LF within `NEAR` bytes from `from` start.
@@ -266,9 +294,15 @@ fn uuid_at(text: &[u8]) -> Option<[u8; 16]> {
     Some(id)
 }
 
-fn spell_uuid(id: &[u8]) -> String {
-    let h = HEXLOWER.encode(id);
-    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+fn spell_uuid(id: &[u8], out: &mut Vec<u8>) {
+    let mut hex = [0u8; 32];
+    HEXLOWER.encode_mut(id, &mut hex);
+    for (k, (from, to)) in [(0, 8), (8, 12), (12, 16), (16, 20), (20, 32)].into_iter().enumerate() {
+        if k > 0 {
+            out.push(b'-');
+        }
+        out.extend_from_slice(&hex[from..to]);
+    }
 }
 
 fn alnum_at(raw: &[u8], i: usize) -> bool {
@@ -281,14 +315,6 @@ fn ends_with_ignore_case(text: &[u8], suffix: &[u8]) -> bool {
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
-}
-
-fn rfind(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).rposition(|w| w == needle)
-}
-
-fn find_ignore_case(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w.eq_ignore_ascii_case(needle))
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {

@@ -10,7 +10,7 @@ use crate::digest::ChunkKey;
 use crate::index::ChunkEntry;
 use crate::pack::{self, ChunkKind, Codec};
 use crate::store::delta::KEEP_AT_MOST_QUARTERS;
-use crate::store::maint::settle::{Blob, LEVEL};
+use crate::store::maint::settle::Blob;
 use crate::store::{Result, Store, StoreError};
 
 /// What gc's settling knows while it chooses bases.
@@ -141,11 +141,11 @@ impl Store {
     }
 }
 
-/// `raw` compressed against `base` at the settling level, as a `ZstdDelta` blob stores it, if
+/// `raw` compressed against `base` at `level` (the settling level), as a `ZstdDelta` blob stores it, if
 /// that takes at most `KEEP_AT_MOST_QUARTERS` of `alone` (what the chunk takes otherwise)
 /// and decodes back to `raw`.
-pub(in crate::store) fn delta_of(cctx: &mut zstd::zstd_safe::CCtx<'_>, base_key: &ChunkKey, base: &[u8], raw: &[u8], alone: usize) -> Option<Vec<u8>> {
-    let d = pack::delta_compress(cctx, base_key, base, raw, LEVEL as i32)?;
+pub(in crate::store) fn delta_of(cctx: &mut zstd::zstd_safe::CCtx<'_>, base_key: &ChunkKey, base: &[u8], raw: &[u8], alone: usize, level: u8) -> Option<Vec<u8>> {
+    let d = pack::delta_compress(cctx, base_key, base, raw, level as i32)?;
     if d.len() * 4 > alone * KEEP_AT_MOST_QUARTERS {
         return None;
     }

@@ -1,4 +1,4 @@
-//! A store made with `init --parses compact` (format 10) keeps zlib's members' parses in the
+//! A store made with `init --parses compact` (format 12) keeps zlib's members' parses in the
 //! predicted form: every file still reads back byte for byte, through gc and a rebuilt
 //! index, in far fewer parse bytes than the ranked form, and copies of a payload still
 //! share one tail.
@@ -35,6 +35,9 @@ fn a_compact_store_reads_every_real_file_back_exactly_through_gc_and_a_rebuilt_i
     assert!(parse * 2 < fast_parse, "predicted {parse} bytes, ranked {fast_parse}");
     s.gc().unwrap();
     assert!(s.fsck(true).unwrap().problems.is_empty());
+    // gc settled its packs at the level of a store made for size.
+    let levels: Vec<Option<u8>> = s.packs.sealed_packs().unwrap().iter().map(|&(id, _)| s.packs.first_settled(id).unwrap()).collect();
+    assert!(levels.contains(&Some(crate::store::maint::settle::COMPACT_LEVEL)), "{levels:?}");
     drop(s);
     std::fs::remove_dir_all(dir.path().join("index")).unwrap();
     let rep = rebuild_index(dir.path()).unwrap();
