@@ -119,37 +119,45 @@ impl Encoding {
 /// `raw` packed. Costs one pass over it and a hash of each block whose digest it derives.
 pub fn pack(raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len());
-    let mut i = 0;
+    // `raw[..copied]` is in `out`; `i` is where the search for the next token goes on.
+    let (mut copied, mut i) = (0, 0);
     // Derived blocks lie one after another, never overlapping (`unpack` checks it, so that
     // damaged bytes cannot make it hash more than the chunk).
     let mut derived_end = 0;
+    // Header bytes seldom hold a byte below 8: then only colons need looking at, found by
+    // memchr (a header line has one or more; only a few end a label).
+    let plain = !raw.iter().any(|&b| b < SPECIAL);
     while i < raw.len() {
-        // Plain bytes up to the next that is a token's or ends a label, at once.
-        let run = raw[i..].iter().position(|&b| b < SPECIAL || b == b':').unwrap_or(raw.len() - i);
-        out.extend_from_slice(&raw[i..i + run]);
-        i += run;
-        let Some(&b) = raw.get(i) else { break };
-        i += 1;
-        if b < SPECIAL {
-            out.extend_from_slice(&[ESCAPE, b]);
+        let next = match plain {
+            true => memchr::memchr(b':', &raw[i..]),
+            false => raw[i..].iter().position(|&b| b < SPECIAL || b == b':'),
+        };
+        let Some(at) = next.map(|p| i + p) else { break };
+        i = at + 1;
+        if raw[at] < SPECIAL {
+            out.extend_from_slice(&raw[copied..at]);
+            out.extend_from_slice(&[ESCAPE, raw[at]]);
+            copied = i;
             continue;
         }
-        out.push(b);
         // Every label ends in `d:`, `1:` or `6:` (`uuid:`, `sha1:`, `sha256:`).
-        if i < 2 || !matches!(raw[i - 2], b'd' | b'D' | b'1' | b'6') {
+        if at == 0 || !matches!(raw[at - 1], b'd' | b'D' | b'1' | b'6') {
             continue;
         }
         let before = &raw[..i];
         if ends_with_ignore_case(before, UUID_LABEL) {
             if let Some(id) = uuid_at(&raw[i..]) {
+                out.extend_from_slice(&raw[copied..i]);
                 out.push(UUID);
                 out.extend_from_slice(&id);
                 i += UUID_LEN;
+                copied = i;
             }
         } else if ends_with_ignore_case(before, SHA1) || ends_with_ignore_case(before, SHA256) {
             let sha1 = ends_with_ignore_case(before, SHA1);
             let tries = if sha1 { [Encoding::Base32Sha1, Encoding::HexSha1] } else { [Encoding::Base32Sha256, Encoding::HexSha256] };
             let Some((enc, bytes)) = tries.into_iter().find_map(|e| Some((e, e.read(&raw[i..])?)).filter(|_| !alnum_at(raw, i + e.chars()))) else { continue };
+            out.extend_from_slice(&raw[copied..i]);
             let end = i + enc.chars();
             match derived_block(raw, end).filter(|&(start, n)| start >= derived_end && enc.hash(&raw[start..start + n]) == bytes) {
                 Some((start, n)) => {
@@ -163,8 +171,10 @@ pub fn pack(raw: &[u8]) -> Vec<u8> {
                 }
             }
             i = end;
+            copied = i;
         }
     }
+    out.extend_from_slice(&raw[copied..]);
     out
 }
 
