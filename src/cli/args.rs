@@ -205,8 +205,9 @@ pub enum Cmd {
     ///
     /// Drops unreferenced chunks, deletes packs that hold nothing else and rewrites packs
     /// more than 10 % dead. It also settles the packs written since the last gc: rewrites
-    /// each once with its chunks recompressed at zstd level 9 (ingest writes level 1 to keep
-    /// up with a crawl; level 9 stores the crawl corpus 8 % smaller and reads as fast), as
+    /// each once with its chunks recompressed at zstd level 9, 15 in a `--parses compact`
+    /// store (ingest writes level 1 to keep up with a crawl; level 9 stores the crawl corpus
+    /// 8 % smaller and reads as fast), as
     /// many as fit in half of the disk's free room, 4 GiB at most on an object store (a
     /// later gc goes on). Reports the bytes reclaimed; exits 1 if a chunk did not decode to
     /// its digest or its dictionary is missing (copied as it was: run fsck).

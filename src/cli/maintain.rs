@@ -77,12 +77,13 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
             String::new()
         };
         println!(
-            "reclaimed {reclaimed} bytes ({}): {} chunks dropped, {} packs deleted, {} rewritten ({} to settle them at zstd level 9, {} pages stored against an earlier capture){trash}",
+            "reclaimed {reclaimed} bytes ({}): {} chunks dropped, {} packs deleted, {} rewritten ({} to settle them at zstd level {}, {} pages stored against an earlier capture){trash}",
             human(reclaimed),
             rep.chunks_dropped,
             rep.packs_deleted,
             rep.packs_rewritten,
             rep.packs_settled,
+            s.settle_level(),
             rep.deltas_made
         );
         if rep.packs_left_unsettled > 0 {

@@ -435,6 +435,12 @@ impl Store {
         &self.root
     }
 
+    /// The zstd level gc settles this store's packs at (its format decides: 15 for parses in
+    /// the predicted form, else 9).
+    pub fn settle_level(&self) -> u8 {
+        maint::settle::level(self.config.version)
+    }
+
     pub fn config(&self) -> &Config {
         &self.config
     }
