@@ -5,6 +5,7 @@
 pub mod cdx;
 pub mod deflate;
 pub mod gzip;
+pub(crate) mod varint;
 pub mod warc;
 
 /// Cases for the parsers' fuzz properties (`fuzz_*`): `default` in the test suite, or

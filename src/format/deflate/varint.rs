@@ -1,15 +1,9 @@
-//! LEB128 varints (7 bits a byte, low first), written and read for the stored forms of a
-//! parse (`stored`, `predict`): every value read is bounded before it sizes anything.
+//! Varints (`format::varint`) read for the stored forms of a parse (`stored`, `predict`),
+//! with deflate's errors: every value read is bounded before it sizes anything.
 
 use super::{ParseError, Result};
 
-pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
+pub(super) use crate::format::varint::put as put_varint;
 
 pub(super) struct Cursor<'a> {
     pub(super) b: &'a [u8],

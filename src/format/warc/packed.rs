@@ -29,6 +29,8 @@
 //! ```
 
 use data_encoding::{BASE32_NOPAD, HEXLOWER};
+
+use crate::format::varint;
 use sha1::Digest as _;
 
 const ESCAPE: u8 = 0;
@@ -163,7 +165,7 @@ pub fn pack(raw: &[u8]) -> Vec<u8> {
                 Some((start, n)) => {
                     derived_end = start + n;
                     out.extend_from_slice(&[DERIVED, enc as u8]);
-                    put_varint(&mut out, n as u64);
+                    varint::put(&mut out, n as u64);
                 }
                 None => {
                     out.extend_from_slice(&[DIGEST, enc as u8]);
@@ -215,7 +217,7 @@ pub fn unpack(packed: &[u8], raw_len: usize) -> Result<Vec<u8>, Damaged> {
                     enc.spell_into(bytes, &mut out);
                     i += enc.bytes();
                 } else {
-                    let n = get_varint(packed, &mut i).filter(|&n| n <= raw_len as u64).ok_or(Damaged("a derived digest's length is damaged"))?;
+                    let n = varint::get(packed, &mut i).filter(|&n| n <= raw_len as u64).ok_or(Damaged("a derived digest's length is damaged"))?;
                     derived.push((out.len(), enc, n as usize));
                     // A placeholder that is neither CR nor LF, so that the search for the
                     // block's start below cannot stop in it.
@@ -325,27 +327,6 @@ fn ends_with_ignore_case(text: &[u8], suffix: &[u8]) -> bool {
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn get_varint(bytes: &[u8], i: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = *bytes.get(*i)?;
-        *i += 1;
-        v |= ((b & 0x7f) as u64) << shift;
-        if b < 0x80 {
-            return Some(v);
-        }
-    }
-    None
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ fn tokens(packed: &[u8], token: u8) -> usize {
             DERIVED => {
                 n += (token == DERIVED) as usize;
                 i += 2;
-                get_varint(packed, &mut i).unwrap();
+                varint::get(packed, &mut i).unwrap();
             }
             _ => i += 1,
         }
