@@ -239,6 +239,13 @@ impl RecipeBuilder {
         self.cur_inline = 0;
     }
 
+    /// Ends the current piece here: what follows starts a piece of its own. A ZIP entry's
+    /// bytes so make the same pieces as the same bytes stored as a file, which share their
+    /// chunks (a piece is stored under the digest of its bytes, and holds no file offset).
+    pub fn cut(&mut self) {
+        self.finish_piece();
+    }
+
     /// Appends verbatim bytes given as (chunk, offset, len) slices; splits long runs across
     /// pieces and merges with a preceding Data segment.
     pub fn push_data(&mut self, slices: &[Slice]) {

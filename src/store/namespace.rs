@@ -425,6 +425,9 @@ impl Store {
         }
         self.note_captures(&mut b, &ing.captures)?;
         self.commit_with(w, b, delta, &ing.pending, ing.collisions, ing.dict)?;
+        for note in &ing.notes {
+            log::warn!("{display}: {note}");
+        }
         Ok(PutReport { ino, size: ing.size, new_bytes: ing.new_bytes, stats: ing.stats })
     }
 

@@ -356,6 +356,10 @@ impl Source for ImportFile {
         }
         self.file.window_in(offset, len, buf)
     }
+
+    fn read_aside(&self, offset: u64, len: usize) -> io::Result<Cow<'_, [u8]>> {
+        self.file.window_in(offset, len, Vec::new())
+    }
 }
 
 #[cfg(test)]

@@ -11,8 +11,9 @@
 
 //! The wing: `source` (windows over a file), `direct` (reading around the page cache),
 //! `ready` (splitting and proving a window), `tails` (parse tails named before), `chunks`
-//! (finding or storing each chunk), `dict` (zstd dictionaries), and here the loop over
-//! windows; `Store::put_file` (namespace) is its entry.
+//! (finding or storing each chunk), `dict` (zstd dictionaries), `zip` (a ZIP's entries
+//! ingested each as a file of its own), and here the loop over windows; `Store::put_file`
+//! (namespace) is its entry.
 
 pub(in crate::store) mod chunks;
 pub(in crate::store) mod dict;
@@ -20,6 +21,7 @@ pub(in crate::store) mod direct;
 pub(in crate::store) mod ready;
 pub(in crate::store) mod source;
 pub(in crate::store) mod tails;
+mod zip;
 #[cfg(test)]
 mod tail_tests;
 #[cfg(test)]
@@ -33,6 +35,7 @@ use crate::store::ingest::chunks::{Added, Pending};
 use crate::store::ingest::ready::{prove_member, Proof, Proofs, Ready, TailFrom};
 pub use crate::store::ingest::ready::Presplit;
 use crate::store::ingest::source::{each_window, io_err, plain_room, split_window_in, Spares};
+use crate::store::ingest::zip::zip_layout;
 use crate::sync::Spare;
 use crate::LockExt;
 pub use crate::store::ingest::source::{Source, Windows, WINDOWS};
@@ -40,6 +43,7 @@ use crate::store::delta::captures::{url_of, Capture};
 use crate::store::{Result, Store, StoreError, Writer};
 use crate::digest::ChunkKey;
 use crate::format::gzip::{self, Region};
+use crate::format::zip as zipfmt;
 use crate::format::warc::{self, SpanKind};
 use crate::pack::ChunkKind;
 use crate::recipe::{FileStats, MemberParts, Piece, RecipeBuilder};
@@ -71,6 +75,8 @@ pub(in crate::store) struct Ingested {
     pub dict: Option<ChunkKey>,
     /// Its records' URLs and first payload chunks (`delta::captures`).
     pub captures: Vec<Capture>,
+    /// What the file's commit logs, naming it: a ZIP entry whose CRC-32 is not its bytes'.
+    pub notes: Vec<String>,
 }
 
 struct Ctx {
@@ -81,6 +87,7 @@ struct Ctx {
     longest: bool,
     /// Each record's URL and first payload chunk, for the delta hints its commit leaves.
     captures: Vec<Capture>,
+    notes: Vec<String>,
 }
 
 fn cdc(data: &[u8], (min, avg, max): (u32, u32, u32)) -> impl Iterator<Item = (usize, usize)> + '_ {
@@ -234,17 +241,53 @@ impl Store {
             }
             Ok(w)
         };
-        let mut ctx = Ctx { stats: FileStats::default(), added: Added::default(), longest: false, captures: Vec::new() };
+        let mut ctx = Ctx { stats: FileStats::default(), added: Added::default(), longest: false, captures: Vec::new(), notes: Vec::new() };
         let mut rb = RecipeBuilder::new();
         let total = crate::failpoint::io_error("ingest_start").and_then(|()| src.size()).map_err(io_err)?;
         let win = Windows { bytes: win.bytes.max(1), max_bytes: win.max_bytes.max(win.bytes), plain: win.plain.max(1) };
+        let head = src.window(0, 4).map_err(io_err)?;
+        let zip = if zipfmt::looks_zip(&head) { zip_layout(src, total)? } else { None };
+        let mut w = match zip {
+            Some(layout) => self.ingest_zip(src, &layout, win, spare, begin, &mut ctx, &mut rb)?,
+            None => self.ingest_stream(src, total, &mut split, win, spare, begin, &mut ctx, &mut rb)?,
+        };
+        let w: &mut Writer = &mut w;
+        let (pieces, starts, size) = rb.finish();
+        if size != total {
+            return Err(io_err(std::io::Error::other(format!("the recipe covers {size} of the file's {total} bytes"))));
+        }
+        let encoded: Vec<Vec<u8>> = pieces.iter().map(|p| p.encode()).collect();
+        let piece_items: Vec<(&[u8], ChunkKind)> = encoded.iter().map(|p| (p.as_slice(), ChunkKind::Recipe)).collect();
+        let level = ctx.longest.then_some(crate::store::ingest::chunks::LONGEST_PARSE_ZSTD_LEVEL);
+        let piece_keys = self.store_chunks_at(w, &mut ctx.added, &piece_items, level)?;
+        let dict = ctx.added.dict;
+        let pending = std::mem::take(&mut w.pending);
+        let collisions = std::mem::take(&mut w.collisions);
+        Ok(Ingested { pieces, piece_keys, starts, size, stats: ctx.stats, new_bytes: ctx.added.new_bytes, pending, collisions, dict, captures: ctx.captures, notes: ctx.notes })
+    }
+
+    /// Ingests `src` (a whole file, or one part of a ZIP: `ingest_zip`) as a stream of
+    /// windows, gzip members or plain text, into `rb`. The writer is locked by `begin`, once
+    /// the first windows are being made ready, and given back at the end.
+    #[allow(clippy::too_many_arguments)]
+    fn ingest_stream<'a, 's, S: Source + ?Sized + Sync>(
+        &'a self,
+        src: &'s S,
+        total: u64,
+        split: &mut Presplit,
+        win: Windows,
+        spare: &Spares,
+        begin: impl FnOnce() -> Result<MutexGuard<'a, Writer>>,
+        ctx: &mut Ctx,
+        rb: &mut RecipeBuilder,
+    ) -> Result<MutexGuard<'a, Writer>> {
         // Each window's buffers go back to `spare` once it is stored, for the windows after it.
         let give = |data: Cow<'s, [u8]>| {
             if let Cow::Owned(buf) = data {
                 spare.data.give(buf);
             }
         };
-        let mut w = if gzip::looks_gzip(&src.window(0, 3).map_err(io_err)?) {
+        if gzip::looks_gzip(&src.window(0, 3).map_err(io_err)?) {
             // Finding and inflating the members of a window, and proving their parses, on
             // threads of their own while this one stores the window before.
             let mut arc_mode = false;
@@ -259,11 +302,11 @@ impl Store {
                 Proven { data, ready }
             };
             windows_ahead(src, total, win, &spare.data, prepare, finish, begin, |w: &mut MutexGuard<'a, Writer>, mut p: Proven<'s>| {
-                let r = self.ingest_members(w, &mut ctx, &mut rb, &mut p);
+                let r = self.ingest_members(w, ctx, rb, &mut p);
                 give(p.data);
                 spare.text.give(p.ready.sw.plain);
                 r
-            })?
+            })
         } else {
             // Segmenting a window on a thread of its own while this one stores the one before
             // (nothing to prove: the second step passes it on).
@@ -273,25 +316,12 @@ impl Store {
                 (consumed > 0).then_some(((data, seg, consumed), consumed))
             };
             windows_ahead(src, total, win, &spare.data, prepare, |segmented| segmented, begin, |w: &mut MutexGuard<'a, Writer>, (data, seg, consumed)| {
-                let exts = self.chunk_segments(w, &mut ctx, &data[..consumed], &seg)?;
+                let exts = self.chunk_segments(w, ctx, &data[..consumed], &seg)?;
                 rb.push_data(&exts.into_iter().map(|(_, s)| s).collect::<Vec<_>>());
                 give(data);
                 Ok(())
-            })?
-        };
-        let w: &mut Writer = &mut w;
-        let (pieces, starts, size) = rb.finish();
-        if size != total {
-            return Err(io_err(std::io::Error::other(format!("the recipe covers {size} of the file's {total} bytes"))));
+            })
         }
-        let encoded: Vec<Vec<u8>> = pieces.iter().map(|p| p.encode()).collect();
-        let piece_items: Vec<(&[u8], ChunkKind)> = encoded.iter().map(|p| (p.as_slice(), ChunkKind::Recipe)).collect();
-        let level = ctx.longest.then_some(crate::store::ingest::chunks::LONGEST_PARSE_ZSTD_LEVEL);
-        let piece_keys = self.store_chunks_at(w, &mut ctx.added, &piece_items, level)?;
-        let dict = ctx.added.dict;
-        let pending = std::mem::take(&mut w.pending);
-        let collisions = std::mem::take(&mut w.collisions);
-        Ok(Ingested { pieces, piece_keys, starts, size, stats: ctx.stats, new_bytes: ctx.added.new_bytes, pending, collisions, dict, captures: ctx.captures })
     }
 
     /// Stores one window of a gzip file, its members' parses proven.

@@ -25,6 +25,11 @@ pub trait Source {
         drop(buf);
         self.window(offset, len)
     }
+    /// `len` bytes at `offset` read for a look (a ZIP's tail, its directory), not as the next
+    /// window: a source that reads ahead for its windows leaves that be.
+    fn read_aside(&self, offset: u64, len: usize) -> std::io::Result<Cow<'_, [u8]>> {
+        self.window(offset, len)
+    }
 }
 
 /// The largest buffer `Spares` keeps: a window's bytes or text (12-26 MiB) and some, not one
