@@ -77,6 +77,9 @@ fn extents_within(extents: &[Extent], seg_start: u64, from: u64, to: u64) -> imp
         .map(|(_, e)| e)
 }
 
+/// The pieces `rebuilds_members` looks in: a file's first, and for a ZIP the first entries'.
+const MEMBERS_WITHIN: u32 = 4;
+
 impl Store {
     /// The bytes of one chunk, from the cache or its pack.
     pub(crate) fn chunk_bytes(&self, key: &ChunkKey, entry: &ChunkEntry) -> Result<Arc<Vec<u8>>> {
@@ -369,10 +372,12 @@ impl Store {
         Ok(())
     }
 
-    /// Whether reading the file means rebuilding gzip members (its first piece holds one):
-    /// then any read that touches a member costs a whole member's deflate.
+    /// Whether reading the file means rebuilding gzip members (one of its first pieces holds
+    /// one): then any read that touches a member costs a whole member's deflate. A WACZ's
+    /// first piece is its first local header alone (a ZIP's entries start pieces of their
+    /// own), its members in the pieces after.
     pub fn rebuilds_members(&self, head: &RecipeHead) -> bool {
-        head.pieces() > 0 && self.piece(head, 0).is_ok_and(|p| p.segments.iter().any(|s| matches!(s, Segment::Member { .. })))
+        (0..head.pieces().min(MEMBERS_WITHIN)).any(|i| self.piece(head, i).is_ok_and(|p| p.segments.iter().any(|s| matches!(s, Segment::Member { .. }))))
     }
 
     /// Whether `offset` falls inside a gzip member, past its first byte: a read from there
