@@ -168,6 +168,60 @@ fn damaged_zips_are_stored_byte_exact() {
     assert_fsck_clean(&store, true);
 }
 
+/// The entry names of the ZIP `zip`, sorted, as Python's `zipfile` lists them.
+fn extract_names(zip: &Path) -> Vec<String> {
+    let list = "import sys, zipfile; print('\\n'.join(sorted(i.filename for i in zipfile.ZipFile(sys.argv[1]).infolist() if not i.is_dir())))";
+    let out = checked(Command::new("python3").args(["-c", list]).arg(zip), "python3 zipfile list");
+    String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
+}
+
+/// The bytes of entry `name` of the ZIP `zip`, as Python's `zipfile` extracts them.
+fn extract(zip: &Path, name: &str) -> Vec<u8> {
+    let cat = "import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))";
+    checked(Command::new("python3").args(["-c", cat]).arg(zip).arg(name), "python3 zipfile read").stdout
+}
+
+/// `warcfs index` gives the records of the WARCs inside a WACZ at their offsets in those
+/// WARCs, named where `/.warcfs/wacz/` shows them: the very lines of the same WARC stored as
+/// a file, and the offsets and lengths of the WACZ's own CDXJ index.
+#[test]
+fn index_gives_the_records_of_the_warcs_inside_a_wacz() {
+    let tmp = TempDir::new().unwrap();
+    let crawl = &crawl_files()[0];
+    let src = tmp.path().join("py.wacz");
+    py_wacz(crawl, &src);
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(crawl)]);
+    ok(&["import", &s(&store), &s(&src), "--to", "/sub"]);
+    let inner = format!(".warcfs/wacz/sub/py.wacz/archive/{}", crawl.file_name().unwrap().to_str().unwrap());
+    let lines = |out: &str, file: &str| -> Vec<String> {
+        let mut v: Vec<String> = out.lines().filter(|l| l.contains(&format!("\"filename\": \"{file}\""))).map(|l| l.replace(file, "F")).collect();
+        v.sort();
+        v
+    };
+    let all = ok(&["index", &s(&store)]).out();
+    let plain = lines(&all, crawl.file_name().unwrap().to_str().unwrap());
+    assert!(plain.len() > 100, "{} lines for the crawl", plain.len());
+    assert_eq!(lines(&all, &inner), plain, "the WACZ's WARC indexes as the crawl does");
+    let one = ok(&["index", &s(&store), "/sub/py.wacz"]).out();
+    assert_eq!(lines(&one, &inner), plain, "the WACZ alone");
+    // The WACZ's own index (cdxj-indexer through py-wacz): the same offsets and lengths.
+    let own = String::from_utf8(checked(Command::new("python3").args(["-c", "import sys, zipfile, gzip; sys.stdout.write(gzip.decompress(zipfile.ZipFile(sys.argv[1]).read('indexes/index.cdx.gz')).decode())"]).arg(&src), "read the WACZ's index").stdout).unwrap();
+    let places = |out: &str| -> Vec<(String, String, String)> {
+        let mut v: Vec<(String, String, String)> = out
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let j: serde_json::Value = serde_json::from_str(l.splitn(3, ' ').nth(2).unwrap()).unwrap();
+                (l.split(' ').next().unwrap().to_string(), j["offset"].as_str().unwrap().to_string(), j["length"].as_str().unwrap().to_string())
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(places(&one), places(&own), "offsets and lengths as the WACZ's own index gives them");
+}
+
 /// A WACZ copied into the mount reads back exactly, whole and by random reads of 4 KiB to
 /// 1 MiB at random offsets (as ReplayWeb.page reads one over HTTP: the tail, the central
 /// directory, a range per record), before and after a remount.
@@ -199,6 +253,23 @@ fn a_wacz_reads_back_exactly_through_the_mount_at_random_offsets() {
         }
     };
     check(&m, 1);
+    // The WACZ as a directory of its entries: its WARC is the crawl's bytes, its deflated
+    // files inflated as `zipfile` extracts them; nothing there can be written.
+    let view = m.path(".warcfs/wacz/py.wacz");
+    let mut names: Vec<String> = walkdir::WalkDir::new(&view).into_iter().map(|e| e.unwrap()).filter(|e| e.file_type().is_file()).map(|e| e.path().strip_prefix(&view).unwrap().to_str().unwrap().to_string()).collect();
+    names.sort();
+    let listed = extract_names(&src);
+    assert_eq!(names, listed, "the view lists the WACZ's entries");
+    assert!(fs::read(view.join("archive").join(crawl.file_name().unwrap())).unwrap() == fs::read(crawl).unwrap(), "the WARC inside the WACZ reads as the crawl");
+    for n in &names {
+        assert_eq!(fs::read(view.join(n)).unwrap(), extract(&src, n), "{n} reads as zipfile extracts it");
+    }
+    assert_eq!(fs::read_dir(m.path(".warcfs/wacz")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect::<Vec<_>>(), ["py.wacz"], "only WACZs and directories");
+    assert!(!m.path(".warcfs/wacz/crawl.warc.gz").exists());
+    for (what, r) in [("create", fs::write(view.join("new"), b"x").err()), ("mkdir", fs::create_dir(view.join("d")).err()), ("unlink", fs::remove_file(view.join("datapackage.json")).err())] {
+        let code = r.unwrap_or_else(|| panic!("{what} in the view succeeded")).raw_os_error();
+        assert!(code == Some(libc::EROFS) || code == Some(libc::EPERM), "{what}: {code:?}");
+    }
     m.unmount_clean();
     let m = fx.mount();
     check(&m, 2);

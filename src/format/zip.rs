@@ -119,14 +119,20 @@ pub fn layout(size: u64, read: &mut dyn FnMut(u64, usize) -> std::io::Result<Vec
     if size < (LOCAL_LEN + END_LEN) as u64 {
         return Err(ZipError::NotZip("too short"));
     }
-    let tail_len = (TAIL as u64).min(size) as usize;
-    let tail_at = size - tail_len as u64;
-    let tail = read_exact(tail_at, tail_len)?;
-    // The end record: the last one whose comment ends the file exactly.
-    let end = (0..=tail.len() - END_LEN)
-        .rev()
-        .find(|&i| u32_at(&tail, i) == END && i + END_LEN + u16_at(&tail, i + 20) as usize == tail.len())
-        .ok_or(ZipError::NotZip("no end of central directory record"))?;
+    // The end record: the last one whose comment ends the file exactly. Most ZIPs have no
+    // comment: their last bytes are looked at first, the longest comment's only if need be.
+    let find_end = |tail: &[u8]| (0..=tail.len() - END_LEN).rev().find(|&i| u32_at(tail, i) == END && i + END_LEN + u16_at(tail, i + 20) as usize == tail.len());
+    let mut found = None;
+    for want in [END_LEN + LOCATOR64_LEN, TAIL] {
+        let tail_len = (want as u64).min(size) as usize;
+        let tail = read_exact(size - tail_len as u64, tail_len)?;
+        if let Some(end) = find_end(&tail) {
+            found = Some((tail, end));
+            break;
+        }
+    }
+    let (tail, end) = found.ok_or(ZipError::NotZip("no end of central directory record"))?;
+    let tail_at = size - tail.len() as u64;
     let end_at = tail_at + end as u64;
     let e = &tail[end..];
     if u16_at(e, 4) != 0 || u16_at(e, 6) != 0 {

@@ -16,10 +16,24 @@ impl WarcFs {
                     Err(e) => return reply.error(e),
                 };
                 let fh = inner.next_fh.fetch_add(1, Ordering::Relaxed);
-                inner.handles.locked().insert(fh, Handle { ino: INDEX_INO, write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, jumped: false, direct: true, rebuilds_members: None });
+                inner.handles.locked().insert(fh, Handle { ino: INDEX_INO, write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, jumped: false, direct: true, rebuilds_members: None, view: None });
                 // Its size changes with the store: no page cache, every read comes here.
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
             }));
+        }
+        if view_of(ino.0).is_some() || ino.0 == WACZ_INO {
+            if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
+                return reply.error(Errno::EROFS);
+            }
+            let view = match self.inner.view_open(ino.0) {
+                Ok(v) => v,
+                Err(e) => return reply.error(e),
+            };
+            let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
+            self.inner.handles.locked().insert(fh, Handle { ino: ino.0, write: false, head: None, snapshot: None, next: 0, run: 0, jumped: false, direct: true, rebuilds_members: None, view: Some(view) });
+            // A record read of a WARC inside a WACZ rebuilds its own member only (see below).
+            let direct = if self.inner.direct_mmap.load(Ordering::Relaxed) { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
+            return reply.opened(FileHandle(fh), direct | FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH);
         }
         let inner = &self.inner;
         let ino = ino.0;
@@ -89,6 +103,16 @@ impl WarcFs {
                     reply.error(Errno::EIO)
                 }
             });
+        }
+        if view_of(ino.0).is_some() {
+            let handles = self.inner.handles.locked();
+            let Some(view) = handles.get(&fh.0).and_then(|h| h.view.as_ref()) else { return reply.error(Errno::EBADF) };
+            let view = match view {
+                wacz::EntryRead::Bytes(b) => wacz::EntryRead::Bytes(b.clone()),
+                wacz::EntryRead::Range { head, at, len } => wacz::EntryRead::Range { head: head.clone(), at: *at, len: *len },
+            };
+            drop(handles);
+            return self.inner.view_read(&view, offset, size, reply);
         }
         let inner = &self.inner;
         let ino = ino.0;
@@ -328,7 +352,7 @@ impl WarcFs {
         let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
         let head = recipe.map(Arc::new);
         let keeps_recipe = head.is_some();
-        self.inner.handles.locked().insert(fh, Handle { ino, write, head, snapshot: None, next: 0, run: 0, jumped: false, direct, rebuilds_members });
+        self.inner.handles.locked().insert(fh, Handle { ino, write, head, snapshot: None, next: 0, run: 0, jumped: false, direct, rebuilds_members, view: None });
         *self.inner.opens.locked().entry(ino).or_insert(0) += 1;
         // Staged since the open looked (a writer came): the staging dropped the recipes of
         // the handles there were then, so this one drops its own. (One lock at a time: the
@@ -344,7 +368,7 @@ impl WarcFs {
 
 /// Runs `f` with a buffer of at least `len` bytes, one per FUSE thread and reused: a fresh
 /// 1 MiB buffer per read request costs page faults and zeroing comparable to the copy itself.
-fn with_reply_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+pub(super) fn with_reply_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
     thread_local! {
         static REPLY: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
     }

@@ -28,6 +28,7 @@ mod data;
 mod staging;
 mod xattr;
 mod virt;
+mod wacz;
 mod unmount;
 
 pub use daemon::{mount, MountArgs};
@@ -56,6 +57,7 @@ use crate::LockExt;
 use crate::recipe::RecipeHead;
 use crate::store::{Inode, InodeKind, ReadAhead, Store, StoreError, Timestamp};
 use staging::{ingest_loop, Staged};
+use wacz::{view_of, WACZ_INO, WACZ_NAME};
 
 const TTL: Duration = Duration::from_secs(1);
 /// Longest file name, as statfs reports it.
@@ -72,12 +74,12 @@ const INDEX_NAME: &[u8] = b"index.cdxj";
 const INDEX_INO: u64 = u64::MAX - 2;
 
 fn is_virtual(ino: u64) -> bool {
-    ino == CTL_INO || ino == INDEX_INO
+    ino == CTL_INO || ino == INDEX_INO || ino == WACZ_INO || view_of(ino).is_some()
 }
 
 /// The error for making or replacing `name` in `parent` when that touches `/.warcfs`.
 fn reserved(parent: u64, name: &[u8]) -> Option<Errno> {
-    if parent == CTL_INO {
+    if is_virtual(parent) {
         Some(Errno::EROFS)
     } else if parent == crate::store::ROOT_INO && name == CTL_NAME {
         Some(Errno::EEXIST)
@@ -122,6 +124,8 @@ struct Handle {
     /// Whether `head`'s file rebuilds gzip members (worked out once, at open; None for a
     /// handle opened without a recipe).
     rebuilds_members: Option<bool>,
+    /// What a file of `/.warcfs/wacz/` reads.
+    view: Option<wacz::EntryRead>,
 }
 
 /// An open directory's entries, "." and ".." first: (inode, kind, name).
@@ -139,6 +143,8 @@ struct Inner {
     /// Open handles per inode (readers and writers), for orphans.
     opens: Mutex<HashMap<u64, u32>>,
     handles: Mutex<HashMap<u64, Handle>>,
+    /// The entry trees of the WACZs `/.warcfs/wacz/` was asked about.
+    wacz_trees: wacz::Trees,
     /// The listing of each open directory handle, read once (at the first `readdir`, and
     /// again at a rewind to offset 0): listing a directory of n entries costs O(n), not a
     /// full read of it for every reply.
@@ -289,6 +295,7 @@ impl WarcFs {
             staging_gates: Mutex::new(HashMap::new()),
             opens: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
+            wacz_trees: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             direct_mmap: std::sync::atomic::AtomicBool::new(false),
@@ -443,7 +450,14 @@ impl Filesystem for WarcFs {
         let virt = match (parent.0, name.as_bytes()) {
             (crate::store::ROOT_INO, CTL_NAME) => Some(CTL_INO),
             (CTL_INO, INDEX_NAME) => Some(INDEX_INO),
+            (CTL_INO, WACZ_NAME) => Some(WACZ_INO),
             (CTL_INO, _) => return reply.error(Errno::ENOENT),
+            (p, name) if p == WACZ_INO || view_of(p).is_some() => {
+                return match self.inner.view_lookup(p, name) {
+                    Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+                    Err(e) => reply.error(e),
+                };
+            }
             _ => None,
         };
         if virt == Some(INDEX_INO) {
@@ -453,7 +467,8 @@ impl Filesystem for WarcFs {
             });
         }
         if let Some(v) = virt {
-            return match self.inner.virtual_attr(v) {
+            let attr = if v == WACZ_INO { self.inner.view_attr(v) } else { self.inner.virtual_attr(v) };
+            return match attr {
                 Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
                 Err(e) => reply.error(e),
             };
@@ -475,6 +490,12 @@ impl Filesystem for WarcFs {
                 Ok(attr) => reply.attr(&Duration::ZERO, &attr),
                 Err(e) => reply.error(e),
             });
+        }
+        if ino.0 == WACZ_INO || view_of(ino.0).is_some() {
+            return match self.inner.view_attr(ino.0) {
+                Ok(attr) => reply.attr(&TTL, &attr),
+                Err(e) => reply.error(e),
+            };
         }
         if is_virtual(ino.0) {
             return match self.inner.virtual_attr(ino.0) {

@@ -30,6 +30,9 @@ pub struct RecordHead {
     pub http_header: Option<Vec<u8>>,
     /// Where its block is stored.
     pub(in crate::store) block: BlockAt,
+    /// What its index line's offset is less than `offset`: where the WARC holding it starts
+    /// in the file (a WACZ's entry), else 0.
+    pub(in crate::store) shift: u64,
 }
 
 /// Where a record's block is stored, for the index line of a record whose headers do not
@@ -45,6 +48,11 @@ pub(in crate::store) enum BlockAt {
 }
 
 impl RecordHead {
+    /// Its offset in the WARC that holds it, as an index line gives it.
+    pub fn line_offset(&self) -> u64 {
+        self.offset - self.shift
+    }
+
     /// Whether the header chunks hold all an index needs: a payload digest, and for HTTP
     /// records the HTTP header. Otherwise (DNS and metadata records, odd HTTP blocks the
     /// parser kept as payload) an index reads the record's block.
@@ -155,7 +163,7 @@ impl Store {
                         }
                         if bytes.starts_with(b"WARC/") {
                             if let Some((warc_header, http_header, _)) = split_heads(&bytes) {
-                                f(RecordHead { offset: pos, length: *comp_len, warc_header, http_header, block: BlockAt::Member(pno, sno as u32) })?;
+                                f(RecordHead { offset: pos, length: *comp_len, warc_header, http_header, block: BlockAt::Member(pno, sno as u32), shift: 0 })?;
                             }
                         }
                     }
@@ -186,7 +194,7 @@ impl Store {
                                         // ends with the file, as warcio reads it.
                                         let offset = epos + at as u64;
                                         let length = len.min(head.size.saturating_sub(offset));
-                                        f(RecordHead { offset, length, warc_header, http_header, block: BlockAt::Plain })?;
+                                        f(RecordHead { offset, length, warc_header, http_header, block: BlockAt::Plain, shift: 0 })?;
                                     }
                                 }
                                 from = at + 5;
@@ -234,7 +242,7 @@ impl Store {
             }
             let clen = usize::try_from(stated).unwrap_or(usize::MAX);
             let block = text.get(hlen..hlen.saturating_add(clen).min(text.len())).unwrap_or(&[]);
-            return Ok(cdx::cdxj_line_from_block(&r.warc_header, block, r.offset, r.length, name));
+            return Ok(cdx::cdxj_line_from_block(&r.warc_header, block, r.line_offset(), r.length, name));
         }
         // The block as the record states it, but never past the end of the file: a stated
         // Content-Length bounds nothing until it is checked against what is there.
@@ -270,8 +278,13 @@ impl Store {
         let inode = self.inode(ino)?.ok_or_else(|| crate::store::StoreError::NotFound(root.to_string()))?;
         // Each file is indexed as the walk meets it: a store of millions of files is not
         // listed whole first (the mount's daemon builds `/.warcfs/index.cdxj` this way).
+        // The store path of what is indexed, for the WARCs inside WACZs: their lines name
+        // them where `/.warcfs/wacz/` shows them, from the mount's root.
+        let base = crate::store::components(root)?.join("/");
+        let single = inode.kind != InodeKind::Dir;
         let mut index_file = |name: &str, inode: &Inode| -> Result<()> {
-            let indexed = [".warc", ".warc.gz"].iter().any(|ext| name.ends_with(ext));
+            let wacz = name.len() > 5 && name[name.len() - 5..].eq_ignore_ascii_case(".wacz");
+            let indexed = wacz || [".warc", ".warc.gz"].iter().any(|ext| name.ends_with(ext));
             if indexed && inode.staged {
                 // Its recipe is older than its bytes: an index of it would be wrong.
                 return match staged {
@@ -280,11 +293,45 @@ impl Store {
                 };
             }
             let Some(head) = inode.recipe.as_ref().filter(|_| indexed) else { return Ok(()) };
-            self.each_warc_record(head, &mut |r| {
+            // A WACZ: the records of its stored WARC entries, each at its offset in its entry.
+            let warcs = if wacz {
+                let path = match (single, base.is_empty()) {
+                    (true, _) => base.clone(),
+                    (false, true) => name.to_string(),
+                    (false, false) => format!("{base}/{name}"),
+                };
+                let Some(layout) = self.zip_layout(head)? else { return Ok(()) };
+                let tree = crate::store::EntryTree::new(layout);
+                // (The entries the view shows: `EntryTree` leaves out names that are no path.)
+                let mut warcs: Vec<(u64, u64, String)> = (0..tree.nodes.len())
+                    .filter_map(|i| {
+                        let e = tree.entry(i).filter(|e| e.is_stored())?;
+                        let inner = String::from_utf8(e.name.clone()).ok().filter(|n| [".warc", ".warc.gz"].iter().any(|ext| n.ends_with(ext)))?;
+                        Some((e.data_at, e.data_end(), format!(".warcfs/wacz/{path}/{inner}")))
+                    })
+                    .collect();
+                if warcs.is_empty() {
+                    return Ok(());
+                }
+                warcs.sort();
+                Some(warcs)
+            } else {
+                None
+            };
+            self.each_warc_record(head, &mut |mut r| {
+                let name = match &warcs {
+                    None => name,
+                    Some(w) => {
+                        let i = w.partition_point(|(a, _, _)| *a <= r.offset);
+                        let Some((at, _, inner)) = i.checked_sub(1).map(|i| &w[i]).filter(|(_, end, _)| r.offset.saturating_add(r.length) <= *end) else { return Ok(()) };
+                        r.shift = *at;
+                        inner.as_str()
+                    }
+                };
                 // Header chunks suffice, unless the record names no payload digest (DNS and
                 // metadata records, mostly small): then the digest is computed from its block.
                 let line = if r.indexable_from_headers() {
-                    cdx::cdxj_line(&r.warc_header, r.http_header.as_deref(), r.offset, r.length, name)
+                    cdx::cdxj_line(&r.warc_header, r.http_header.as_deref(), r.line_offset(), r.length, name)
                 } else {
                     self.record_line(head, &r, name)?
                 };
@@ -327,7 +374,7 @@ pub(in crate::store) fn line_from_block_head(r: &RecordHead, block_head: &[u8], 
         }
         Some(cdx::sha1_string(&h.finalize().into()))
     };
-    let line = cdx::cdxj_line_from_block_head(&r.warc_header, block_head, &mut digest_from, r.offset, r.length, name);
+    let line = cdx::cdxj_line_from_block_head(&r.warc_header, block_head, &mut digest_from, r.line_offset(), r.length, name);
     match failed {
         Some(e) => Err(e),
         None => Ok(line),
