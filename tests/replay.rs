@@ -213,6 +213,44 @@ fn sample(cdxj: &[String]) -> Vec<Capture> {
     out
 }
 
+/// Replays each capture (`id_` mode) from both servers; what differs between them, or from
+/// the archived status, and the bytes of body served.
+fn replay_both(ours: &Wayback, reference: &Wayback, caps: &[Capture]) -> (Vec<String>, usize) {
+    let mut problems = Vec::new();
+    let mut body_bytes = 0;
+    for c in caps {
+        let path = format!("/test/{}id_/{}", c.timestamp, request_safe(&c.url));
+        let (a, b) = match (http_get(ours.port, &path), http_get(reference.port, &path)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (a, b) => {
+                problems.push(format!("GET {path}: mount {:?}, plain {:?}", a.err(), b.err()));
+                continue;
+            }
+        };
+        if a.status != c.status || b.status != c.status {
+            problems.push(format!("GET {path}: archived status {}, mount {:?}, plain {:?}", c.status, a.status_line, b.status_line));
+        }
+        if a.status_line != b.status_line || comparable_headers(&a, ours.port) != comparable_headers(&b, reference.port) {
+            problems.push(format!(
+                "GET {path}: headers differ\nmount: {} {:?}\nplain: {} {:?}",
+                a.status_line,
+                comparable_headers(&a, ours.port),
+                b.status_line,
+                comparable_headers(&b, reference.port)
+            ));
+        }
+        if a.body != b.body {
+            let first = a.body.iter().zip(&b.body).position(|(x, y)| x != y).unwrap_or(a.body.len().min(b.body.len()));
+            problems.push(format!("GET {path}: body differs: {} bytes from the mount, {} from the plain copy, first difference at {first}", a.body.len(), b.body.len()));
+        }
+        if c.status == 200 && a.body.is_empty() {
+            problems.push(format!("GET {path}: empty body for a 200 capture"));
+        }
+        body_bytes += a.body.len();
+    }
+    (problems, body_bytes)
+}
+
 #[test]
 fn pywb_replays_and_cdxj_indexer_indexes_through_the_mount() {
     let t_start = Instant::now();
@@ -285,38 +323,7 @@ fn pywb_replays_and_cdxj_indexer_indexes_through_the_mount() {
     assert!(crawls.iter().all(|f| caps.iter().any(|c| f.ends_with(&c.filename))), "the sample misses a crawl: {kinds:?}");
     assert!((40..=60).contains(&caps.len()), "sampled {} captures: {kinds:?}", caps.len());
 
-    let mut problems = Vec::new();
-    let mut body_bytes = 0;
-    for c in &caps {
-        let path = format!("/test/{}id_/{}", c.timestamp, request_safe(&c.url));
-        let (a, b) = match (http_get(ours.port, &path), http_get(reference.port, &path)) {
-            (Ok(a), Ok(b)) => (a, b),
-            (a, b) => {
-                problems.push(format!("GET {path}: mount {:?}, plain {:?}", a.err(), b.err()));
-                continue;
-            }
-        };
-        if a.status != c.status || b.status != c.status {
-            problems.push(format!("GET {path}: archived status {}, mount {:?}, plain {:?}", c.status, a.status_line, b.status_line));
-        }
-        if a.status_line != b.status_line || comparable_headers(&a, ours.port) != comparable_headers(&b, reference.port) {
-            problems.push(format!(
-                "GET {path}: headers differ\nmount: {} {:?}\nplain: {} {:?}",
-                a.status_line,
-                comparable_headers(&a, ours.port),
-                b.status_line,
-                comparable_headers(&b, reference.port)
-            ));
-        }
-        if a.body != b.body {
-            let first = a.body.iter().zip(&b.body).position(|(x, y)| x != y).unwrap_or(a.body.len().min(b.body.len()));
-            problems.push(format!("GET {path}: body differs: {} bytes from the mount, {} from the plain copy, first difference at {first}", a.body.len(), b.body.len()));
-        }
-        if c.status == 200 && a.body.is_empty() {
-            problems.push(format!("GET {path}: empty body for a 200 capture"));
-        }
-        body_bytes += a.body.len();
-    }
+    let (problems, body_bytes) = replay_both(&ours, &reference, &caps);
     assert!(
         problems.is_empty(),
         "{} of {} replayed captures differ:\n{}\n--- wayback over the mount:\n{}\n--- wayback over the plain copy:\n{}",
@@ -332,4 +339,50 @@ fn pywb_replays_and_cdxj_indexer_indexes_through_the_mount() {
         caps.len(),
         t_start.elapsed().as_secs_f64()
     );
+}
+
+/// A WACZ in the mount (client-zip's layout, as browsertrix-crawler writes it) replays in
+/// pywb straight from `/.warcfs/wacz/`, without `wb-manager add --unpack-wacz` copying its
+/// WARC out: `archive_paths` is the mount's root, the index `warcfs index` of the WACZ, and
+/// every sampled capture replays as pywb replays the crawl's own WARC from a plain copy.
+#[test]
+fn pywb_replays_the_warc_inside_a_wacz_from_its_view() {
+    let bin = venv_bin();
+    let crawl = &crawl_files()[0];
+    let name = crawl.file_name().unwrap().to_str().unwrap();
+    let tmp = TempDir::new().unwrap();
+    let wacz = tmp.path().join("crawl.wacz");
+    let pages = tmp.path().join("pages.jsonl");
+    fs::write(&pages, "{\"format\": \"json-pages-1.0\", \"id\": \"pages\"}\n").unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/wacz/client_zip.py");
+    checked(Command::new("python3").arg(script).arg(&wacz).arg(format!("archive/{name}={}", crawl.display())).arg(format!("pages/pages.jsonl={}", pages.display())), "client_zip.py");
+
+    let plain = tmp.path().join("plain");
+    let plain_archive = plain.join(COLL).join("archive");
+    fs::create_dir_all(&plain_archive).unwrap();
+    fs::create_dir_all(plain.join(COLL).join("indexes")).unwrap();
+    fs::copy(crawl, plain_archive.join(name)).unwrap();
+    let idx_plain = sorted_lines(&tool(&bin, "cdxj-indexer", &[&s(&plain_archive)], tmp.path()));
+    fs::write(plain.join(COLL).join("indexes/index.cdxj"), idx_plain.join("\n") + "\n").unwrap();
+
+    let store = tmp.path().join("store");
+    let m = Mount::new(&store, &tmp.path().join("mnt"));
+    fs::create_dir_all(m.mnt.join("waczs")).unwrap();
+    fs::copy(&wacz, m.mnt.join("waczs/crawl.wacz")).unwrap();
+    wait_ingested(&store);
+    let index = ok(&["index", &s(&store), "/waczs"]).out();
+    let inner = format!("\"filename\": \".warcfs/wacz/waczs/crawl.wacz/archive/{name}\"");
+    assert_eq!(index.lines().filter(|l| l.contains(&inner)).count(), idx_plain.len(), "every record of the WACZ's WARC indexed at its view path");
+    // pywb over the mount: its own root outside the mount, reading the archives in it.
+    let root = tmp.path().join("pywb");
+    fs::create_dir_all(root.join("indexes")).unwrap();
+    fs::write(root.join("indexes/index.cdxj"), &index).unwrap();
+    fs::write(root.join("config.yaml"), format!("collections:\n  test:\n    index_paths: {}/indexes/\n    archive_paths: {}/\n", root.display(), m.mnt.display())).unwrap();
+    let ours = Wayback::start(&bin, &root, &tmp.path().join("wayback-wacz.log"));
+    let reference = Wayback::start(&bin, &plain, &tmp.path().join("wayback-plain.log"));
+    let caps = sample(&idx_plain);
+    assert!(caps.len() >= 10, "sampled {} captures", caps.len());
+    let (problems, body_bytes) = replay_both(&ours, &reference, &caps);
+    assert!(problems.is_empty(), "{} of {} captures differ:\n{}\n--- wayback over the WACZ view:\n{}", problems.len(), caps.len(), problems.join("\n"), ours.log_text());
+    eprintln!("{} captures of the WACZ's WARC replayed identically from /.warcfs/wacz/ ({body_bytes} body bytes)", caps.len());
 }

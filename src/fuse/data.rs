@@ -21,7 +21,7 @@ impl WarcFs {
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
             }));
         }
-        if view_of(ino.0).is_some() || ino.0 == WACZ_INO {
+        if is_view(ino.0) || ino.0 == WACZ_INO {
             if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
                 return reply.error(Errno::EROFS);
             }
@@ -104,7 +104,7 @@ impl WarcFs {
                 }
             });
         }
-        if view_of(ino.0).is_some() {
+        if is_view(ino.0) {
             let handles = self.inner.handles.locked();
             let Some(view) = handles.get(&fh.0).and_then(|h| h.view.as_ref()) else { return reply.error(Errno::EBADF) };
             let view = match view {

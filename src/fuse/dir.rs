@@ -140,7 +140,7 @@ impl WarcFs {
         let cached = if offset == 0 { None } else { inner.dirs.locked().get(&fh.0).cloned() };
         let listing = match cached {
             Some(l) => l,
-            None if ino.0 == WACZ_INO || view_of(ino.0).is_some() => match inner.view_listing(ino.0) {
+            None if ino.0 == WACZ_INO || is_view(ino.0) => match inner.view_listing(ino.0) {
                 Ok(l) => {
                     let l = Arc::new(l);
                     if fh.0 != 0 {

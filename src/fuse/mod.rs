@@ -57,7 +57,7 @@ use crate::LockExt;
 use crate::recipe::RecipeHead;
 use crate::store::{Inode, InodeKind, ReadAhead, Store, StoreError, Timestamp};
 use staging::{ingest_loop, Staged};
-use wacz::{view_of, WACZ_INO, WACZ_NAME};
+use wacz::{is_view, WACZ_INO, WACZ_NAME};
 
 const TTL: Duration = Duration::from_secs(1);
 /// Longest file name, as statfs reports it.
@@ -74,7 +74,7 @@ const INDEX_NAME: &[u8] = b"index.cdxj";
 const INDEX_INO: u64 = u64::MAX - 2;
 
 fn is_virtual(ino: u64) -> bool {
-    ino == CTL_INO || ino == INDEX_INO || ino == WACZ_INO || view_of(ino).is_some()
+    ino == CTL_INO || ino == INDEX_INO || ino == WACZ_INO || is_view(ino)
 }
 
 /// The error for making or replacing `name` in `parent` when that touches `/.warcfs`.
@@ -143,8 +143,9 @@ struct Inner {
     /// Open handles per inode (readers and writers), for orphans.
     opens: Mutex<HashMap<u64, u32>>,
     handles: Mutex<HashMap<u64, Handle>>,
-    /// The entry trees of the WACZs `/.warcfs/wacz/` was asked about.
+    /// The entry trees of the WACZs `/.warcfs/wacz/` was asked about, and its inode numbers.
     wacz_trees: wacz::Trees,
+    view_inos: Mutex<wacz::ViewInos>,
     /// The listing of each open directory handle, read once (at the first `readdir`, and
     /// again at a rewind to offset 0): listing a directory of n entries costs O(n), not a
     /// full read of it for every reply.
@@ -296,6 +297,7 @@ impl WarcFs {
             opens: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
             wacz_trees: Mutex::new(HashMap::new()),
+            view_inos: Mutex::new(wacz::ViewInos::default()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             direct_mmap: std::sync::atomic::AtomicBool::new(false),
@@ -452,7 +454,7 @@ impl Filesystem for WarcFs {
             (CTL_INO, INDEX_NAME) => Some(INDEX_INO),
             (CTL_INO, WACZ_NAME) => Some(WACZ_INO),
             (CTL_INO, _) => return reply.error(Errno::ENOENT),
-            (p, name) if p == WACZ_INO || view_of(p).is_some() => {
+            (p, name) if p == WACZ_INO || is_view(p) => {
                 return match self.inner.view_lookup(p, name) {
                     Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
                     Err(e) => reply.error(e),
@@ -491,7 +493,7 @@ impl Filesystem for WarcFs {
                 Err(e) => reply.error(e),
             });
         }
-        if ino.0 == WACZ_INO || view_of(ino.0).is_some() {
+        if ino.0 == WACZ_INO || is_view(ino.0) {
             return match self.inner.view_attr(ino.0) {
                 Ok(attr) => reply.attr(&TTL, &attr),
                 Err(e) => reply.error(e),

@@ -5,10 +5,12 @@
 //! then name the WARCs inside a WACZ in its `archive_paths`, and `warcfs index` (and
 //! `/.warcfs/index.cdxj`) give their records at these paths (`Store::cdxj_each`).
 //!
-//! Inode numbers: `VIEW | ino << 20 | node`, `ino` the store's inode of a directory (node 0:
-//! its view) or of a WACZ (node 0: the WACZ's directory; others: the nodes of its
-//! `EntryTree`). Directories list their subdirectories and the files named `.wacz`; a name
-//! looked up is shown only if its file is a ZIP `format::zip` reads.
+//! Inode numbers are handed out as nodes are met (`ViewInos`), from a range at the top that
+//! no node of a store reaches (a node's inode numbers are `node << 48` and up, one by one),
+//! below the other virtual inodes. Each stands for a store inode and a node: 0 the view of
+//! a directory, or of a WACZ (its directory), others the nodes of its `EntryTree`.
+//! Directories list their subdirectories and the files named `.wacz`; a name looked up is
+//! shown only if its file is a ZIP `format::zip` reads.
 
 use super::*;
 use super::data::with_reply_buffer;
@@ -16,23 +18,24 @@ use crate::store::{EntryTree, MAX_INFLATED};
 
 pub(super) const WACZ_NAME: &[u8] = b"wacz";
 pub(super) const WACZ_INO: u64 = u64::MAX - 3;
-/// Bit 62 set, bit 63 clear: far above the store's inode numbers, below the other virtual
-/// ones (`u64::MAX - k`).
-const VIEW: u64 = 1 << 62;
-const NODE_BITS: u32 = 20;
+/// The view's inode numbers: [FIRST, LAST]; `/.warcfs` and its files lie above.
+const FIRST: u64 = u64::MAX - (1 << 40);
+const LAST: u64 = u64::MAX - 16;
+/// Numbers handed out at most before the table starts again (about 64 bytes each): a
+/// number the kernel still holds then answers ENOENT, and a lookup by name gives a new one.
+const MAX_INOS: usize = 1 << 18;
 
-/// The store's inode and the node a view inode stands for.
-pub(super) fn view_of(ino: u64) -> Option<(u64, usize)> {
-    (ino >> 62 == 1).then_some(((ino & !VIEW) >> NODE_BITS, (ino & ((1 << NODE_BITS) - 1)) as usize))
+/// Whether `ino` is one of the view's.
+pub(super) fn is_view(ino: u64) -> bool {
+    (FIRST..=LAST).contains(&ino)
 }
 
-/// The view inode of `node` of the store's inode `ino`, if both fit.
-fn view_ino(ino: u64, node: usize) -> Option<u64> {
-    if ino < 1 << (62 - NODE_BITS) && node < 1 << NODE_BITS {
-        Some(VIEW | ino << NODE_BITS | node as u64)
-    } else {
-        None
-    }
+/// The view's inode numbers, each for a store inode and a node of it.
+#[derive(Default)]
+pub(super) struct ViewInos {
+    of: HashMap<u64, (u64, usize)>,
+    ino: HashMap<(u64, usize), u64>,
+    next: u64,
 }
 
 /// How a view file's handle reads.
@@ -53,6 +56,27 @@ fn is_wacz_name(name: &[u8]) -> bool {
 }
 
 impl Inner {
+    /// The store inode and node the view inode `ino` stands for.
+    pub(super) fn view_of(&self, ino: u64) -> Option<(u64, usize)> {
+        self.view_inos.locked().of.get(&ino).copied()
+    }
+
+    /// The view inode of `node` of the store inode `ino`.
+    fn view_ino(&self, ino: u64, node: usize) -> u64 {
+        let mut t = self.view_inos.locked();
+        if let Some(&v) = t.ino.get(&(ino, node)) {
+            return v;
+        }
+        if t.of.len() >= MAX_INOS || t.next > LAST - FIRST {
+            *t = ViewInos::default();
+        }
+        let v = FIRST + t.next;
+        t.next += 1;
+        t.of.insert(v, (ino, node));
+        t.ino.insert((ino, node), v);
+        v
+    }
+
     /// The entry tree of the stored file `ino`, if it is a stored ZIP.
     fn tree(&self, ino: u64) -> Result<Option<(RecipeHead, Arc<EntryTree>)>, Errno> {
         let inode = self.inode(ino)?;
@@ -87,7 +111,7 @@ impl Inner {
         if ino == WACZ_INO {
             return self.dir_attr(ino);
         }
-        let (sino, node) = view_of(ino).ok_or(Errno::ENOENT)?;
+        let (sino, node) = self.view_of(ino).ok_or(Errno::ENOENT)?;
         let inode = self.inode(sino)?;
         if inode.kind == InodeKind::Dir && node == 0 {
             return self.dir_attr(ino);
@@ -119,7 +143,7 @@ impl Inner {
 
     /// `name` in the view directory `parent`.
     pub(super) fn view_lookup(&self, parent: u64, name: &[u8]) -> Result<FileAttr, Errno> {
-        let (sino, node) = if parent == WACZ_INO { (crate::store::ROOT_INO, 0) } else { view_of(parent).ok_or(Errno::ENOENT)? };
+        let (sino, node) = if parent == WACZ_INO { (crate::store::ROOT_INO, 0) } else { self.view_of(parent).ok_or(Errno::ENOENT)? };
         let inode = self.inode(sino)?;
         if inode.kind == InodeKind::Dir {
             let child = self.store.lookup(sino, name).map_err(|e| errno(&e))?.ok_or(Errno::ENOENT)?;
@@ -132,16 +156,16 @@ impl Inner {
             if !shown {
                 return Err(Errno::ENOENT);
             }
-            return self.view_attr(view_ino(child, 0).ok_or(Errno::ENOENT)?);
+            return self.view_attr(self.view_ino(child, 0));
         }
         let (_, tree) = self.tree(sino)?.ok_or(Errno::ENOENT)?;
         let child = tree.child(node, name).ok_or(Errno::ENOENT)?;
-        self.view_attr(view_ino(sino, child).ok_or(Errno::ENOENT)?)
+        self.view_attr(self.view_ino(sino, child))
     }
 
     /// The listing of a view directory, "." and ".." first.
     pub(super) fn view_listing(&self, ino: u64) -> Result<Listing, Errno> {
-        let (sino, node) = if ino == WACZ_INO { (crate::store::ROOT_INO, 0) } else { view_of(ino).ok_or(Errno::ENOENT)? };
+        let (sino, node) = if ino == WACZ_INO { (crate::store::ROOT_INO, 0) } else { self.view_of(ino).ok_or(Errno::ENOENT)? };
         let inode = self.inode(sino)?;
         let mut out: Listing = vec![(ino, FileType::Directory, b".".to_vec()), (WACZ_INO, FileType::Directory, b"..".to_vec())];
         if inode.kind == InodeKind::Dir {
@@ -151,8 +175,8 @@ impl Inner {
                     InodeKind::File => is_wacz_name(&e.name),
                     _ => false,
                 };
-                if let Some(v) = view_ino(e.ino, 0).filter(|_| shown) {
-                    out.push((v, FileType::Directory, e.name));
+                if shown {
+                    out.push((self.view_ino(e.ino, 0), FileType::Directory, e.name));
                 }
             }
             return Ok(out);
@@ -163,16 +187,14 @@ impl Inner {
         }
         for (i, n) in tree.children(node) {
             let kind = if n.entry.is_some() { FileType::RegularFile } else { FileType::Directory };
-            if let Some(v) = view_ino(sino, i) {
-                out.push((v, kind, n.name.clone()));
-            }
+            out.push((self.view_ino(sino, i), kind, n.name.clone()));
         }
         Ok(out)
     }
 
     /// How a handle of the view file `ino` reads.
     pub(super) fn view_open(&self, ino: u64) -> Result<EntryRead, Errno> {
-        let (sino, node) = view_of(ino).ok_or(Errno::EISDIR)?;
+        let (sino, node) = self.view_of(ino).ok_or(Errno::EISDIR)?;
         let (head, tree) = self.tree(sino)?.ok_or(Errno::ENOENT)?;
         let e = tree.entry(node).ok_or(Errno::EISDIR)?;
         if e.is_stored() {
