@@ -108,6 +108,17 @@ fn a_wacz_shares_its_crawl_with_the_warc_stored_beside_it() {
     }
     assert_cat_eq(&store, &name(crawl), crawl);
 
+    // A plain WARC inside a WACZ (ArchiveWeb.page can write `archive/data.warc`) shares its
+    // records with the same WARC stored as a file just as well.
+    let plain = &crawl_files()[2];
+    assert!(plain.extension().unwrap() == "warc", "{}", plain.display());
+    import(&store, &[plain]);
+    let wp = tmp.path().join("plain.wacz");
+    client_zip(&wp, false, &[("archive/data.warc", plain.as_path())]);
+    let new = parse_import_summary(&import(&store, &[&wp]).out()).new_bytes;
+    assert!(new < 16 << 10, "a WACZ of a plain WARC stored beside it: {new} new bytes");
+    assert_cat_eq(&store, &name(&wp), &wp);
+
     // The other way round: the WACZ first, then its WARC.
     let store2 = tmp.path().join("store2");
     import(&store2, &[&waczs[0]]);
