@@ -386,3 +386,69 @@ fn pywb_replays_the_warc_inside_a_wacz_from_its_view() {
     assert!(problems.is_empty(), "{} of {} captures differ:\n{}\n--- wayback over the WACZ view:\n{}", problems.len(), caps.len(), problems.join("\n"), ours.log_text());
     eprintln!("{} captures of the WACZ's WARC replayed identically from /.warcfs/wacz/ ({body_bytes} body bytes)", caps.len());
 }
+
+/// `warcfs export --revisits` of the crawl corpus: every response whose payload an earlier
+/// one holds becomes a revisit naming it; `warcio check` passes on the export; cdxj-indexer
+/// indexes it; and pywb over the export, its revisits resolved by pywb itself, replays every
+/// sampled capture (revisits among them) as pywb replays the original files.
+#[test]
+fn pywb_replays_an_export_deduplicated_by_revisits_as_the_originals() {
+    let bin = venv_bin();
+    let crawls = crawl_files();
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    for f in &crawls {
+        ok(&["import", &s(&store), &s(f), "--to", "/crawls"]);
+    }
+    let plain = tmp.path().join("plain");
+    let plain_archive = plain.join(COLL).join("archive");
+    fs::create_dir_all(&plain_archive).unwrap();
+    fs::create_dir_all(plain.join(COLL).join("indexes")).unwrap();
+    for f in &crawls {
+        fs::copy(f, plain_archive.join(f.file_name().unwrap())).unwrap();
+    }
+    let idx_plain = sorted_lines(&tool(&bin, "cdxj-indexer", &[&s(&plain_archive)], tmp.path()));
+    fs::write(plain.join(COLL).join("indexes/index.cdxj"), idx_plain.join("\n") + "\n").unwrap();
+
+    let export = tmp.path().join("export");
+    let archive = export.join(COLL).join("archive");
+    let r = ok(&["export", "--revisits", &s(&store), "/crawls", "--to", &s(&archive)]);
+    let manifest: serde_json::Value = serde_json::from_slice(&fs::read(archive.join("revisits.json")).unwrap()).unwrap();
+    fs::remove_file(archive.join("revisits.json")).unwrap();
+    let files = manifest["files"].as_array().unwrap();
+    assert_eq!(files.len(), crawls.len(), "{manifest}");
+    let revisits: u64 = files.iter().map(|f| f["revisits"].as_u64().unwrap()).sum();
+    assert!(revisits > 100, "{revisits} revisits: {}", r.describe());
+    assert!(files[0]["requires"].as_array().unwrap().is_empty(), "the first crawl names no other file: {manifest}");
+    assert!(files[1]["requires"].as_array().unwrap().iter().any(|n| n == crawls[0].file_name().unwrap().to_str().unwrap()), "crawl 2's revisits name crawl 1: {manifest}");
+    let (bytes_in, bytes_out): (u64, u64) = files.iter().fold((0, 0), |a, f| (a.0 + f["bytes_in"].as_u64().unwrap(), a.1 + f["bytes_out"].as_u64().unwrap()));
+    assert!(bytes_out < bytes_in, "the export is smaller: {bytes_out} against {bytes_in}");
+    for f in &crawls {
+        let name = f.file_name().unwrap().to_str().unwrap();
+        let report = tool(&bin, "warcio", &["check", "-v", name], &archive);
+        assert!(!report.contains("fail"), "warcio check -v {name} of the export:\n{report}");
+    }
+    let idx_export = sorted_lines(&tool(&bin, "cdxj-indexer", &[&s(&archive)], tmp.path()));
+    assert_eq!(idx_export.len(), idx_plain.len(), "a line per record, as before");
+    let revisit_lines: std::collections::BTreeSet<(String, String)> = idx_export
+        .iter()
+        .filter(|l| l.contains("\"mime\": \"warc/revisit\""))
+        .map(|l| {
+            let j: serde_json::Value = serde_json::from_str(l.splitn(3, ' ').nth(2).unwrap()).unwrap();
+            (l.split(' ').nth(1).unwrap().to_string(), j["url"].as_str().unwrap().to_string())
+        })
+        .collect();
+    let revisit_count = idx_export.iter().filter(|l| l.contains("\"mime\": \"warc/revisit\"")).count();
+    assert_eq!(revisit_count as u64, revisits, "cdxj-indexer sees every revisit as one");
+    fs::create_dir_all(export.join(COLL).join("indexes")).unwrap();
+    fs::write(export.join(COLL).join("indexes/index.cdxj"), idx_export.join("\n") + "\n").unwrap();
+
+    let ours = Wayback::start(&bin, &export, &tmp.path().join("wayback-export.log"));
+    let reference = Wayback::start(&bin, &plain, &tmp.path().join("wayback-plain.log"));
+    let caps = sample(&idx_plain);
+    let as_revisits = caps.iter().filter(|c| revisit_lines.contains(&(c.timestamp.clone(), c.url.clone()))).count();
+    assert!(as_revisits >= 5, "only {as_revisits} of {} sampled captures are revisits in the export", caps.len());
+    let (problems, body_bytes) = replay_both(&ours, &reference, &caps);
+    assert!(problems.is_empty(), "{} of {} captures differ:\n{}\n--- wayback over the export:\n{}", problems.len(), caps.len(), problems.join("\n"), ours.log_text());
+    eprintln!("{} captures ({as_revisits} of them revisits in the export) replayed identically ({body_bytes} body bytes); {revisits} revisits, {bytes_out} bytes exported of {bytes_in}", caps.len());
+}

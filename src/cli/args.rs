@@ -247,6 +247,34 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value = "cdxj")]
         format: IndexFormat,
     },
+    /// Write copies of the stored WARCs under PATHs into DIR, deduplicated by revisit records.
+    ///
+    /// Every response whose payload an earlier exported response holds, byte for byte, is
+    /// written as an identical-payload-digest revisit (the profile of its file's WARC
+    /// version) that names its original's payload digest, target URI, date and record id
+    /// verbatim, so that pywb and OpenWayback find it; all else is copied as stored. The
+    /// original of a payload is its first capture in the order files are exported (PATHs in
+    /// the order given, the files under each by path): export oldest first. DIR/revisits.json
+    /// lists, for each file, the files its revisits name: index them in one collection.
+    #[command(after_help = "Example:\n  warcfs export --revisits /srv/warc-store /crawls/2024 --to /srv/exchange/2024")]
+    Export {
+        /// The store to export from (may be mounted).
+        #[arg(value_hint = ValueHint::DirPath)]
+        store: PathBuf,
+        /// Directories or files inside the store to export; each file lands at its path below
+        /// the PATH it was found under.
+        #[arg(value_name = "PATH", required = true)]
+        paths: Vec<String>,
+        /// Write revisit records for repeated payloads (the only kind of export).
+        #[arg(long, required = true)]
+        revisits: bool,
+        /// The directory to write into (made if missing).
+        #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
+        to: PathBuf,
+        /// Payloads shorter than this stay whole (an empty payload always does).
+        #[arg(long, value_name = "BYTES", default_value_t = 1)]
+        min_size: u64,
+    },
     /// Make DEST a complete, consistent copy of the store as of now, for backups.
     ///
     /// Packs are hard-linked where DEST is on the same filesystem (copied otherwise); run

@@ -1,5 +1,5 @@
 //! The commands that only read a store, and so also work while it is mounted (they open it
-//! read-only then): `cat`, `ls`, `stats`, `index`.
+//! read-only then): `cat`, `ls`, `stats`, `index`, `export`.
 
 use std::fs;
 use std::io::{self, BufWriter, IsTerminal, Write};
@@ -211,5 +211,28 @@ pub fn index(store: PathBuf, paths: Vec<String>, format: IndexFormat, quiet: boo
     let _ = fs::remove_dir_all(&runs);
     bar.finish_and_clear();
     result?;
+    Ok(exit::OK)
+}
+
+pub fn export(store: PathBuf, paths: Vec<String>, to: PathBuf, min_size: u64) -> Result<i32> {
+    let s = Store::open_for_reading(&store)?;
+    fs::create_dir_all(&to).with_context(|| format!("{}: cannot create", to.display()))?;
+    let files = s.export_revisits(&paths, &to, min_size).with_context(|| format!("exporting into {}", to.display()))?;
+    let manifest = serde_json::json!({
+        "profile": "identical-payload-digest revisits: index every file listed here in one collection",
+        "files": files,
+    });
+    let path = to.join("revisits.json");
+    let mut bytes = serde_json::to_vec_pretty(&manifest)?;
+    bytes.push(b'\n');
+    fs::write(&path, bytes).with_context(|| format!("{}: cannot write", path.display()))?;
+    let (records, revisits): (u64, u64) = files.iter().fold((0, 0), |a, f| (a.0 + f.records, a.1 + f.revisits));
+    let (bytes_in, bytes_out): (u64, u64) = files.iter().fold((0, 0), |a, f| (a.0 + f.bytes_in, a.1 + f.bytes_out));
+    println!(
+        "exported {} files, {records} records, {revisits} of them as revisits: {bytes_in} bytes stored as {bytes_out} ({}); manifest {}",
+        files.len(),
+        human(bytes_out),
+        path.display()
+    );
     Ok(exit::OK)
 }

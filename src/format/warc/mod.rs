@@ -10,6 +10,7 @@
 //! Speed comes from reading headers only and jumping over blocks by their declared length.
 
 pub mod packed;
+pub mod revisit;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpanKind {

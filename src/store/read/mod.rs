@@ -9,11 +9,13 @@
 
 //! The wing: `ahead` (read-ahead), `cache` (shared caches and read counters), `records`
 //! (WARC record heads and the CDXJ lines of stored files), `raw_members` (records of
-//! members kept raw), `entries` (a stored ZIP's entries), and here the reader.
+//! members kept raw), `entries` (a stored ZIP's entries), `export` (copies deduplicated by
+//! revisit records), and here the reader.
 
 pub(in crate::store) mod ahead;
 pub(in crate::store) mod cache;
 pub mod entries;
+pub mod export;
 pub(in crate::store) mod raw_members;
 pub(in crate::store) mod records;
 #[cfg(test)]
