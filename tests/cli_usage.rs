@@ -114,6 +114,7 @@ const SUBCOMMANDS: &[&[&str]] = &[
     &["fsck"],
     &["gc"],
     &["index"],
+    &["export"],
     &["snapshot"],
     &["mount"],
     &["umount"],

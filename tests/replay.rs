@@ -221,6 +221,21 @@ fn sample(cdxj: &[String]) -> Vec<Capture> {
     out
 }
 
+/// The reference: a plain directory holding `files` in pywb's layout, indexed by
+/// cdxj-indexer; gives it and its index's lines.
+fn plain_collection(bin: &Path, tmp: &Path, files: &[PathBuf]) -> (PathBuf, Vec<String>) {
+    let plain = tmp.join("plain");
+    let plain_archive = plain.join(COLL).join("archive");
+    fs::create_dir_all(&plain_archive).unwrap();
+    fs::create_dir_all(plain.join(COLL).join("indexes")).unwrap();
+    for f in files {
+        fs::copy(f, plain_archive.join(f.file_name().unwrap())).unwrap();
+    }
+    let idx = sorted_lines(&tool(bin, "cdxj-indexer", &[&s(&plain_archive)], tmp));
+    fs::write(plain.join(COLL).join("indexes/index.cdxj"), idx.join("\n") + "\n").unwrap();
+    (plain, idx)
+}
+
 /// Replays each capture (`id_` mode) from both servers; what differs between them, or from
 /// the archived status, and the bytes of body served.
 fn replay_both(ours: &Wayback, reference: &Wayback, caps: &[Capture]) -> (Vec<String>, usize) {
@@ -365,13 +380,7 @@ fn pywb_replays_the_warc_inside_a_wacz_from_its_view() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/wacz/client_zip.py");
     checked(Command::new("python3").arg(script).arg(&wacz).arg(format!("archive/{name}={}", crawl.display())).arg(format!("pages/pages.jsonl={}", pages.display())), "client_zip.py");
 
-    let plain = tmp.path().join("plain");
-    let plain_archive = plain.join(COLL).join("archive");
-    fs::create_dir_all(&plain_archive).unwrap();
-    fs::create_dir_all(plain.join(COLL).join("indexes")).unwrap();
-    fs::copy(crawl, plain_archive.join(name)).unwrap();
-    let idx_plain = sorted_lines(&tool(&bin, "cdxj-indexer", &[&s(&plain_archive)], tmp.path()));
-    fs::write(plain.join(COLL).join("indexes/index.cdxj"), idx_plain.join("\n") + "\n").unwrap();
+    let (plain, idx_plain) = plain_collection(&bin, tmp.path(), std::slice::from_ref(crawl));
 
     let store = tmp.path().join("store");
     let m = Mount::new(&store, &tmp.path().join("mnt"));
@@ -408,15 +417,7 @@ fn pywb_replays_an_export_deduplicated_by_revisits_as_the_originals() {
     for f in &crawls {
         ok(&["import", &s(&store), &s(f), "--to", "/crawls"]);
     }
-    let plain = tmp.path().join("plain");
-    let plain_archive = plain.join(COLL).join("archive");
-    fs::create_dir_all(&plain_archive).unwrap();
-    fs::create_dir_all(plain.join(COLL).join("indexes")).unwrap();
-    for f in &crawls {
-        fs::copy(f, plain_archive.join(f.file_name().unwrap())).unwrap();
-    }
-    let idx_plain = sorted_lines(&tool(&bin, "cdxj-indexer", &[&s(&plain_archive)], tmp.path()));
-    fs::write(plain.join(COLL).join("indexes/index.cdxj"), idx_plain.join("\n") + "\n").unwrap();
+    let (plain, idx_plain) = plain_collection(&bin, tmp.path(), &crawls);
 
     let export = tmp.path().join("export");
     let archive = export.join(COLL).join("archive");

@@ -19,7 +19,7 @@ use sha2::Digest as _;
 use crate::format::warc::revisit::{revisit_record, Header};
 use crate::recipe::RecipeHead;
 use crate::store::read::records::{content_length, RecordHead};
-use crate::store::{InodeKind, Result, Store, StoreError};
+use crate::store::{Result, Store, StoreError};
 
 /// The largest record whose payload is looked at (a larger one is copied as it is).
 const MAX_RECORD: u64 = 256 << 20;
@@ -46,36 +46,17 @@ struct Original {
 /// The stored WARCs under `root` (a directory or one file), each with its path below it,
 /// sorted by that path.
 fn warcs_under(s: &Store, root: &str) -> Result<Vec<(String, RecipeHead)>> {
-    let ino = s.resolve(root)?;
-    let inode = s.inode(ino)?.ok_or_else(|| StoreError::NotFound(root.to_string()))?;
-    let is_warc = |n: &str| n.ends_with(".warc") || n.ends_with(".warc.gz");
     let mut out = Vec::new();
-    if inode.kind != InodeKind::Dir {
-        let name = crate::store::components(root)?.last().map(|c| c.to_string()).unwrap_or_default();
+    s.each_file_under(root, &mut |name, inode| {
+        if !(name.ends_with(".warc") || name.ends_with(".warc.gz")) {
+            return Ok(());
+        }
         if inode.staged {
-            return Err(StoreError::Staged(root.to_string()));
+            return Err(StoreError::Staged(name.to_string()));
         }
-        out.extend(inode.recipe.filter(|_| is_warc(&name)).map(|h| (name, h)));
-        return Ok(out);
-    }
-    let mut stack = vec![(ino, String::new())];
-    while let Some((dir, prefix)) = stack.pop() {
-        for e in s.read_dir(dir)? {
-            let name = format!("{prefix}{}", String::from_utf8_lossy(&e.name));
-            match e.inode.kind {
-                InodeKind::Dir => stack.push((e.ino, format!("{name}/"))),
-                InodeKind::File if is_warc(&name) => {
-                    if e.inode.staged {
-                        return Err(StoreError::Staged(name));
-                    }
-                    if let Some(h) = e.inode.recipe {
-                        out.push((name, h));
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
+        out.extend(inode.recipe.clone().map(|h| (name.to_string(), h)));
+        Ok(())
+    })?;
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }

@@ -341,21 +341,29 @@ impl Store {
                 Ok(())
             })
         };
-        if inode.kind == InodeKind::Dir {
-            let mut stack = vec![(ino, String::new())];
-            while let Some((dir, prefix)) = stack.pop() {
-                for e in self.read_dir(dir)? {
-                    let name = format!("{prefix}{}", String::from_utf8_lossy(&e.name));
-                    match e.inode.kind {
-                        InodeKind::Dir => stack.push((e.ino, format!("{name}/"))),
-                        InodeKind::File => index_file(&name, &e.inode)?,
-                        _ => {}
-                    }
+        self.each_file_under(root, &mut index_file)
+    }
+
+    /// Hands `f` each file under `root` (a directory, walked to its depth, or one file) with
+    /// its path below `root` (a file alone: its name), as the walk meets it: a store of
+    /// millions of files is not listed whole first.
+    pub(in crate::store) fn each_file_under(&self, root: &str, f: &mut dyn FnMut(&str, &Inode) -> Result<()>) -> Result<()> {
+        let ino = self.resolve(root)?;
+        let inode = self.inode(ino)?.ok_or_else(|| crate::store::StoreError::NotFound(root.to_string()))?;
+        if inode.kind != InodeKind::Dir {
+            let name = crate::store::components(root)?.last().map(|c| c.to_string()).unwrap_or_default();
+            return f(&name, &inode);
+        }
+        let mut stack = vec![(ino, String::new())];
+        while let Some((dir, prefix)) = stack.pop() {
+            for e in self.read_dir(dir)? {
+                let name = format!("{prefix}{}", String::from_utf8_lossy(&e.name));
+                match e.inode.kind {
+                    InodeKind::Dir => stack.push((e.ino, format!("{name}/"))),
+                    InodeKind::File => f(&name, &e.inode)?,
+                    _ => {}
                 }
             }
-        } else {
-            let name = crate::store::components(root)?.last().map(|c| c.to_string()).unwrap_or_default();
-            index_file(&name, &inode)?;
         }
         Ok(())
     }
