@@ -407,9 +407,10 @@ fn pywb_replays_the_warc_inside_a_wacz_from_its_view() {
 /// `warcfs export --revisits` of the crawl corpus: every response whose payload an earlier
 /// one holds becomes a revisit naming it; `warcio check` passes on the export; cdxj-indexer
 /// indexes it; and pywb over the export, its revisits resolved by pywb itself, replays every
-/// capture (revisits among them) as pywb replays the original files.
+/// capture (revisits among them) as pywb replays the original files. That export stored and
+/// exported `--resolved` has no revisit left, and replays the same.
 #[test]
-fn pywb_replays_an_export_deduplicated_by_revisits_as_the_originals() {
+fn pywb_replays_exports_with_revisits_and_resolved_as_the_originals() {
     let bin = venv_bin();
     let crawls = crawl_files();
     let tmp = TempDir::new().unwrap();
@@ -422,8 +423,8 @@ fn pywb_replays_an_export_deduplicated_by_revisits_as_the_originals() {
     let export = tmp.path().join("export");
     let archive = export.join(COLL).join("archive");
     let r = ok(&["export", "--revisits", &s(&store), "/crawls", "--to", &s(&archive)]);
-    let manifest: serde_json::Value = serde_json::from_slice(&fs::read(archive.join("revisits.json")).unwrap()).unwrap();
-    fs::remove_file(archive.join("revisits.json")).unwrap();
+    let manifest: serde_json::Value = serde_json::from_slice(&fs::read(archive.join("export.json")).unwrap()).unwrap();
+    fs::remove_file(archive.join("export.json")).unwrap();
     let files = manifest["files"].as_array().unwrap();
     assert_eq!(files.len(), crawls.len(), "{manifest}");
     let revisits: u64 = files.iter().map(|f| f["revisits"].as_u64().unwrap()).sum();
@@ -461,4 +462,33 @@ fn pywb_replays_an_export_deduplicated_by_revisits_as_the_originals() {
     let (problems, body_bytes) = replay_both(&ours, &reference, &caps);
     assert!(problems.is_empty(), "{} of {} captures differ:\n{}\n--- wayback over the export:\n{}", problems.len(), caps.len(), problems.join("\n"), ours.log_text());
     eprintln!("{} captures ({as_revisits} of them revisits in the export) replayed identically ({body_bytes} body bytes); {revisits} revisits, {bytes_out} bytes exported of {bytes_in}", caps.len());
+    drop(ours);
+
+    // And back: the deduplicated export stored, then exported `--resolved`: every revisit
+    // is the response it stands for again, and pywb replays every capture from those files
+    // with no revisit to resolve.
+    let store2 = tmp.path().join("store2");
+    ok(&["import", &s(&store2), &s(&archive), "--to", "/"]);
+    let whole = tmp.path().join("whole");
+    let whole_archive = whole.join(COLL).join("archive");
+    ok(&["export", "--resolved", &s(&store2), "/archive", "--to", &s(&whole_archive)]);
+    let manifest: serde_json::Value = serde_json::from_slice(&fs::read(whole_archive.join("export.json")).unwrap()).unwrap();
+    fs::remove_file(whole_archive.join("export.json")).unwrap();
+    let files = manifest["files"].as_array().unwrap();
+    let resolved: u64 = files.iter().map(|f| f["resolved"].as_u64().unwrap()).sum();
+    let unresolved: u64 = files.iter().map(|f| f["unresolved"].as_u64().unwrap()).sum();
+    assert_eq!((resolved, unresolved), (revisits, 0), "{manifest}");
+    for f in &crawls {
+        let name = f.file_name().unwrap().to_str().unwrap();
+        let report = tool(&bin, "warcio", &["check", "-v", name], &whole_archive);
+        assert!(!report.contains("fail") && !report.contains("revisit"), "warcio check -v {name} of the resolved export:\n{report}");
+    }
+    let idx_whole = sorted_lines(&tool(&bin, "cdxj-indexer", &[&s(&whole_archive)], tmp.path()));
+    assert_eq!(idx_whole.len(), idx_plain.len());
+    assert!(!idx_whole.iter().any(|l| l.contains("warc/revisit")), "no revisit is left");
+    fs::create_dir_all(whole.join(COLL).join("indexes")).unwrap();
+    fs::write(whole.join(COLL).join("indexes/index.cdxj"), idx_whole.join("\n") + "\n").unwrap();
+    let ours = Wayback::start(&bin, &whole, &tmp.path().join("wayback-whole.log"));
+    let (problems, _) = replay_both(&ours, &reference, &caps);
+    assert!(problems.is_empty(), "{} of {} captures differ:\n{}\n--- wayback over the resolved export:\n{}", problems.len(), caps.len(), problems.join("\n"), ours.log_text());
 }

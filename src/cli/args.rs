@@ -247,16 +247,23 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value = "cdxj")]
         format: IndexFormat,
     },
-    /// Write copies of the stored WARCs under PATHs into DIR, deduplicated by revisit records.
+    /// Write copies of the stored WARCs under PATHs into DIR, their repeated payloads written
+    /// as revisit records (--revisits) or their revisit records as whole responses
+    /// (--resolved).
     ///
-    /// Every response whose payload an earlier exported response holds, byte for byte, is
-    /// written as an identical-payload-digest revisit (the profile of its file's WARC
-    /// version) that names its original's payload digest, target URI, date and record id
-    /// verbatim, so that pywb and OpenWayback find it; all else is copied as stored. The
-    /// original of a payload is its first capture in the order files are exported (PATHs in
-    /// the order given, the files under each by path): export oldest first. DIR/revisits.json
-    /// lists, for each file, the files its revisits name: index them in one collection.
-    #[command(after_help = "Example:\n  warcfs export --revisits /srv/warc-store /crawls/2024 --to /srv/exchange/2024")]
+    /// --revisits: every response whose payload an earlier exported response holds, byte for
+    /// byte, is an identical-payload-digest revisit (the profile of its file's WARC version)
+    /// naming its original's payload digest, target URI, date and record id verbatim, so that
+    /// pywb and OpenWayback find it. The original of a payload is its first capture in the
+    /// order files are exported (PATHs in the order given, the files under each by path):
+    /// export oldest first. --resolved: every revisit whose original is among the exported
+    /// files is written as the response it stands for, so that each file stands alone.
+    /// Everything else is copied as stored. DIR/export.json lists, for each file, the files
+    /// it names: index them in one collection.
+    #[command(
+        group(clap::ArgGroup::new("kind").required(true).args(["revisits", "resolved"])),
+        after_help = "Examples:\n  warcfs export --revisits /srv/warc-store /crawls/2024 --to /srv/exchange/2024\n  warcfs export --resolved /srv/warc-store /received --to /srv/whole"
+    )]
     Export {
         /// The store to export from (may be mounted).
         #[arg(value_hint = ValueHint::DirPath)]
@@ -265,13 +272,16 @@ pub enum Cmd {
         /// the PATH it was found under.
         #[arg(value_name = "PATH", required = true)]
         paths: Vec<String>,
-        /// Write revisit records for repeated payloads (the only kind of export).
-        #[arg(long, required = true)]
+        /// Write repeated payloads as revisit records.
+        #[arg(long)]
         revisits: bool,
+        /// Write revisit records as the responses they stand for.
+        #[arg(long)]
+        resolved: bool,
         /// The directory to write into (made if missing).
         #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
         to: PathBuf,
-        /// Payloads shorter than this stay whole (an empty payload always does).
+        /// With --revisits: payloads shorter than this stay whole (an empty one always does).
         #[arg(long, value_name = "BYTES", default_value_t = 1)]
         min_size: u64,
     },

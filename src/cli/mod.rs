@@ -91,7 +91,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Cmd::Stats { store, json, bytes } => read::stats(store, json, bytes),
         Cmd::Fsck { store, deep, json } => maintain::fsck(store, deep, json, quiet),
         Cmd::Index { store, paths, format } => read::index(store, paths, format, quiet),
-        Cmd::Export { store, paths, revisits: _, to, min_size } => read::export(store, paths, to, min_size),
+        Cmd::Export { store, paths, revisits: _, resolved, to, min_size } => read::export(store, paths, resolved, to, min_size),
         Cmd::Snapshot { store, dest } => maintain::snapshot(store, dest, quiet),
         Cmd::Umount { mountpoint } => crate::fuse::umount(&mountpoint),
         Cmd::Repair(Repair::Index { store }) => maintain::repair_index(store, quiet),

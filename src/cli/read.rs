@@ -214,25 +214,24 @@ pub fn index(store: PathBuf, paths: Vec<String>, format: IndexFormat, quiet: boo
     Ok(exit::OK)
 }
 
-pub fn export(store: PathBuf, paths: Vec<String>, to: PathBuf, min_size: u64) -> Result<i32> {
+pub fn export(store: PathBuf, paths: Vec<String>, resolved: bool, to: PathBuf, min_size: u64) -> Result<i32> {
     let s = Store::open_for_reading(&store)?;
     fs::create_dir_all(&to).with_context(|| format!("{}: cannot create", to.display()))?;
-    let files = s.export_revisits(&paths, &to, min_size).with_context(|| format!("exporting into {}", to.display()))?;
-    let manifest = serde_json::json!({
-        "profile": "identical-payload-digest revisits: index every file listed here in one collection",
-        "files": files,
-    });
-    let path = to.join("revisits.json");
+    let files = if resolved { s.export_resolved(&paths, &to) } else { s.export_revisits(&paths, &to, min_size) };
+    let files = files.with_context(|| format!("exporting into {}", to.display()))?;
+    let what = if resolved { "revisits written as the responses they stand for" } else { "responses whose payload an earlier one holds written as identical-payload-digest revisits" };
+    let manifest = serde_json::json!({ "export": what, "index_together": "each file's `requires`: pywb resolves revisits within one collection", "files": files });
+    let path = to.join("export.json");
     let mut bytes = serde_json::to_vec_pretty(&manifest)?;
     bytes.push(b'\n');
     fs::write(&path, bytes).with_context(|| format!("{}: cannot write", path.display()))?;
-    let (records, revisits): (u64, u64) = files.iter().fold((0, 0), |a, f| (a.0 + f.records, a.1 + f.revisits));
-    let (bytes_in, bytes_out): (u64, u64) = files.iter().fold((0, 0), |a, f| (a.0 + f.bytes_in, a.1 + f.bytes_out));
-    println!(
-        "exported {} files, {records} records, {revisits} of them as revisits: {bytes_in} bytes stored as {bytes_out} ({}); manifest {}",
-        files.len(),
-        human(bytes_out),
-        path.display()
-    );
+    let sum = |g: fn(&crate::store::ExportedFile) -> u64| files.iter().map(g).sum::<u64>();
+    let (records, bytes_in, bytes_out) = (sum(|f| f.records), sum(|f| f.bytes_in), sum(|f| f.bytes_out));
+    let changed = if resolved {
+        format!("{} revisits written whole, {} left as they are (their original not among them)", sum(|f| f.resolved), sum(|f| f.unresolved))
+    } else {
+        format!("{} of them as revisits", sum(|f| f.revisits))
+    };
+    println!("exported {} files, {records} records, {changed}: {bytes_in} bytes stored as {bytes_out} ({}); manifest {}", files.len(), human(bytes_out), path.display());
     Ok(exit::OK)
 }

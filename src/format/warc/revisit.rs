@@ -1,6 +1,6 @@
 //! Revisit records (WARC 1.1 §6.7, the IIPC identical-payload-digest profile): the record
 //! that stands for a response whose payload another record holds, written so that pywb and
-//! OpenWayback find that original again.
+//! OpenWayback find that original again; and the response a revisit stands for, resolved.
 //!
 //! Resolvers compare strings, not payloads: pywb joins a revisit to the earlier capture of
 //! its URL whose `digest` is the same string, or queries `WARC-Refers-To-Target-URI` at
@@ -81,44 +81,75 @@ const REPLACED: [&str; 10] = [
 /// date and record id are named verbatim; the block is `http`, digested again.
 pub fn revisit_record(dup: &Header, http: &[u8], orig: &Header) -> Option<Vec<u8>> {
     let digest = orig.get("WARC-Payload-Digest")?;
-    let mut out = Vec::with_capacity(1024 + http.len());
+    let profile = profile(&dup.version).as_bytes();
+    let mut last: Vec<(&[u8], &[u8])> = vec![(b"WARC-Profile", profile)];
+    if let Some(id) = orig.get("WARC-Record-ID") {
+        last.push((b"WARC-Refers-To", id));
+    }
+    if let Some(uri) = orig.get("WARC-Target-URI") {
+        // The URI itself: WARC/1.0's grammar (and wget) put it in angle brackets, which pywb
+        // would take for part of the URL it looks the original up by.
+        last.push((b"WARC-Refers-To-Target-URI", uri.strip_prefix(b"<").and_then(|u| u.strip_suffix(b">")).unwrap_or(uri)));
+    }
+    if let Some(date) = orig.get("WARC-Date") {
+        last.push((b"WARC-Refers-To-Date", date));
+    }
+    last.extend([(&b"WARC-Payload-Digest"[..], digest), (b"WARC-Truncated", b"length")]);
+    Some(record(dup, b"revisit", &REPLACED, &last, http))
+}
+
+/// A record of type `kind`: `from`'s version line and its fields but those in `drop`, then
+/// `last`, then the Content-Type of an HTTP response, the block's digest and length, and the
+/// block.
+fn record(from: &Header, kind: &[u8], drop: &[&str], last: &[(&[u8], &[u8])], block: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1024 + block.len());
     let line = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| {
         out.extend_from_slice(name);
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     };
-    out.extend_from_slice(&dup.version);
+    out.extend_from_slice(&from.version);
     out.extend_from_slice(b"\r\n");
-    line(&mut out, b"WARC-Type", b"revisit");
-    for (name, value) in &dup.fields {
-        if !REPLACED.iter().any(|r| name.eq_ignore_ascii_case(r.as_bytes())) {
+    line(&mut out, b"WARC-Type", kind);
+    for (name, value) in &from.fields {
+        if !drop.iter().any(|r| name.eq_ignore_ascii_case(r.as_bytes())) {
             line(&mut out, name, value);
         }
     }
-    line(&mut out, b"WARC-Profile", profile(&dup.version).as_bytes());
-    if let Some(id) = orig.get("WARC-Record-ID") {
-        line(&mut out, b"WARC-Refers-To", id);
+    for (name, value) in last {
+        line(&mut out, name, value);
     }
-    if let Some(uri) = orig.get("WARC-Target-URI") {
-        // The URI itself: WARC/1.0's grammar (and wget) put it in angle brackets, which pywb
-        // would take for part of the URL it looks the original up by.
-        let bare = uri.strip_prefix(b"<").and_then(|u| u.strip_suffix(b">")).unwrap_or(uri);
-        line(&mut out, b"WARC-Refers-To-Target-URI", bare);
-    }
-    if let Some(date) = orig.get("WARC-Date") {
-        line(&mut out, b"WARC-Refers-To-Date", date);
-    }
-    line(&mut out, b"WARC-Payload-Digest", digest);
-    line(&mut out, b"WARC-Truncated", b"length");
     line(&mut out, b"Content-Type", b"application/http; msgtype=response");
     use sha1::Digest as _;
-    let block_digest = crate::format::cdx::sha1_string(&sha1::Sha1::digest(http).into());
+    let block_digest = crate::format::cdx::sha1_string(&sha1::Sha1::digest(block).into());
     line(&mut out, b"WARC-Block-Digest", block_digest.as_bytes());
-    line(&mut out, b"Content-Length", http.len().to_string().as_bytes());
+    line(&mut out, b"Content-Length", block.len().to_string().as_bytes());
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(http);
-    Some(out)
+    out.extend_from_slice(block);
+    out
+}
+
+/// Fields of a revisit that its resolved record does not keep: they describe the revisit.
+const RESOLVED_DROPS: [&str; 9] = [
+    "WARC-Type",
+    "WARC-Profile",
+    "WARC-Truncated",
+    "WARC-Refers-To",
+    "WARC-Refers-To-Target-URI",
+    "WARC-Refers-To-Date",
+    "WARC-Block-Digest",
+    "Content-Type",
+    "Content-Length",
+];
+
+/// The response record (header and block, without the record separator) that the revisit
+/// `rev` stands for, its block `block` (an HTTP header, then its original's payload): the
+/// revisit's identity and fields, `WARC-Type: response`, the block digested again. What only
+/// a revisit says (its profile, truncation, what it refers to) is left out: WARC 1.1 allows no
+/// `WARC-Refers-To` on a response.
+pub fn resolved_record(rev: &Header, block: &[u8]) -> Vec<u8> {
+    record(rev, b"response", &RESOLVED_DROPS, &[], block)
 }
 
 #[cfg(test)]
@@ -154,5 +185,26 @@ mod tests {
         let bare = Header::parse(b"WARC/1.1\r\nWARC-Type: response\r\n\r\n").unwrap();
         assert!(revisit_record(&dup, http, &bare).is_none());
         assert_eq!(profile(b"WARC/1.1"), "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest");
+    }
+
+    /// A revisit resolved is the response it stands for: its identity, the payload's block,
+    /// nothing a revisit alone says.
+    #[test]
+    fn a_resolved_revisit_is_a_response_with_its_identity() {
+        let (dup, orig) = (Header::parse(DUP).unwrap(), Header::parse(ORIG).unwrap());
+        let http = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+        let rev = Header::parse(&revisit_record(&dup, http, &orig).unwrap()).unwrap();
+        let block = [&http[..], b"hello"].concat();
+        let r = resolved_record(&rev, &block);
+        let h = Header::parse(&r).unwrap();
+        assert!(h.is("response"));
+        assert_eq!(h.get("WARC-Record-ID").unwrap(), b"<urn:uuid:2>");
+        assert_eq!(h.get("WARC-Target-URI").unwrap(), b"http://example.com/b");
+        assert_eq!(h.get("WARC-Payload-Digest").unwrap(), b"sha1:ORIGINAL");
+        for gone in ["WARC-Profile", "WARC-Truncated", "WARC-Refers-To", "WARC-Refers-To-Target-URI", "WARC-Refers-To-Date"] {
+            assert!(h.get(gone).is_none(), "{gone}");
+        }
+        assert_eq!(h.get("Content-Length").unwrap(), block.len().to_string().as_bytes());
+        assert!(r.ends_with(&block));
     }
 }
