@@ -106,11 +106,7 @@ impl WarcFs {
         }
         if is_view(ino.0) {
             let handles = self.inner.handles.locked();
-            let Some(view) = handles.get(&fh.0).and_then(|h| h.view.as_ref()) else { return reply.error(Errno::EBADF) };
-            let view = match view {
-                wacz::EntryRead::Bytes(b) => wacz::EntryRead::Bytes(b.clone()),
-                wacz::EntryRead::Range { head, at, len } => wacz::EntryRead::Range { head: head.clone(), at: *at, len: *len },
-            };
+            let Some(view) = handles.get(&fh.0).and_then(|h| h.view.clone()) else { return reply.error(Errno::EBADF) };
             drop(handles);
             return self.inner.view_read(&view, offset, size, reply);
         }

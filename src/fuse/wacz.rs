@@ -14,7 +14,7 @@
 
 use super::*;
 use super::data::with_reply_buffer;
-use crate::store::{EntryTree, MAX_INFLATED};
+use crate::store::{is_wacz_name, EntryTree, MAX_INFLATED};
 
 pub(super) const WACZ_NAME: &[u8] = b"wacz";
 pub(super) const WACZ_INO: u64 = u64::MAX - 3;
@@ -39,6 +39,7 @@ pub(super) struct ViewInos {
 }
 
 /// How a view file's handle reads.
+#[derive(Clone)]
 pub(super) enum EntryRead {
     /// Bytes [at, at + len) of the stored file `head` is the recipe of.
     Range { head: Arc<RecipeHead>, at: u64, len: u64 },
@@ -50,10 +51,6 @@ pub(super) enum EntryRead {
 pub(super) type Trees = Mutex<HashMap<u64, (u64, Arc<EntryTree>)>>;
 /// Trees kept at most (a few KB each).
 const TREES: usize = 256;
-
-fn is_wacz_name(name: &[u8]) -> bool {
-    name.len() > 5 && name[name.len() - 5..].eq_ignore_ascii_case(b".wacz")
-}
 
 impl Inner {
     /// The store inode and node the view inode `ino` stands for.
@@ -219,19 +216,13 @@ impl Inner {
             }
             EntryRead::Range { head, at, len } => {
                 let n = len.saturating_sub(offset).min(size as u64) as usize;
-                with_reply_buffer(n, |buf| {
-                    let mut done = 0;
-                    while done < n {
-                        match self.store.read_at(head, at + offset + done as u64, &mut buf[done..n]) {
-                            Ok(0) => break,
-                            Ok(k) => done += k,
-                            Err(e) => {
-                                log::error!("/.warcfs/wacz: reading {n} bytes at {} of a WACZ: {e}", at + offset);
-                                return reply.error(errno(&e));
-                            }
-                        }
+                // (`read_at` fills the buffer, up to the end of the file.)
+                with_reply_buffer(n, |buf| match self.store.read_at(head, at + offset, &mut buf[..n]) {
+                    Ok(done) => reply.data(&buf[..done]),
+                    Err(e) => {
+                        log::error!("/.warcfs/wacz: reading {n} bytes at {} of a WACZ: {e}", at + offset);
+                        reply.error(errno(&e))
                     }
-                    reply.data(&buf[..done])
                 })
             }
         }

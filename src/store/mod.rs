@@ -47,7 +47,7 @@ use crate::index::{Index, IndexError};
 use crate::pack::{self, OpenPack, PackError, PackReader};
 
 pub use read::ahead::{ReadAhead, START_AFTER as STREAMING_RUN};
-pub use read::entries::{EntryTree, MAX_INFLATED};
+pub use read::entries::{is_wacz_name, is_warc_name, EntryTree, MAX_INFLATED};
 pub use read::export::ExportedFile;
 pub use config::{Compression, Config, Parses, Verify, Writers};
 pub use fsops::{FileUsage, Prepared};

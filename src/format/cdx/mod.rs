@@ -293,7 +293,7 @@ fn sha1_base32(v: &str) -> Option<String> {
 }
 
 /// warcio's `Digester('sha1')`: `sha1:` + base32 of the SHA-1.
-fn sha1_digest_string(data: &[u8]) -> String {
+pub(crate) fn sha1_digest_string(data: &[u8]) -> String {
     use sha1::Digest as _;
     sha1_string(&sha1::Sha1::digest(data).into())
 }

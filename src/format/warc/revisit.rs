@@ -52,6 +52,12 @@ impl Header {
     }
 }
 
+/// The URI a WARC field names, without the angle brackets of WARC/1.0's grammar (wget writes
+/// them), which a reader looking the URI up would take for part of it.
+pub fn bare_uri(v: &[u8]) -> &[u8] {
+    v.strip_prefix(b"<").and_then(|u| u.strip_suffix(b">")).unwrap_or(v)
+}
+
 /// The profile URI of identical-payload-digest revisits for a record of `version`.
 pub fn profile(version: &[u8]) -> &'static str {
     if version == b"WARC/1.1" {
@@ -87,9 +93,8 @@ pub fn revisit_record(dup: &Header, http: &[u8], orig: &Header) -> Option<Vec<u8
         last.push((b"WARC-Refers-To", id));
     }
     if let Some(uri) = orig.get("WARC-Target-URI") {
-        // The URI itself: WARC/1.0's grammar (and wget) put it in angle brackets, which pywb
-        // would take for part of the URL it looks the original up by.
-        last.push((b"WARC-Refers-To-Target-URI", uri.strip_prefix(b"<").and_then(|u| u.strip_suffix(b">")).unwrap_or(uri)));
+        // The URI itself: pywb looks the original up by it.
+        last.push((b"WARC-Refers-To-Target-URI", bare_uri(uri)));
     }
     if let Some(date) = orig.get("WARC-Date") {
         last.push((b"WARC-Refers-To-Date", date));
@@ -121,9 +126,7 @@ fn record(from: &Header, kind: &[u8], drop: &[&str], last: &[(&[u8], &[u8])], bl
         line(&mut out, name, value);
     }
     line(&mut out, b"Content-Type", b"application/http; msgtype=response");
-    use sha1::Digest as _;
-    let block_digest = crate::format::cdx::sha1_string(&sha1::Sha1::digest(block).into());
-    line(&mut out, b"WARC-Block-Digest", block_digest.as_bytes());
+    line(&mut out, b"WARC-Block-Digest", crate::format::cdx::sha1_digest_string(block).as_bytes());
     line(&mut out, b"Content-Length", block.len().to_string().as_bytes());
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(block);

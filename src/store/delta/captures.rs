@@ -45,7 +45,7 @@ pub(in crate::store) fn target_of(header: &[u8]) -> Option<&[u8]> {
         if name.eq_ignore_ascii_case(b"WARC-Type") {
             wanted = value.eq_ignore_ascii_case(b"response") || value.eq_ignore_ascii_case(b"resource");
         } else if name.eq_ignore_ascii_case(b"WARC-Target-URI") {
-            let v = value.strip_prefix(b"<").and_then(|v| v.strip_suffix(b">")).unwrap_or(value);
+            let v = crate::format::warc::revisit::bare_uri(value);
             uri = (!v.is_empty()).then_some(v);
         }
     }

@@ -21,7 +21,7 @@ pub(in crate::store) mod direct;
 pub(in crate::store) mod ready;
 pub(in crate::store) mod source;
 pub(in crate::store) mod tails;
-mod zip;
+pub(in crate::store) mod zip;
 #[cfg(test)]
 mod tail_tests;
 #[cfg(test)]
@@ -249,7 +249,7 @@ impl Store {
         let zip = if zipfmt::looks_zip(&head) { zip_layout(src, total)? } else { None };
         let mut w = match zip {
             Some(layout) => self.ingest_zip(src, &layout, win, spare, begin, &mut ctx, &mut rb)?,
-            None => self.ingest_stream(src, total, &mut split, win, spare, begin, &mut ctx, &mut rb)?,
+            None => self.ingest_stream(src, gzip::looks_gzip(&head), total, &mut split, win, spare, begin, &mut ctx, &mut rb)?,
         };
         let w: &mut Writer = &mut w;
         let (pieces, starts, size) = rb.finish();
@@ -267,12 +267,13 @@ impl Store {
     }
 
     /// Ingests `src` (a whole file, or one part of a ZIP: `ingest_zip`) as a stream of
-    /// windows, gzip members or plain text, into `rb`. The writer is locked by `begin`, once
+    /// windows, gzip members (`gz`: it begins as gzip does) or plain text, into `rb`. The writer is locked by `begin`, once
     /// the first windows are being made ready, and given back at the end.
     #[allow(clippy::too_many_arguments)]
     fn ingest_stream<'a, 's, S: Source + ?Sized + Sync>(
         &'a self,
         src: &'s S,
+        gz: bool,
         total: u64,
         split: &mut Presplit,
         win: Windows,
@@ -287,7 +288,7 @@ impl Store {
                 spare.data.give(buf);
             }
         };
-        if gzip::looks_gzip(&src.window(0, 3).map_err(io_err)?) {
+        if gz {
             // Finding and inflating the members of a window, and proving their parses, on
             // threads of their own while this one stores the window before.
             let mut arc_mode = false;

@@ -27,8 +27,10 @@ use crate::LockExt;
 
 /// Entries at least this large are ingested on their own; smaller ones (a WACZ's
 /// `datapackage.json`, its `index.idx`) stay with the framing around them: a run costs a few
-/// threads and a chunk of its own.
-const MIN_ENTRY: u64 = 64 << 10;
+/// threads and a chunk of its own. (So a WACZ's first piece is the bytes before its first
+/// large entry: its first local header, with small entries that come first; `Store::
+/// rebuilds_members` looks past it only while it is shorter than this.)
+pub(in crate::store) const MIN_ENTRY: u64 = 64 << 10;
 
 /// The layout of the ZIP `src` is, if it is one this reader takes (None otherwise: the file
 /// is ingested as any other).
@@ -50,16 +52,18 @@ struct Part<'a, S: ?Sized> {
     src: &'a S,
     start: u64,
     len: u64,
-    crc: Mutex<(u64, crc32fast::Hasher)>,
+    /// Only for a stored entry, whose CRC-32 is checked.
+    crc: Option<Mutex<(u64, crc32fast::Hasher)>>,
 }
 
 impl<'a, S: Source + ?Sized> Part<'a, S> {
-    fn new(src: &'a S, start: u64, len: u64) -> Self {
-        Part { src, start, len, crc: Mutex::new((0, crc32fast::Hasher::new())) }
+    fn new(src: &'a S, start: u64, len: u64, checked: bool) -> Self {
+        Part { src, start, len, crc: checked.then(|| Mutex::new((0, crc32fast::Hasher::new()))) }
     }
 
     fn note(&self, offset: u64, data: &[u8]) {
-        let mut c = self.crc.locked();
+        let Some(crc) = &self.crc else { return };
+        let mut c = crc.locked();
         let (pos, hasher) = &mut *c;
         if offset <= *pos && *pos < offset + data.len() as u64 {
             hasher.update(&data[(*pos - offset) as usize..]);
@@ -69,7 +73,7 @@ impl<'a, S: Source + ?Sized> Part<'a, S> {
 
     /// The CRC-32 of the part's bytes, if every one of them was read.
     fn crc(&self) -> Option<u32> {
-        let c = self.crc.locked();
+        let c = self.crc.as_ref()?.locked();
         (c.0 == self.len).then(|| c.1.clone().finalize())
     }
 }
@@ -134,7 +138,7 @@ impl Store {
         let mut begin = Some(begin);
         let mut held: Option<MutexGuard<'a, Writer>> = None;
         for (a, b, entry) in runs(layout) {
-            let part = Part::new(src, a, b - a);
+            let part = Part::new(src, a, b - a, entry.is_some_and(Entry::is_stored));
             let (w, first) = (held.take(), begin.take());
             let lock = move || match (w, first) {
                 (Some(w), _) => Ok(w),
@@ -144,7 +148,8 @@ impl Store {
             if entry.is_some() {
                 rb.cut();
             }
-            held = Some(self.ingest_stream(&part, b - a, &mut Presplit::none(), win, spare, lock, ctx, rb)?);
+            let gz = crate::format::gzip::looks_gzip(&part.read_aside(0, 3).map_err(io_err)?);
+            held = Some(self.ingest_stream(&part, gz, b - a, &mut Presplit::none(), win, spare, lock, ctx, rb)?);
             let Some(e) = entry else { continue };
             rb.cut();
             if e.is_stored() {

@@ -347,7 +347,7 @@ impl Store {
             let o = out.open.as_mut().expect("created");
             let codec = pack::Codec::from_u8(e.codec).unwrap_or(pack::Codec::None);
             let _taken = self.space.take((BLOB_HEADER_LEN + b.stored.len()) as u64).map_err(io_at(&tmp_dir))?;
-            let level = if settling { settle::level(self.config.version) } else { 0 };
+            let level = if settling { self.settle_level() } else { 0 };
             let info = o.append_settled(b.key, ChunkKind::from_u8(e.kind), codec, e.raw_len, &b.stored, level).map_err(io_at(&tmp_dir))?;
             let pack = o.id;
             // (Deltas made by this gc raise their bases' counts: an entry moved after that

@@ -179,7 +179,7 @@ impl Store {
                 // it are copied as they are. Any other failure (the disk, the bucket, the
                 // index) stops gc.
                 let prepared = match self.dictionary_bytes(&ChunkKey { digest: d, seq: 0 }) {
-                    Ok(bytes) => zstd::zstd_safe::CDict::try_create(&bytes, level(self.config.version) as i32).zip(pack::prepare_dictionary(&bytes)),
+                    Ok(bytes) => zstd::zstd_safe::CDict::try_create(&bytes, self.settle_level() as i32).zip(pack::prepare_dictionary(&bytes)),
                     Err(StoreError::MissingChunk(_)) | Err(StoreError::Pack(PackError::Corrupt { .. })) => None,
                     Err(e) => return Err(e),
                 };
@@ -250,11 +250,11 @@ impl Store {
             (_, None) => None,
             _ if !b.recompressed() => None,
             (Some((digest, (cdict, _))), Some(frame)) => dict::Shared::new(digest, cdict).compress(z.for_dictionary().ok_or_else(no_context)?, &frame),
-            (None, Some(frame)) => z.at(level(self.config.version) as i32).ok_or_else(no_context)?.compress(&frame).ok(),
+            (None, Some(frame)) => z.at(self.settle_level() as i32).ok_or_else(no_context)?.compress(&frame).ok(),
         };
         if let Some((key, base)) = &b.base {
             let alone = settled.as_ref().map_or(b.stored.len(), |s| s.len().min(b.stored.len()));
-            if let Some(d) = crate::store::delta::make::delta_of(z.for_delta().ok_or_else(no_context)?, key, base, &raw, alone, level(self.config.version)) {
+            if let Some(d) = crate::store::delta::make::delta_of(z.for_delta().ok_or_else(no_context)?, key, base, &raw, alone, self.settle_level()) {
                 return Ok(Settled::Delta(d));
             }
         }

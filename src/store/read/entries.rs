@@ -79,6 +79,16 @@ impl EntryTree {
     }
 }
 
+/// Whether a file of this name is taken for a WACZ (`.wacz`, any case).
+pub fn is_wacz_name(name: &[u8]) -> bool {
+    name.len() > 5 && name[name.len() - 5..].eq_ignore_ascii_case(b".wacz")
+}
+
+/// Whether a file (or ZIP entry) of this name is taken for a WARC (`.warc`, `.warc.gz`).
+pub fn is_warc_name(name: &[u8]) -> bool {
+    name.ends_with(b".warc") || name.ends_with(b".warc.gz")
+}
+
 impl Store {
     /// The layout of the stored ZIP `head` is the recipe of, or None if it is not one that
     /// `format::zip` takes.

@@ -26,7 +26,7 @@ use std::path::Path;
 
 use sha2::Digest as _;
 
-use crate::format::warc::revisit::{resolved_record, revisit_record, Header};
+use crate::format::warc::revisit::{bare_uri, resolved_record, revisit_record, Header};
 use crate::recipe::RecipeHead;
 use crate::store::read::records::{content_length, RecordHead};
 use crate::store::{Result, Store, StoreError};
@@ -87,7 +87,7 @@ fn warcs_under(s: &Store, roots: &[String]) -> Result<Files> {
     for root in roots {
         let mut under = Vec::new();
         s.each_file_under(root, &mut |name, inode| {
-            if !(name.ends_with(".warc") || name.ends_with(".warc.gz")) {
+            if !crate::store::is_warc_name(name.as_bytes()) {
                 return Ok(());
             }
             if inode.staged {
@@ -105,11 +105,6 @@ fn warcs_under(s: &Store, roots: &[String]) -> Result<Files> {
         }
     }
     Ok(files)
-}
-
-/// The URI a WARC field names, without the angle brackets of WARC/1.0's grammar.
-fn bare_uri(v: &[u8]) -> &[u8] {
-    v.strip_prefix(b"<").and_then(|u| u.strip_suffix(b">")).unwrap_or(v)
 }
 
 /// Where an HTTP block's header ends (after its blank line).

@@ -80,7 +80,9 @@ fn extents_within(extents: &[Extent], seg_start: u64, from: u64, to: u64) -> imp
         .map(|(_, e)| e)
 }
 
-/// The pieces `rebuilds_members` looks in: a file's first, and for a ZIP the first entries'.
+/// The pieces `rebuilds_members` looks in past a first piece shorter than a ZIP's first
+/// ingested entry can be (`ingest::zip::MIN_ENTRY`: that piece is a local header): its
+/// first entries'.
 const MEMBERS_WITHIN: u32 = 4;
 
 impl Store {
@@ -375,12 +377,15 @@ impl Store {
         Ok(())
     }
 
-    /// Whether reading the file means rebuilding gzip members (one of its first pieces holds
-    /// one): then any read that touches a member costs a whole member's deflate. A WACZ's
-    /// first piece is its first local header alone (a ZIP's entries start pieces of their
-    /// own), its members in the pieces after.
+    /// Whether reading the file means rebuilding gzip members (its first piece holds one):
+    /// then any read that touches a member costs a whole member's deflate. A ZIP's entries
+    /// start pieces of their own, so a WACZ's first piece is its first local header alone, a
+    /// few bytes, and its members lie in the pieces after: past so short a first piece, the
+    /// next ones are looked at too (a file whose first piece is full costs one load).
     pub fn rebuilds_members(&self, head: &RecipeHead) -> bool {
-        (0..head.pieces().min(MEMBERS_WITHIN)).any(|i| self.piece(head, i).is_ok_and(|p| p.segments.iter().any(|s| matches!(s, Segment::Member { .. }))))
+        let holds = |i: u32| self.piece(head, i).is_ok_and(|p| p.segments.iter().any(|s| matches!(s, Segment::Member { .. })));
+        let short_first = head.piece_starts.get(1).is_some_and(|&end| end < crate::store::ingest::zip::MIN_ENTRY);
+        head.pieces() > 0 && (holds(0) || (short_first && (1..head.pieces().min(MEMBERS_WITHIN)).any(holds)))
     }
 
     /// Whether `offset` falls inside a gzip member, past its first byte: a read from there

@@ -283,8 +283,8 @@ impl Store {
         let base = crate::store::components(root)?.join("/");
         let single = inode.kind != InodeKind::Dir;
         let mut index_file = |name: &str, inode: &Inode| -> Result<()> {
-            let wacz = name.len() > 5 && name[name.len() - 5..].eq_ignore_ascii_case(".wacz");
-            let indexed = wacz || [".warc", ".warc.gz"].iter().any(|ext| name.ends_with(ext));
+            let wacz = crate::store::is_wacz_name(name.as_bytes());
+            let indexed = wacz || crate::store::is_warc_name(name.as_bytes());
             if indexed && inode.staged {
                 // Its recipe is older than its bytes: an index of it would be wrong.
                 return match staged {
@@ -306,7 +306,7 @@ impl Store {
                 let mut warcs: Vec<(u64, u64, String)> = (0..tree.nodes.len())
                     .filter_map(|i| {
                         let e = tree.entry(i).filter(|e| e.is_stored())?;
-                        let inner = String::from_utf8(e.name.clone()).ok().filter(|n| [".warc", ".warc.gz"].iter().any(|ext| n.ends_with(ext)))?;
+                        let inner = String::from_utf8(e.name.clone()).ok().filter(|n| crate::store::is_warc_name(n.as_bytes()))?;
                         Some((e.data_at, e.data_end(), format!(".warcfs/wacz/{path}/{inner}")))
                     })
                     .collect();
