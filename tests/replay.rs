@@ -492,3 +492,94 @@ fn pywb_replays_exports_with_revisits_and_resolved_as_the_originals() {
     let (problems, _) = replay_both(&ours, &reference, &caps);
     assert!(problems.is_empty(), "{} of {} captures differ:\n{}\n--- wayback over the resolved export:\n{}", problems.len(), caps.len(), problems.join("\n"), ours.log_text());
 }
+
+/// `/.warcfs/resolved/` of a collection deduplicated by revisits (`export --revisits` of
+/// the crawls), its originals in another directory than most of their revisits (another
+/// collection): every revisit whose original is stored reads as the response it stands for,
+/// the view's files are what `export --resolved` writes (a gzip file's records inflate to
+/// the same text), `/.warcfs/resolved.cdxj` is what cdxj-indexer makes of them, and pywb
+/// over the view, with no revisit to resolve, replays every capture as over the original
+/// crawls. A revisit whose original is not stored yet is shown as it is.
+#[test]
+fn pywb_replays_the_resolved_view_of_a_collection_deduplicated_by_revisits() {
+    let bin = venv_bin();
+    let crawls = crawl_files();
+    let names: Vec<String> = crawls.iter().map(|f| f.file_name().unwrap().to_str().unwrap().to_string()).collect();
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    for f in &crawls {
+        ok(&["import", &s(&store), &s(f), "--to", "/crawls"]);
+    }
+    let (plain, idx_plain) = plain_collection(&bin, tmp.path(), &crawls);
+    let dedup = tmp.path().join("dedup");
+    ok(&["export", "--revisits", &s(&store), "/crawls", "--to", &s(&dedup)]);
+
+    let store2 = tmp.path().join("store2");
+    let m = Mount::new(&store2, &tmp.path().join("mnt"));
+    let dir_of = |i: usize| if i == 0 { "first" } else { "later" };
+    let copy_in = |i: usize| {
+        fs::create_dir_all(m.mnt.join(dir_of(i))).unwrap();
+        fs::copy(dedup.join(&names[i]), m.mnt.join(dir_of(i)).join(&names[i])).unwrap();
+    };
+    let revisit_lines = |cdxj: &str| cdxj.lines().filter(|l| l.contains("warc/revisit")).count();
+    // The later crawls alone: the revisits of the first crawl's payloads have no original.
+    for i in 1..crawls.len() {
+        copy_in(i);
+    }
+    wait_ingested(&store2);
+    let alone = fs::read_to_string(m.mnt.join(".warcfs/resolved.cdxj")).unwrap();
+    let dedup_idx = sorted_lines(&tool(&bin, "cdxj-indexer", &[&s(&dedup)], tmp.path()));
+    let unresolved = revisit_lines(&alone);
+    assert!(unresolved > 0 && unresolved < revisit_lines(&dedup_idx.join("\n")), "{unresolved} revisits left of {}", revisit_lines(&dedup_idx.join("\n")));
+    // Then the first crawl, in a directory of its own: the store has changed (the tables
+    // are made again once they are a second old).
+    copy_in(0);
+    wait_ingested(&store2);
+    std::thread::sleep(Duration::from_millis(1500));
+    let cdxj = fs::read_to_string(m.mnt.join(".warcfs/resolved.cdxj")).unwrap();
+    assert_eq!(revisit_lines(&cdxj), 0, "every revisit resolved:\n{}", cdxj.lines().filter(|l| l.contains("warc/revisit")).take(5).collect::<Vec<_>>().join("\n"));
+    assert_eq!(cdxj.lines().count(), idx_plain.len(), "a line per record");
+
+    // The view's files, copied out, are what cdxj-indexer indexes as the view's own index
+    // says, and warcio finds nothing wrong and no revisit in them.
+    let copied = tmp.path().join("view-copy");
+    fs::create_dir_all(&copied).unwrap();
+    for (i, n) in names.iter().enumerate() {
+        fs::copy(m.mnt.join(".warcfs/resolved").join(dir_of(i)).join(n), copied.join(n)).unwrap();
+        let report = tool(&bin, "warcio", &["check", "-v", n], &copied);
+        assert!(!report.contains("fail") && !report.contains("revisit"), "warcio check -v of the view of {n}:\n{report}");
+    }
+    let ours_idx = sorted_lines(&cdxj.replace("\"filename\": \".warcfs/resolved/first/", "\"filename\": \"").replace("\"filename\": \".warcfs/resolved/later/", "\"filename\": \""));
+    let indexer = sorted_lines(&tool(&bin, "cdxj-indexer", &[&s(&copied)], tmp.path()));
+    assert!(ours_idx == indexer, "resolved.cdxj against cdxj-indexer over the view: {}", line_diff("resolved.cdxj", &ours_idx, "cdxj-indexer", &indexer));
+
+    // pywb over the mount with the view's index replays every capture as over the crawls.
+    let root = tmp.path().join("pywb");
+    fs::create_dir_all(root.join("indexes")).unwrap();
+    fs::write(root.join("indexes/index.cdxj"), &cdxj).unwrap();
+    fs::write(root.join("config.yaml"), format!("collections:\n  test:\n    index_paths: {}/indexes/\n    archive_paths: {}/\n", root.display(), m.mnt.display())).unwrap();
+    let ours = Wayback::start(&bin, &root, &tmp.path().join("wayback-resolved.log"));
+    let reference = Wayback::start(&bin, &plain, &tmp.path().join("wayback-plain.log"));
+    let caps = captures(&idx_plain);
+    let (problems, body_bytes) = replay_both(&ours, &reference, &caps);
+    assert!(problems.is_empty(), "{} of {} captures differ:\n{}\n--- wayback over the resolved view:\n{}", problems.len(), caps.len(), problems.join("\n"), ours.log_text());
+    eprintln!("{} captures replayed identically from /.warcfs/resolved/ ({body_bytes} body bytes); {unresolved} revisits shown as they are before their originals were stored", caps.len());
+    drop((ours, reference, m));
+
+    // `export --resolved` writes the same records (a gzip file's members compressed).
+    let whole = tmp.path().join("whole");
+    ok(&["export", "--resolved", &s(&store2), "/first", "/later", "--to", &s(&whole)]);
+    for n in &names {
+        let (view, export) = (fs::read(copied.join(n)).unwrap(), fs::read(whole.join(n)).unwrap());
+        let text = |b: &[u8]| {
+            let mut t = Vec::new();
+            flate2::read::MultiGzDecoder::new(b).read_to_end(&mut t).unwrap();
+            t
+        };
+        if n.ends_with(".gz") {
+            assert!(text(&view) == text(&export), "{n}: the view and the export differ inflated");
+        } else {
+            assert!(view == export, "{n}: the view and the export differ");
+        }
+    }
+}

@@ -5,23 +5,24 @@ use super::*;
 
 impl WarcFs {
     pub(super) fn op_open(&self, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        if ino.0 == INDEX_INO {
+        if is_index(ino.0) {
             if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
                 return reply.error(Errno::EROFS);
             }
             let inner = self.inner.clone();
-            return self.inner.with_index_file(Box::new(move |r| {
+            let ino = ino.0;
+            return self.inner.with_index_file(ino, Box::new(move |r| {
                 let bytes = match r {
                     Ok(b) => b,
                     Err(e) => return reply.error(e),
                 };
                 let fh = inner.next_fh.fetch_add(1, Ordering::Relaxed);
-                inner.handles.locked().insert(fh, Handle { ino: INDEX_INO, write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, jumped: false, direct: true, rebuilds_members: None, view: None });
+                inner.handles.locked().insert(fh, Handle { ino, write: false, head: None, snapshot: Some(bytes), next: 0, run: 0, jumped: false, direct: true, rebuilds_members: None, view: None });
                 // Its size changes with the store: no page cache, every read comes here.
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
             }));
         }
-        if is_view(ino.0) || ino.0 == WACZ_INO {
+        if is_view(ino.0) {
             if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
                 return reply.error(Errno::EROFS);
             }
@@ -92,14 +93,14 @@ impl WarcFs {
     }
 
     pub(super) fn op_read(&self, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, reply: ReplyData) {
-        if ino.0 == INDEX_INO {
+        if is_index(ino.0) {
             let snap = self.inner.handles.locked().get(&fh.0).and_then(|h| h.snapshot.clone());
             let Some((file, len)) = snap else { return reply.error(Errno::EBADF) };
             let n = len.saturating_sub(offset).min(size as u64) as usize;
             return with_reply_buffer(n, |buf| match file.read_exact_at(&mut buf[..n], offset) {
                 Ok(()) => reply.data(&buf[..n]),
                 Err(e) => {
-                    log::error!("reading /.warcfs/index.cdxj at {offset}: {e}");
+                    log::error!("reading /.warcfs/{} at {offset}: {e}", virt::name(ino.0));
                     reply.error(Errno::EIO)
                 }
             });

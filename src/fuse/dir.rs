@@ -128,7 +128,7 @@ impl WarcFs {
 
     pub(super) fn op_readdir(&self, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         if ino.0 == CTL_INO {
-            let all = [(CTL_INO, FileType::Directory, &b"."[..]), (crate::store::ROOT_INO, FileType::Directory, b".."), (INDEX_INO, FileType::RegularFile, INDEX_NAME), (WACZ_INO, FileType::Directory, WACZ_NAME)];
+            let all = [(CTL_INO, FileType::Directory, &b"."[..]), (crate::store::ROOT_INO, FileType::Directory, b".."), (INDEX_INO, FileType::RegularFile, INDEX_NAME), (WACZ_INO, FileType::Directory, WACZ_NAME), (RESOLVED_INO, FileType::Directory, RESOLVED_NAME), (RESOLVED_INDEX_INO, FileType::RegularFile, RESOLVED_INDEX_NAME)];
             for (i, (child, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
                 if reply.add(INodeNo(child), (i + 1) as u64, kind, OsStr::from_bytes(name)) {
                     break;
@@ -140,7 +140,7 @@ impl WarcFs {
         let cached = if offset == 0 { None } else { inner.dirs.locked().get(&fh.0).cloned() };
         let listing = match cached {
             Some(l) => l,
-            None if ino.0 == WACZ_INO || is_view(ino.0) => match inner.view_listing(ino.0) {
+            None if is_view(ino.0) => match inner.view_listing(ino.0) {
                 Ok(l) => {
                     let l = Arc::new(l);
                     if fh.0 != 0 {

@@ -29,6 +29,7 @@ mod staging;
 mod xattr;
 mod virt;
 mod wacz;
+mod resolved;
 mod unmount;
 
 pub use daemon::{mount, MountArgs};
@@ -57,6 +58,7 @@ use crate::LockExt;
 use crate::recipe::RecipeHead;
 use crate::store::{Inode, InodeKind, ReadAhead, Store, StoreError, Timestamp};
 use staging::{ingest_loop, Staged};
+use resolved::{RESOLVED_INDEX_INO, RESOLVED_INDEX_NAME, RESOLVED_INO, RESOLVED_NAME};
 use wacz::{is_view, WACZ_INO, WACZ_NAME};
 
 const TTL: Duration = Duration::from_secs(1);
@@ -74,7 +76,12 @@ const INDEX_NAME: &[u8] = b"index.cdxj";
 const INDEX_INO: u64 = u64::MAX - 2;
 
 fn is_virtual(ino: u64) -> bool {
-    ino == CTL_INO || ino == INDEX_INO || ino == WACZ_INO || is_view(ino)
+    ino == CTL_INO || is_index(ino) || is_view(ino)
+}
+
+/// Whether `ino` is one of the CDXJ indexes of `/.warcfs/`.
+fn is_index(ino: u64) -> bool {
+    ino == INDEX_INO || ino == RESOLVED_INDEX_INO
 }
 
 /// The error for making or replacing `name` in `parent` when that touches `/.warcfs`.
@@ -133,7 +140,10 @@ type Listing = Vec<(u64, FileType, Vec<u8>)>;
 
 struct Inner {
     store: Arc<Store>,
-    index_file: Mutex<virt::IndexFile>,
+    /// `/.warcfs/index.cdxj` and `/.warcfs/resolved.cdxj` (`virt::slot`).
+    index_files: [Mutex<virt::IndexFile>; 2],
+    /// `/.warcfs/resolved/`'s originals and layouts.
+    resolved: Mutex<resolved::ResolvedState>,
     staging: PathBuf,
     staged: Mutex<HashMap<u64, Staged>>,
     /// One lock per inode being staged (its stored bytes copied into staging): the copy
@@ -290,7 +300,8 @@ impl WarcFs {
         fs::create_dir_all(&staging).map_err(|err| StoreError::Io { path: staging.clone(), err })?;
         let inner = Arc::new(Inner {
             store: store.clone(),
-            index_file: Mutex::new(virt::IndexFile::default()),
+            index_files: Default::default(),
+            resolved: Mutex::new(resolved::ResolvedState::default()),
             staging,
             staged: Mutex::new(HashMap::new()),
             staging_gates: Mutex::new(HashMap::new()),
@@ -453,8 +464,10 @@ impl Filesystem for WarcFs {
             (crate::store::ROOT_INO, CTL_NAME) => Some(CTL_INO),
             (CTL_INO, INDEX_NAME) => Some(INDEX_INO),
             (CTL_INO, WACZ_NAME) => Some(WACZ_INO),
+            (CTL_INO, RESOLVED_NAME) => Some(RESOLVED_INO),
+            (CTL_INO, RESOLVED_INDEX_NAME) => Some(RESOLVED_INDEX_INO),
             (CTL_INO, _) => return reply.error(Errno::ENOENT),
-            (p, name) if p == WACZ_INO || is_view(p) => {
+            (p, name) if is_view(p) => {
                 return match self.inner.view_lookup(p, name) {
                     Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
                     Err(e) => reply.error(e),
@@ -462,14 +475,14 @@ impl Filesystem for WarcFs {
             }
             _ => None,
         };
-        if virt == Some(INDEX_INO) {
-            return self.with_index_attr(move |r| match r {
+        if let Some(v) = virt.filter(|&v| is_index(v)) {
+            return self.with_index_attr(v, move |r| match r {
                 Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
                 Err(e) => reply.error(e),
             });
         }
         if let Some(v) = virt {
-            let attr = if v == WACZ_INO { self.inner.view_attr(v) } else { self.inner.virtual_attr(v) };
+            let attr = if is_view(v) { self.inner.view_attr(v) } else { self.inner.virtual_attr(v) };
             return match attr {
                 Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
                 Err(e) => reply.error(e),
@@ -487,13 +500,13 @@ impl Filesystem for WarcFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        if ino.0 == INDEX_INO {
-            return self.with_index_attr(move |r| match r {
+        if is_index(ino.0) {
+            return self.with_index_attr(ino.0, move |r| match r {
                 Ok(attr) => reply.attr(&Duration::ZERO, &attr),
                 Err(e) => reply.error(e),
             });
         }
-        if ino.0 == WACZ_INO || is_view(ino.0) {
+        if is_view(ino.0) {
             return match self.inner.view_attr(ino.0) {
                 Ok(attr) => reply.attr(&TTL, &attr),
                 Err(e) => reply.error(e),

@@ -1,8 +1,9 @@
-//! `/.warcfs/`: read-only files that tell what the store knows. Today `index.cdxj`, the CDXJ
-//! index of every WARC in the store, built (sorted on disk) when the store has changed and
-//! kept in an unlinked file under `STORE/cache/`. A build takes seconds on a large store, so
-//! it runs on a thread of its own, one at a time, and the requests that need it are answered
-//! when it is done: the mount's few request threads never wait for it.
+//! `/.warcfs/`: read-only files that tell what the store knows: `index.cdxj`, the CDXJ index
+//! of every WARC in the store, and `resolved.cdxj`, that of `/.warcfs/resolved/`, each built
+//! (sorted on disk) when the store has changed and kept in an unlinked file under
+//! `STORE/cache/`. A build takes seconds on a large store, so it runs on a thread of its own,
+//! one at a time per index, and the requests that need it are answered when it is done: the
+//! mount's few request threads never wait for it.
 
 use super::*;
 
@@ -20,13 +21,27 @@ pub(super) struct IndexFile {
     building: bool,
 }
 
+/// Which of `Inner::index_files` holds the index `ino`.
+fn slot(ino: u64) -> usize {
+    (ino == RESOLVED_INDEX_INO) as usize
+}
+
+/// The name of the index `ino` under `/.warcfs/`.
+pub(super) fn name(ino: u64) -> &'static str {
+    if ino == RESOLVED_INDEX_INO {
+        "resolved.cdxj"
+    } else {
+        "index.cdxj"
+    }
+}
+
 impl Inner {
-    /// Hands `then` the current `/.warcfs/index.cdxj`: at once if the one built last is of
-    /// the store as it is (or under a second old, so that a busy store is not indexed again
-    /// for every request), else once a build finishes.
-    pub(super) fn with_index_file(self: &Arc<Self>, then: IndexReply) {
+    /// Hands `then` the current index `ino` (`/.warcfs/index.cdxj` or `resolved.cdxj`): at
+    /// once if the one built last is of the store as it is (or under a second old, so that
+    /// a busy store is not indexed again for every request), else once a build finishes.
+    pub(super) fn with_index_file(self: &Arc<Self>, ino: u64, then: IndexReply) {
         let gen = self.store.generation();
-        let mut st = self.index_file.locked();
+        let mut st = self.index_files[slot(ino)].locked();
         if let Some((g, at, file, len)) = &st.last {
             if *g == gen || at.elapsed() < Duration::from_secs(1) {
                 let current = (file.clone(), *len);
@@ -41,10 +56,10 @@ impl Inner {
         st.building = true;
         drop(st);
         let inner = self.clone();
-        if let Err(e) = std::thread::Builder::new().name("index-cdxj".into()).spawn(move || inner.build_for_waiting()) {
-            log::error!("building /.warcfs/index.cdxj: no thread for it: {e}");
+        if let Err(e) = std::thread::Builder::new().name("index-cdxj".into()).spawn(move || inner.build_for_waiting(ino)) {
+            log::error!("building /.warcfs/{}: no thread for it: {e}", name(ino));
             let waiting = {
-                let mut st = self.index_file.locked();
+                let mut st = self.index_files[slot(ino)].locked();
                 st.building = false;
                 std::mem::take(&mut st.waiting)
             };
@@ -57,22 +72,22 @@ impl Inner {
     /// Builds until every waiting request has an index of the store at least as new as the
     /// one it asked about, answering each as soon as it has. A failed build fails the
     /// requests waiting then (the next request tries again).
-    fn build_for_waiting(&self) {
+    fn build_for_waiting(&self, ino: u64) {
         loop {
             let gen = self.store.generation();
-            let built = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.build_index_file())) {
+            let built = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.build_index_file(ino))) {
                 Ok(Ok((file, len))) => Ok((Arc::new(file), len)),
                 Ok(Err(e)) => {
-                    log::error!("building /.warcfs/index.cdxj: {e}");
+                    log::error!("building /.warcfs/{}: {e}", name(ino));
                     Err(Errno::EIO)
                 }
                 Err(_) => {
-                    log::error!("building /.warcfs/index.cdxj: a bug (a panic, above)");
+                    log::error!("building /.warcfs/{}: a bug (a panic, above)", name(ino));
                     Err(Errno::EIO)
                 }
             };
             let (ready, again) = {
-                let mut st = self.index_file.locked();
+                let mut st = self.index_files[slot(ino)].locked();
                 if let Ok((file, len)) = &built {
                     st.last = Some((gen, Instant::now(), file.clone(), *len));
                 }
@@ -86,7 +101,7 @@ impl Inner {
                 // the index) waiting: `building` is already as it should be.
                 let r = built.clone();
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || w(r))).is_err() {
-                    log::error!("answering a request for /.warcfs/index.cdxj: a bug (a panic, above)");
+                    log::error!("answering a request for /.warcfs/{}: a bug (a panic, above)", name(ino));
                 }
             }
             if !again {
@@ -96,15 +111,21 @@ impl Inner {
     }
 
     /// Writes the sorted CDXJ of every stored WARC (files still being written are left out
-    /// until stored) into an unlinked file, sorting in bounded memory. Only one runs at a
-    /// time (`with_index_file`), so its scratch name is its own.
-    fn build_index_file(&self) -> std::io::Result<(File, u64)> {
+    /// until stored), or of every file of `/.warcfs/resolved/`, into an unlinked file,
+    /// sorting in bounded memory. Only one runs at a time for each (`with_index_file`), so
+    /// its scratch name is its own.
+    fn build_index_file(&self, ino: u64) -> std::io::Result<(File, u64)> {
         crate::failpoint::hold("index_build");
         let dir = self.store.root().join("cache");
         fs::create_dir_all(&dir)?;
         let mut sorter = crate::extsort::LineSorter::new(&dir.join("runs"), crate::extsort::INDEX_RUN_BYTES)?;
-        self.store.cdxj_each("/", crate::store::StagedFiles::Skip, &mut |l| sorter.push(l)).map_err(std::io::Error::other)?;
-        let path = dir.join("index.cdxj.building");
+        if ino == RESOLVED_INDEX_INO {
+            let originals = self.originals().map_err(|e| std::io::Error::other(format!("the originals of revisits: {e:?} (logged above)")))?;
+            self.store.resolved_cdxj_each(&originals, &mut |l| sorter.push(l)).map_err(std::io::Error::other)?;
+        } else {
+            self.store.cdxj_each("/", crate::store::StagedFiles::Skip, &mut |l| sorter.push(l)).map_err(std::io::Error::other)?;
+        }
+        let path = dir.join(format!("{}.building", name(ino)));
         let mut w = BufWriter::new(File::create(&path)?);
         let len = sorter.finish_into(&mut w)?;
         w.flush()?;
@@ -114,9 +135,9 @@ impl Inner {
         Ok((file, len))
     }
 
-    /// The attributes of `/.warcfs/index.cdxj`, `len` bytes long.
-    pub(super) fn index_attr(&self, len: u64) -> Result<FileAttr, Errno> {
-        let mut attr = self.virtual_attr(INDEX_INO)?;
+    /// The attributes of the index `ino`, `len` bytes long.
+    pub(super) fn index_attr(&self, ino: u64, len: u64) -> Result<FileAttr, Errno> {
+        let mut attr = self.virtual_attr(ino)?;
         attr.kind = FileType::RegularFile;
         attr.perm = 0o444;
         attr.nlink = 1;
@@ -139,9 +160,9 @@ impl Inner {
 }
 
 impl WarcFs {
-    /// Hands `then` the attributes of `/.warcfs/index.cdxj` once it is current.
-    pub(super) fn with_index_attr(&self, then: impl FnOnce(Result<FileAttr, Errno>) + Send + 'static) {
+    /// Hands `then` the attributes of the index `ino` once it is current.
+    pub(super) fn with_index_attr(&self, ino: u64, then: impl FnOnce(Result<FileAttr, Errno>) + Send + 'static) {
         let inner = self.inner.clone();
-        self.inner.with_index_file(Box::new(move |r| then(r.and_then(|(_, len)| inner.index_attr(len)))));
+        self.inner.with_index_file(ino, Box::new(move |r| then(r.and_then(|(_, len)| inner.index_attr(ino, len)))));
     }
 }

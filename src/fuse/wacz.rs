@@ -14,6 +14,7 @@
 
 use super::*;
 use super::data::with_reply_buffer;
+use super::resolved::{ResolvedRead, RESOLVED, RESOLVED_INO};
 use crate::store::{is_wacz_name, EntryTree, MAX_INFLATED};
 
 pub(super) const WACZ_NAME: &[u8] = b"wacz";
@@ -25,9 +26,10 @@ const LAST: u64 = u64::MAX - 16;
 /// number the kernel still holds then answers ENOENT, and a lookup by name gives a new one.
 const MAX_INOS: usize = 1 << 18;
 
-/// Whether `ino` is one of the view's.
+/// Whether `ino` is one of the views' (`/.warcfs/wacz/`'s or `/.warcfs/resolved/`'s),
+/// their roots included.
 pub(super) fn is_view(ino: u64) -> bool {
-    (FIRST..=LAST).contains(&ino)
+    (FIRST..=LAST).contains(&ino) || ino == WACZ_INO || ino == RESOLVED_INO
 }
 
 /// The view's inode numbers, each for a store inode and a node of it.
@@ -45,6 +47,8 @@ pub(super) enum EntryRead {
     Range { head: Arc<RecipeHead>, at: u64, len: u64 },
     /// Inflated at open.
     Bytes(Arc<Vec<u8>>),
+    /// A file of `/.warcfs/resolved/`.
+    Resolved(Arc<ResolvedRead>),
 }
 
 /// The trees of the WACZs looked at, by inode, with the recipe each was read from.
@@ -59,7 +63,7 @@ impl Inner {
     }
 
     /// The view inode of `node` of the store inode `ino`.
-    fn view_ino(&self, ino: u64, node: usize) -> u64 {
+    pub(super) fn view_ino(&self, ino: u64, node: usize) -> u64 {
         let mut t = self.view_inos.locked();
         if let Some(&v) = t.ino.get(&(ino, node)) {
             return v;
@@ -105,10 +109,13 @@ impl Inner {
 
     /// The attributes of `/.warcfs/wacz` or of a view inode.
     pub(super) fn view_attr(&self, ino: u64) -> Result<FileAttr, Errno> {
-        if ino == WACZ_INO {
+        if ino == WACZ_INO || ino == RESOLVED_INO {
             return self.dir_attr(ino);
         }
         let (sino, node) = self.view_of(ino).ok_or(Errno::ENOENT)?;
+        if node == RESOLVED {
+            return self.resolved_attr(ino, sino);
+        }
         let inode = self.inode(sino)?;
         if inode.kind == InodeKind::Dir && node == 0 {
             return self.dir_attr(ino);
@@ -140,7 +147,14 @@ impl Inner {
 
     /// `name` in the view directory `parent`.
     pub(super) fn view_lookup(&self, parent: u64, name: &[u8]) -> Result<FileAttr, Errno> {
-        let (sino, node) = if parent == WACZ_INO { (crate::store::ROOT_INO, 0) } else { self.view_of(parent).ok_or(Errno::ENOENT)? };
+        let (sino, node) = match parent {
+            WACZ_INO => (crate::store::ROOT_INO, 0),
+            RESOLVED_INO => (crate::store::ROOT_INO, RESOLVED),
+            _ => self.view_of(parent).ok_or(Errno::ENOENT)?,
+        };
+        if node == RESOLVED {
+            return self.resolved_lookup(sino, name);
+        }
         let inode = self.inode(sino)?;
         if inode.kind == InodeKind::Dir {
             let child = self.store.lookup(sino, name).map_err(|e| errno(&e))?.ok_or(Errno::ENOENT)?;
@@ -162,7 +176,14 @@ impl Inner {
 
     /// The listing of a view directory, "." and ".." first.
     pub(super) fn view_listing(&self, ino: u64) -> Result<Listing, Errno> {
-        let (sino, node) = if ino == WACZ_INO { (crate::store::ROOT_INO, 0) } else { self.view_of(ino).ok_or(Errno::ENOENT)? };
+        let (sino, node) = match ino {
+            WACZ_INO => (crate::store::ROOT_INO, 0),
+            RESOLVED_INO => (crate::store::ROOT_INO, RESOLVED),
+            _ => self.view_of(ino).ok_or(Errno::ENOENT)?,
+        };
+        if node == RESOLVED {
+            return self.resolved_listing(ino, sino);
+        }
         let inode = self.inode(sino)?;
         let mut out: Listing = vec![(ino, FileType::Directory, b".".to_vec()), (WACZ_INO, FileType::Directory, b"..".to_vec())];
         if inode.kind == InodeKind::Dir {
@@ -192,6 +213,9 @@ impl Inner {
     /// How a handle of the view file `ino` reads.
     pub(super) fn view_open(&self, ino: u64) -> Result<EntryRead, Errno> {
         let (sino, node) = self.view_of(ino).ok_or(Errno::EISDIR)?;
+        if node == RESOLVED {
+            return self.resolved_open(sino);
+        }
         let (head, tree) = self.tree(sino)?.ok_or(Errno::ENOENT)?;
         let e = tree.entry(node).ok_or(Errno::EISDIR)?;
         if e.is_stored() {
@@ -210,6 +234,7 @@ impl Inner {
     /// Up to `size` bytes at `offset` of an open view file.
     pub(super) fn view_read(&self, r: &EntryRead, offset: u64, size: u32, reply: ReplyData) {
         match r {
+            EntryRead::Resolved(r) => self.resolved_read(r, offset, size, reply),
             EntryRead::Bytes(b) => {
                 let from = (offset.min(b.len() as u64)) as usize;
                 reply.data(&b[from..(from + size as usize).min(b.len())]);

@@ -49,6 +49,8 @@ use crate::pack::{self, OpenPack, PackError, PackReader};
 pub use read::ahead::{ReadAhead, START_AFTER as STREAMING_RUN};
 pub use read::entries::{is_wacz_name, is_warc_name, EntryTree, MAX_INFLATED};
 pub use read::export::ExportedFile;
+pub use read::originals::Originals;
+pub use read::resolved::{LastRecord, ResolvedFile, MAX_RESOLVED, RESOLVED_DIR};
 pub use config::{Compression, Config, Parses, Verify, Writers};
 pub use fsops::{FileUsage, Prepared};
 pub use ingest::{Presplit, Source};
@@ -255,6 +257,8 @@ pub enum StoreError {
     EarlierFailed(String),
     #[error("internal error (a bug in warcfs; please report it): {0}")]
     Bug(String),
+    #[error("resolving a revisit: {0}")]
+    Resolve(String),
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;

@@ -308,6 +308,37 @@ fn inflate_member(d: &mut Decompress, input: &[u8], plain: &mut Vec<u8>, keep: u
     }
 }
 
+/// The largest block of stored (uncompressed) deflate data.
+const STORED_BLOCK: usize = 65_535;
+/// The gzip header of a member written here: deflate, no name, no time, unknown OS.
+const PLAIN_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+
+/// The length of `stored_member` of `n` bytes: known without writing it.
+pub fn stored_member_len(n: u64) -> u64 {
+    let blocks = n.div_ceil(STORED_BLOCK as u64).max(1);
+    PLAIN_HEADER.len() as u64 + n + 5 * blocks + 8
+}
+
+/// A gzip member holding `plain` in stored deflate blocks: a member any reader inflates,
+/// whose length follows from `plain`'s alone (a view's new records: nothing compressed).
+pub fn stored_member(plain: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(stored_member_len(plain.len() as u64) as usize);
+    out.extend_from_slice(&PLAIN_HEADER);
+    let mut blocks = plain.chunks(STORED_BLOCK).peekable();
+    if blocks.peek().is_none() {
+        out.extend_from_slice(&[1, 0, 0, 0xff, 0xff]);
+    }
+    while let Some(b) = blocks.next() {
+        let len = b.len() as u16;
+        out.push(blocks.peek().is_none() as u8);
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&(!len).to_le_bytes());
+        out.extend_from_slice(b);
+    }
+    out.extend_from_slice(&trailer_for(plain));
+    out
+}
+
 /// CRC32 (LE) + ISIZE (LE, plain length mod 2^32) of `plain`.
 pub fn trailer_for(plain: &[u8]) -> [u8; 8] {
     let mut t = [0u8; 8];

@@ -457,3 +457,20 @@ fn a_member_too_large_to_keep_is_found_but_its_text_is_not_kept() {
     let Region::Member(m) = &regions[1] else { panic!("{regions:?}") };
     assert_eq!((m.start, m.plain_len, m.plain_kept), (first, text.len() as u64, false));
 }
+
+/// A stored member is as long as `stored_member_len` says and inflates to its text, at
+/// every length around a block's.
+#[test]
+fn stored_members_inflate_and_have_the_stated_length() {
+    use std::io::Read;
+    for n in [0usize, 1, 65_534, 65_535, 65_536, 131_070, 200_000] {
+        let plain: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+        let m = stored_member(&plain);
+        assert_eq!(m.len() as u64, stored_member_len(n as u64), "{n}");
+        let mut back = Vec::new();
+        flate2::read::GzDecoder::new(&m[..]).read_to_end(&mut back).unwrap();
+        assert_eq!(back, plain, "{n}");
+        let mut text = Vec::new();
+        assert_eq!(split(&m, &mut text).len(), 1, "one member");
+    }
+}

@@ -107,7 +107,14 @@ pub fn revisit_record(dup: &Header, http: &[u8], orig: &Header) -> Option<Vec<u8
 /// `last`, then the Content-Type of an HTTP response, the block's digest and length, and the
 /// block.
 fn record(from: &Header, kind: &[u8], drop: &[&str], last: &[(&[u8], &[u8])], block: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1024 + block.len());
+    let mut out = head(from, kind, drop, last, block.len() as u64, &crate::format::cdx::sha1_digest_string(block));
+    out.extend_from_slice(block);
+    out
+}
+
+/// The header block of `record`, for a block of `len` bytes whose digest string is `digest`.
+fn head(from: &Header, kind: &[u8], drop: &[&str], last: &[(&[u8], &[u8])], len: u64, digest: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1024);
     let line = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| {
         out.extend_from_slice(name);
         out.extend_from_slice(b": ");
@@ -126,10 +133,9 @@ fn record(from: &Header, kind: &[u8], drop: &[&str], last: &[(&[u8], &[u8])], bl
         line(&mut out, name, value);
     }
     line(&mut out, b"Content-Type", b"application/http; msgtype=response");
-    line(&mut out, b"WARC-Block-Digest", crate::format::cdx::sha1_digest_string(block).as_bytes());
-    line(&mut out, b"Content-Length", block.len().to_string().as_bytes());
+    line(&mut out, b"WARC-Block-Digest", digest.as_bytes());
+    line(&mut out, b"Content-Length", len.to_string().as_bytes());
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(block);
     out
 }
 
@@ -153,6 +159,13 @@ const RESOLVED_DROPS: [&str; 9] = [
 /// `WARC-Refers-To` on a response.
 pub fn resolved_record(rev: &Header, block: &[u8]) -> Vec<u8> {
     record(rev, b"response", &RESOLVED_DROPS, &[], block)
+}
+
+/// The header block `resolved_record` gives `rev` with a block of `block_len` bytes, its
+/// digest a placeholder: as long as the real one (a digest string is as long whatever it
+/// digests), and what an index line of the resolved record reads.
+pub fn resolved_head(rev: &Header, block_len: u64) -> Vec<u8> {
+    head(rev, b"response", &RESOLVED_DROPS, &[], block_len, &crate::format::cdx::sha1_digest_string(b""))
 }
 
 #[cfg(test)]
@@ -209,5 +222,6 @@ mod tests {
         }
         assert_eq!(h.get("Content-Length").unwrap(), block.len().to_string().as_bytes());
         assert!(r.ends_with(&block));
+        assert_eq!(resolved_head(&rev, block.len() as u64).len() + block.len(), r.len());
     }
 }

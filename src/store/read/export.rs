@@ -18,20 +18,22 @@
 //!
 //! Everything else is copied as it is stored: gzip members byte for byte, a record written
 //! anew a gzip member of its own. Memory: a few hundred bytes per distinct payload
-//! (`--revisits`) or per response (`--resolved`) exported.
+//! (`--revisits`); `--resolved` finds originals in tables sorted on disk
+//! (`read::originals`).
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 
 use sha2::Digest as _;
 
-use crate::format::warc::revisit::{bare_uri, resolved_record, revisit_record, Header};
+use crate::format::warc::revisit::{revisit_record, Header};
 use crate::recipe::RecipeHead;
-use crate::store::read::records::{content_length, RecordHead};
+use crate::store::read::originals::{Loc, Originals};
+use crate::store::read::records::RecordHead;
 use crate::store::{Result, Store, StoreError};
 
-/// The largest record whose block is looked at (a larger one is copied as it is).
+/// The largest response whose payload is looked at (a larger one is copied as it is).
 const MAX_RECORD: u64 = 256 << 20;
 
 /// What one exported file holds.
@@ -43,7 +45,8 @@ pub struct ExportedFile {
     /// Responses written as revisits (`--revisits`).
     pub revisits: u64,
     /// Revisits written as the responses they stand for, and those whose original is not
-    /// among the exported files, left as they are (`--resolved`).
+    /// among the exported files (or whose resolved record would be larger than
+    /// `MAX_RESOLVED`), left as they are (`--resolved`).
     pub resolved: u64,
     pub unresolved: u64,
     pub bytes_in: u64,
@@ -53,22 +56,6 @@ pub struct ExportedFile {
     pub requires: BTreeSet<String>,
 }
 
-/// Where a record lies in an exported file: enough to read its block again.
-#[derive(Clone, Copy)]
-struct RecordAt {
-    file: usize,
-    offset: u64,
-    length: u64,
-    hlen: usize,
-    clen: u64,
-}
-
-impl RecordAt {
-    fn of(file: usize, r: &RecordHead) -> RecordAt {
-        RecordAt { file, offset: r.offset, length: r.length, hlen: r.warc_header.len(), clen: content_length(&r.warc_header).unwrap_or(0) }
-    }
-}
-
 /// A record written anew in place of a stored one: header and block, without the record
 /// separator, and the exported file it names (if another).
 struct Replacement {
@@ -76,86 +63,47 @@ struct Replacement {
     names: usize,
 }
 
-/// The exported files: each one's path below its root and recipe.
-type Files = Vec<(String, RecipeHead)>;
+/// An exported file: its path below its root, inode and recipe.
+struct File {
+    name: String,
+    ino: u64,
+    head: RecipeHead,
+}
 
 /// The stored WARCs under each of `roots` (in that order; under one, sorted by path), each
 /// with its path below its root.
-fn warcs_under(s: &Store, roots: &[String]) -> Result<Files> {
+fn warcs_under(s: &Store, roots: &[String]) -> Result<Vec<File>> {
     let mut files = Vec::new();
     let mut names = BTreeSet::new();
     for root in roots {
         let mut under = Vec::new();
-        s.each_file_under(root, &mut |name, inode| {
+        s.each_file_under(root, &mut |name, ino, inode| {
             if !crate::store::is_warc_name(name.as_bytes()) {
                 return Ok(());
             }
             if inode.staged {
                 return Err(StoreError::Staged(name.to_string()));
             }
-            under.extend(inode.recipe.clone().map(|h| (name.to_string(), h)));
+            under.extend(inode.recipe.clone().map(|head| File { name: name.to_string(), ino, head }));
             Ok(())
         })?;
-        under.sort_by(|a, b| a.0.cmp(&b.0));
-        for (name, head) in under {
-            if !names.insert(name.clone()) {
-                return Err(StoreError::Exists(format!("{name} (under two of the paths exported)")));
+        under.sort_by(|a, b| a.name.cmp(&b.name));
+        for f in under {
+            if !names.insert(f.name.clone()) {
+                return Err(StoreError::Exists(format!("{} (under two of the paths exported)", f.name)));
             }
-            files.push((name, head));
+            files.push(f);
         }
     }
     Ok(files)
 }
 
-/// Where an HTTP block's header ends (after its blank line).
-fn http_end(block: &[u8]) -> Option<usize> {
-    block.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
-}
-
-/// A response a revisit may stand for: its target URI (bare), its date, where it is.
-type Capture = (Vec<u8>, Vec<u8>, RecordAt);
-
-/// The responses of the exported files that revisits may stand for, found as resolvers find
-/// them (`--resolved`).
-#[derive(Default)]
-struct Originals {
-    by_id: HashMap<Vec<u8>, RecordAt>,
-    /// By payload digest string.
-    by_digest: HashMap<Vec<u8>, Vec<Capture>>,
-}
-
-impl Originals {
-    fn note(&mut self, h: &Header, at: RecordAt) {
-        if !(h.is("response") || h.is("resource")) {
-            return;
-        }
-        if let Some(id) = h.get("WARC-Record-ID") {
-            self.by_id.insert(id.to_vec(), at);
-        }
-        if let (Some(d), Some(uri), Some(date)) = (h.get("WARC-Payload-Digest"), h.get("WARC-Target-URI"), h.get("WARC-Date")) {
-            self.by_digest.entry(d.to_vec()).or_default().push((bare_uri(uri).to_vec(), date.to_vec(), at));
-        }
-    }
-
-    /// The original of the revisit `rev`, if it is among them.
-    fn find(&self, rev: &Header) -> Option<RecordAt> {
-        if let Some(at) = rev.get("WARC-Refers-To").and_then(|id| self.by_id.get(id)) {
-            return Some(*at);
-        }
-        let cands = self.by_digest.get(rev.get("WARC-Payload-Digest")?)?;
-        if let (Some(uri), Some(date)) = (rev.get("WARC-Refers-To-Target-URI"), rev.get("WARC-Refers-To-Date")) {
-            if let Some((_, _, at)) = cands.iter().find(|(u, d, _)| u == bare_uri(uri) && d == date) {
-                return Some(*at);
-            }
-        }
-        let uri = bare_uri(rev.get("WARC-Target-URI").unwrap_or_default());
-        let date = rev.get("WARC-Date").unwrap_or_default();
-        let same_url = cands.iter().filter(|(u, _, _)| u == uri);
-        if let Some((_, _, at)) = same_url.clone().filter(|(_, d, _)| d.as_slice() <= date).max_by(|a, b| a.1.cmp(&b.1)).or_else(|| same_url.min_by(|a, b| a.1.cmp(&b.1))) {
-            return Some(*at);
-        }
-        cands.first().map(|(_, _, at)| *at)
-    }
+/// A gzip member of its own holding `record` and its separator, as `export` writes one.
+fn member(record: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(record)?;
+    e.write_all(b"\r\n\r\n")?;
+    e.finish()
 }
 
 impl Store {
@@ -167,19 +115,16 @@ impl Store {
         // By the payload's SHA-256: the original's WARC header and file.
         let mut originals: HashMap<[u8; 32], (Header, usize)> = HashMap::new();
         let mut out = Vec::new();
-        for (i, (name, head)) in files.iter().enumerate() {
-            let mut f = ExportedFile { name: name.clone(), bytes_in: head.size, ..ExportedFile::default() };
+        for (i, file) in files.iter().enumerate() {
+            let mut f = ExportedFile { name: file.name.clone(), bytes_in: file.head.size, ..ExportedFile::default() };
             self.export_file(&files, i, dest, &mut f, &mut |f, r| {
                 let Some(header) = Header::parse(&r.warc_header).filter(|h| h.is("response")) else { return Ok(None) };
-                let Some(block) = self.record_block(&files[i].1, RecordAt::of(i, r), name.ends_with(".gz"))? else { return Ok(None) };
-                let Some(http_end) = http_end(&block) else { return Ok(None) };
-                let payload = &block[http_end..];
-                if (payload.len() as u64) < min_payload.max(1) {
-                    return Ok(None);
-                }
+                let Some(at) = Loc::of(file.ino, file.head.id, r).filter(|at| at.clen <= MAX_RECORD && at.payload_len() >= min_payload.max(1)) else { return Ok(None) };
+                let Some(text) = self.record_text(&file.head, &at)? else { return Ok(None) };
+                let (http, payload) = text[at.hlen as usize..].split_at(at.http as usize);
                 let key: [u8; 32] = sha2::Sha256::digest(payload).into();
                 if let Some((orig, file)) = originals.get(&key) {
-                    let Some(record) = revisit_record(&header, &block[..http_end], orig) else { return Ok(None) };
+                    let Some(record) = revisit_record(&header, http, orig) else { return Ok(None) };
                     f.revisits += 1;
                     return Ok(Some(Replacement { record, names: *file }));
                 }
@@ -194,44 +139,37 @@ impl Store {
     }
 
     /// `export --resolved`: the stored WARCs under `roots` into `dest`, each revisit whose
-    /// original is among them written as the response it stands for.
+    /// original is among them written as the response it stands for: the records
+    /// `/.warcfs/resolved/` shows (`read::resolved`), a gzip file's compressed.
     pub fn export_resolved(&self, roots: &[String], dest: &Path) -> Result<Vec<ExportedFile>> {
         let files = warcs_under(self, roots)?;
-        let mut originals = Originals::default();
-        for (i, (_, head)) in files.iter().enumerate() {
-            self.each_warc_record(head, &mut |r| {
-                if let Some(h) = Header::parse(&r.warc_header) {
-                    originals.note(&h, RecordAt::of(i, &r));
-                }
+        let heads: Vec<(u64, RecipeHead)> = files.iter().map(|f| (f.ino, f.head.clone())).collect();
+        let originals = Originals::build(self, &heads, &crate::store::layout::cache(self.root()))?;
+        let by_recipe: HashMap<u64, usize> = files.iter().enumerate().map(|(i, f)| (f.head.id, i)).collect();
+        let mut out = Vec::new();
+        for (i, file) in files.iter().enumerate() {
+            let mut f = ExportedFile { name: file.name.clone(), bytes_in: file.head.size, ..ExportedFile::default() };
+            let view = self.resolve_file(file.ino, &file.head, &originals, &mut |_| {
+                f.records += 1;
                 Ok(())
             })?;
-        }
-        let mut out = Vec::new();
-        for (i, (name, head)) in files.iter().enumerate() {
-            let mut f = ExportedFile { name: name.clone(), bytes_in: head.size, ..ExportedFile::default() };
-            self.export_file(&files, i, dest, &mut f, &mut |f, r| {
-                let Some(rev) = Header::parse(&r.warc_header).filter(|h| h.is("revisit")) else { return Ok(None) };
-                let found = originals.find(&rev).filter(|at| !(at.file == i && at.offset == r.offset));
-                let Some(at) = found else {
-                    f.unresolved += 1;
-                    return Ok(None);
-                };
-                let (own, orig) = (self.record_block(head, RecordAt::of(i, r), name.ends_with(".gz"))?, self.record_block(&files[at.file].1, at, files[at.file].0.ends_with(".gz"))?);
-                let (Some(own), Some(orig)) = (own, orig) else {
-                    f.unresolved += 1;
-                    return Ok(None);
-                };
-                let Some(orig_http) = http_end(&orig) else {
-                    f.unresolved += 1;
-                    return Ok(None);
-                };
-                // The revisit's own HTTP header, unless it has none or it is a 304 (a
-                // server-not-modified revisit describes no body): then the original's.
-                let own_http = http_end(&own).map(|e| &own[..e]).filter(|h| !h.starts_with(b"HTTP/1.1 304") && !h.starts_with(b"HTTP/1.0 304"));
-                let block = [own_http.unwrap_or(&orig[..orig_http]), &orig[orig_http..]].concat();
-                f.resolved += 1;
-                Ok(Some(Replacement { record: resolved_record(&rev, &block), names: at.file }))
+            (f.resolved, f.unresolved) = (view.resolved, view.unresolved);
+            let path = dest.join(&file.name);
+            let io = |err: std::io::Error| StoreError::Io { path: path.clone(), err };
+            let mut w = create(&path)?;
+            view.write_to(self, &mut w, &mut |r| {
+                let text = self.resolved_text(&file.head, r)?;
+                if let Some(&j) = by_recipe.get(&r.orig.recipe).filter(|&&j| j != i) {
+                    f.requires.insert(files[j].name.clone());
+                }
+                if r.rev.member {
+                    member(&text).map_err(io)
+                } else {
+                    Ok(text)
+                }
             })?;
+            w.flush().map_err(io)?;
+            f.bytes_out = w.get_ref().metadata().map_err(io)?.len();
             out.push(f);
         }
         Ok(out)
@@ -240,14 +178,11 @@ impl Store {
     /// Writes file `i` of `files` under `dest`: each record as stored, or what `replace`
     /// gives for it (a gzip member of its own in a gzip file), the bytes between records as
     /// they are. Fills in `f`'s counts of records and bytes and the files it names.
-    fn export_file(&self, files: &Files, i: usize, dest: &Path, f: &mut ExportedFile, replace: &mut dyn FnMut(&mut ExportedFile, &RecordHead) -> Result<Option<Replacement>>) -> Result<()> {
-        let (name, head) = &files[i];
+    fn export_file(&self, files: &[File], i: usize, dest: &Path, f: &mut ExportedFile, replace: &mut dyn FnMut(&mut ExportedFile, &RecordHead) -> Result<Option<Replacement>>) -> Result<()> {
+        let File { name, head, .. } = &files[i];
         let path = dest.join(name);
         let io = |err: std::io::Error| StoreError::Io { path: path.clone(), err };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&path).map_err(io)?);
+        let mut w = create(&path)?;
         let gz = name.ends_with(".gz");
         let mut pos = 0u64;
         self.each_warc_record(head, &mut |r| {
@@ -257,19 +192,12 @@ impl Store {
             f.records += 1;
             self.copy_range(head, pos, r.offset, &mut w)?;
             match replace(f, &r)? {
-                Some(Replacement { mut record, names }) => {
-                    record.extend_from_slice(b"\r\n\r\n");
-                    let bytes = if gz {
-                        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-                        e.write_all(&record).and_then(|()| e.finish())
-                    } else {
-                        // (The separator is in the bytes after a plain record, copied as they are.)
-                        record.truncate(record.len() - 4);
-                        Ok(record)
-                    };
-                    bytes.and_then(|b| w.write_all(&b)).map_err(|err| StoreError::Io { path: path.clone(), err })?;
+                Some(Replacement { record, names }) => {
+                    // (A plain record's separator is in the bytes after it, copied as they are.)
+                    let bytes = if gz { member(&record).map_err(io)? } else { record };
+                    w.write_all(&bytes).map_err(io)?;
                     if names != i {
-                        f.requires.insert(files[names].0.clone());
+                        f.requires.insert(files[names].name.clone());
                     }
                 }
                 None => self.copy_range(head, r.offset, r.offset + r.length, &mut w)?,
@@ -284,7 +212,7 @@ impl Store {
     }
 
     /// Writes bytes [a, b) of the file to `w`.
-    fn copy_range(&self, head: &RecipeHead, mut a: u64, b: u64, w: &mut dyn Write) -> Result<()> {
+    pub(in crate::store) fn copy_range(&self, head: &RecipeHead, mut a: u64, b: u64, w: &mut dyn Write) -> Result<()> {
         let mut buf = vec![0u8; (b.saturating_sub(a)).min(4 << 20) as usize];
         while a < b {
             let want = buf.len().min((b - a) as usize);
@@ -297,30 +225,15 @@ impl Store {
         }
         Ok(())
     }
+}
 
-    /// The block of the record `at` of a file (`gz`: its member inflated), exactly as long
-    /// as it says; None if it is not (cut short, a member that does not inflate, or larger
-    /// than `MAX_RECORD`).
-    fn record_block(&self, head: &RecipeHead, at: RecordAt, gz: bool) -> Result<Option<Vec<u8>>> {
-        if at.length > MAX_RECORD || at.clen > MAX_RECORD {
-            return Ok(None);
-        }
-        let block = if gz {
-            let mut member = vec![0u8; at.length as usize];
-            let n = self.read_at(head, at.offset, &mut member)?;
-            let mut text = Vec::new();
-            if flate2::read::GzDecoder::new(&member[..n]).take(MAX_RECORD * 2).read_to_end(&mut text).is_err() {
-                return Ok(None);
-            }
-            text.get(at.hlen..at.hlen.saturating_add(at.clen as usize)).map(<[u8]>::to_vec).unwrap_or_default()
-        } else {
-            let mut block = vec![0u8; at.clen as usize];
-            let n = self.read_at(head, at.offset + at.hlen as u64, &mut block)?;
-            block.truncate(n);
-            block
-        };
-        Ok((block.len() as u64 == at.clen).then_some(block))
+/// A new file at `path` (its directories made), buffered.
+fn create(path: &Path) -> Result<std::io::BufWriter<std::fs::File>> {
+    let io = |err: std::io::Error| StoreError::Io { path: path.to_path_buf(), err };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
     }
+    Ok(std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path).map_err(io)?))
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@ pub(in crate::store) mod ahead;
 pub(in crate::store) mod cache;
 pub mod entries;
 pub mod export;
+pub mod originals;
+pub mod resolved;
 pub(in crate::store) mod raw_members;
 pub(in crate::store) mod records;
 #[cfg(test)]

@@ -31,7 +31,8 @@ pub struct RecordHead {
     /// Where its block is stored.
     pub(in crate::store) block: BlockAt,
     /// What its index line's offset is less than `offset`: where the WARC holding it starts
-    /// in the file (a WACZ's entry), else 0.
+    /// in the file (a WACZ's entry), else 0; wrapping: a record of a resolved view lies
+    /// after where it is stored.
     pub(in crate::store) shift: u64,
 }
 
@@ -50,7 +51,7 @@ pub(in crate::store) enum BlockAt {
 impl RecordHead {
     /// Its offset in the WARC that holds it, as an index line gives it.
     pub fn line_offset(&self) -> u64 {
-        self.offset - self.shift
+        self.offset.wrapping_sub(self.shift)
     }
 
     /// Whether the header chunks hold all an index needs: a payload digest, and for HTTP
@@ -220,6 +221,16 @@ impl Store {
         }
     }
 
+    /// The CDXJ line of record `r` of the file `head`, named `name`. Header chunks suffice,
+    /// unless the record names no payload digest (DNS and metadata records, mostly small):
+    /// then the digest is computed from its block.
+    pub(in crate::store) fn cdxj_of(&self, head: &RecipeHead, r: &RecordHead, name: &str) -> Result<Option<String>> {
+        if r.indexable_from_headers() {
+            return Ok(cdx::cdxj_line(&r.warc_header, r.http_header.as_deref(), r.line_offset(), r.length, name));
+        }
+        self.record_line(head, r, name)
+    }
+
     /// The CDXJ line of a record whose header chunks do not hold what its line needs (no
     /// payload digest: DNS and metadata records, mostly small). Reads its block: a gzip
     /// member's text at once (a member kept as a member holds at most `MAX_MEMBER_TEXT`), a
@@ -282,7 +293,7 @@ impl Store {
         // them where `/.warcfs/wacz/` shows them, from the mount's root.
         let base = crate::store::components(root)?.join("/");
         let single = inode.kind != InodeKind::Dir;
-        let mut index_file = |name: &str, inode: &Inode| -> Result<()> {
+        let mut index_file = |name: &str, _ino: u64, inode: &Inode| -> Result<()> {
             let wacz = crate::store::is_wacz_name(name.as_bytes());
             let indexed = wacz || crate::store::is_warc_name(name.as_bytes());
             if indexed && inode.staged {
@@ -328,14 +339,7 @@ impl Store {
                         inner.as_str()
                     }
                 };
-                // Header chunks suffice, unless the record names no payload digest (DNS and
-                // metadata records, mostly small): then the digest is computed from its block.
-                let line = if r.indexable_from_headers() {
-                    cdx::cdxj_line(&r.warc_header, r.http_header.as_deref(), r.line_offset(), r.length, name)
-                } else {
-                    self.record_line(head, &r, name)?
-                };
-                if let Some(line) = line {
+                if let Some(line) = self.cdxj_of(head, &r, name)? {
                     f(line).map_err(|err| crate::store::StoreError::Io { path: "<index>".into(), err })?;
                 }
                 Ok(())
@@ -347,12 +351,12 @@ impl Store {
     /// Hands `f` each file under `root` (a directory, walked to its depth, or one file) with
     /// its path below `root` (a file alone: its name), as the walk meets it: a store of
     /// millions of files is not listed whole first.
-    pub(in crate::store) fn each_file_under(&self, root: &str, f: &mut dyn FnMut(&str, &Inode) -> Result<()>) -> Result<()> {
+    pub fn each_file_under(&self, root: &str, f: &mut dyn FnMut(&str, u64, &Inode) -> Result<()>) -> Result<()> {
         let ino = self.resolve(root)?;
         let inode = self.inode(ino)?.ok_or_else(|| crate::store::StoreError::NotFound(root.to_string()))?;
         if inode.kind != InodeKind::Dir {
             let name = crate::store::components(root)?.last().map(|c| c.to_string()).unwrap_or_default();
-            return f(&name, &inode);
+            return f(&name, ino, &inode);
         }
         let mut stack = vec![(ino, String::new())];
         while let Some((dir, prefix)) = stack.pop() {
@@ -360,7 +364,7 @@ impl Store {
                 let name = format!("{prefix}{}", String::from_utf8_lossy(&e.name));
                 match e.inode.kind {
                     InodeKind::Dir => stack.push((e.ino, format!("{name}/"))),
-                    InodeKind::File => f(&name, &e.inode)?,
+                    InodeKind::File => f(&name, e.ino, &e.inode)?,
                     _ => {}
                 }
             }

@@ -1,0 +1,167 @@
+//! `/.warcfs/resolved/`: every stored WARC at its own path, each revisit record whose
+//! original the store holds shown as the response it stands for (`store::read::resolved`),
+//! and `/.warcfs/resolved.cdxj`, the index of these files (`virt`). Nothing is stored for
+//! it. pywb pointed at this tree replays every capture without its revisit logic, whatever
+//! collection its original is in.
+//!
+//! The originals' tables are built when the view is first asked about, and again when the
+//! store has changed (at most once a second, as `/.warcfs/index.cdxj`); a build reads the
+//! headers of every stored WARC, on the thread that asked (seconds on a large store; other
+//! requests go on). Each file's layout is kept with the tables it was made from (at most
+//! `LAYOUTS`). Inode numbers are the view's (`wacz::ViewInos`), node `RESOLVED` of a
+//! directory or file.
+
+use super::*;
+use super::data::with_reply_buffer;
+use super::wacz::EntryRead;
+use crate::store::{is_warc_name, LastRecord, Originals, ResolvedFile};
+
+pub(super) const RESOLVED_NAME: &[u8] = b"resolved";
+pub(super) const RESOLVED_INO: u64 = u64::MAX - 4;
+pub(super) const RESOLVED_INDEX_NAME: &[u8] = b"resolved.cdxj";
+pub(super) const RESOLVED_INDEX_INO: u64 = u64::MAX - 5;
+/// The node a view inode of `/.warcfs/resolved/` stands for, whatever its store inode.
+pub(super) const RESOLVED: usize = usize::MAX;
+/// Layouts kept at most (a few hundred bytes per resolved record).
+const LAYOUTS: usize = 64;
+
+/// The originals' tables (the store generation they were built at, when), and the layouts
+/// made with them, by inode (with the recipe each was made of).
+#[derive(Default)]
+pub(super) struct ResolvedState {
+    originals: Option<(u64, Instant, Arc<Originals>)>,
+    layouts: HashMap<u64, (u64, Arc<ResolvedFile>)>,
+}
+
+/// An open file of the view: its layout and the last resolved record made for it.
+pub(super) struct ResolvedRead {
+    file: Arc<ResolvedFile>,
+    last: LastRecord,
+}
+
+impl Inner {
+    /// The originals' tables of the store as it is (or as it was under a second ago).
+    pub(super) fn originals(&self) -> Result<Arc<Originals>, Errno> {
+        let gen = self.store.generation();
+        if let Some((g, at, o)) = &self.resolved.locked().originals {
+            if *g == gen || at.elapsed() < Duration::from_secs(1) {
+                return Ok(o.clone());
+            }
+        }
+        let built = (|| {
+            let mut files = Vec::new();
+            self.store.each_file_under("/", &mut |name, ino, inode| {
+                if let Some(head) = inode.recipe.as_ref().filter(|_| is_warc_name(name.as_bytes()) && !inode.staged) {
+                    files.push((ino, head.clone()));
+                }
+                Ok(())
+            })?;
+            Originals::build(&self.store, &files, &crate::store::layout::cache(self.store.root()).join("originals"))
+        })();
+        let o = Arc::new(built.map_err(|e| {
+            log::error!("/.warcfs/resolved: finding the originals of revisits: {e}");
+            errno(&e)
+        })?);
+        let mut st = self.resolved.locked();
+        st.originals = Some((gen, Instant::now(), o.clone()));
+        st.layouts.clear();
+        Ok(o)
+    }
+
+    /// The resolved layout of the stored WARC `ino`, if it is one.
+    fn layout(&self, ino: u64) -> Result<Option<Arc<ResolvedFile>>, Errno> {
+        let inode = self.inode(ino)?;
+        let Some(head) = inode.recipe.filter(|_| inode.kind == InodeKind::File && !inode.staged && !self.staged.locked().contains_key(&ino)) else { return Ok(None) };
+        let originals = self.originals()?;
+        if let Some((rid, f)) = self.resolved.locked().layouts.get(&ino) {
+            if *rid == head.id {
+                return Ok(Some(f.clone()));
+            }
+        }
+        let f = self.store.resolve_file(ino, &head, &originals, &mut |_| Ok(())).map_err(|e| {
+            log::error!("/.warcfs/resolved: inode {ino}: {e}");
+            errno(&e)
+        })?;
+        if f.unresolved > 0 {
+            log::info!("/.warcfs/resolved: inode {ino}: {} of its {} revisits left as they are (no original in the store, or larger than {} MiB resolved)", f.unresolved, f.unresolved + f.resolved, crate::store::MAX_RESOLVED >> 20);
+        }
+        let f = Arc::new(f);
+        let mut st = self.resolved.locked();
+        // (Tables built meanwhile: this layout is of the older ones, and still true of them.)
+        if st.layouts.len() >= LAYOUTS {
+            st.layouts.clear();
+        }
+        st.layouts.insert(ino, (head.id, f.clone()));
+        Ok(Some(f))
+    }
+
+    /// The attributes of the view of the store inode `sino`, as inode `ino`.
+    pub(super) fn resolved_attr(&self, ino: u64, sino: u64) -> Result<FileAttr, Errno> {
+        let inode = self.inode(sino)?;
+        if inode.kind == InodeKind::Dir {
+            let mut attr = self.virtual_attr(ino)?;
+            attr.kind = FileType::Directory;
+            return Ok(attr);
+        }
+        let mut attr = self.attr(ino, &inode);
+        attr.ino = INodeNo(ino);
+        let f = self.layout(sino)?.ok_or(Errno::ENOENT)?;
+        attr.perm = 0o444;
+        attr.nlink = 1;
+        attr.size = f.size;
+        attr.blocks = f.size.div_ceil(512);
+        Ok(attr)
+    }
+
+    /// `name` in the view of the store directory `sino`: its subdirectories and its stored
+    /// WARCs.
+    pub(super) fn resolved_lookup(&self, sino: u64, name: &[u8]) -> Result<FileAttr, Errno> {
+        let child = self.store.lookup(sino, name).map_err(|e| errno(&e))?.ok_or(Errno::ENOENT)?;
+        let c = self.inode(child)?;
+        let shown = match c.kind {
+            InodeKind::Dir => true,
+            InodeKind::File => is_warc_name(name),
+            _ => false,
+        };
+        if !shown {
+            return Err(Errno::ENOENT);
+        }
+        self.resolved_attr(self.view_ino(child, RESOLVED), child)
+    }
+
+    /// The listing of the view of the store directory `sino` (as inode `ino`).
+    pub(super) fn resolved_listing(&self, ino: u64, sino: u64) -> Result<Listing, Errno> {
+        if self.inode(sino)?.kind != InodeKind::Dir {
+            return Err(Errno::ENOTDIR);
+        }
+        let parent = if ino == RESOLVED_INO { CTL_INO } else { RESOLVED_INO };
+        let mut out: Listing = vec![(ino, FileType::Directory, b".".to_vec()), (parent, FileType::Directory, b"..".to_vec())];
+        for e in self.store.read_dir(sino).map_err(|e| errno(&e))? {
+            let kind = match e.inode.kind {
+                InodeKind::Dir => FileType::Directory,
+                InodeKind::File if is_warc_name(&e.name) => FileType::RegularFile,
+                _ => continue,
+            };
+            out.push((self.view_ino(e.ino, RESOLVED), kind, e.name));
+        }
+        Ok(out)
+    }
+
+    /// How a handle of the view of the stored WARC `sino` reads.
+    pub(super) fn resolved_open(&self, sino: u64) -> Result<EntryRead, Errno> {
+        let file = self.layout(sino)?.ok_or(Errno::EISDIR)?;
+        Ok(EntryRead::Resolved(Arc::new(ResolvedRead { file, last: LastRecord::default() })))
+    }
+
+    /// Up to `size` bytes at `offset` of an open file of the view.
+    pub(super) fn resolved_read(&self, r: &ResolvedRead, offset: u64, size: u32, reply: ReplyData) {
+        let n = r.file.size.saturating_sub(offset).min(size as u64) as usize;
+        with_reply_buffer(n, |buf| match r.file.read_at(&self.store, offset, &mut buf[..n], &r.last) {
+            Ok(done) => reply.data(&buf[..done]),
+            Err(e) => {
+                log::error!("/.warcfs/resolved: reading {n} bytes at {offset} of the view of recipe {}: {e}", r.file.head.id);
+                reply.error(errno(&e))
+            }
+        })
+    }
+}
