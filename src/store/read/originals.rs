@@ -50,7 +50,7 @@ const ID_ROW: usize = KEY + LOC;
 /// A row of the digest table: digest key, URI key, date (`date_number`), where.
 const DIGEST_ROW: usize = KEY + KEY + 8 + LOC;
 /// Bytes sorted in memory at once while a table is built.
-const RUN_BYTES: usize = 16 << 20;
+const RUN_BYTES: usize = 8 << 20;
 
 impl Loc {
     fn put(&self, out: &mut [u8]) {
