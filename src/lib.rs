@@ -17,6 +17,7 @@ pub mod index;
 pub mod nodes;
 pub mod pack;
 pub mod recipe;
+pub mod search;
 pub mod store;
 mod sync;
 #[cfg(test)]

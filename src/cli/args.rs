@@ -46,6 +46,40 @@ pub enum IndexFormat {
     Cdxj,
 }
 
+/// `warcfs search update | rebuild | stats`.
+#[derive(Subcommand)]
+pub enum SearchCmd {
+    /// Make the search index, or bring it up to date with the store (not mounted; a mount
+    /// keeps it up to date once it exists).
+    Update {
+        #[arg(value_hint = ValueHint::DirPath)]
+        store: PathBuf,
+        /// One document per capture, as archives index records (for measurements).
+        #[arg(long, hide = true)]
+        per_capture: bool,
+        #[arg(long, hide = true, value_name = "DIR")]
+        index_dir: Option<PathBuf>,
+    },
+    /// Make the search index again from the stored files.
+    Rebuild {
+        #[arg(value_hint = ValueHint::DirPath)]
+        store: PathBuf,
+        #[arg(long, hide = true)]
+        per_capture: bool,
+        #[arg(long, hide = true, value_name = "DIR")]
+        index_dir: Option<PathBuf>,
+    },
+    /// What the search index holds: texts, captures, bytes.
+    Stats {
+        #[arg(value_hint = ValueHint::DirPath)]
+        store: PathBuf,
+        #[arg(long)]
+        json: bool,
+        #[arg(long, hide = true, value_name = "DIR")]
+        index_dir: Option<PathBuf>,
+    },
+}
+
 #[derive(Subcommand)]
 pub enum Repair {
     /// Rebuild the index from the packs alone, when STORE/index is missing or unreadable.
@@ -284,6 +318,54 @@ pub enum Cmd {
         /// With --revisits: payloads shorter than this stay whole (an empty one always does).
         #[arg(long, value_name = "BYTES", default_value_t = 1)]
         min_size: u64,
+    },
+    /// Search the text of the stored WARCs: pages found, with every capture of each.
+    ///
+    /// Each unique text (an HTML or plain-text payload's words) is indexed once, and each
+    /// capture of it (revisits too) is a row pointing at it, in STORE/search. Words must all
+    /// be there; "a phrase" in quotes; title:word; -word leaves out. Results are grouped by
+    /// URL (first and last capture, how many), best first; --captures gives one line per
+    /// capture. On a store that is not mounted the index is brought up to date first; a
+    /// mount keeps it up to date itself once it exists (`warcfs search update STORE`).
+    #[command(
+        args_conflicts_with_subcommands = true,
+        subcommand_negates_reqs = true,
+        after_help = "Examples:\n  warcfs search update /srv/warc-store\n  warcfs search /srv/warc-store '\"climate report\"' --from 2024 --url https://example.org/\n  warcfs search /srv/warc-store budget --captures --json"
+    )]
+    Search {
+        #[command(subcommand)]
+        cmd: Option<SearchCmd>,
+        /// The store to search (may be mounted).
+        #[arg(value_hint = ValueHint::DirPath, required = true)]
+        store: Option<PathBuf>,
+        /// The query (its words joined).
+        #[arg(value_name = "QUERY", required = true)]
+        query: Vec<String>,
+        /// Captures from this time on (a timestamp or its start: 2024, 20240315).
+        #[arg(long, value_name = "TIMESTAMP")]
+        from: Option<String>,
+        /// Captures up to this time (inclusive, a timestamp or its start).
+        #[arg(long, value_name = "TIMESTAMP")]
+        to: Option<String>,
+        /// Captures of URLs that begin with this.
+        #[arg(long, value_name = "PREFIX")]
+        url: Option<String>,
+        /// Captures of this MIME type (or type prefix: text/).
+        #[arg(long)]
+        mime: Option<String>,
+        /// The most results (URLs, or captures with --captures).
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// One result per capture instead of per URL.
+        #[arg(long)]
+        captures: bool,
+        /// JSON lines: pywb's CDXJ fields (urlkey, timestamp, url, mime, status, digest,
+        /// length, offset, filename) with score, title and snippet.
+        #[arg(long)]
+        json: bool,
+        /// Where the index is (default STORE/search; for measurements).
+        #[arg(long, hide = true, value_name = "DIR")]
+        index_dir: Option<PathBuf>,
     },
     /// Make DEST a complete, consistent copy of the store as of now, for backups.
     ///

@@ -12,10 +12,11 @@ mod import;
 mod maintain;
 mod progress;
 mod read;
+mod search;
 
 use anyhow::Result;
 
-pub use args::{Cli, Cmd, IndexFormat, Repair};
+pub use args::{Cli, Cmd, IndexFormat, Repair, SearchCmd};
 
 use crate::store::{Config, Store};
 
@@ -92,6 +93,11 @@ pub fn run(cli: Cli) -> Result<i32> {
         Cmd::Fsck { store, deep, json } => maintain::fsck(store, deep, json, quiet),
         Cmd::Index { store, paths, format } => read::index(store, paths, format, quiet),
         Cmd::Export { store, paths, revisits: _, resolved, to, min_size } => read::export(store, paths, resolved, to, min_size),
+        Cmd::Search { cmd: Some(cmd), .. } => search::command(cmd, quiet),
+        Cmd::Search { cmd: None, store, query, from, to, url, mime, limit, captures, json, index_dir } => {
+            let q = crate::search::Query { q: query.join(" "), from, to, url_prefix: url, mime, texts: 0 };
+            search::search(store.expect("clap requires STORE"), index_dir, q, limit, captures, json)
+        }
         Cmd::Snapshot { store, dest } => maintain::snapshot(store, dest, quiet),
         Cmd::Umount { mountpoint } => crate::fuse::umount(&mountpoint),
         Cmd::Repair(Repair::Index { store }) => maintain::repair_index(store, quiet),

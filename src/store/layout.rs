@@ -71,6 +71,11 @@ pub fn runs(root: &Path) -> PathBuf {
     cache(root).join("runs")
 }
 
+/// `search/`: the full-text search index (`search`), made by `warcfs search update`.
+pub fn search(root: &Path) -> PathBuf {
+    root.join("search")
+}
+
 /// `warcfs.log`: a mount's log.
 pub fn log(root: &Path) -> PathBuf {
     root.join("warcfs.log")

@@ -231,6 +231,15 @@ impl Store {
         self.record_start(head, at, at.hlen as u64 + at.clen)
     }
 
+    /// The block of record `r` of the file `head` (a gzip member's text inflated, one kept
+    /// as it is too), if it is at most `max` bytes and reads whole.
+    pub fn block_of(&self, head: &RecipeHead, r: &RecordHead, max: u64) -> Result<Option<Vec<u8>>> {
+        let Some(clen) = crate::store::read::records::content_length(&r.warc_header).filter(|&c| c <= max) else { return Ok(None) };
+        let member = r.block != crate::store::read::records::BlockAt::Plain;
+        let at = Loc { ino: 0, recipe: head.id, offset: r.offset, length: r.length, hlen: r.warc_header.len() as u32, clen, http: 0, member };
+        Ok(self.record_text(head, &at)?.map(|mut t| t.split_off(at.hlen as usize)))
+    }
+
     /// The first `want` bytes of the text of the record at `at` (`record_text`).
     fn record_start(&self, head: &RecipeHead, at: &Loc, want: u64) -> Result<Option<Vec<u8>>> {
         let text = if at.member {

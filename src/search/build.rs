@@ -1,0 +1,431 @@
+//! Bringing a search index to the store as it is (`update`): every stored WARC new or changed
+//! since is indexed, every one gone has its captures removed. A file's records are walked
+//! from their stored headers; a text record's payload is read and hashed (SHA-256), and only
+//! a payload never seen is extracted (`extract`), and only a text never seen becomes a
+//! document. Revisits are captures of their original's text, found by the payload digest
+//! string (as replay tools find it); one whose original is not indexed yet waits (`U` rows)
+//! until it is. Work is committed in rounds: the text index first, then the catalog rows.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use rocksdb::WriteBatch;
+use sha2::Digest as _;
+use tantivy::{IndexWriter, TantivyDocument, Term};
+
+use super::catalog::{key, path_part, Catalog, CaptureRow};
+use super::extract::{http_fields, kind_of, text_of, Text};
+use super::{db_dir, schema, text_dir, Fields, Result, SearchError};
+use crate::format::warc::revisit::{bare_uri, Header};
+use crate::recipe::RecipeHead;
+use crate::store::{RecordHead, Store, StoreError};
+
+/// What one document stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// A unique text (warcfs's index).
+    Text,
+    /// A capture: one document per capture, revisits included, as an archive indexing each
+    /// record does (SolrWayback's way): the baseline the text index is measured against.
+    Capture,
+}
+
+/// What an update did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Updated {
+    pub files_indexed: u64,
+    pub files_removed: u64,
+    pub captures: u64,
+    pub revisits: u64,
+    /// Revisits whose original's text is not indexed (yet).
+    pub revisits_waiting: u64,
+    pub payloads_read: u64,
+    pub payload_bytes: u64,
+    pub texts_extracted: u64,
+    pub documents_added: u64,
+    pub documents_deleted: u64,
+}
+
+/// The largest record block read for its text.
+pub(crate) const MAX_BLOCK: u64 = 64 << 20;
+/// A round ends after this many captures (or files).
+const ROUND_CAPTURES: u64 = 20_000;
+const ROUND_FILES: usize = 64;
+
+/// One update's state: what this round changes, not yet committed.
+struct Round<'a> {
+    store: &'a Store,
+    cat: &'a Catalog,
+    writer: &'a mut IndexWriter,
+    fields: Fields,
+    unit: Unit,
+    batch: WriteBatch,
+    /// Changes of each text's count of captures, and the texts new this round (SHA-256).
+    refs: HashMap<u64, i64>,
+    new_texts: HashMap<u64, [u8; 32]>,
+    by_sha: HashMap<[u8; 32], u64>,
+    payloads: HashMap<[u8; 32], u64>,
+    digests: HashMap<String, u64>,
+    /// `Unit::Capture`: the texts of payloads and digests met in this update.
+    texts: HashMap<[u8; 32], Text>,
+    digest_texts: HashMap<String, Text>,
+    captures: u64,
+    done: Updated,
+}
+
+/// The time of a WARC-Date as CDXJ gives it: its first 14 digits.
+fn timestamp(date: &[u8]) -> String {
+    let d: String = date.iter().filter(|b| b.is_ascii_digit()).take(14).map(|&b| b as char).collect();
+    format!("{d:0<14}")
+}
+
+fn sha(b: &[u8]) -> [u8; 32] {
+    sha2::Sha256::digest(b).into()
+}
+
+/// Brings the search index in `dir` to the store as it is; `stop` is asked between files (a
+/// mount going down): what is done by then is committed.
+pub fn update(store: &Store, dir: &Path, unit: Unit, stop: &dyn Fn() -> bool) -> Result<Updated> {
+    let io = |err: std::io::Error| SearchError::Io { path: dir.to_path_buf(), err };
+    std::fs::create_dir_all(text_dir(dir)).map_err(io)?;
+    let tdir = text_dir(dir);
+    let terr = |err: tantivy::TantivyError| SearchError::Text { path: tdir.clone(), err };
+    let (schema, fields) = schema();
+    let index = match tantivy::Index::open_in_dir(&tdir) {
+        Ok(i) => i,
+        Err(tantivy::TantivyError::OpenReadError(_)) => tantivy::Index::create_in_dir(&tdir, schema).map_err(terr)?,
+        Err(e) => return Err(terr(e)),
+    };
+    let mut writer: IndexWriter = index.writer_with_num_threads(1, 64 << 20).map_err(terr)?;
+    let mut policy = tantivy::indexer::LogMergePolicy::default();
+    policy.set_del_docs_ratio_before_merge(0.3);
+    writer.set_merge_policy(Box::new(policy));
+    let cat = Catalog::open(&db_dir(dir), false)?;
+
+    // The store's WARCs, and what the catalog says was indexed.
+    let mut stored: BTreeMap<String, RecipeHead> = BTreeMap::new();
+    store.each_file_under("/", &mut |name, _, inode| {
+        if let Some(h) = inode.recipe.as_ref().filter(|_| crate::store::is_warc_name(name.as_bytes()) && !inode.staged) {
+            stored.insert(format!("/{name}"), h.clone());
+        }
+        Ok(())
+    })?;
+    let mut indexed: BTreeMap<String, u64> = BTreeMap::new();
+    cat.scan(b"F", &mut |k, v| {
+        if let Some(id) = v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) {
+            indexed.insert(String::from_utf8_lossy(&k[1..k.len() - 1]).into_owned(), id);
+        }
+        Ok(true)
+    })?;
+    let gone: Vec<String> = indexed.iter().filter(|(p, id)| stored.get(*p).is_none_or(|h| h.id != **id)).map(|(p, _)| p.clone()).collect();
+    let new: Vec<(String, RecipeHead)> = stored.into_iter().filter(|(p, h)| indexed.get(p) != Some(&h.id)).collect();
+
+    let mut r = Round::new(store, &cat, &mut writer, fields, unit);
+    for path in &gone {
+        r.remove_file(path)?;
+        r.done.files_removed += 1;
+    }
+    let mut in_round = 0usize;
+    for (path, head) in &new {
+        if stop() {
+            break;
+        }
+        r.index_file(path, head)?;
+        r.done.files_indexed += 1;
+        in_round += 1;
+        if in_round >= ROUND_FILES || r.captures >= ROUND_CAPTURES {
+            r.commit()?;
+            in_round = 0;
+        }
+    }
+    r.resolve_waiting()?;
+    r.commit()?;
+    let done = std::mem::take(&mut r.done);
+    drop(r);
+    writer.wait_merging_threads().map_err(terr)?;
+    Ok(done)
+}
+
+impl<'a> Round<'a> {
+    fn new(store: &'a Store, cat: &'a Catalog, writer: &'a mut IndexWriter, fields: Fields, unit: Unit) -> Round<'a> {
+        Round {
+            store,
+            cat,
+            writer,
+            fields,
+            unit,
+            batch: WriteBatch::default(),
+            refs: HashMap::new(),
+            new_texts: HashMap::new(),
+            by_sha: HashMap::new(),
+            payloads: HashMap::new(),
+            digests: HashMap::new(),
+            texts: HashMap::new(),
+            digest_texts: HashMap::new(),
+            captures: 0,
+            done: Updated::default(),
+        }
+    }
+
+    /// Commits the round: the text index, then the catalog (each text's count, rows).
+    fn commit(&mut self) -> Result<()> {
+        for (&tid, &delta) in &self.refs {
+            let (now, sha) = match (self.cat.text(tid)?, self.new_texts.get(&tid)) {
+                (Some((n, sha)), _) => (n as i64, sha),
+                (None, Some(sha)) => (0, *sha),
+                (None, None) => continue,
+            };
+            let k = key(b'T', &[&tid.to_be_bytes()]);
+            if now + delta <= 0 {
+                self.batch.delete(&k);
+                self.writer.delete_term(Term::from_field_u64(self.fields.tid, tid));
+                self.done.documents_deleted += 1;
+            } else {
+                self.batch.put(&k, [&((now + delta) as u64).to_be_bytes()[..], &sha].concat());
+            }
+        }
+        self.writer.commit().map_err(|err| SearchError::Text { path: "(commit)".into(), err })?;
+        self.cat.write(std::mem::take(&mut self.batch))?;
+        self.refs.clear();
+        self.new_texts.clear();
+        self.by_sha.clear();
+        self.payloads.clear();
+        self.digests.clear();
+        self.captures = 0;
+        Ok(())
+    }
+
+    /// Removes the captures of the file indexed at `path`.
+    fn remove_file(&mut self, path: &str) -> Result<()> {
+        let prefix = key(b'G', &[&path_part(path)]);
+        let mut rows = Vec::new();
+        self.cat.scan(&prefix, &mut |k, v| {
+            rows.push((k.to_vec(), v.to_vec()));
+            Ok(true)
+        })?;
+        for (k, v) in rows {
+            let Some(tid) = v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else { continue };
+            self.batch.delete(&k);
+            self.batch.delete(key(b'C', &[&tid.to_be_bytes(), &k[1..]]));
+            *self.refs.entry(tid).or_default() -= 1;
+        }
+        let waiting = [&[0u8][..], &path_part(path)].concat();
+        let mut stale = Vec::new();
+        self.cat.scan(b"U", &mut |k, _| {
+            if k.windows(waiting.len()).any(|w| w == waiting.as_slice()) {
+                stale.push(k.to_vec());
+            }
+            Ok(true)
+        })?;
+        for k in stale {
+            self.batch.delete(k);
+        }
+        self.batch.delete(key(b'F', &[&path_part(path)]));
+        Ok(())
+    }
+
+    /// Indexes the records of the stored WARC `path`.
+    fn index_file(&mut self, path: &str, head: &RecipeHead) -> Result<()> {
+        // (A file indexed before under another recipe had its captures removed first: it is
+        // among `update`'s gone ones.)
+        let mut failed = None;
+        self.store.each_warc_record(head, &mut |r| {
+            if let Err(e) = self.record(path, head, &r) {
+                failed = Some(e);
+                return Err(StoreError::Resolve("(stopped)".into()));
+            }
+            Ok(())
+        }).or_else(|e| if failed.is_some() { Ok(()) } else { Err(e) })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        self.batch.put(key(b'F', &[&path_part(path)]), head.id.to_be_bytes());
+        Ok(())
+    }
+
+    /// One record: a capture of a text, or nothing.
+    fn record(&mut self, path: &str, head: &RecipeHead, r: &RecordHead) -> Result<()> {
+        let Some(h) = Header::parse(&r.warc_header) else { return Ok(()) };
+        let (response, resource, revisit) = (h.is("response"), h.is("resource"), h.is("revisit"));
+        if !(response || resource || revisit) {
+            return Ok(());
+        }
+        let http = r.http_header.as_deref().map(|b| &b[..b.windows(4).position(|w| w == b"\r\n\r\n").map_or(b.len(), |e| e + 4)]);
+        let fields = http.map(http_fields).unwrap_or_default();
+        let field = |n: &str| fields.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()).unwrap_or_default();
+        let status = http.and_then(|b| String::from_utf8_lossy(b).split_whitespace().nth(1).map(str::to_string)).unwrap_or_else(|| "-".into());
+        let mime = if resource { String::from_utf8_lossy(h.get("Content-Type").unwrap_or_default()).into_owned() } else { field("content-type") };
+        let digest = String::from_utf8_lossy(h.get("WARC-Payload-Digest").unwrap_or_default()).into_owned();
+        let row = CaptureRow {
+            url: String::from_utf8_lossy(bare_uri(h.get("WARC-Target-URI").unwrap_or_default())).into_owned(),
+            timestamp: timestamp(h.get("WARC-Date").unwrap_or_default()),
+            status: status.clone(),
+            mime: mime.split(';').next().unwrap_or("").trim().to_string(),
+            digest: digest.clone(),
+            length: r.length,
+            revisit,
+        };
+        if revisit {
+            self.done.revisits += 1;
+            if digest.is_empty() {
+                return Ok(());
+            }
+            let tid = match self.digests.get(&digest) {
+                Some(&t) => Some(t),
+                None => self.cat.live_tid(&key(b'D', &[digest.as_bytes()]))?,
+            };
+            match tid {
+                Some(tid) => self.capture(tid, path, r.offset, &row)?,
+                None => {
+                    self.batch.put(key(b'U', &[digest.as_bytes(), &[0], &path_part(path), &r.offset.to_be_bytes()]), postcard::to_allocvec(&row).unwrap_or_default());
+                }
+            }
+            return Ok(());
+        }
+        if (response && status != "200") || kind_of(&mime).is_none() {
+            return Ok(());
+        }
+        let Some(block) = self.store.block_of(head, r, MAX_BLOCK)? else { return Ok(()) };
+        let payload = if response { &block[http.map_or(0, <[u8]>::len).min(block.len())..] } else { &block[..] };
+        self.done.payloads_read += 1;
+        self.done.payload_bytes += payload.len() as u64;
+        let psha = sha(payload);
+        let known = match self.payloads.get(&psha) {
+            Some(&t) => Some(t),
+            None if self.unit == Unit::Text => self.cat.live_tid(&key(b'P', &[&psha]))?,
+            None => None,
+        };
+        let text = match (known, self.unit) {
+            (Some(_), Unit::Text) => None,
+            _ => match self.texts.get(&psha) {
+                Some(t) => Some(t.clone()),
+                None => {
+                    self.done.texts_extracted += 1;
+                    let Some(t) = text_of(&mime, &field("transfer-encoding"), &field("content-encoding"), payload) else { return Ok(()) };
+                    if t.body.is_empty() && t.title.is_empty() {
+                        return Ok(());
+                    }
+                    if self.unit == Unit::Capture {
+                        self.texts.insert(psha, t.clone());
+                    }
+                    Some(t)
+                }
+            },
+        };
+        let tid = match (known, self.unit) {
+            (Some(t), Unit::Text) => t,
+            _ => {
+                let text = text.expect("extracted above");
+                let tsha = sha(&[text.title.as_bytes(), &[0], text.body.as_bytes()].concat());
+                let tid = match self.unit {
+                    Unit::Text => self.text_id(&tsha)?,
+                    Unit::Capture => u64::from_be_bytes(sha(&[path.as_bytes(), &[0], &r.offset.to_be_bytes()].concat())[..8].try_into().expect("8 bytes")),
+                };
+                if self.unit == Unit::Capture && !digest.is_empty() {
+                    self.digest_texts.insert(digest.clone(), text.clone());
+                }
+                if !self.new_texts.contains_key(&tid) && self.cat.text(tid)?.is_none() {
+                    self.add_document(tid, tsha, &text)?;
+                }
+                tid
+            }
+        };
+        self.payloads.insert(psha, tid);
+        if self.unit == Unit::Text {
+            self.batch.put(key(b'P', &[&psha]), tid.to_be_bytes());
+        }
+        if response && !digest.is_empty() {
+            self.digests.insert(digest.clone(), tid);
+            self.batch.put(key(b'D', &[digest.as_bytes()]), tid.to_be_bytes());
+        }
+        self.capture(tid, path, r.offset, &row)
+    }
+
+    /// The id of the text whose SHA-256 is `tsha`: the one it has, else the first free from
+    /// the id its SHA-256 begins with.
+    fn text_id(&mut self, tsha: &[u8; 32]) -> Result<u64> {
+        if let Some(&t) = self.by_sha.get(tsha) {
+            return Ok(t);
+        }
+        let mut tid = u64::from_be_bytes(tsha[..8].try_into().expect("8 bytes"));
+        loop {
+            let taken = match (self.new_texts.get(&tid), self.cat.text(tid)?) {
+                (Some(s), _) => Some(*s),
+                (None, Some((_, s))) => Some(s),
+                (None, None) => None,
+            };
+            match taken {
+                Some(s) if s == *tsha => break,
+                Some(_) => tid = tid.wrapping_add(1),
+                None => break,
+            }
+        }
+        self.by_sha.insert(*tsha, tid);
+        Ok(tid)
+    }
+
+    fn add_document(&mut self, tid: u64, tsha: [u8; 32], text: &Text) -> Result<()> {
+        let mut doc = TantivyDocument::default();
+        doc.add_u64(self.fields.tid, tid);
+        doc.add_text(self.fields.title, &text.title);
+        doc.add_text(self.fields.body, &text.body);
+        // (A text added by a killed update whose rows did not commit: one document still.)
+        self.writer.delete_term(Term::from_field_u64(self.fields.tid, tid));
+        self.writer.add_document(doc).map_err(|err| SearchError::Text { path: "(add)".into(), err })?;
+        self.new_texts.insert(tid, tsha);
+        self.done.documents_added += 1;
+        Ok(())
+    }
+
+    /// A capture of text `tid` (in `Unit::Capture`, a revisit's is a document of its own, of
+    /// its original's text).
+    fn capture(&mut self, tid: u64, path: &str, offset: u64, row: &CaptureRow) -> Result<()> {
+        let tid = if self.unit == Unit::Capture && row.revisit {
+            let Some(text) = self.digest_texts.get(&row.digest).cloned() else { return Ok(()) };
+            let own = u64::from_be_bytes(sha(&[path.as_bytes(), &[0], &offset.to_be_bytes()].concat())[..8].try_into().expect("8 bytes"));
+            let tsha = sha(&[text.title.as_bytes(), &[0], text.body.as_bytes()].concat());
+            self.add_document(own, tsha, &text)?;
+            own
+        } else {
+            tid
+        };
+        let (p, o) = (path_part(path), offset.to_be_bytes());
+        self.batch.put(key(b'C', &[&tid.to_be_bytes(), &p, &o]), postcard::to_allocvec(row).unwrap_or_default());
+        self.batch.put(key(b'G', &[&p, &o]), tid.to_be_bytes());
+        *self.refs.entry(tid).or_default() += 1;
+        self.captures += 1;
+        self.done.captures += 1;
+        Ok(())
+    }
+
+    /// The revisits waiting for their original's text, each now a capture if it is known.
+    fn resolve_waiting(&mut self) -> Result<()> {
+        let mut rows = Vec::new();
+        self.cat.scan(b"U", &mut |k, v| {
+            rows.push((k.to_vec(), v.to_vec()));
+            Ok(true)
+        })?;
+        for (k, v) in rows {
+            let rest = &k[1..];
+            let Some(nul) = rest.iter().position(|&b| b == 0) else { continue };
+            let digest = String::from_utf8_lossy(&rest[..nul]).into_owned();
+            let tail = &rest[nul + 1..];
+            let Some(pnul) = tail.iter().position(|&b| b == 0) else { continue };
+            let path = String::from_utf8_lossy(&tail[..pnul]).into_owned();
+            let Some(offset) = tail.get(pnul + 1..pnul + 9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else { continue };
+            let tid = match self.digests.get(&digest) {
+                Some(&t) => Some(t),
+                None => self.cat.live_tid(&key(b'D', &[digest.as_bytes()]))?,
+            };
+            let Ok(row) = postcard::from_bytes::<CaptureRow>(&v) else { continue };
+            match tid {
+                Some(tid) => {
+                    self.batch.delete(&k);
+                    self.capture(tid, &path, offset, &row)?;
+                }
+                None => self.done.revisits_waiting += 1,
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,137 @@
+//! The search's RocksDB (`STORE/search/db`): captures and what ties them to texts. Keys, each
+//! a one-byte table tag, then (integers big-endian, paths NUL-ended):
+//!
+//! | tag | key | value |
+//! |---|---|---|
+//! | `F` | path | the recipe id indexed (u64) |
+//! | `C` | tid, path, offset | a capture (`CaptureRow`, postcard) |
+//! | `G` | path, offset | its tid: a file's captures, to remove them |
+//! | `T` | tid | captures (u64), the text's SHA-256 |
+//! | `P` | payload SHA-256 | the tid of its text |
+//! | `D` | payload digest string | the tid of a response's text: where revisits find it |
+//! | `U` | digest string, path, offset | a revisit whose original's text is not known yet (`CaptureRow`) |
+//!
+//! A `P` or `D` row whose text is gone (no `T` row) is stale: read as absent.
+
+use std::path::{Path, PathBuf};
+
+use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
+
+use super::{Result, SearchError};
+
+/// One capture, as a search result gives it (with its text id and where it is).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CaptureRow {
+    pub url: String,
+    /// 14 digits, as CDXJ gives it.
+    pub timestamp: String,
+    pub status: String,
+    pub mime: String,
+    pub digest: String,
+    /// The record's length in its file (a gzip member's, or the record's).
+    pub length: u64,
+    pub revisit: bool,
+}
+
+/// What `Catalog::scan` hands each row (key, value) to: false stops the scan.
+pub(crate) type RowFn<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'a;
+
+/// The catalog: the RocksDB and its path (for messages).
+pub struct Catalog {
+    pub(crate) db: DB,
+    path: PathBuf,
+}
+
+pub(crate) fn key(tag: u8, parts: &[&[u8]]) -> Vec<u8> {
+    let mut k = vec![tag];
+    for p in parts {
+        k.extend_from_slice(p);
+    }
+    k
+}
+
+/// A path as keys hold it: its bytes, then NUL.
+pub(crate) fn path_part(path: &str) -> Vec<u8> {
+    let mut p = path.as_bytes().to_vec();
+    p.push(0);
+    p
+}
+
+impl Catalog {
+    /// Opens (or makes) the catalog at `path`; read-only: one a writer has open too.
+    pub fn open(path: &Path, read_only: bool) -> Result<Catalog> {
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(!read_only);
+        opts.set_max_open_files(64);
+        let db = if read_only { DB::open_for_read_only(&opts, path, false) } else { DB::open(&opts, path) };
+        Ok(Catalog { db: db.map_err(|err| SearchError::Db { path: path.to_path_buf(), err })?, path: path.to_path_buf() })
+    }
+
+    pub(crate) fn err(&self, err: rocksdb::Error) -> SearchError {
+        SearchError::Db { path: self.path.clone(), err }
+    }
+
+    pub(crate) fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.db.get(k).map_err(|e| self.err(e))
+    }
+
+    pub(crate) fn write(&self, b: WriteBatch) -> Result<()> {
+        let mut o = rocksdb::WriteOptions::default();
+        o.set_sync(true);
+        self.db.write_opt(b, &o).map_err(|e| self.err(e))
+    }
+
+    /// Every row whose key begins with `prefix`, in key order, as (key, value).
+    pub(crate) fn scan(&self, prefix: &[u8], f: &mut RowFn) -> Result<()> {
+        for item in self.db.iterator(IteratorMode::From(prefix, Direction::Forward)) {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            if !k.starts_with(prefix) || !f(&k, &v)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The text `tid`'s row: its captures and SHA-256.
+    pub(crate) fn text(&self, tid: u64) -> Result<Option<(u64, [u8; 32])>> {
+        Ok(self.get(&key(b'T', &[&tid.to_be_bytes()]))?.and_then(|v| Some((u64::from_be_bytes(v.get(..8)?.try_into().ok()?), v.get(8..40)?.try_into().ok()?))))
+    }
+
+    /// The tid a `P` or `D` row names, if its text is still there.
+    pub(crate) fn live_tid(&self, k: &[u8]) -> Result<Option<u64>> {
+        let Some(v) = self.get(k)? else { return Ok(None) };
+        let Some(tid) = v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else { return Ok(None) };
+        Ok(self.text(tid)?.map(|_| tid))
+    }
+
+    /// The captures of text `tid`, with their file and offset.
+    pub fn captures(&self, tid: u64, f: &mut dyn FnMut(&str, u64, CaptureRow) -> Result<bool>) -> Result<()> {
+        let prefix = key(b'C', &[&tid.to_be_bytes()]);
+        self.scan(&prefix, &mut |k, v| {
+            let rest = &k[prefix.len()..];
+            let Some(nul) = rest.iter().position(|&b| b == 0) else { return Ok(true) };
+            let (path, off) = (String::from_utf8_lossy(&rest[..nul]), rest.get(nul + 1..nul + 9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes).unwrap_or(0));
+            match postcard::from_bytes::<CaptureRow>(v) {
+                Ok(row) => f(&path, off, row),
+                Err(_) => Ok(true),
+            }
+        })
+    }
+
+    /// How many rows of each table there are, and their bytes (keys and values).
+    pub fn census(&self) -> Result<Vec<(char, u64, u64)>> {
+        let mut out: Vec<(char, u64, u64)> = Vec::new();
+        self.scan(b"", &mut |k, v| {
+            let tag = k[0] as char;
+            match out.iter_mut().find(|(t, _, _)| *t == tag) {
+                Some(e) => {
+                    e.1 += 1;
+                    e.2 += (k.len() + v.len()) as u64;
+                }
+                None => out.push((tag, 1, (k.len() + v.len()) as u64)),
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,83 @@
+//! Full-text search over the store's WARCs, each text indexed once (issue 46, after Zhang and
+//! Suel: an archive of versions should not pay for a text again per capture).
+//!
+//! Two parts under `STORE/search/` (`store::layout::search`), both derived from the stored
+//! files and rebuilt from them (`warcfs search rebuild`):
+//! * `text/`: a tantivy index of one document per unique text (`extract`: the words of an
+//!   HTML or plain-text payload, its title apart), keyed by a text id (`tid`, from the
+//!   SHA-256 of the text). No capture is in it, so a new capture of a known text costs no
+//!   document.
+//! * `db/`: a RocksDB of the captures (`catalog`): each one a row under its text id (URL,
+//!   time, status, type, digest, where it is), revisits under their original's text; each
+//!   text's count of captures, each payload's text, each indexed file's recipe.
+//!
+//! `update` (`build`) brings both to the store as it is: files new or changed since are
+//! indexed, files gone have their captures removed, and a text whose last capture goes is
+//! deleted from the index. Its order makes it safe to kill at any point: the text index
+//! commits first, then the rows that say which files are indexed, so a killed update is
+//! done again by the next (an added text is first deleted by id: adding it twice leaves one).
+//! Queries (`query`) find texts, then their captures.
+
+pub mod build;
+pub mod catalog;
+pub mod extract;
+pub mod query;
+
+use std::path::{Path, PathBuf};
+
+use tantivy::schema::{Field, Schema, FAST, INDEXED, STORED, TEXT};
+
+pub use build::{Unit, Updated};
+pub use query::{Capture, Hit, Query, Searcher};
+
+/// What went wrong, naming the part of the search.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    #[error("the search's text index ({path}): {err}")]
+    Text { path: PathBuf, err: tantivy::TantivyError },
+    #[error("the search's captures ({path}): {err}")]
+    Db { path: PathBuf, err: rocksdb::Error },
+    #[error("{0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error("the query: {0}")]
+    Query(String),
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
+    #[error("{0}: no search index here (make one with `warcfs search update STORE`)")]
+    Missing(PathBuf),
+}
+
+pub type Result<T> = std::result::Result<T, SearchError>;
+
+/// The fields of a text's document.
+#[derive(Clone, Copy)]
+pub(crate) struct Fields {
+    pub tid: Field,
+    pub title: Field,
+    pub body: Field,
+}
+
+/// The text index's schema: the text id (indexed, to delete by; stored and fast, to read
+/// back), the title (stored, for results), the body with positions (for phrases), not
+/// stored (snippets come from the payload, extracted again).
+pub(crate) fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let tid = b.add_u64_field("tid", INDEXED | STORED | FAST);
+    let title = b.add_text_field("title", TEXT | STORED);
+    let body = b.add_text_field("body", TEXT);
+    (b.build(), Fields { tid, title, body })
+}
+
+/// The directories of a search index kept in `dir`.
+pub(crate) fn text_dir(dir: &Path) -> PathBuf {
+    dir.join("text")
+}
+
+pub(crate) fn db_dir(dir: &Path) -> PathBuf {
+    dir.join("db")
+}
+
+/// Whether `dir` holds a search index (or the start of one).
+pub fn exists(dir: &Path) -> bool {
+    dir.is_dir()
+}

@@ -1,0 +1,203 @@
+//! Queries: texts found in the text index (tantivy's query language; words joined by AND,
+//! phrases in quotes), then their captures from the catalog, filtered by time, URL prefix
+//! and type. A snippet is cut from the text extracted again from a capture's payload: the
+//! index keeps no text.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::Path;
+
+use tantivy::collector::{DocSetCollector, TopDocs};
+use tantivy::query::QueryParser;
+use tantivy::schema::Value;
+use tantivy::snippet::SnippetGenerator;
+use tantivy::{Index, IndexReader, TantivyDocument};
+
+use super::catalog::{Catalog, CaptureRow};
+use super::extract::{http_fields, text_of};
+use super::{db_dir, schema, text_dir, Fields, Result, SearchError};
+use crate::store::Store;
+
+/// What is asked.
+#[derive(Clone, Debug, Default)]
+pub struct Query {
+    pub q: String,
+    /// Captures from and to these times (14-digit prefixes, inclusive).
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub url_prefix: Option<String>,
+    /// A MIME type (`text/html`), or its start (`text/`).
+    pub mime: Option<String>,
+    /// The most texts looked at, best first.
+    pub texts: usize,
+}
+
+/// One capture of a text found.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Capture {
+    /// The file (its path in the store) and the record's offset in it.
+    pub file: String,
+    pub offset: u64,
+    #[serde(flatten)]
+    pub row: CaptureRow,
+}
+
+/// A text found, with the captures of it the query's filters keep.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Hit {
+    pub tid: u64,
+    pub score: f32,
+    pub title: String,
+    pub captures: Vec<Capture>,
+}
+
+/// An open search index, for queries.
+pub struct Searcher {
+    index: Index,
+    reader: IndexReader,
+    cat: Catalog,
+    fields: Fields,
+}
+
+impl Query {
+    fn keeps(&self, c: &CaptureRow) -> bool {
+        let ts = &c.timestamp;
+        self.from.as_ref().is_none_or(|f| ts.as_str() >= f.as_str())
+            && self.to.as_ref().is_none_or(|t| ts[..t.len().min(ts.len())] <= *t.as_str())
+            && self.url_prefix.as_ref().is_none_or(|p| c.url.starts_with(p.as_str()))
+            && self.mime.as_ref().is_none_or(|m| c.mime.starts_with(m.as_str()))
+    }
+}
+
+impl Searcher {
+    /// Opens the search index in `dir` for reading (a writer may have it open).
+    pub fn open(dir: &Path) -> Result<Searcher> {
+        if !super::exists(dir) {
+            return Err(SearchError::Missing(dir.to_path_buf()));
+        }
+        let tdir = text_dir(dir);
+        let terr = |err: tantivy::TantivyError| SearchError::Text { path: tdir.clone(), err };
+        let index = Index::open_in_dir(&tdir).map_err(terr)?;
+        let reader = index.reader().map_err(terr)?;
+        let cat = Catalog::open(&db_dir(dir), true)?;
+        Ok(Searcher { index, reader, cat, fields: schema().1 })
+    }
+
+    fn parse(&self, q: &str) -> Result<Box<dyn tantivy::query::Query>> {
+        let mut parser = QueryParser::for_index(&self.index, vec![self.fields.title, self.fields.body]);
+        parser.set_conjunction_by_default();
+        parser.parse_query(q).map_err(|e| SearchError::Query(format!("{q}: {e}")))
+    }
+
+    /// The texts `q` finds (at most `q.texts`, best first), each with its captures that pass
+    /// the filters; texts with none left out.
+    pub fn search(&self, q: &Query) -> Result<Vec<Hit>> {
+        let query = self.parse(&q.q)?;
+        let searcher = self.reader.searcher();
+        let top = searcher.search(&*query, &TopDocs::with_limit(q.texts.max(1)).order_by_score()).map_err(|err| SearchError::Text { path: "(search)".into(), err })?;
+        let mut hits = Vec::new();
+        for (score, addr) in top {
+            let doc: TantivyDocument = searcher.doc(addr).map_err(|err| SearchError::Text { path: "(doc)".into(), err })?;
+            let Some(tid) = doc.get_first(self.fields.tid).and_then(|v| v.as_u64()) else { continue };
+            let title = doc.get_first(self.fields.title).and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            let mut captures = Vec::new();
+            self.cat.captures(tid, &mut |file, offset, row| {
+                if q.keeps(&row) {
+                    captures.push(Capture { file: file.to_string(), offset, row });
+                }
+                Ok(true)
+            })?;
+            if !captures.is_empty() {
+                hits.push(Hit { tid, score, title, captures });
+            }
+        }
+        Ok(hits)
+    }
+
+    /// Every capture `q` finds (file, offset), whatever its score: for comparing indexes.
+    pub fn all_captures(&self, q: &Query) -> Result<BTreeSet<(String, u64)>> {
+        let query = self.parse(&q.q)?;
+        let searcher = self.reader.searcher();
+        let docs = searcher.search(&*query, &DocSetCollector).map_err(|err| SearchError::Text { path: "(search)".into(), err })?;
+        let mut out = BTreeSet::new();
+        for addr in docs {
+            let doc: TantivyDocument = searcher.doc(addr).map_err(|err| SearchError::Text { path: "(doc)".into(), err })?;
+            let Some(tid) = doc.get_first(self.fields.tid).and_then(|v| v.as_u64()) else { continue };
+            self.cat.captures(tid, &mut |file, offset, row| {
+                if q.keeps(&row) {
+                    out.insert((file.to_string(), offset));
+                }
+                Ok(true)
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// A snippet of `c`'s text around what `q` finds in it (read from the store), plain
+    /// text with the words found in `[` `]`; empty if the capture cannot be read.
+    pub fn snippet(&self, store: &Store, q: &str, c: &Capture) -> Result<String> {
+        let query = self.parse(q)?;
+        let searcher = self.reader.searcher();
+        let mut generator = SnippetGenerator::create(&searcher, &*query, self.fields.body).map_err(|err| SearchError::Text { path: "(snippet)".into(), err })?;
+        generator.set_max_num_chars(200);
+        let Some(text) = capture_text(store, c)? else { return Ok(String::new()) };
+        let s = generator.snippet(&text);
+        let (frag, mut out, mut at) = (s.fragment(), String::new(), 0);
+        for r in s.highlighted() {
+            out.push_str(&frag[at..r.start]);
+            out.push('[');
+            out.push_str(&frag[r.clone()]);
+            out.push(']');
+            at = r.end;
+        }
+        out.push_str(&frag[at..]);
+        Ok(out)
+    }
+
+    /// The catalog (its tables' sizes for `warcfs search stats`).
+    pub fn catalog(&self) -> &Catalog {
+        &self.cat
+    }
+
+    /// The text index's documents and bytes on disk.
+    pub fn text_usage(&self) -> Result<(u64, u64)> {
+        let searcher = self.reader.searcher();
+        let bytes = searcher.space_usage().map_err(|err| SearchError::Io { path: "(space usage)".into(), err })?.total().get_bytes();
+        Ok((searcher.num_docs(), bytes))
+    }
+}
+
+/// The body text of the capture `c` (a response's or resource's; for a revisit, nothing).
+fn capture_text(store: &Store, c: &Capture) -> Result<Option<String>> {
+    if c.row.revisit || c.row.length > super::build::MAX_BLOCK {
+        return Ok(None);
+    }
+    let ino = match store.resolve(&c.file) {
+        Ok(i) => i,
+        Err(_) => return Ok(None),
+    };
+    let Some(head) = store.inode(ino)?.and_then(|i| i.recipe) else { return Ok(None) };
+    let mut raw = vec![0u8; c.row.length as usize];
+    let n = store.read_at(&head, c.offset, &mut raw)?;
+    raw.truncate(n);
+    let record = if c.file.ends_with(".gz") {
+        let mut t = Vec::new();
+        let _ = flate2::read::MultiGzDecoder::new(&raw[..]).take(super::build::MAX_BLOCK).read_to_end(&mut t);
+        t
+    } else {
+        raw
+    };
+    let find = |b: &[u8]| b.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    let Some(warc_end) = find(&record) else { return Ok(None) };
+    let block = &record[warc_end..];
+    let is_resource = record[..warc_end].windows(19).any(|w| w.eq_ignore_ascii_case(b"WARC-Type: resource"));
+    let (http, payload) = if is_resource {
+        (Vec::new(), block)
+    } else {
+        let Some(e) = find(block) else { return Ok(None) };
+        (http_fields(&block[..e]), &block[e..])
+    };
+    let field = |n: &str| http.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str()).unwrap_or("");
+    let mime = if is_resource { c.row.mime.as_str() } else { field("content-type") };
+    Ok(text_of(mime, field("transfer-encoding"), field("content-encoding"), payload).map(|t| t.body))
+}
