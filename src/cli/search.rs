@@ -49,7 +49,7 @@ fn update(store: &Path, dir: PathBuf, per_capture: bool, rebuild: bool) -> Resul
         u.files_indexed,
         u.files_removed,
         u.captures,
-        u.revisits - u.revisits_waiting,
+        u.revisits,
         u.revisits_waiting,
         u.payloads_read,
         human(u.payload_bytes),

@@ -36,6 +36,7 @@ pub struct Updated {
     pub files_indexed: u64,
     pub files_removed: u64,
     pub captures: u64,
+    /// Captures that are revisits.
     pub revisits: u64,
     /// Revisits whose original's text is not indexed (yet).
     pub revisits_waiting: u64,
@@ -98,7 +99,7 @@ pub fn update(store: &Store, dir: &Path, unit: Unit, stop: &dyn Fn() -> bool) ->
     };
     let mut writer: IndexWriter = index.writer_with_num_threads(1, 64 << 20).map_err(terr)?;
     let mut policy = tantivy::indexer::LogMergePolicy::default();
-    policy.set_del_docs_ratio_before_merge(0.3);
+    policy.set_del_docs_ratio_before_merge(0.04);
     writer.set_merge_policy(Box::new(policy));
     let cat = Catalog::open(&db_dir(dir), false)?;
 
@@ -138,11 +139,15 @@ pub fn update(store: &Store, dir: &Path, unit: Unit, stop: &dyn Fn() -> bool) ->
             in_round = 0;
         }
     }
+    // (The revisits this update left waiting are in the catalog once committed.)
+    r.commit()?;
     r.resolve_waiting()?;
     r.commit()?;
     let done = std::mem::take(&mut r.done);
     drop(r);
     writer.wait_merging_threads().map_err(terr)?;
+    // The rows into sorted, compressed tables (not left in the write-ahead log).
+    cat.db.flush().map_err(|e| cat.err(e))?;
     Ok(done)
 }
 
@@ -185,7 +190,9 @@ impl<'a> Round<'a> {
             }
         }
         self.writer.commit().map_err(|err| SearchError::Text { path: "(commit)".into(), err })?;
+        crate::failpoint::crash_at("search_text_committed");
         self.cat.write(std::mem::take(&mut self.batch))?;
+        crate::failpoint::crash_at("search_round_committed");
         self.refs.clear();
         self.new_texts.clear();
         self.by_sha.clear();
@@ -266,8 +273,9 @@ impl<'a> Round<'a> {
             revisit,
         };
         if revisit {
-            self.done.revisits += 1;
-            if digest.is_empty() {
+            // Only a revisit of a text type can be a capture of a text (a server-not-modified
+            // one without a type is left out).
+            if digest.is_empty() || kind_of(&mime).is_none() {
                 return Ok(());
             }
             let tid = match self.digests.get(&digest) {
@@ -395,6 +403,7 @@ impl<'a> Round<'a> {
         *self.refs.entry(tid).or_default() += 1;
         self.captures += 1;
         self.done.captures += 1;
+        self.done.revisits += row.revisit as u64;
         Ok(())
     }
 

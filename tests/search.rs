@@ -1,0 +1,165 @@
+//! Full-text search (`warcfs search`): each unique text one document, each capture a row.
+//! The crawl corpus, and the same crawls exported `--revisits` (so that most captures are
+//! revisits in other files than their originals), are indexed, and every one of several
+//! hundred queries (words, pairs, phrases, taken from the pages' titles) finds exactly the
+//! captures an index of one document per capture finds; a removed crawl leaves no hit and an
+//! index like one built without it; an update killed after its text index committed is
+//! finished by the next, with no text twice.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use tempfile::TempDir;
+use warcfs::search::{Query, Searcher};
+
+fn query(q: &str) -> Query {
+    Query { q: q.to_string(), texts: 100_000, ..Query::default() }
+}
+
+/// Queries from the titles of the pages indexed in `dir`: single words, pairs of words and
+/// two-word phrases, at most `n` of each, spread over the sorted vocabulary.
+fn queries(dir: &Path, n: usize) -> Vec<String> {
+    let s = Searcher::open(dir).unwrap();
+    let mut titles = BTreeSet::new();
+    for q in ["the", "and", "of", "a", "to", "in"] {
+        for h in s.search(&query(q)).unwrap() {
+            titles.insert(h.title);
+        }
+    }
+    let words_of = |t: &str| t.split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() >= 4 && w.chars().all(|c| c.is_ascii_alphabetic())).map(str::to_lowercase).collect::<Vec<_>>();
+    let vocab: Vec<String> = titles.iter().flat_map(|t| words_of(t)).collect::<BTreeSet<_>>().into_iter().collect();
+    let phrases: Vec<String> = titles.iter().flat_map(|t| words_of(t).windows(2).map(|w| format!("\"{} {}\"", w[0], w[1])).collect::<Vec<_>>()).collect::<BTreeSet<_>>().into_iter().collect();
+    assert!(vocab.len() >= 50 && phrases.len() >= 50, "{} words, {} phrases from {} titles", vocab.len(), phrases.len(), titles.len());
+    let spread = |v: &[String], k: usize| v.iter().step_by((v.len() / k).max(1)).take(k).cloned().collect::<Vec<_>>();
+    let mut out = spread(&vocab, n);
+    let singles = out.clone();
+    out.extend(singles.iter().zip(singles.iter().rev()).map(|(a, b)| format!("{a} {b}")).take(n));
+    out.extend(spread(&phrases, n));
+    out
+}
+
+/// Every capture each query finds in the index at `a` and at `b`: the queries on which they
+/// differ, and how many found something.
+fn compare(a: &Path, b: &Path, qs: &[String]) -> (Vec<String>, usize) {
+    let (sa, sb) = (Searcher::open(a).unwrap(), Searcher::open(b).unwrap());
+    let mut diffs = Vec::new();
+    let mut found = 0;
+    for q in qs {
+        let (x, y) = (sa.all_captures(&query(q)).unwrap(), sb.all_captures(&query(q)).unwrap());
+        if x != y {
+            diffs.push(format!("{q}: {} against {} captures; only in the first {:?}, only in the second {:?}", x.len(), y.len(), x.difference(&y).take(3).collect::<Vec<_>>(), y.difference(&x).take(3).collect::<Vec<_>>()));
+        }
+        found += !x.is_empty() as usize;
+    }
+    (diffs, found)
+}
+
+fn stats(store: &Path, dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&ok(&["search", "stats", &s(store), "--json", "--index-dir", &s(dir)]).out()).unwrap()
+}
+
+/// The crawls exported `--revisits`, stored later crawls first: their revisits wait for the
+/// first crawl's texts, then find them; then the text index against a per-capture one.
+#[test]
+fn every_query_finds_the_captures_an_index_per_capture_finds_revisits_included() {
+    let tmp = TempDir::new().unwrap();
+    let crawls = crawl_files();
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[1]), &s(&crawls[2]), "--to", "/crawls"]);
+    let dedup = tmp.path().join("dedup");
+    ok(&["export", "--revisits", &s(&store), "/crawls", "--to", &s(&dedup)]);
+    let names: Vec<PathBuf> = crawls.iter().map(|c| dedup.join(c.file_name().unwrap())).collect();
+
+    let b = tmp.path().join("b");
+    ok(&["import", &s(&b), &s(&names[1]), &s(&names[2]), "--to", "/later"]);
+    let first = ok(&["search", "update", &s(&b)]).out();
+    assert!(!first.contains("0 revisits wait"), "revisits of the first crawl's pages wait: {first}");
+    ok(&["import", &s(&b), &s(&names[0]), "--to", "/first"]);
+    let second = ok(&["search", "update", &s(&b)]).out();
+    assert!(second.contains("1 files indexed") && second.contains("0 revisits wait"), "{second}");
+    let per_capture = tmp.path().join("per-capture");
+    ok(&["search", "rebuild", &s(&b), "--per-capture", "--index-dir", &s(&per_capture)]);
+    let (ours, theirs) = (stats(&b, &b.join("search")), stats(&b, &per_capture));
+    assert_eq!(ours["captures"], theirs["captures"], "the same captures: {ours} {theirs}");
+    assert!(ours["documents"].as_u64().unwrap() * 2 < theirs["documents"].as_u64().unwrap(), "a document per text, fewer than per capture: {ours} {theirs}");
+
+    let qs = queries(&b.join("search"), 120);
+    let (diffs, found) = compare(&b.join("search"), &per_capture, &qs);
+    assert!(diffs.is_empty(), "{} of {} queries differ:\n{}", diffs.len(), qs.len(), diffs.join("\n"));
+    assert!(found * 3 >= qs.len() * 2, "only {found} of {} queries found anything", qs.len());
+
+    // A revisit is a capture of its original's text, in its own file.
+    let s2 = Searcher::open(&b.join("search")).unwrap();
+    let revisit_hits: usize = qs.iter().take(40).map(|q| s2.search(&query(q)).unwrap().iter().flat_map(|h| &h.captures).filter(|c| c.row.revisit && c.file.starts_with("/later/")).count()).sum();
+    assert!(revisit_hits > 0, "revisits are found");
+    // The command line: JSON lines with pywb's fields, and a snippet of the found word.
+    let word = qs[0].clone();
+    let out = ok(&["search", &s(&b), &word, "--json", "--captures", "--limit", "5"]).out();
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(!lines.is_empty(), "{word}: {out}");
+    for l in &lines {
+        for f in ["urlkey", "timestamp", "url", "mime", "status", "digest", "length", "offset", "filename", "score", "title", "snippet"] {
+            assert!(l.get(f).is_some(), "{f} in {l}");
+        }
+    }
+    assert!(lines.iter().any(|l| l["snippet"].as_str().unwrap().to_lowercase().contains(&format!("[{word}"))), "{out}");
+}
+
+/// `rm` of a crawl and an update: no hit names it, and the index is about as large as one
+/// built without it.
+#[test]
+fn a_removed_crawl_leaves_no_hit() {
+    let tmp = TempDir::new().unwrap();
+    let crawls = crawl_files();
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[1]), &s(&crawls[2]), "--to", "/crawls"]);
+    ok(&["search", "update", &s(&store)]);
+    let qs = queries(&store.join("search"), 60);
+    let gone = format!("/crawls/{}", crawls[1].file_name().unwrap().to_str().unwrap());
+    let before: usize = {
+        let s1 = Searcher::open(&store.join("search")).unwrap();
+        qs.iter().map(|q| s1.all_captures(&query(q)).unwrap().iter().filter(|(f, _)| *f == gone).count()).sum()
+    };
+    assert!(before > 0, "the crawl is found before");
+    ok(&["rm", &s(&store), &gone]);
+    let out = ok(&["search", "update", &s(&store)]).out();
+    assert!(out.contains("1 removed"), "{out}");
+    let s1 = Searcher::open(&store.join("search")).unwrap();
+    for q in &qs {
+        assert!(s1.all_captures(&query(q)).unwrap().iter().all(|(f, _)| *f != gone), "{q} still finds {gone}");
+    }
+    let fresh = tmp.path().join("fresh");
+    ok(&["search", "rebuild", &s(&store), "--index-dir", &s(&fresh)]);
+    let (a, b) = (stats(&store, &store.join("search")), stats(&store, &fresh));
+    assert_eq!((a["documents"].clone(), a["captures"].clone()), (b["documents"].clone(), b["captures"].clone()), "{a} {b}");
+    let (x, y) = (a["text_index_bytes"].as_f64().unwrap(), b["text_index_bytes"].as_f64().unwrap());
+    assert!(x <= y * 1.05, "text index {x} B after the removal against {y} B built without it");
+    let (diffs, _) = compare(&store.join("search"), &fresh, &qs);
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
+/// An update killed (SIGKILL) after its text index committed and before its rows did: the
+/// next update indexes the files again, and each text is one document still.
+#[test]
+fn an_update_killed_between_its_two_commits_is_finished_by_the_next() {
+    let tmp = TempDir::new().unwrap();
+    let crawls = crawl_files();
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[2]), "--to", "/crawls"]);
+    for point in ["search_text_committed", "search_round_committed"] {
+        let r = run_env(&["search", "update", &s(&store)], &[("WARCFS_CRASH_AT", &format!("{point}:1"))]);
+        assert!(!r.ok(), "killed at {point}: {}", r.describe());
+        ok(&["search", "update", &s(&store)]);
+        let fresh = tmp.path().join(format!("fresh-{point}"));
+        ok(&["search", "rebuild", &s(&store), "--index-dir", &s(&fresh)]);
+        let (a, b) = (stats(&store, &store.join("search")), stats(&store, &fresh));
+        assert_eq!((a["documents"].clone(), a["captures"].clone(), a["texts"].clone()), (b["documents"].clone(), b["captures"].clone(), b["texts"].clone()), "after a kill at {point}: {a} {b}");
+        let (diffs, found) = compare(&store.join("search"), &fresh, &queries(&fresh, 30));
+        assert!(diffs.is_empty() && found > 0, "after a kill at {point}: {}", diffs.join("\n"));
+        // The next kill finds a new file to index.
+        ok(&["import", &s(&store), &s(&crawls[1]), "--to", &format!("/more-{point}")]);
+    }
+}
