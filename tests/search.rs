@@ -163,3 +163,44 @@ fn an_update_killed_between_its_two_commits_is_finished_by_the_next() {
         ok(&["import", &s(&store), &s(&crawls[1]), "--to", &format!("/more-{point}")]);
     }
 }
+
+/// A mount keeps an existing search index up to date: files copied in are found once
+/// stored and indexed (by the mount's own thread), and `warcfs search` reads the index of
+/// the mounted store.
+#[test]
+fn a_mount_indexes_what_is_written_through_it() {
+    let tmp = TempDir::new().unwrap();
+    let crawls = crawl_files();
+    let store = tmp.path().join("store");
+    ok(&["init", &s(&store)]);
+    let made = ok(&["search", "update", &s(&store)]).out();
+    assert!(made.contains("0 files indexed"), "{made}");
+    // What the same file gives indexed by the command line, for comparison.
+    let reference = tmp.path().join("reference");
+    ok(&["import", &s(&reference), &s(&crawls[0]), "--to", "/crawls"]);
+    ok(&["search", "update", &s(&reference)]);
+    let want = stats(&reference, &reference.join("search"));
+
+    let m = Mount::new(&store, &tmp.path().join("mnt"));
+    std::fs::create_dir_all(m.mnt.join("crawls")).unwrap();
+    std::fs::copy(&crawls[0], m.mnt.join("crawls").join(crawls[0].file_name().unwrap())).unwrap();
+    wait_ingested(&store);
+    let t0 = std::time::Instant::now();
+    loop {
+        let now = stats(&store, &store.join("search"));
+        if now["captures"] == want["captures"] {
+            assert_eq!(now["documents"], want["documents"], "{now} against {want}");
+            break;
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(120), "the mount did not index the file within 2 minutes: {now} against {want}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let qs = queries(&reference.join("search"), 20);
+    let mounted = ok(&["search", &s(&store), &qs[0], "--captures", "--json", "--limit", "1000"]).out();
+    let unmounted = ok(&["search", &s(&reference), &qs[0], "--captures", "--json", "--limit", "1000"]).out();
+    let keys = |out: &str| out.lines().map(|l| {
+        let j: serde_json::Value = serde_json::from_str(l).unwrap();
+        (j["filename"].as_str().unwrap().to_string(), j["offset"].as_str().unwrap().to_string())
+    }).collect::<BTreeSet<_>>();
+    assert!(!keys(&mounted).is_empty() && keys(&mounted) == keys(&unmounted), "{}: {mounted}\nagainst {unmounted}", qs[0]);
+}

@@ -52,29 +52,37 @@ pub enum SearchCmd {
     /// Make the search index, or bring it up to date with the store (not mounted; a mount
     /// keeps it up to date once it exists).
     Update {
+        /// The store whose search index this is (update: not mounted).
         #[arg(value_hint = ValueHint::DirPath)]
         store: PathBuf,
         /// One document per capture, as archives index records (for measurements).
         #[arg(long, hide = true)]
         per_capture: bool,
+        /// Where the index is (default STORE/search; for measurements).
         #[arg(long, hide = true, value_name = "DIR")]
         index_dir: Option<PathBuf>,
     },
     /// Make the search index again from the stored files.
     Rebuild {
+        /// The store whose search index this is (update: not mounted).
         #[arg(value_hint = ValueHint::DirPath)]
         store: PathBuf,
+        /// One document per capture, as archives index records (for measurements).
         #[arg(long, hide = true)]
         per_capture: bool,
+        /// Where the index is (default STORE/search; for measurements).
         #[arg(long, hide = true, value_name = "DIR")]
         index_dir: Option<PathBuf>,
     },
     /// What the search index holds: texts, captures, bytes.
     Stats {
+        /// The store whose search index this is (update: not mounted).
         #[arg(value_hint = ValueHint::DirPath)]
         store: PathBuf,
+        /// One JSON object: documents, captures, texts, bytes of each part.
         #[arg(long)]
         json: bool,
+        /// Where the index is (default STORE/search; for measurements).
         #[arg(long, hide = true, value_name = "DIR")]
         index_dir: Option<PathBuf>,
     },

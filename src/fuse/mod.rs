@@ -30,6 +30,7 @@ mod xattr;
 mod virt;
 mod wacz;
 mod resolved;
+mod indexer;
 mod unmount;
 
 pub use daemon::{mount, MountArgs};
@@ -174,6 +175,8 @@ pub struct WarcFs {
     worker: Option<JoinHandle<()>>,
     /// Rebuilds the gzip members sequential readers of stored files will read next.
     ahead: Option<ReadAhead>,
+    /// Keeps `STORE/search/` up to date, once it exists.
+    search: Option<indexer::SearchIndexer>,
     /// Mounted `ro`: the kernel refuses every write, so the writeback cache has nothing to
     /// hold and is not asked for (see `init`).
     read_only: bool,
@@ -376,7 +379,9 @@ impl WarcFs {
         // index is read in only as far as INDEX_WARM_BYTES (the kernel may drop it again),
         // and a chunk table into RocksDB's own cache only if it fits half of it.
         store.warm_index(INDEX_WARM_BYTES);
-        Ok(WarcFs { inner, tx: Some(tx), worker: Some(worker), ahead: Some(ahead), read_only })
+        // (A follower's search index is its writer's to keep.)
+        let search = if store.is_follower() { None } else { Some(indexer::SearchIndexer::start(store.clone()).map_err(|err| StoreError::Io { path: "search thread".into(), err })?) };
+        Ok(WarcFs { inner, tx: Some(tx), worker: Some(worker), ahead: Some(ahead), search, read_only })
     }
 
     fn queue(&self, ino: u64) {
@@ -388,6 +393,9 @@ impl WarcFs {
 
     /// Finishes every queued ingest and stops the worker. Called on unmount.
     pub fn shutdown(&mut self) {
+        if let Some(mut s) = self.search.take() {
+            s.stop();
+        }
         // Writers still open at unmount: their bytes are durable in staging; ingest them.
         let pending: Vec<u64> = {
             let mut map = self.inner.staged.locked();
