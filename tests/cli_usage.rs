@@ -119,6 +119,7 @@ const SUBCOMMANDS: &[&[&str]] = &[
     &["search", "update"],
     &["search", "rebuild"],
     &["search", "stats"],
+    &["serve"],
     &["snapshot"],
     &["mount"],
     &["umount"],

@@ -204,3 +204,70 @@ fn a_mount_indexes_what_is_written_through_it() {
     }).collect::<BTreeSet<_>>();
     assert!(!keys(&mounted).is_empty() && keys(&mounted) == keys(&unmounted), "{}: {mounted}\nagainst {unmounted}", qs[0]);
 }
+
+/// `warcfs serve`, killed when dropped.
+struct Serve(std::process::Child, String);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// GET `path` from `addr`: status code and body.
+fn get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    write!(c, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut r = String::new();
+    c.read_to_string(&mut r).unwrap();
+    let (head, body) = r.split_once("\r\n\r\n").unwrap();
+    (head.split_whitespace().nth(1).unwrap().parse().unwrap(), body.to_string())
+}
+
+/// The search over HTTP: `/search` with pywb's CDX parameter names gives the captures the
+/// command line gives, and the search page, loaded in a real headless browser (Chromium),
+/// shows the pages found with their snippets and links to replay each capture in pywb.
+#[test]
+fn the_search_page_and_api_answer_over_http() {
+    let tmp = TempDir::new().unwrap();
+    let crawls = crawl_files();
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[2]), "--to", "/crawls"]);
+    ok(&["search", "update", &s(&store)]);
+    let word = queries(&store.join("search"), 10)[3].clone();
+    let mut child = warcfs().args(["serve", &s(&store), "--listen", "127.0.0.1:0", "--replay", "http://127.0.0.1:9/coll"]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let addr = line.trim().rsplit("http://").next().unwrap().to_string();
+    let server = Serve(child, addr.clone());
+
+    let (code, body) = get(&server.1, &format!("/search?q={word}&output=json&limit=1000"));
+    assert_eq!(code, 200, "{body}");
+    let keys = |out: &str| out.lines().map(|l| {
+        let j: serde_json::Value = serde_json::from_str(l).unwrap();
+        (j["filename"].as_str().unwrap().to_string(), j["offset"].as_str().unwrap().to_string(), j["url"].as_str().unwrap().to_string())
+    }).collect::<BTreeSet<_>>();
+    let cli = ok(&["search", &s(&store), &word, "--captures", "--json", "--limit", "1000"]).out();
+    assert!(!keys(&body).is_empty() && keys(&body) == keys(&cli), "{word}: {body}\nagainst the command line's {cli}");
+    // A URL prefix (pywb's trailing *), and CDXJ lines without output=json.
+    let some_url = keys(&body).into_iter().next().unwrap().2;
+    let prefix = &some_url[..some_url.rfind('/').unwrap() + 1];
+    let (code, cdxj) = get(&server.1, &format!("/search?q={word}&url={prefix}*&limit=1000"));
+    assert_eq!(code, 200);
+    assert!(!cdxj.is_empty() && cdxj.lines().all(|l| l.split(' ').nth(2).is_some_and(|j| serde_json::from_str::<serde_json::Value>(&l[l.find('{').unwrap()..]).unwrap()["url"].as_str().unwrap().starts_with(prefix) && j.starts_with('{'))), "{cdxj}");
+    assert_eq!(get(&server.1, "/search?limit=3").0, 400, "no q");
+    assert_eq!(get(&server.1, "/nothing").0, 404);
+
+    // The page, as a browser renders it.
+    let out = std::process::Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", &format!("--user-data-dir={}", s(&tmp.path().join("chromium"))), "--dump-dom", &format!("http://{}/?q={word}", server.1)])
+        .output()
+        .expect("chromium (scripts/setup-tests installs it)");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let hits = dom.matches("class=\"hit\"").count();
+    assert!(hits > 0, "no result in the page:\n{dom}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(dom.contains("href=\"http://127.0.0.1:9/coll/20") && dom.contains("<b>"), "results link to replay and show the words found:\n{dom}");
+    assert!(dom.contains(&format!("value=\"{word}\"")), "the query box keeps the query");
+}

@@ -375,6 +375,24 @@ pub enum Cmd {
         #[arg(long, hide = true, value_name = "DIR")]
         index_dir: Option<PathBuf>,
     },
+    /// Serve the search over HTTP: a search page at / and pywb-style queries at /search.
+    ///
+    /// /search takes pywb's CDX server parameters (url, matchType, from, to, limit,
+    /// filter=mime:TYPE or status:CODE, output=json) and q, and gives a capture a line with
+    /// warcfs's CDXJ fields, score, title and snippet. Result links replay in pywb at
+    /// --replay. Runs until stopped (Ctrl-C, SIGTERM).
+    #[command(after_help = "Example:\n  warcfs serve /srv/warc-store --replay http://127.0.0.1:8080/my-web-archive")]
+    Serve {
+        /// The store whose search index is served (may be mounted).
+        #[arg(value_hint = ValueHint::DirPath)]
+        store: PathBuf,
+        /// The address to listen on (port 0: any free port, printed).
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8090")]
+        listen: String,
+        /// pywb's URL of the collection the results replay in.
+        #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8080/archive")]
+        replay: String,
+    },
     /// Make DEST a complete, consistent copy of the store as of now, for backups.
     ///
     /// Packs are hard-linked where DEST is on the same filesystem (copied otherwise); run

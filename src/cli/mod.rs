@@ -98,6 +98,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             let q = crate::search::Query { q: query.join(" "), from, to, url_prefix: url, mime, texts: 0 };
             search::search(store.expect("clap requires STORE"), index_dir, q, limit, captures, json)
         }
+        Cmd::Serve { store, listen, replay } => search::serve(store, &listen, &replay),
         Cmd::Snapshot { store, dest } => maintain::snapshot(store, dest, quiet),
         Cmd::Umount { mountpoint } => crate::fuse::umount(&mountpoint),
         Cmd::Repair(Repair::Index { store }) => maintain::repair_index(store, quiet),

@@ -153,3 +153,23 @@ pub fn search(store: PathBuf, index_dir: Option<PathBuf>, mut q: Query, limit: u
     }
     Ok(exit::OK)
 }
+
+/// `warcfs serve`: the search page and API until the process is stopped.
+pub fn serve(store: PathBuf, listen: &str, replay: &str) -> Result<i32> {
+    let dir = dir_of(&store, None);
+    let s = match writable(&store)? {
+        Some(s) => {
+            if search::exists(&dir) {
+                search::build::update(&s, &dir, Unit::Text, &|| false).with_context(|| format!("{}: bringing the search index up to date", store.display()))?;
+            }
+            s
+        }
+        None => Store::open_read_only(&store)?,
+    };
+    let listener = std::net::TcpListener::bind(listen).with_context(|| format!("{listen}: cannot listen"))?;
+    println!("serving the search of {} on http://{}", store.display(), listener.local_addr()?);
+    use std::io::Write as _;
+    std::io::stdout().flush()?;
+    search::http::serve(s, &dir, listener, replay)?;
+    Ok(exit::OK)
+}

@@ -106,13 +106,22 @@ impl Catalog {
 
     /// The captures of text `tid`, with their file and offset.
     pub fn captures(&self, tid: u64, f: &mut dyn FnMut(&str, u64, CaptureRow) -> Result<bool>) -> Result<()> {
-        let prefix = key(b'C', &[&tid.to_be_bytes()]);
-        self.scan(&prefix, &mut |k, v| {
-            let rest = &k[prefix.len()..];
+        self.captures_under(&key(b'C', &[&tid.to_be_bytes()]), &mut |_, p, o, r| f(p, o, r))
+    }
+
+    /// Every capture, by text id (for measurements).
+    pub fn each_capture(&self, f: &mut dyn FnMut(u64, &str, u64, CaptureRow) -> Result<bool>) -> Result<()> {
+        self.captures_under(b"C", f)
+    }
+
+    fn captures_under(&self, prefix: &[u8], f: &mut dyn FnMut(u64, &str, u64, CaptureRow) -> Result<bool>) -> Result<()> {
+        self.scan(prefix, &mut |k, v| {
+            let Some(tid) = k.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else { return Ok(true) };
+            let rest = &k[9..];
             let Some(nul) = rest.iter().position(|&b| b == 0) else { return Ok(true) };
             let (path, off) = (String::from_utf8_lossy(&rest[..nul]), rest.get(nul + 1..nul + 9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes).unwrap_or(0));
             match postcard::from_bytes::<CaptureRow>(v) {
-                Ok(row) => f(&path, off, row),
+                Ok(row) => f(tid, &path, off, row),
                 Err(_) => Ok(true),
             }
         })

@@ -21,6 +21,7 @@
 pub mod build;
 pub mod catalog;
 pub mod extract;
+pub mod http;
 pub mod query;
 
 use std::path::{Path, PathBuf};

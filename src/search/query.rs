@@ -168,7 +168,7 @@ impl Searcher {
 }
 
 /// The body text of the capture `c` (a response's or resource's; for a revisit, nothing).
-fn capture_text(store: &Store, c: &Capture) -> Result<Option<String>> {
+pub fn capture_text(store: &Store, c: &Capture) -> Result<Option<String>> {
     if c.row.revisit || c.row.length > super::build::MAX_BLOCK {
         return Ok(None);
     }
