@@ -58,6 +58,9 @@ pub enum SearchCmd {
         /// One document per capture, as archives index records (for measurements).
         #[arg(long, hide = true)]
         per_capture: bool,
+        /// One document per unique text, whole (for measurements).
+        #[arg(long, hide = true)]
+        whole_texts: bool,
         /// Where the index is (default STORE/search; for measurements).
         #[arg(long, hide = true, value_name = "DIR")]
         index_dir: Option<PathBuf>,
@@ -70,6 +73,9 @@ pub enum SearchCmd {
         /// One document per capture, as archives index records (for measurements).
         #[arg(long, hide = true)]
         per_capture: bool,
+        /// One document per unique text, whole (for measurements).
+        #[arg(long, hide = true)]
+        whole_texts: bool,
         /// Where the index is (default STORE/search; for measurements).
         #[arg(long, hide = true, value_name = "DIR")]
         index_dir: Option<PathBuf>,

@@ -25,13 +25,22 @@ fn writable(store: &Path) -> Result<Option<Store>> {
 
 pub fn command(cmd: SearchCmd, _quiet: bool) -> Result<i32> {
     match cmd {
-        SearchCmd::Update { store, per_capture, index_dir } => update(&store, dir_of(&store, index_dir), per_capture, false),
-        SearchCmd::Rebuild { store, per_capture, index_dir } => update(&store, dir_of(&store, index_dir), per_capture, true),
+        SearchCmd::Update { store, per_capture, whole_texts, index_dir } => update(&store, dir_of(&store, index_dir), unit(per_capture, whole_texts), false),
+        SearchCmd::Rebuild { store, per_capture, whole_texts, index_dir } => update(&store, dir_of(&store, index_dir), unit(per_capture, whole_texts), true),
         SearchCmd::Stats { store, json, index_dir } => stats(&dir_of(&store, index_dir), json),
     }
 }
 
-fn update(store: &Path, dir: PathBuf, per_capture: bool, rebuild: bool) -> Result<i32> {
+/// The unit asked for (None: the index's own, or warcfs's for a new one).
+fn unit(per_capture: bool, whole_texts: bool) -> Option<Unit> {
+    match (per_capture, whole_texts) {
+        (true, _) => Some(Unit::Capture),
+        (false, true) => Some(Unit::Text),
+        (false, false) => None,
+    }
+}
+
+fn update(store: &Path, dir: PathBuf, unit: Option<Unit>, rebuild: bool) -> Result<i32> {
     let Some(s) = writable(store)? else {
         std::fs::create_dir_all(&dir).with_context(|| format!("{}: cannot create", dir.display()))?;
         println!("{} is mounted: its mount indexes it in the background (into {})", store.display(), dir.display());
@@ -41,7 +50,6 @@ fn update(store: &Path, dir: PathBuf, per_capture: bool, rebuild: bool) -> Resul
         std::fs::remove_dir_all(&dir).with_context(|| format!("{}: cannot remove", dir.display()))?;
     }
     let t = Instant::now();
-    let unit = if per_capture { Unit::Capture } else { Unit::Text };
     let u = search::build::update(&s, &dir, unit, &|| false).with_context(|| format!("{}: indexing for search", store.display()))?;
     println!(
         "search index {}: {} files indexed, {} removed; {} captures ({} of them revisits; {} revisits wait for their original), {} text payloads read ({}), {} extracted, {} documents added, {} deleted; {:.1} s",
@@ -69,7 +77,9 @@ fn stats(dir: &Path, json: bool) -> Result<i32> {
     let db_bytes: u64 = walkdir::WalkDir::new(dir.join("db")).into_iter().filter_map(|e| e.ok()?.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum();
     if json {
         let tables: serde_json::Map<String, serde_json::Value> = census.iter().map(|(t, n, b)| (t.to_string(), serde_json::json!({ "rows": n, "bytes": b }))).collect();
-        println!("{}", serde_json::json!({ "documents": docs, "text_index_bytes": text_bytes, "captures": rows('C').0, "texts": rows('T').0, "catalog_bytes_on_disk": db_bytes, "catalog_tables": tables }));
+        let (parts, segments) = s.text_parts()?;
+        let parts: serde_json::Map<String, serde_json::Value> = parts.into_iter().map(|(n, b)| (n.to_string(), b.into())).collect();
+        println!("{}", serde_json::json!({ "documents": docs, "text_index_bytes": text_bytes, "text_index_parts": parts, "segments": segments, "captures": rows('C').0, "texts": rows('T').0, "catalog_bytes_on_disk": db_bytes, "catalog_tables": tables }));
     } else {
         println!("{docs} documents, text index {} ({text_bytes} B); {} captures of {} texts; catalog {} on disk", human(text_bytes), rows('C').0, rows('T').0, human(db_bytes));
     }
@@ -82,7 +92,7 @@ pub fn search(store: PathBuf, index_dir: Option<PathBuf>, mut q: Query, limit: u
     let s = match writable(&store)? {
         Some(s) => {
             if search::exists(&dir) {
-                search::build::update(&s, &dir, Unit::Text, &|| false).with_context(|| format!("{}: bringing the search index up to date", store.display()))?;
+                search::build::update(&s, &dir, None, &|| false).with_context(|| format!("{}: bringing the search index up to date", store.display()))?;
             }
             s
         }
@@ -160,7 +170,7 @@ pub fn serve(store: PathBuf, listen: &str, replay: &str) -> Result<i32> {
     let s = match writable(&store)? {
         Some(s) => {
             if search::exists(&dir) {
-                search::build::update(&s, &dir, Unit::Text, &|| false).with_context(|| format!("{}: bringing the search index up to date", store.display()))?;
+                search::build::update(&s, &dir, None, &|| false).with_context(|| format!("{}: bringing the search index up to date", store.display()))?;
             }
             s
         }

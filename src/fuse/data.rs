@@ -31,9 +31,15 @@ impl WarcFs {
                 Err(e) => return reply.error(e),
             };
             let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
+            let resolved = matches!(view, wacz::EntryRead::Resolved(_));
             self.inner.handles.locked().insert(fh, Handle { ino: ino.0, write: false, head: None, snapshot: None, next: 0, run: 0, jumped: false, direct: true, rebuilds_members: None, view: Some(view) });
             // A record read of a WARC inside a WACZ rebuilds its own member only (see below).
             let direct = if self.inner.direct_mmap.load(Ordering::Relaxed) { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
+            // A resolved file's bytes change with other files (its originals) while its own
+            // size and time may not: no page of it is kept.
+            if resolved {
+                return reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NOFLUSH);
+            }
             return reply.opened(FileHandle(fh), direct | FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH);
         }
         let inner = &self.inner;

@@ -53,7 +53,7 @@ fn run(store: &Store, stop: &AtomicBool) {
         if !crate::search::exists(&dir) || done_at == Some(gen) {
             continue;
         }
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::search::build::update(store, &dir, crate::search::Unit::Text, &|| stop.load(Ordering::Relaxed))));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::search::build::update(store, &dir, None, &|| stop.load(Ordering::Relaxed))));
         match r {
             Ok(Ok(u)) => {
                 if u.files_indexed + u.files_removed > 0 {

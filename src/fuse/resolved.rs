@@ -6,8 +6,8 @@
 //!
 //! The originals' tables are built when the view is first asked about, and again when the
 //! store has changed (at most once a second, as `/.warcfs/index.cdxj`); a build reads the
-//! headers of every stored WARC, on the thread that asked (seconds on a large store; other
-//! requests go on). Each file's layout is kept with the tables it was made from (at most
+//! headers of every stored WARC, on the thread that asked, one build at a time (seconds on
+//! a large store; other requests of the view use the tables before it meanwhile). Each file's layout is kept with the tables it was made from (at most
 //! `LAYOUTS`). Inode numbers are the view's (`wacz::ViewInos`), node `RESOLVED` of a
 //! directory or file.
 
@@ -25,12 +25,14 @@ pub(super) const RESOLVED: usize = usize::MAX;
 /// Layouts kept at most (a few hundred bytes per resolved record).
 const LAYOUTS: usize = 64;
 
-/// The originals' tables (the store generation they were built at, when), and the layouts
-/// made with them, by inode (with the recipe each was made of).
+/// The originals' tables (the store generation they were built at, when; whether a build
+/// runs), and the layouts made with them.
 #[derive(Default)]
 pub(super) struct ResolvedState {
     originals: Option<(u64, Instant, Arc<Originals>)>,
-    layouts: HashMap<u64, (u64, Arc<ResolvedFile>)>,
+    building: bool,
+    /// By inode: the recipe and the tables a layout was made of, and the layout.
+    layouts: HashMap<u64, (u64, Arc<Originals>, Arc<ResolvedFile>)>,
 }
 
 /// An open file of the view: its layout and the last resolved record made for it.
@@ -40,15 +42,28 @@ pub(super) struct ResolvedRead {
 }
 
 impl Inner {
-    /// The originals' tables of the store as it is (or as it was under a second ago).
+    /// The originals' tables of the store as it is (or as it was under a second ago). One
+    /// build at a time: while one runs, others use the tables before it (or, at the first
+    /// build, wait for it).
     pub(super) fn originals(&self) -> Result<Arc<Originals>, Errno> {
         let gen = self.store.generation();
-        if let Some((g, at, o)) = &self.resolved.locked().originals {
-            if *g == gen || at.elapsed() < Duration::from_secs(1) {
+        loop {
+            let mut st = self.resolved.locked();
+            let current = st.originals.as_ref().filter(|(g, at, _)| *g == gen || at.elapsed() < Duration::from_secs(1)).map(|(_, _, o)| o.clone());
+            if let Some(o) = current {
+                return Ok(o);
+            }
+            if !st.building {
+                st.building = true;
+                break;
+            }
+            if let Some((_, _, o)) = &st.originals {
                 return Ok(o.clone());
             }
+            drop(st);
+            std::thread::sleep(Duration::from_millis(20));
         }
-        let built = (|| {
+        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut files = Vec::new();
             self.store.each_file_under("/", &mut |name, ino, inode| {
                 if let Some(head) = inode.recipe.as_ref().filter(|_| is_warc_name(name.as_bytes()) && !inode.staged) {
@@ -57,24 +72,33 @@ impl Inner {
                 Ok(())
             })?;
             Originals::build(&self.store, &files, &crate::store::layout::cache(self.store.root()).join("originals"))
-        })();
-        let o = Arc::new(built.map_err(|e| {
-            log::error!("/.warcfs/resolved: finding the originals of revisits: {e}");
-            errno(&e)
-        })?);
+        }));
         let mut st = self.resolved.locked();
+        st.building = false;
+        let o = match built {
+            Ok(Ok(o)) => Arc::new(o),
+            Ok(Err(e)) => {
+                log::error!("/.warcfs/resolved: finding the originals of revisits: {e}");
+                return Err(errno(&e));
+            }
+            Err(_) => {
+                log::error!("/.warcfs/resolved: finding the originals of revisits: a bug (a panic, above)");
+                return Err(Errno::EIO);
+            }
+        };
         st.originals = Some((gen, Instant::now(), o.clone()));
         st.layouts.clear();
         Ok(o)
     }
 
-    /// The resolved layout of the stored WARC `ino`, if it is one.
+    /// The resolved layout of the stored WARC `ino`, if it is one: one made with the tables
+    /// in use.
     fn layout(&self, ino: u64) -> Result<Option<Arc<ResolvedFile>>, Errno> {
         let inode = self.inode(ino)?;
         let Some(head) = inode.recipe.filter(|_| inode.kind == InodeKind::File && !inode.staged && !self.staged.locked().contains_key(&ino)) else { return Ok(None) };
         let originals = self.originals()?;
-        if let Some((rid, f)) = self.resolved.locked().layouts.get(&ino) {
-            if *rid == head.id {
+        if let Some((rid, with, f)) = self.resolved.locked().layouts.get(&ino) {
+            if *rid == head.id && Arc::ptr_eq(with, &originals) {
                 return Ok(Some(f.clone()));
             }
         }
@@ -87,11 +111,10 @@ impl Inner {
         }
         let f = Arc::new(f);
         let mut st = self.resolved.locked();
-        // (Tables built meanwhile: this layout is of the older ones, and still true of them.)
         if st.layouts.len() >= LAYOUTS {
             st.layouts.clear();
         }
-        st.layouts.insert(ino, (head.id, f.clone()));
+        st.layouts.insert(ino, (head.id, originals, f.clone()));
         Ok(Some(f))
     }
 

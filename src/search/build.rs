@@ -23,11 +23,24 @@ use crate::store::{RecordHead, Store, StoreError};
 /// What one document stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unit {
-    /// A unique text (warcfs's index).
+    /// A unique text, one document each.
     Text,
+    /// A unique text as its fragments, each distinct fragment one document (`fragments`):
+    /// warcfs's index.
+    Fragments,
     /// A capture: one document per capture, revisits included, as an archive indexing each
     /// record does (SolrWayback's way): the baseline the text index is measured against.
     Capture,
+}
+
+impl Unit {
+    fn name(self) -> &'static str {
+        match self {
+            Unit::Text => "text",
+            Unit::Fragments => "fragments",
+            Unit::Capture => "capture",
+        }
+    }
 }
 
 /// What an update did.
@@ -35,6 +48,8 @@ pub enum Unit {
 pub struct Updated {
     pub files_indexed: u64,
     pub files_removed: u64,
+    /// Files that could not be read whole (their errors logged).
+    pub files_failed: u64,
     pub captures: u64,
     /// Captures that are revisits.
     pub revisits: u64,
@@ -67,6 +82,13 @@ struct Round<'a> {
     by_sha: HashMap<[u8; 32], u64>,
     payloads: HashMap<[u8; 32], u64>,
     digests: HashMap<String, u64>,
+    /// `Unit::Fragments`: changes of each fragment's count of texts, the fragments new this
+    /// round, and the fragments of the texts new this round.
+    frag_refs: HashMap<u64, i64>,
+    new_frags: HashMap<u64, [u8; 32]>,
+    frag_by_sha: HashMap<[u8; 32], u64>,
+    text_frags: HashMap<u64, Vec<u64>>,
+    analyzer: Option<tantivy::tokenizer::TextAnalyzer>,
     /// `Unit::Capture`: the texts of payloads and digests met in this update.
     texts: HashMap<[u8; 32], Text>,
     digest_texts: HashMap<String, Text>,
@@ -86,9 +108,23 @@ fn sha(b: &[u8]) -> [u8; 32] {
 
 /// Brings the search index in `dir` to the store as it is; `stop` is asked between files (a
 /// mount going down): what is done by then is committed.
-pub fn update(store: &Store, dir: &Path, unit: Unit, stop: &dyn Fn() -> bool) -> Result<Updated> {
+pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> bool) -> Result<Updated> {
     let io = |err: std::io::Error| SearchError::Io { path: dir.to_path_buf(), err };
     std::fs::create_dir_all(text_dir(dir)).map_err(io)?;
+    // The unit an index is made with is its unit for good (`rebuild` makes it anew).
+    let unit = match (super::unit_of(dir), unit) {
+        (Some(have), Some(want)) if have != want => return Err(SearchError::Query(format!("{}: made with one document per {}; `warcfs search rebuild` makes it anew", dir.display(), have.name()))),
+        (Some(have), _) => have,
+        (None, want) => {
+            let u = want.unwrap_or(Unit::Fragments);
+            // Durable before anything is indexed: an index read as another unit is read wrong.
+            let mut f = std::fs::File::create(dir.join("unit")).map_err(io)?;
+            std::io::Write::write_all(&mut f, u.name().as_bytes()).map_err(io)?;
+            f.sync_all().map_err(io)?;
+            crate::disk::sync_dir(dir).map_err(io)?;
+            u
+        }
+    };
     let tdir = text_dir(dir);
     let terr = |err: tantivy::TantivyError| SearchError::Text { path: tdir.clone(), err };
     let (schema, fields) = schema();
@@ -121,7 +157,9 @@ pub fn update(store: &Store, dir: &Path, unit: Unit, stop: &dyn Fn() -> bool) ->
     let gone: Vec<String> = indexed.iter().filter(|(p, id)| stored.get(*p).is_none_or(|h| h.id != **id)).map(|(p, _)| p.clone()).collect();
     let new: Vec<(String, RecipeHead)> = stored.into_iter().filter(|(p, h)| indexed.get(p) != Some(&h.id)).collect();
 
+    let analyzer = index.tokenizer_for_field(fields.body).map_err(terr)?;
     let mut r = Round::new(store, &cat, &mut writer, fields, unit);
+    r.analyzer = Some(analyzer);
     for path in &gone {
         r.remove_file(path)?;
         r.done.files_removed += 1;
@@ -131,8 +169,17 @@ pub fn update(store: &Store, dir: &Path, unit: Unit, stop: &dyn Fn() -> bool) ->
         if stop() {
             break;
         }
-        r.index_file(path, head)?;
-        r.done.files_indexed += 1;
+        match r.index_file(path, head) {
+            Ok(()) => r.done.files_indexed += 1,
+            // A file that cannot be read is indexed as far as it was read, and said so; it is
+            // tried again once it changes (its `F` row names this recipe).
+            Err(SearchError::Store(e)) => {
+                log::warn!("search index: {path}: {e}; indexed as far as it could be read");
+                r.batch.put(key(b'F', &[&path_part(path)]), head.id.to_be_bytes());
+                r.done.files_failed += 1;
+            }
+            Err(e) => return Err(e),
+        }
         in_round += 1;
         if in_round >= ROUND_FILES || r.captures >= ROUND_CAPTURES {
             r.commit()?;
@@ -167,6 +214,11 @@ impl<'a> Round<'a> {
             digests: HashMap::new(),
             texts: HashMap::new(),
             digest_texts: HashMap::new(),
+            frag_refs: HashMap::new(),
+            new_frags: HashMap::new(),
+            frag_by_sha: HashMap::new(),
+            text_frags: HashMap::new(),
+            analyzer: None,
             captures: 0,
             done: Updated::default(),
         }
@@ -174,6 +226,10 @@ impl<'a> Round<'a> {
 
     /// Commits the round: the text index, then the catalog (each text's count, rows).
     fn commit(&mut self) -> Result<()> {
+        // The rows of texts and fragments whose last capture went are deleted first, and
+        // durably, and then their documents: a killed update leaves a document no row names
+        // (found by no query), never a row whose document is gone.
+        let mut early = WriteBatch::default();
         for (&tid, &delta) in &self.refs {
             let (now, sha) = match (self.cat.text(tid)?, self.new_texts.get(&tid)) {
                 (Some((n, sha)), _) => (n as i64, sha),
@@ -182,12 +238,38 @@ impl<'a> Round<'a> {
             };
             let k = key(b'T', &[&tid.to_be_bytes()]);
             if now + delta <= 0 {
-                self.batch.delete(&k);
+                early.delete(&k);
                 self.writer.delete_term(Term::from_field_u64(self.fields.tid, tid));
+                self.done.documents_deleted += 1;
+                if self.unit == Unit::Fragments {
+                    for fid in self.fragments_of(tid)? {
+                        early.delete(key(b'R', &[&fid.to_be_bytes(), &tid.to_be_bytes()]));
+                        *self.frag_refs.entry(fid).or_default() -= 1;
+                    }
+                    early.delete(key(b'V', &[&tid.to_be_bytes()]));
+                }
+            } else {
+                self.batch.put(&k, [&((now + delta) as u64).to_be_bytes()[..], &sha].concat());
+            }
+        }
+        for (&fid, &delta) in &self.frag_refs {
+            let k = key(b'Q', &[&fid.to_be_bytes()]);
+            let (now, sha) = match (self.cat.get(&k)?, self.new_frags.get(&fid)) {
+                (Some(v), _) if v.len() >= 40 => (u64::from_be_bytes(v[..8].try_into().expect("8 bytes")) as i64, <[u8; 32]>::try_from(&v[8..40]).expect("32 bytes")),
+                (_, Some(sha)) => (0, *sha),
+                _ => continue,
+            };
+            if now + delta <= 0 {
+                early.delete(&k);
+                self.writer.delete_term(Term::from_field_u64(self.fields.fid, fid));
                 self.done.documents_deleted += 1;
             } else {
                 self.batch.put(&k, [&((now + delta) as u64).to_be_bytes()[..], &sha].concat());
             }
+        }
+        if !early.is_empty() {
+            self.cat.write(early)?;
+            crate::failpoint::crash_at("search_deletions_committed");
         }
         self.writer.commit().map_err(|err| SearchError::Text { path: "(commit)".into(), err })?;
         crate::failpoint::crash_at("search_text_committed");
@@ -195,6 +277,10 @@ impl<'a> Round<'a> {
         crate::failpoint::crash_at("search_round_committed");
         self.refs.clear();
         self.new_texts.clear();
+        self.frag_refs.clear();
+        self.new_frags.clear();
+        self.frag_by_sha.clear();
+        self.text_frags.clear();
         self.by_sha.clear();
         self.payloads.clear();
         self.digests.clear();
@@ -275,7 +361,7 @@ impl<'a> Round<'a> {
         if revisit {
             // Only a revisit of a text type can be a capture of a text (a server-not-modified
             // one without a type is left out).
-            if digest.is_empty() || kind_of(&mime).is_none() {
+            if digest.is_empty() || digest.contains('\0') || kind_of(&mime).is_none() {
                 return Ok(());
             }
             let tid = match self.digests.get(&digest) {
@@ -297,14 +383,16 @@ impl<'a> Round<'a> {
         let payload = if response { &block[http.map_or(0, <[u8]>::len).min(block.len())..] } else { &block[..] };
         self.done.payloads_read += 1;
         self.done.payload_bytes += payload.len() as u64;
-        let psha = sha(payload);
+        // A payload is one text as it is read: the same bytes as another type, charset or
+        // encoding may be another text.
+        let psha = sha(&[payload, &[0], mime.as_bytes(), &[0], field("transfer-encoding").as_bytes(), &[0], field("content-encoding").as_bytes()].concat());
         let known = match self.payloads.get(&psha) {
             Some(&t) => Some(t),
-            None if self.unit == Unit::Text => self.cat.live_tid(&key(b'P', &[&psha]))?,
+            None if self.unit != Unit::Capture => self.cat.live_tid(&key(b'P', &[&psha]))?,
             None => None,
         };
         let text = match (known, self.unit) {
-            (Some(_), Unit::Text) => None,
+            (Some(_), Unit::Text | Unit::Fragments) => None,
             _ => match self.texts.get(&psha) {
                 Some(t) => Some(t.clone()),
                 None => {
@@ -321,12 +409,12 @@ impl<'a> Round<'a> {
             },
         };
         let tid = match (known, self.unit) {
-            (Some(t), Unit::Text) => t,
+            (Some(t), Unit::Text | Unit::Fragments) => t,
             _ => {
                 let text = text.expect("extracted above");
                 let tsha = sha(&[text.title.as_bytes(), &[0], text.body.as_bytes()].concat());
                 let tid = match self.unit {
-                    Unit::Text => self.text_id(&tsha)?,
+                    Unit::Text | Unit::Fragments => self.text_id(&tsha)?,
                     Unit::Capture => u64::from_be_bytes(sha(&[path.as_bytes(), &[0], &r.offset.to_be_bytes()].concat())[..8].try_into().expect("8 bytes")),
                 };
                 if self.unit == Unit::Capture && !digest.is_empty() {
@@ -339,7 +427,7 @@ impl<'a> Round<'a> {
             }
         };
         self.payloads.insert(psha, tid);
-        if self.unit == Unit::Text {
+        if self.unit != Unit::Capture {
             self.batch.put(key(b'P', &[&psha]), tid.to_be_bytes());
         }
         if response && !digest.is_empty() {
@@ -373,6 +461,9 @@ impl<'a> Round<'a> {
     }
 
     fn add_document(&mut self, tid: u64, tsha: [u8; 32], text: &Text) -> Result<()> {
+        if self.unit == Unit::Fragments {
+            return self.add_fragments(tid, tsha, text);
+        }
         let mut doc = TantivyDocument::default();
         doc.add_u64(self.fields.tid, tid);
         doc.add_text(self.fields.title, &text.title);
@@ -383,6 +474,78 @@ impl<'a> Round<'a> {
         self.new_texts.insert(tid, tsha);
         self.done.documents_added += 1;
         Ok(())
+    }
+
+    /// A new text as fragments: its title a document, each of its fragments not indexed yet
+    /// a document, and its list of fragments (`V`), each fragment's texts (`R`).
+    fn add_fragments(&mut self, tid: u64, tsha: [u8; 32], text: &Text) -> Result<()> {
+        let add = |w: &mut IndexWriter, doc: TantivyDocument| w.add_document(doc).map_err(|err| SearchError::Text { path: "(add)".into(), err });
+        let mut doc = TantivyDocument::default();
+        doc.add_u64(self.fields.tid, tid);
+        doc.add_text(self.fields.title, &text.title);
+        self.writer.delete_term(Term::from_field_u64(self.fields.tid, tid));
+        add(self.writer, doc)?;
+        self.done.documents_added += 1;
+        let analyzer = self.analyzer.as_mut().expect("an analyzer for fragments");
+        let (cuts, tokens) = super::fragments::cut(&text.body, analyzer);
+        let mut fids: Vec<u64> = Vec::with_capacity(cuts.len());
+        for (a, e) in cuts {
+            let body = &text.body[a..e];
+            let fsha = sha(body.as_bytes());
+            let fid = self.fragment_id(&fsha)?;
+            if fids.contains(&fid) {
+                continue;
+            }
+            fids.push(fid);
+            if !self.new_frags.contains_key(&fid) && self.cat.get(&key(b'Q', &[&fid.to_be_bytes()]))?.is_none() {
+                let mut doc = TantivyDocument::default();
+                doc.add_u64(self.fields.fid, fid);
+                doc.add_text(self.fields.body, body);
+                self.writer.delete_term(Term::from_field_u64(self.fields.fid, fid));
+                add(self.writer, doc)?;
+                self.new_frags.insert(fid, fsha);
+                self.done.documents_added += 1;
+            }
+            *self.frag_refs.entry(fid).or_default() += 1;
+            self.batch.put(key(b'R', &[&fid.to_be_bytes(), &tid.to_be_bytes()]), []);
+        }
+        let mut v = (tokens as u32).to_be_bytes().to_vec();
+        for f in &fids {
+            v.extend_from_slice(&f.to_be_bytes());
+        }
+        self.batch.put(key(b'V', &[&tid.to_be_bytes()]), v);
+        self.text_frags.insert(tid, fids);
+        self.new_texts.insert(tid, tsha);
+        Ok(())
+    }
+
+    /// The id of the fragment whose SHA-256 is `fsha` (as `text_id` for texts, in `Q` rows).
+    fn fragment_id(&mut self, fsha: &[u8; 32]) -> Result<u64> {
+        if let Some(&f) = self.frag_by_sha.get(fsha) {
+            return Ok(f);
+        }
+        let mut fid = u64::from_be_bytes(fsha[..8].try_into().expect("8 bytes"));
+        loop {
+            let taken = match self.new_frags.get(&fid) {
+                Some(s) => Some(*s),
+                None => self.cat.get(&key(b'Q', &[&fid.to_be_bytes()]))?.and_then(|v| v.get(8..40).and_then(|b| <[u8; 32]>::try_from(b).ok())),
+            };
+            match taken {
+                Some(s) if s != *fsha => fid = fid.wrapping_add(1),
+                _ => break,
+            }
+        }
+        self.frag_by_sha.insert(*fsha, fid);
+        Ok(fid)
+    }
+
+    /// The fragments of text `tid`: this round's, else its `V` row's.
+    fn fragments_of(&self, tid: u64) -> Result<Vec<u64>> {
+        if let Some(f) = self.text_frags.get(&tid) {
+            return Ok(f.clone());
+        }
+        let v = self.cat.get(&key(b'V', &[&tid.to_be_bytes()]))?.unwrap_or_default();
+        Ok(v.get(4..).unwrap_or_default().chunks_exact(8).map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes"))).collect())
     }
 
     /// A capture of text `tid` (in `Unit::Capture`, a revisit's is a document of its own, of

@@ -52,14 +52,19 @@ pub fn http_fields(head: &[u8]) -> Vec<(String, String)> {
 /// decodes is used).
 pub fn text_of(mime: &str, transfer: &str, content: &str, body: &[u8]) -> Option<Text> {
     let kind = kind_of(mime)?;
+    // A body stored already decoded (some crawlers write it so, headers unchanged) is
+    // read as it is: as warcio does, what does not decode is taken raw.
     let dechunked;
     let body = if transfer.to_ascii_lowercase().contains("chunked") {
         dechunked = dechunk(body);
-        &dechunked[..]
+        if dechunked.is_empty() { body } else { &dechunked[..] }
     } else {
         body
     };
-    let decoded = decode_content(content, body)?;
+    let mut decoded = decode_content(content, body)?;
+    if decoded.is_empty() && !body.is_empty() {
+        decoded = body[..body.len().min(MAX_INPUT)].to_vec();
+    }
     let charset = mime.split(';').skip(1).find_map(|p| {
         let (name, value) = p.split_once('=')?;
         name.trim().eq_ignore_ascii_case("charset").then(|| value.trim().trim_matches('"').to_string())

@@ -27,6 +27,8 @@ const THREADS: usize = 4;
 const MAX_HEAD: usize = 16 << 10;
 /// The most results of one request.
 const MAX_LIMIT: usize = 10_000;
+/// The rows of an API answer given a snippet.
+const SNIPPETS: usize = 100;
 
 /// What a request found: the searcher, the query, and (score, title, capture) each.
 type Found = (Arc<Searcher>, Query, Vec<(f32, String, Capture)>);
@@ -57,11 +59,12 @@ pub fn serve(store: Store, dir: &Path, listener: TcpListener, replay: &str) -> R
         threads.push(std::thread::spawn(move || {
             for conn in l.incoming() {
                 match conn {
-                    Ok(c) => {
-                        if let Err(e) = s.answer(c) {
-                            log::warn!("serve: {e}");
-                        }
-                    }
+                    // (A bug in one answer, a panic, must not take the thread with it.)
+                    Ok(c) => match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.answer(c))) {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => log::warn!("serve: {e}"),
+                        Err(_) => log::error!("serve: a bug (a panic, above) answering a request"),
+                    },
                     Err(e) => log::warn!("serve: accept: {e}"),
                 }
             }
@@ -81,7 +84,7 @@ fn decode(s: &str) -> String {
     while i < b.len() {
         match b[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16) {
+            b'%' if i + 2 < b.len() && b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit() => match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16) {
                 Ok(v) => {
                     out.push(v);
                     i += 2;
@@ -106,25 +109,31 @@ fn snippet_html(s: &str) -> String {
 
 impl Server {
     fn searcher(&self) -> Result<Arc<Searcher>> {
-        let mut g = self.searcher.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, s)) = g.as_ref() {
+        if let Some((at, s)) = self.searcher.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             if at.elapsed() < Duration::from_secs(2) {
                 return Ok(s.clone());
             }
         }
+        // (Opened with no lock held: two requests may both open it; the later one stays.)
         let s = Arc::new(Searcher::open(&self.dir)?);
-        *g = Some((Instant::now(), s.clone()));
+        *self.searcher.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), s.clone()));
         Ok(s)
     }
 
     fn answer(&self, conn: TcpStream) -> std::io::Result<()> {
+        // A client has 10 s to send its request head, and to take each write of the answer.
+        let deadline = Instant::now() + Duration::from_secs(10);
         conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+        conn.set_write_timeout(Some(Duration::from_secs(10)))?;
         let mut r = BufReader::new(conn.try_clone()?);
         let mut line = String::new();
         r.by_ref().take(MAX_HEAD as u64).read_line(&mut line)?;
-        // The rest of the head (its fields are not needed), bounded.
+        // The rest of the head (its fields are not needed), bounded in bytes and time.
         let mut head = line.len();
         loop {
+            if Instant::now() > deadline {
+                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "request head not sent within 10 s"));
+            }
             let mut l = String::new();
             let n = r.by_ref().take((MAX_HEAD - head.min(MAX_HEAD)) as u64).read_line(&mut l)?;
             head += n;
@@ -199,8 +208,9 @@ impl Server {
         let (s, query, rows) = self.captures(get)?;
         let json = get("output").as_deref() == Some("json");
         let mut body = String::new();
-        for (score, title, c) in rows {
-            let snippet = s.snippet(&self.store, &query.q, &c).unwrap_or_default();
+        for (i, (score, title, c)) in rows.into_iter().enumerate() {
+            // Snippets for the first rows only: each reads its payload and extracts it again.
+            let snippet = if i < SNIPPETS { s.snippet(&self.store, &query.q, &c).unwrap_or_default() } else { String::new() };
             let urlkey = crate::format::cdx::surt(&c.row.url);
             let mut j = serde_json::json!({
                 "url": c.row.url, "mime": c.row.mime, "status": c.row.status, "digest": c.row.digest,

@@ -21,6 +21,7 @@
 pub mod build;
 pub mod catalog;
 pub mod extract;
+pub mod fragments;
 pub mod http;
 pub mod query;
 
@@ -56,17 +57,21 @@ pub(crate) struct Fields {
     pub tid: Field,
     pub title: Field,
     pub body: Field,
+    /// A fragment's id (`Unit::Fragments`).
+    pub fid: Field,
 }
 
-/// The text index's schema: the text id (indexed, to delete by; stored and fast, to read
-/// back), the title (stored, for results), the body with positions (for phrases), not
-/// stored (snippets come from the payload, extracted again).
+/// The text index's schema: the text id (indexed, to delete by; fast, to read back), the title (stored, for results), the body with positions (for phrases), not
+/// stored (snippets come from the payload, extracted again), and a fragment's id
+/// (`fragments`: a fragment's document has `fid` and `body`, its text's title one of its
+/// own, `tid` and `title`).
 pub(crate) fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
-    let tid = b.add_u64_field("tid", INDEXED | STORED | FAST);
+    let tid = b.add_u64_field("tid", INDEXED | FAST);
     let title = b.add_text_field("title", TEXT | STORED);
     let body = b.add_text_field("body", TEXT);
-    (b.build(), Fields { tid, title, body })
+    let fid = b.add_u64_field("fid", INDEXED | FAST);
+    (b.build(), Fields { tid, title, body, fid })
 }
 
 /// The directories of a search index kept in `dir`.
@@ -78,7 +83,22 @@ pub(crate) fn db_dir(dir: &Path) -> PathBuf {
     dir.join("db")
 }
 
+/// The unit of the index in `dir`, as it was made (`dir/unit`), if it was.
+pub(crate) fn unit_of(dir: &Path) -> Option<Unit> {
+    match std::fs::read_to_string(dir.join("unit")).ok()?.trim() {
+        "text" => Some(Unit::Text),
+        "fragments" => Some(Unit::Fragments),
+        "capture" => Some(Unit::Capture),
+        _ => None,
+    }
+}
+
 /// Whether `dir` holds a search index (or the start of one).
 pub fn exists(dir: &Path) -> bool {
     dir.is_dir()
+}
+
+/// The value of the u64 fast field `name` of the document `addr`.
+pub(crate) fn id_of(searcher: &tantivy::Searcher, addr: tantivy::DocAddress, name: &str) -> Option<u64> {
+    searcher.segment_reader(addr.segment_ord).fast_fields().u64(name).ok()?.first(addr.doc_id)
 }

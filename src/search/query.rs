@@ -18,6 +18,10 @@ use super::extract::{http_fields, text_of};
 use super::{db_dir, schema, text_dir, Fields, Result, SearchError};
 use crate::store::Store;
 
+/// The most captures of one text a search result lists (a boilerplate page captured
+/// millions of times is one result, not millions of rows in memory).
+pub const MAX_CAPTURES: usize = 10_000;
+
 /// What is asked.
 #[derive(Clone, Debug, Default)]
 pub struct Query {
@@ -57,6 +61,7 @@ pub struct Searcher {
     reader: IndexReader,
     cat: Catalog,
     fields: Fields,
+    unit: super::Unit,
 }
 
 impl Query {
@@ -80,7 +85,8 @@ impl Searcher {
         let index = Index::open_in_dir(&tdir).map_err(terr)?;
         let reader = index.reader().map_err(terr)?;
         let cat = Catalog::open(&db_dir(dir), true)?;
-        Ok(Searcher { index, reader, cat, fields: schema().1 })
+        let unit = super::unit_of(dir).unwrap_or(super::Unit::Text);
+        Ok(Searcher { index, reader, cat, fields: schema().1, unit })
     }
 
     fn parse(&self, q: &str) -> Result<Box<dyn tantivy::query::Query>> {
@@ -92,20 +98,52 @@ impl Searcher {
     /// The texts `q` finds (at most `q.texts`, best first), each with its captures that pass
     /// the filters; texts with none left out.
     pub fn search(&self, q: &Query) -> Result<Vec<Hit>> {
+        if self.unit == super::Unit::Fragments {
+            return self.search_fragments(q);
+        }
         let query = self.parse(&q.q)?;
         let searcher = self.reader.searcher();
         let top = searcher.search(&*query, &TopDocs::with_limit(q.texts.max(1)).order_by_score()).map_err(|err| SearchError::Text { path: "(search)".into(), err })?;
         let mut hits = Vec::new();
         for (score, addr) in top {
             let doc: TantivyDocument = searcher.doc(addr).map_err(|err| SearchError::Text { path: "(doc)".into(), err })?;
-            let Some(tid) = doc.get_first(self.fields.tid).and_then(|v| v.as_u64()) else { continue };
+            let Some(tid) = super::id_of(&searcher, addr, "tid") else { continue };
             let title = doc.get_first(self.fields.title).and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
             let mut captures = Vec::new();
             self.cat.captures(tid, &mut |file, offset, row| {
                 if q.keeps(&row) {
                     captures.push(Capture { file: file.to_string(), offset, row });
                 }
-                Ok(true)
+                Ok(captures.len() < MAX_CAPTURES)
+            })?;
+            if !captures.is_empty() {
+                hits.push(Hit { tid, score, title, captures });
+            }
+        }
+        Ok(hits)
+    }
+
+    /// `search` of an index of fragments: the texts `fragments::matching` finds, best first.
+    fn search_fragments(&self, q: &Query) -> Result<Vec<Hit>> {
+        let searcher = self.reader.searcher();
+        let mut texts: Vec<(u64, f32)> = super::fragments::matching(&self.index, &searcher, &self.cat, self.fields, &q.q)?.into_iter().collect();
+        texts.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        texts.truncate(q.texts.max(1));
+        let mut hits = Vec::new();
+        for (tid, score) in texts {
+            let title = searcher
+                .search(&tantivy::query::TermQuery::new(tantivy::Term::from_field_u64(self.fields.tid, tid), tantivy::schema::IndexRecordOption::Basic), &TopDocs::with_limit(1).order_by_score())
+                .map_err(|err| SearchError::Text { path: "(title)".into(), err })?
+                .first()
+                .and_then(|(_, a)| searcher.doc::<TantivyDocument>(*a).ok())
+                .and_then(|d| d.get_first(self.fields.title).and_then(|v| v.as_str().map(str::to_string)))
+                .unwrap_or_default();
+            let mut captures = Vec::new();
+            self.cat.captures(tid, &mut |file, offset, row| {
+                if q.keeps(&row) {
+                    captures.push(Capture { file: file.to_string(), offset, row });
+                }
+                Ok(captures.len() < MAX_CAPTURES)
             })?;
             if !captures.is_empty() {
                 hits.push(Hit { tid, score, title, captures });
@@ -116,13 +154,25 @@ impl Searcher {
 
     /// Every capture `q` finds (file, offset), whatever its score: for comparing indexes.
     pub fn all_captures(&self, q: &Query) -> Result<BTreeSet<(String, u64)>> {
+        if self.unit == super::Unit::Fragments {
+            let searcher = self.reader.searcher();
+            let mut out = BTreeSet::new();
+            for tid in super::fragments::matching(&self.index, &searcher, &self.cat, self.fields, &q.q)?.into_keys() {
+                self.cat.captures(tid, &mut |file, offset, row| {
+                    if q.keeps(&row) {
+                        out.insert((file.to_string(), offset));
+                    }
+                    Ok(true)
+                })?;
+            }
+            return Ok(out);
+        }
         let query = self.parse(&q.q)?;
         let searcher = self.reader.searcher();
         let docs = searcher.search(&*query, &DocSetCollector).map_err(|err| SearchError::Text { path: "(search)".into(), err })?;
         let mut out = BTreeSet::new();
         for addr in docs {
-            let doc: TantivyDocument = searcher.doc(addr).map_err(|err| SearchError::Text { path: "(doc)".into(), err })?;
-            let Some(tid) = doc.get_first(self.fields.tid).and_then(|v| v.as_u64()) else { continue };
+            let Some(tid) = super::id_of(&searcher, addr, "tid") else { continue };
             self.cat.captures(tid, &mut |file, offset, row| {
                 if q.keeps(&row) {
                     out.insert((file.to_string(), offset));
@@ -164,6 +214,21 @@ impl Searcher {
         let searcher = self.reader.searcher();
         let bytes = searcher.space_usage().map_err(|err| SearchError::Io { path: "(space usage)".into(), err })?.total().get_bytes();
         Ok((searcher.num_docs(), bytes))
+    }
+
+    /// The text index's bytes by part: term dictionary, postings, positions, fast fields,
+    /// field norms, stored fields, deletes; and its segments.
+    pub fn text_parts(&self) -> Result<(Vec<(&'static str, u64)>, usize)> {
+        let searcher = self.reader.searcher();
+        let usage = searcher.space_usage().map_err(|err| SearchError::Io { path: "(space usage)".into(), err })?;
+        let mut parts = vec![("termdict", 0u64), ("postings", 0), ("positions", 0), ("fast_fields", 0), ("fieldnorms", 0), ("store", 0), ("deletes", 0)];
+        for seg in usage.segments() {
+            let sizes = [seg.termdict().total(), seg.postings().total(), seg.positions().total(), seg.fast_fields().total(), seg.fieldnorms().total(), seg.store().total(), seg.deletes()];
+            for (p, b) in parts.iter_mut().zip(sizes) {
+                p.1 += b.get_bytes();
+            }
+        }
+        Ok((parts, usage.segments().len()))
     }
 }
 

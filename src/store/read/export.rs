@@ -158,7 +158,17 @@ impl Store {
             let io = |err: std::io::Error| StoreError::Io { path: path.clone(), err };
             let mut w = create(&path)?;
             view.write_to(self, &mut w, &mut |r| {
-                let text = self.resolved_text(&file.head, r)?;
+                // (A record that cannot be made is copied as it is stored, and counted.)
+                let text = match self.resolved_text(&file.head, r) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        log::warn!("{}: {e}; the revisit is copied as it is", file.name);
+                        (f.resolved, f.unresolved) = (f.resolved - 1, f.unresolved + 1);
+                        let mut stored = Vec::new();
+                        self.copy_range(&file.head, r.rev.offset, r.rev.offset + r.rev.length, &mut stored)?;
+                        return Ok(stored);
+                    }
+                };
                 if let Some(&j) = by_recipe.get(&r.orig.recipe).filter(|&&j| j != i) {
                     f.requires.insert(files[j].name.clone());
                 }

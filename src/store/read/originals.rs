@@ -70,18 +70,25 @@ impl Loc {
         Loc { ino: u64_at(0), recipe: u64_at(8), offset: u64_at(16), length: u64_at(24), hlen: u32_at(32), clen: u64_at(36), http: u32_at(44), member: b[48] != 0 }
     }
 
-    /// The original of record `r` of the file `ino` (recipe `recipe`), if a resolved record
-    /// can be made from what its headers say: its HTTP header whole among them, a block that
-    /// is in the file as text (a plain record or a member stored as its text).
+    /// Where record `r` of the file `ino` (recipe `recipe`) is, if its block is in the file
+    /// as text (a plain record or a member stored as its text) and whole: a record cut
+    /// short by the end of its file is none. `http` is its HTTP header's length, if its
+    /// block is an HTTP message (begins `HTTP/`) whose header the stored headers hold
+    /// whole; else 0 (a resource's block is all payload).
     pub(in crate::store) fn of(ino: u64, recipe: u64, r: &RecordHead) -> Option<Loc> {
         let member = match r.block {
             BlockAt::Plain => false,
             BlockAt::Member(..) => true,
             BlockAt::RawMember => return None,
         };
-        let http = r.http_header.as_deref().and_then(http_end)?;
         let clen = content_length(&r.warc_header)?;
-        (http as u64 <= clen).then_some(Loc { ino, recipe, offset: r.offset, length: r.length, hlen: u32::try_from(r.warc_header.len()).ok()?, clen, http: u32::try_from(http).ok()?, member })
+        let hlen = u32::try_from(r.warc_header.len()).ok()?;
+        if !member && r.length != hlen as u64 + clen {
+            return None;
+        }
+        let block = r.http_header.as_deref().unwrap_or_default();
+        let http = if block.starts_with(b"HTTP/") { http_end(block)? } else { 0 };
+        (http as u64 <= clen).then_some(Loc { ino, recipe, offset: r.offset, length: r.length, hlen, clen, http: u32::try_from(http).ok()?, member })
     }
 
     /// Its payload's length: the block after the HTTP header.

@@ -215,7 +215,7 @@ impl Store {
                     cut.length = at - cut.offset;
                     f(cut)?;
                 }
-                let record = RecordHead { offset: at, length: len.unwrap_or(end - at), warc_header, http_header, block: BlockAt::RawMember, shift: 0 };
+                let record = RecordHead { offset: at, length: len.unwrap_or(end - at), warc_header, http_header, block: BlockAt::RawMember, shift: 0, member_text: 0 };
                 match len {
                     Some(_) => f(record)?,
                     None => pending = Some(record),

@@ -30,6 +30,9 @@ pub struct RecordHead {
     pub http_header: Option<Vec<u8>>,
     /// Where its block is stored.
     pub(in crate::store) block: BlockAt,
+    /// A gzip member stored as its text: that text's length (this record and whatever
+    /// else the member holds); else 0.
+    pub(in crate::store) member_text: u64,
     /// What its index line's offset is less than `offset`: where the WARC holding it starts
     /// in the file (a WACZ's entry), else 0; wrapping: a record of a resolved view lies
     /// after where it is stored.
@@ -164,7 +167,8 @@ impl Store {
                         }
                         if bytes.starts_with(b"WARC/") {
                             if let Some((warc_header, http_header, _)) = split_heads(&bytes) {
-                                f(RecordHead { offset: pos, length: *comp_len, warc_header, http_header, block: BlockAt::Member(pno, sno as u32), shift: 0 })?;
+                                let member_text = plain.iter().map(|e| e.len as u64).sum();
+                                f(RecordHead { offset: pos, length: *comp_len, warc_header, http_header, block: BlockAt::Member(pno, sno as u32), shift: 0, member_text })?;
                             }
                         }
                     }
@@ -195,7 +199,7 @@ impl Store {
                                         // ends with the file, as warcio reads it.
                                         let offset = epos + at as u64;
                                         let length = len.min(head.size.saturating_sub(offset));
-                                        f(RecordHead { offset, length, warc_header, http_header, block: BlockAt::Plain, shift: 0 })?;
+                                        f(RecordHead { offset, length, warc_header, http_header, block: BlockAt::Plain, shift: 0, member_text: 0 })?;
                                     }
                                 }
                                 from = at + 5;

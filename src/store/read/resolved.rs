@@ -160,23 +160,14 @@ impl Store {
         let Some(orig) = originals.find(rev)?.filter(|o| !(o.recipe == head.id && o.offset == r.offset)) else { return Ok(None) };
         // The revisit's own HTTP header, unless it has none or it is a 304 (it describes no
         // body): then the original's.
-        let own_http = r.http_header.as_deref().filter(|h| !is_304(h)).and_then(http_end).unwrap_or(0);
-        let mut own = Loc { ino, recipe: head.id, offset: r.offset, length: r.length, hlen: 0, clen: 0, http: own_http as u32, member: false };
-        match Loc::of(ino, head.id, r) {
-            Some(l) => (own.hlen, own.clen, own.member) = (l.hlen, l.clen, l.member),
-            // A revisit with no HTTP header (an empty block, or one the headers do not hold
-            // whole): the original's HTTP header is used.
-            None if own_http == 0 => {
-                let Some(clen) = crate::store::read::records::content_length(&r.warc_header) else { return Ok(None) };
-                own.hlen = r.warc_header.len() as u32;
-                own.clen = clen;
-                own.member = matches!(r.block, crate::store::read::records::BlockAt::Member(..));
-                if r.block == crate::store::read::records::BlockAt::RawMember {
-                    return Ok(None);
-                }
-            }
-            None => return Ok(None),
+        let own_http = r.http_header.as_deref().filter(|h| h.starts_with(b"HTTP/") && !is_304(h)).and_then(http_end).unwrap_or(0);
+        // The revisit's own place: whole, and alone in its member (a member holding more is
+        // left as it is: its other records would be lost).
+        let Some(mut own) = Loc::of(ino, head.id, r) else { return Ok(None) };
+        if own.member && r.member_text != own.hlen as u64 + own.clen + 4 {
+            return Ok(None);
         }
+        own.http = own_http as u32;
         let block_len = if own_http > 0 { own_http as u64 } else { orig.http as u64 } + orig.payload_len();
         if block_len > MAX_RESOLVED || own.hlen as u64 + own.clen > MAX_REVISIT {
             return Ok(None);
