@@ -63,6 +63,12 @@ impl Catalog {
         let mut opts = rocksdb::Options::default();
         opts.create_if_missing(!read_only);
         opts.set_max_open_files(64);
+        // Capture rows repeat URLs and file paths, in no order zstd can use within RocksDB's
+        // 4 KiB blocks: larger blocks let it (the catalog is read a row at a time, cached).
+        opts.set_compression_type(rocksdb::DBCompressionType::Zstd);
+        let mut t = rocksdb::BlockBasedOptions::default();
+        t.set_block_size(64 << 10);
+        opts.set_block_based_table_factory(&t);
         let db = if read_only { DB::open_for_read_only(&opts, path, false) } else { DB::open(&opts, path) };
         Ok(Catalog { db: db.map_err(|err| SearchError::Db { path: path.to_path_buf(), err })?, path: path.to_path_buf() })
     }

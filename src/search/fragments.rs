@@ -73,12 +73,10 @@ pub fn cut(text: &str, analyzer: &mut tantivy::tokenizer::TextAnalyzer) -> (Vec<
     (out, n)
 }
 
+/// FNV-1a of a token: fixed, so that the cuts fall where they fell when the index was made
+/// whatever the build (std's hasher may change between Rust releases).
 fn hash(b: &[u8]) -> u64 {
-    use std::hash::Hasher;
-    // (Stable across runs and builds: cuts must fall where they fell when the index was made.)
-    let mut h = std::hash::DefaultHasher::new();
-    h.write(b);
-    h.finish()
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| (h ^ c as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// What a query's leaf is, per field: the fields it is looked up in, and its terms with
@@ -180,4 +178,54 @@ fn leaf_texts(searcher: &TSearcher, cat: &Catalog, fields: Fields, leaf: &Leaf, 
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn analyzer() -> tantivy::tokenizer::TextAnalyzer {
+        tantivy::tokenizer::TextAnalyzer::builder(tantivy::tokenizer::SimpleTokenizer::default()).filter(tantivy::tokenizer::RemoveLongFilter::limit(40)).filter(tantivy::tokenizer::LowerCaser).build()
+    }
+
+    /// Words that differ from text to text (no repeats), as a page's are.
+    fn words(from: usize, n: usize) -> Vec<String> {
+        (from..from + n).map(|i| format!("w{:x}", (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40)).collect()
+    }
+
+    #[test]
+    fn a_short_text_is_one_fragment_and_cuts_are_stable() {
+        let mut a = analyzer();
+        let short = words(0, K + W).join(" ");
+        assert_eq!(cut(&short, &mut a).0, vec![(0, short.len())]);
+        let long = words(0, 5_000).join(" ");
+        let (c1, n) = cut(&long, &mut a);
+        assert_eq!(n, 5_000);
+        assert!(c1.len() > 10 && c1.len() < 200, "{} fragments", c1.len());
+        assert_eq!(c1, cut(&long, &mut a).0, "the same cuts every time");
+        // Each fragment ends where the next one's own tokens begin (after its overlap).
+        assert_eq!(c1.last().unwrap().1, long.len());
+    }
+
+    /// A text edited in one place shares every fragment but those around the edit, and a
+    /// phrase of OVERLAP + 1 words over a cut lies whole in a fragment.
+    #[test]
+    fn an_edit_changes_the_fragments_around_it_only() {
+        let mut a = analyzer();
+        let mut w = words(0, 5_000);
+        let before = w.join(" ");
+        w[2_500] = "edited".into();
+        let after = w.join(" ");
+        let frags = |t: &str, a: &mut tantivy::tokenizer::TextAnalyzer| cut(t, a).0.into_iter().map(|(x, y)| t[x..y].to_string()).collect::<Vec<_>>();
+        let (f1, f2) = (frags(&before, &mut a), frags(&after, &mut a));
+        let shared = f2.iter().filter(|f| f1.contains(f)).count();
+        assert!(shared + 3 >= f2.len(), "{shared} of {} fragments shared", f2.len());
+        let all = before.split(' ').collect::<Vec<_>>();
+        for (x, _) in cut(&before, &mut a).0.into_iter().skip(1) {
+            // The fragment starting at x begins OVERLAP tokens before its own first token.
+            let start = before[..x].split(' ').filter(|s| !s.is_empty()).count();
+            let phrase = all[start..start + OVERLAP + 1].join(" ");
+            assert!(f1.iter().any(|f| f.contains(&phrase)), "{phrase}");
+        }
+    }
 }
