@@ -10,13 +10,13 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use common::pywb::*;
 use common::*;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -43,123 +43,15 @@ fn venv_bin() -> PathBuf {
     .clone()
 }
 
-/// Runs a venv tool to completion; panics with its output unless it exits 0.
-fn tool(bin: &Path, name: &str, args: &[&str], cwd: &Path) -> String {
-    let out = checked(Command::new(bin.join(name)).args(args).current_dir(cwd), &format!("{name} {args:?} (in {})", cwd.display()));
-    String::from_utf8(out.stdout).unwrap_or_else(|e| panic!("{name} {args:?}: output is not UTF-8: {e}"))
-}
 
-fn sorted_lines(text: &str) -> Vec<String> {
-    let mut v: Vec<String> = text.lines().filter(|l| !l.is_empty()).map(str::to_string).collect();
-    v.sort();
-    v
-}
 
-/// Describes how two sorted line lists differ (first few lines on each side).
-fn line_diff(a_name: &str, a: &[String], b_name: &str, b: &[String]) -> String {
-    let only_a: Vec<&String> = a.iter().filter(|l| b.binary_search(l).is_err()).take(10).collect();
-    let only_b: Vec<&String> = b.iter().filter(|l| a.binary_search(l).is_err()).take(10).collect();
-    format!("{} lines vs {} lines\nonly in {a_name}: {only_a:#?}\nonly in {b_name}: {only_b:#?}", a.len(), b.len())
-}
 
-/// A pywb `wayback` server on 127.0.0.1, killed when dropped.
-struct Wayback {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
 
-impl Wayback {
-    /// Starts `wayback` over ROOT (which holds `collections/`) and waits until it answers.
-    fn start(bin: &Path, root: &Path, log: &Path) -> Wayback {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let logf = fs::File::create(log).unwrap();
-        let child = Command::new(bin.join("wayback"))
-            .args(["-p", &port.to_string(), "-b", "127.0.0.1", "-d"])
-            .arg(root)
-            .stdin(Stdio::null())
-            .stdout(logf.try_clone().unwrap())
-            .stderr(logf)
-            .spawn()
-            .expect("spawn wayback");
-        let mut w = Wayback { child, port, log: log.to_path_buf() };
-        let t0 = Instant::now();
-        loop {
-            if let Some(st) = w.child.try_wait().unwrap() {
-                panic!("wayback over {} exited ({st}) before answering:\n{}", root.display(), w.log_text());
-            }
-            if let Ok(r) = http_get(port, "/") {
-                assert_eq!(r.status, 200, "wayback over {} answers / with {}:\n{}", root.display(), r.status_line, w.log_text());
-                return w;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(90), "wayback over {} did not answer on port {port} within 90 s:\n{}", root.display(), w.log_text());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
 
-    fn log_text(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
 
-impl Drop for Wayback {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
-struct Response {
-    status_line: String,
-    status: u16,
-    /// Header lines in order, as sent.
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
 
-/// A plain HTTP/1.0 GET (the server closes the connection after the response).
-fn http_get(port: u16, path: &str) -> std::io::Result<Response> {
-    let mut c = TcpStream::connect(("127.0.0.1", port))?;
-    c.set_read_timeout(Some(Duration::from_secs(120)))?;
-    write!(c, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: warcfs-replay-test\r\n\r\n")?;
-    let mut raw = Vec::new();
-    c.read_to_end(&mut raw)?;
-    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{what} in response to GET {path}"));
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| bad("no end of headers"))?;
-    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
-    let body = raw[end + 4..].to_vec();
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default().to_string();
-    let status = status_line.split(' ').nth(1).and_then(|x| x.parse().ok()).ok_or_else(|| bad("no status"))?;
-    let headers: Vec<(String, String)> =
-        lines.map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).unwrap_or((l.to_string(), String::new()))).collect();
-    if let Some((_, len)) = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-length")) {
-        if len.parse::<usize>().ok() != Some(body.len()) {
-            return Err(bad(&format!("Content-Length {len} but {} body bytes", body.len())));
-        }
-    }
-    Ok(Response { status_line, status, headers, body })
-}
 
-/// Headers that must agree between two servers replaying the same capture: all but Date,
-/// with each server's own address made neutral (Link and Content-Location name it).
-fn comparable_headers(r: &Response, port: u16) -> Vec<(String, String)> {
-    let me = format!("127.0.0.1:{port}");
-    r.headers.iter().filter(|(k, _)| !k.eq_ignore_ascii_case("date")).map(|(k, v)| (k.clone(), v.replace(&me, "127.0.0.1:PORT"))).collect()
-}
-
-/// Percent-encodes what cannot stand in a request line as is.
-fn request_safe(url: &str) -> String {
-    let mut out = String::new();
-    for b in url.bytes() {
-        if b.is_ascii_graphic() {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
 
 #[derive(Debug, Clone)]
 struct Capture {

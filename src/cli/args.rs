@@ -46,43 +46,34 @@ pub enum IndexFormat {
     Cdxj,
 }
 
+/// The index `search update` and `rebuild` make.
+#[derive(clap::Args)]
+pub struct SearchIndex {
+    /// The store whose search index this is (not mounted).
+    #[arg(value_hint = ValueHint::DirPath)]
+    pub store: PathBuf,
+    /// One document per capture, as archives index records (for measurements).
+    #[arg(long, hide = true)]
+    pub per_capture: bool,
+    /// One document per unique text, whole (for measurements).
+    #[arg(long, hide = true)]
+    pub whole_texts: bool,
+    /// Where the index is (default STORE/search; for measurements).
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub index_dir: Option<PathBuf>,
+}
+
 /// `warcfs search update | rebuild | stats`.
 #[derive(Subcommand)]
 pub enum SearchCmd {
     /// Make the search index, or bring it up to date with the store (not mounted; a mount
     /// keeps it up to date once it exists).
-    Update {
-        /// The store whose search index this is (update: not mounted).
-        #[arg(value_hint = ValueHint::DirPath)]
-        store: PathBuf,
-        /// One document per capture, as archives index records (for measurements).
-        #[arg(long, hide = true)]
-        per_capture: bool,
-        /// One document per unique text, whole (for measurements).
-        #[arg(long, hide = true)]
-        whole_texts: bool,
-        /// Where the index is (default STORE/search; for measurements).
-        #[arg(long, hide = true, value_name = "DIR")]
-        index_dir: Option<PathBuf>,
-    },
+    Update(SearchIndex),
     /// Make the search index again from the stored files.
-    Rebuild {
-        /// The store whose search index this is (update: not mounted).
-        #[arg(value_hint = ValueHint::DirPath)]
-        store: PathBuf,
-        /// One document per capture, as archives index records (for measurements).
-        #[arg(long, hide = true)]
-        per_capture: bool,
-        /// One document per unique text, whole (for measurements).
-        #[arg(long, hide = true)]
-        whole_texts: bool,
-        /// Where the index is (default STORE/search; for measurements).
-        #[arg(long, hide = true, value_name = "DIR")]
-        index_dir: Option<PathBuf>,
-    },
+    Rebuild(SearchIndex),
     /// What the search index holds: texts, captures, bytes.
     Stats {
-        /// The store whose search index this is (update: not mounted).
+        /// The store whose search index this is (may be mounted).
         #[arg(value_hint = ValueHint::DirPath)]
         store: PathBuf,
         /// One JSON object: documents, captures, texts, bytes of each part.

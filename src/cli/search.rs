@@ -23,10 +23,24 @@ fn writable(store: &Path) -> Result<Option<Store>> {
     }
 }
 
+/// The store, its search index in `dir` brought up to date first if the store is not
+/// mounted (a mount keeps it so itself).
+fn up_to_date(store: &Path, dir: &Path) -> Result<Store> {
+    match writable(store)? {
+        Some(s) => {
+            if search::exists(dir) {
+                search::build::update(&s, dir, None, &|| false).with_context(|| format!("{}: bringing the search index up to date", store.display()))?;
+            }
+            Ok(s)
+        }
+        None => Ok(Store::open_read_only(store)?),
+    }
+}
+
 pub fn command(cmd: SearchCmd, _quiet: bool) -> Result<i32> {
     match cmd {
-        SearchCmd::Update { store, per_capture, whole_texts, index_dir } => update(&store, dir_of(&store, index_dir), unit(per_capture, whole_texts), false),
-        SearchCmd::Rebuild { store, per_capture, whole_texts, index_dir } => update(&store, dir_of(&store, index_dir), unit(per_capture, whole_texts), true),
+        SearchCmd::Update(i) => update(&i.store, dir_of(&i.store, i.index_dir.clone()), unit(i.per_capture, i.whole_texts), false),
+        SearchCmd::Rebuild(i) => update(&i.store, dir_of(&i.store, i.index_dir.clone()), unit(i.per_capture, i.whole_texts), true),
         SearchCmd::Stats { store, json, index_dir } => stats(&dir_of(&store, index_dir), json),
     }
 }
@@ -89,15 +103,7 @@ fn stats(dir: &Path, json: bool) -> Result<i32> {
 /// Prints what `q` finds: per URL (or per capture), best first, at most `limit`.
 pub fn search(store: PathBuf, index_dir: Option<PathBuf>, mut q: Query, limit: usize, per_capture: bool, json: bool) -> Result<i32> {
     let dir = dir_of(&store, index_dir);
-    let s = match writable(&store)? {
-        Some(s) => {
-            if search::exists(&dir) {
-                search::build::update(&s, &dir, None, &|| false).with_context(|| format!("{}: bringing the search index up to date", store.display()))?;
-            }
-            s
-        }
-        None => Store::open_read_only(&store)?,
-    };
+    let s = up_to_date(&store, &dir)?;
     let searcher = Searcher::open(&dir)?;
     q.texts = limit.max(1) * 4;
     let hits = searcher.search(&q)?;
@@ -167,15 +173,9 @@ pub fn search(store: PathBuf, index_dir: Option<PathBuf>, mut q: Query, limit: u
 /// `warcfs serve`: the search page and API until the process is stopped.
 pub fn serve(store: PathBuf, listen: &str, replay: &str) -> Result<i32> {
     let dir = dir_of(&store, None);
-    let s = match writable(&store)? {
-        Some(s) => {
-            if search::exists(&dir) {
-                search::build::update(&s, &dir, None, &|| false).with_context(|| format!("{}: bringing the search index up to date", store.display()))?;
-            }
-            s
-        }
-        None => Store::open_read_only(&store)?,
-    };
+    // (Brought up to date, then read as a mounted store is: a mount may start meanwhile.)
+    drop(up_to_date(&store, &dir)?);
+    let s = Store::open_read_only(&store)?;
     let listener = std::net::TcpListener::bind(listen).with_context(|| format!("{listen}: cannot listen"))?;
     println!("serving the search of {} on http://{}", store.display(), listener.local_addr()?);
     use std::io::Write as _;

@@ -109,18 +109,22 @@ impl Searcher {
             let doc: TantivyDocument = searcher.doc(addr).map_err(|err| SearchError::Text { path: "(doc)".into(), err })?;
             let Some(tid) = super::id_of(&searcher, addr, "tid") else { continue };
             let title = doc.get_first(self.fields.title).and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-            let mut captures = Vec::new();
-            self.cat.captures(tid, &mut |file, offset, row| {
-                if q.keeps(&row) {
-                    captures.push(Capture { file: file.to_string(), offset, row });
-                }
-                Ok(captures.len() < MAX_CAPTURES)
-            })?;
-            if !captures.is_empty() {
-                hits.push(Hit { tid, score, title, captures });
-            }
+            hits.extend(self.hit(q, tid, score, title)?);
         }
         Ok(hits)
+    }
+
+    /// Text `tid` as a result of `q`: its captures that pass the filters (at most
+    /// `MAX_CAPTURES`), None if none does.
+    fn hit(&self, q: &Query, tid: u64, score: f32, title: String) -> Result<Option<Hit>> {
+        let mut captures = Vec::new();
+        self.cat.captures(tid, &mut |file, offset, row| {
+            if q.keeps(&row) {
+                captures.push(Capture { file: file.to_string(), offset, row });
+            }
+            Ok(captures.len() < MAX_CAPTURES)
+        })?;
+        Ok((!captures.is_empty()).then_some(Hit { tid, score, title, captures }))
     }
 
     /// `search` of an index of fragments: the texts `fragments::matching` finds, best first.
@@ -138,16 +142,7 @@ impl Searcher {
                 .and_then(|(_, a)| searcher.doc::<TantivyDocument>(*a).ok())
                 .and_then(|d| d.get_first(self.fields.title).and_then(|v| v.as_str().map(str::to_string)))
                 .unwrap_or_default();
-            let mut captures = Vec::new();
-            self.cat.captures(tid, &mut |file, offset, row| {
-                if q.keeps(&row) {
-                    captures.push(Capture { file: file.to_string(), offset, row });
-                }
-                Ok(captures.len() < MAX_CAPTURES)
-            })?;
-            if !captures.is_empty() {
-                hits.push(Hit { tid, score, title, captures });
-            }
+            hits.extend(self.hit(q, tid, score, title)?);
         }
         Ok(hits)
     }

@@ -1,6 +1,6 @@
 //! Helpers for the end-to-end tests of the `warcfs` binary: running it, parsing its output,
 //! checking a store, walking source trees, pack files, and the shared crawl corpus; mounts
-//! are in `mount`, the object-store cluster in `remote`.
+//! are in `mount`, the object-store cluster in `remote`, pywb and HTTP in `pywb`.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -11,6 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 pub mod mount;
+pub mod pywb;
 pub mod remote;
 // Each test file uses some of these, none all of them.
 #[allow(unused_imports)]
