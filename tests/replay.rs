@@ -135,29 +135,9 @@ fn replay_both(ours: &Wayback, reference: &Wayback, caps: &[Capture]) -> (Vec<St
     let mut body_bytes = 0;
     for c in caps {
         let path = format!("/test/{}id_/{}", c.timestamp, request_safe(&c.url));
-        let (a, b) = match (http_get(ours.port, &path), http_get(reference.port, &path)) {
-            (Ok(a), Ok(b)) => (a, b),
-            (a, b) => {
-                problems.push(format!("GET {path}: mount {:?}, plain {:?}", a.err(), b.err()));
-                continue;
-            }
-        };
-        if a.status != c.status || b.status != c.status {
-            problems.push(format!("GET {path}: archived status {}, mount {:?}, plain {:?}", c.status, a.status_line, b.status_line));
-        }
-        if a.status_line != b.status_line || comparable_headers(&a, ours.port) != comparable_headers(&b, reference.port) {
-            problems.push(format!(
-                "GET {path}: headers differ\nmount: {} {:?}\nplain: {} {:?}",
-                a.status_line,
-                comparable_headers(&a, ours.port),
-                b.status_line,
-                comparable_headers(&b, reference.port)
-            ));
-        }
-        if a.body != b.body {
-            let first = a.body.iter().zip(&b.body).position(|(x, y)| x != y).unwrap_or(a.body.len().min(b.body.len()));
-            problems.push(format!("GET {path}: body differs: {} bytes from the mount, {} from the plain copy, first difference at {first}", a.body.len(), b.body.len()));
-        }
+        let (mut p, a) = compare_replays(ours, reference, &path, c.status, "mount");
+        problems.append(&mut p);
+        let Some(a) = a else { continue };
         if c.status == 200 && a.body.is_empty() {
             problems.push(format!("GET {path}: empty body for a 200 capture"));
         }

@@ -447,29 +447,9 @@ fn replay_both(ours: &Wayback, reference: &Wayback, caps: &[Capture], served: &d
     let mut body_bytes = 0;
     for c in caps {
         let path = format!("/test/{}id_/{}", c.timestamp, request_safe(&c.url));
-        let (a, b) = match (http_get(ours.port, &path), http_get(reference.port, &path)) {
-            (Ok(a), Ok(b)) => (a, b),
-            (a, b) => {
-                problems.push(format!("GET {path}: view {:?}, plain {:?}", a.err(), b.err()));
-                continue;
-            }
-        };
-        if a.status != c.status || b.status != c.status {
-            problems.push(format!("GET {path}: archived status {}, view {:?}, plain {:?}", c.status, a.status_line, b.status_line));
-        }
-        if a.status_line != b.status_line || comparable_headers(&a, ours.port) != comparable_headers(&b, reference.port) {
-            problems.push(format!(
-                "GET {path}: headers differ\nview:  {} {:?}\nplain: {} {:?}",
-                a.status_line,
-                comparable_headers(&a, ours.port),
-                b.status_line,
-                comparable_headers(&b, reference.port)
-            ));
-        }
-        if a.body != b.body {
-            let first = first_diff(&a.body, &b.body);
-            problems.push(format!("GET {path}: body differs: {} bytes from the view, {} from the plain copy, first difference at {first}", a.body.len(), b.body.len()));
-        }
+        let (mut found, a) = compare_replays(ours, reference, &path, c.status, "view");
+        problems.append(&mut found);
+        let Some(a) = a else { continue };
         // The truth, which no revisit resolution made: what the site sent in that crawl.
         let p = served(c);
         // pywb undoes the chunking, and a content coding unless it keeps Content-Encoding.

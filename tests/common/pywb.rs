@@ -135,3 +135,28 @@ pub fn request_safe(url: &str) -> String {
     }
     out
 }
+
+/// GETs `path` (a capture archived with `status`) from both servers and gives what differs
+/// between the two answers (`ours` named `name` in messages), or from the archived status;
+/// and our answer, if both came.
+pub fn compare_replays(ours: &Wayback, reference: &Wayback, path: &str, status: u16, name: &str) -> (Vec<String>, Option<Response>) {
+    let mut problems = Vec::new();
+    let (a, b) = match (http_get(ours.port, path), http_get(reference.port, path)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (a, b) => {
+            problems.push(format!("GET {path}: {name} {:?}, plain {:?}", a.err(), b.err()));
+            return (problems, None);
+        }
+    };
+    if a.status != status || b.status != status {
+        problems.push(format!("GET {path}: archived status {status}, {name} {:?}, plain {:?}", a.status_line, b.status_line));
+    }
+    if a.status_line != b.status_line || comparable_headers(&a, ours.port) != comparable_headers(&b, reference.port) {
+        problems.push(format!("GET {path}: headers differ\n{name}: {} {:?}\nplain: {} {:?}", a.status_line, comparable_headers(&a, ours.port), b.status_line, comparable_headers(&b, reference.port)));
+    }
+    if a.body != b.body {
+        let first = super::first_diff(&a.body, &b.body);
+        problems.push(format!("GET {path}: body differs: {} bytes from the {name}, {} from the plain copy, first difference at {first}", a.body.len(), b.body.len()));
+    }
+    (problems, Some(a))
+}
