@@ -7,14 +7,15 @@
 //! The originals' tables are built when the view is first asked about, and again when the
 //! store has changed (at most once a second, as `/.warcfs/index.cdxj`); a build reads the
 //! headers of every stored WARC, on the thread that asked, one build at a time (seconds on
-//! a large store; other requests of the view use the tables before it meanwhile). Each file's layout is kept with the tables it was made from (at most
-//! `LAYOUTS`). Inode numbers are the view's (`wacz::ViewInos`), node `RESOLVED` of a
-//! directory or file.
+//! a large store; other requests of the view use the tables before it meanwhile). Each
+//! file's layout is kept with the tables it was made from (at most `LAYOUTS`), and the
+//! resolved records read, for all readers together, up to `MADE_RECORDS` bytes. Inode
+//! numbers are the view's (`wacz::ViewInos`), node `RESOLVED` of a directory or file.
 
 use super::*;
 use super::data::with_reply_buffer;
 use super::wacz::EntryRead;
-use crate::store::{is_warc_name, LastRecord, Originals, ResolvedFile};
+use crate::store::{is_warc_name, MadeRecords, Originals, ResolvedFile};
 
 pub(super) const RESOLVED_NAME: &[u8] = b"resolved";
 pub(super) const RESOLVED_INO: u64 = u64::MAX - 4;
@@ -24,21 +25,29 @@ pub(super) const RESOLVED_INDEX_INO: u64 = u64::MAX - 5;
 pub(super) const RESOLVED: usize = usize::MAX;
 /// Layouts kept at most (a few hundred bytes per resolved record).
 const LAYOUTS: usize = 64;
+/// Bytes of resolved records kept for readers, all of them together.
+pub(super) const MADE_RECORDS: u64 = 128 << 20;
 
 /// The originals' tables (the store generation they were built at, when; whether a build
 /// runs), and the layouts made with them.
-#[derive(Default)]
 pub(super) struct ResolvedState {
     originals: Option<(u64, Instant, Arc<Originals>)>,
     building: bool,
     /// By inode: the recipe and the tables a layout was made of, and the layout.
     layouts: HashMap<u64, (u64, Arc<Originals>, Arc<ResolvedFile>)>,
+    /// The resolved records readers read, made once while kept.
+    made: Arc<MadeRecords>,
 }
 
-/// An open file of the view: its layout and the last resolved record made for it.
+impl Default for ResolvedState {
+    fn default() -> ResolvedState {
+        ResolvedState { originals: None, building: false, layouts: HashMap::new(), made: Arc::new(MadeRecords::new(MADE_RECORDS)) }
+    }
+}
+
+/// An open file of the view: its layout.
 pub(super) struct ResolvedRead {
     file: Arc<ResolvedFile>,
-    last: LastRecord,
 }
 
 impl Inner {
@@ -173,13 +182,14 @@ impl Inner {
     /// How a handle of the view of the stored WARC `sino` reads.
     pub(super) fn resolved_open(&self, sino: u64) -> Result<EntryRead, Errno> {
         let file = self.layout(sino)?.ok_or(Errno::EISDIR)?;
-        Ok(EntryRead::Resolved(Arc::new(ResolvedRead { file, last: LastRecord::default() })))
+        Ok(EntryRead::Resolved(Arc::new(ResolvedRead { file })))
     }
 
     /// Up to `size` bytes at `offset` of an open file of the view.
     pub(super) fn resolved_read(&self, r: &ResolvedRead, offset: u64, size: u32, reply: ReplyData) {
         let n = r.file.size.saturating_sub(offset).min(size as u64) as usize;
-        with_reply_buffer(n, |buf| match r.file.read_at(&self.store, offset, &mut buf[..n], &r.last) {
+        let made = self.resolved.locked().made.clone();
+        with_reply_buffer(n, |buf| match r.file.read_at(&self.store, offset, &mut buf[..n], &made) {
             Ok(done) => reply.data(&buf[..done]),
             Err(e) => {
                 log::error!("/.warcfs/resolved: reading {n} bytes at {offset} of the view of recipe {}: {e}", r.file.head.id);

@@ -50,7 +50,7 @@ pub use read::ahead::{ReadAhead, START_AFTER as STREAMING_RUN};
 pub use read::entries::{is_wacz_name, is_warc_name, EntryTree, MAX_INFLATED};
 pub use read::export::ExportedFile;
 pub use read::originals::Originals;
-pub use read::resolved::{LastRecord, ResolvedFile, MAX_RESOLVED, RESOLVED_DIR};
+pub use read::resolved::{MadeRecords, ResolvedFile, MAX_RESOLVED, RESOLVED_DIR};
 pub use config::{Compression, Config, Parses, Verify, Writers};
 pub use fsops::{FileUsage, Prepared};
 pub use ingest::{Presplit, Source};

@@ -45,6 +45,8 @@ enum Part {
 /// A stored WARC as its resolved view shows it.
 #[derive(Debug)]
 pub struct ResolvedFile {
+    /// This layout's own id (a file's layout made again, with other originals, is another).
+    pub id: u64,
     pub head: RecipeHead,
     pub size: u64,
     /// Each part and where it starts in the view.
@@ -63,8 +65,47 @@ pub struct Resolved<'a> {
     pub resolution: Option<(&'a [u8], &'a Resolution)>,
 }
 
-/// The last resolved record made for a reader: its part and bytes.
-pub type LastRecord = Mutex<Option<(usize, Arc<Vec<u8>>)>>;
+/// Resolved records made for readers, by layout and part, shared by every reader and
+/// bounded in bytes: a reader going through a record a page at a time makes it once, and
+/// readers of many files hold no more than the budget between them.
+pub struct MadeRecords {
+    held: Mutex<Held>,
+    budget: u64,
+}
+
+/// The records kept, by (layout id, part), and their bytes.
+struct Held {
+    records: lru::LruCache<PartKey, Arc<Vec<u8>>>,
+    bytes: u64,
+}
+
+/// A layout's id and a part of it.
+type PartKey = (u64, usize);
+
+impl MadeRecords {
+    pub fn new(budget: u64) -> MadeRecords {
+        MadeRecords { held: Mutex::new(Held { records: lru::LruCache::unbounded(), bytes: 0 }), budget }
+    }
+
+    fn get(&self, key: PartKey) -> Option<Arc<Vec<u8>>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).records.get(&key).cloned()
+    }
+
+    fn put(&self, key: PartKey, bytes: Arc<Vec<u8>>) {
+        let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = h.records.put(key, bytes.clone()) {
+            h.bytes -= old.len() as u64;
+        }
+        h.bytes += bytes.len() as u64;
+        while h.bytes > self.budget {
+            let Some((_, b)) = h.records.pop_lru() else { break };
+            h.bytes -= b.len() as u64;
+        }
+    }
+}
+
+/// Layout ids (`ResolvedFile::id`), for `MadeRecords`' keys.
+static NEXT_LAYOUT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl ResolvedFile {
     /// The resolved records, in file order.
@@ -72,10 +113,9 @@ impl ResolvedFile {
         self.parts.iter().filter_map(|(_, p)| if let Part::Record(r) = p { Some(&**r) } else { None })
     }
 
-    /// Up to `buf.len()` bytes at `offset` (fewer only at the end); `last` keeps the last
-    /// resolved record made, so that a reader going through one a page at a time makes it
-    /// once.
-    pub fn read_at(&self, store: &Store, offset: u64, buf: &mut [u8], last: &LastRecord) -> Result<usize> {
+    /// Up to `buf.len()` bytes at `offset` (fewer only at the end); the resolved records
+    /// read are made once while `made` holds them.
+    pub fn read_at(&self, store: &Store, offset: u64, buf: &mut [u8], made: &MadeRecords) -> Result<usize> {
         let mut done = 0usize;
         while done < buf.len() {
             let at = offset + done as u64;
@@ -95,12 +135,11 @@ impl ResolvedFile {
                     n
                 }
                 Part::Record(r) => {
-                    let cached = last.lock().unwrap_or_else(|e| e.into_inner()).as_ref().filter(|(p, _)| *p == i).map(|(_, b)| b.clone());
-                    let bytes = match cached {
+                    let bytes = match made.get((self.id, i)) {
                         Some(b) => b,
                         None => {
                             let b = Arc::new(store.resolved_bytes(&self.head, r)?);
-                            *last.lock().unwrap_or_else(|e| e.into_inner()) = Some((i, b.clone()));
+                            made.put((self.id, i), b.clone());
                             b
                         }
                     };
@@ -120,7 +159,7 @@ impl Store {
     /// up in `originals`; `each` is handed every record on the way (for an index of the
     /// view).
     pub fn resolve_file(&self, ino: u64, head: &RecipeHead, originals: &Originals, each: &mut dyn FnMut(Resolved) -> Result<()>) -> Result<ResolvedFile> {
-        let mut f = ResolvedFile { head: head.clone(), size: 0, parts: Vec::new(), resolved: 0, unresolved: 0 };
+        let mut f = ResolvedFile { id: NEXT_LAYOUT.fetch_add(1, std::sync::atomic::Ordering::Relaxed), head: head.clone(), size: 0, parts: Vec::new(), resolved: 0, unresolved: 0 };
         let mut pos = 0u64;
         self.each_warc_record(head, &mut |r| {
             if r.offset < pos {
@@ -326,4 +365,24 @@ impl ResolvedFile {
 /// Whether an HTTP header is a 304's.
 fn is_304(h: &[u8]) -> bool {
     h.starts_with(b"HTTP/1.1 304") || h.starts_with(b"HTTP/1.0 304")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records made for readers are kept within the budget, the least recently read going
+    /// first.
+    #[test]
+    fn made_records_stay_within_their_budget() {
+        let m = MadeRecords::new(100);
+        for i in 0..3 {
+            m.put((1, i), Arc::new(vec![0u8; 40]));
+        }
+        assert!(m.get((1, 0)).is_none(), "the oldest went");
+        assert!(m.get((1, 1)).is_some() && m.get((1, 2)).is_some());
+        m.put((2, 0), Arc::new(vec![0u8; 40]));
+        assert!(m.get((1, 1)).is_none() && m.get((1, 2)).is_some() && m.get((2, 0)).is_some(), "(1, 2) read since");
+        assert!(m.held.lock().unwrap().bytes <= 100);
+    }
 }
