@@ -25,8 +25,9 @@ pub(super) const RESOLVED_INDEX_INO: u64 = u64::MAX - 5;
 pub(super) const RESOLVED: usize = usize::MAX;
 /// Layouts kept at most (a few hundred bytes per resolved record).
 const LAYOUTS: usize = 64;
-/// Bytes of resolved records kept for readers, all of them together.
-pub(super) const MADE_RECORDS: u64 = 128 << 20;
+/// Bytes of resolved records kept for readers, all of them together (and the last one
+/// made, whatever its size): enough for the records a few readers are in.
+pub(super) const MADE_RECORDS: u64 = 16 << 20;
 
 /// The originals' tables (the store generation they were built at, when; whether a build
 /// runs), and the layouts made with them.

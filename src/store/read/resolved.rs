@@ -97,7 +97,8 @@ impl MadeRecords {
             h.bytes -= old.len() as u64;
         }
         h.bytes += bytes.len() as u64;
-        while h.bytes > self.budget {
+        // (The record just made stays, whatever its size: its reader reads on in it.)
+        while h.bytes > self.budget && h.records.len() > 1 {
             let Some((_, b)) = h.records.pop_lru() else { break };
             h.bytes -= b.len() as u64;
         }
@@ -384,5 +385,10 @@ mod tests {
         m.put((2, 0), Arc::new(vec![0u8; 40]));
         assert!(m.get((1, 1)).is_none() && m.get((1, 2)).is_some() && m.get((2, 0)).is_some(), "(1, 2) read since");
         assert!(m.held.lock().unwrap().bytes <= 100);
+        // One larger than the budget stays until the next.
+        m.put((3, 0), Arc::new(vec![0u8; 500]));
+        assert!(m.get((3, 0)).is_some() && m.get((2, 0)).is_none());
+        m.put((3, 1), Arc::new(vec![0u8; 10]));
+        assert!(m.get((3, 0)).is_none() && m.get((3, 1)).is_some());
     }
 }
