@@ -59,13 +59,11 @@ fn run(store: &Store, stop: &AtomicBool) {
                 if u.files_indexed + u.files_removed > 0 {
                     log::info!("search index: {} files indexed, {} removed, {} captures, {} documents added, {} deleted", u.files_indexed, u.files_removed, u.captures, u.documents_added, u.documents_deleted);
                 }
-                done_at = Some(gen);
             }
             Ok(Err(e)) => log::error!("search index {}: {e}; trying again once the store changes", dir.display()),
             Err(_) => log::error!("search index {}: a bug (a panic, above); trying again once the store changes", dir.display()),
         }
-        if done_at != Some(gen) {
-            done_at = Some(gen);
-        }
+        // (A failed update is tried again once the store changes.)
+        done_at = Some(gen);
     }
 }

@@ -35,14 +35,14 @@ pub(super) struct ResolvedState {
     originals: Option<(u64, Instant, Arc<Originals>)>,
     building: bool,
     /// By inode: the recipe and the tables a layout was made of, and the layout.
-    layouts: HashMap<u64, (u64, Arc<Originals>, Arc<ResolvedFile>)>,
+    layouts: lru::LruCache<u64, (u64, Arc<Originals>, Arc<ResolvedFile>)>,
     /// The resolved records readers read, made once while kept.
     made: Arc<MadeRecords>,
 }
 
 impl Default for ResolvedState {
     fn default() -> ResolvedState {
-        ResolvedState { originals: None, building: false, layouts: HashMap::new(), made: Arc::new(MadeRecords::new(MADE_RECORDS)) }
+        ResolvedState { originals: None, building: false, layouts: lru::LruCache::new(std::num::NonZeroUsize::new(LAYOUTS).expect("nonzero")), made: Arc::new(MadeRecords::new(MADE_RECORDS)) }
     }
 }
 
@@ -121,10 +121,7 @@ impl Inner {
         }
         let f = Arc::new(f);
         let mut st = self.resolved.locked();
-        if st.layouts.len() >= LAYOUTS {
-            st.layouts.clear();
-        }
-        st.layouts.insert(ino, (head.id, originals, f.clone()));
+        st.layouts.put(ino, (head.id, originals, f.clone()));
         Ok(Some(f))
     }
 

@@ -343,7 +343,7 @@ impl<'a> Round<'a> {
         if !(response || resource || revisit) {
             return Ok(());
         }
-        let http = r.http_header.as_deref().map(|b| &b[..b.windows(4).position(|w| w == b"\r\n\r\n").map_or(b.len(), |e| e + 4)]);
+        let http = r.http_header.as_deref().map(|b| &b[..crate::format::warc::header_end(b).unwrap_or(b.len())]);
         let fields = http.map(http_fields).unwrap_or_default();
         let field = |n: &str| fields.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()).unwrap_or_default();
         let status = http.and_then(|b| String::from_utf8_lossy(b).split_whitespace().nth(1).map(str::to_string)).unwrap_or_else(|| "-".into());

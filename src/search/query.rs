@@ -247,10 +247,11 @@ pub fn capture_text(store: &Store, c: &Capture) -> Result<Option<String>> {
     } else {
         raw
     };
-    let find = |b: &[u8]| b.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    let find = crate::format::warc::header_end;
     let Some(warc_end) = find(&record) else { return Ok(None) };
     let block = &record[warc_end..];
-    let is_resource = record[..warc_end].windows(19).any(|w| w.eq_ignore_ascii_case(b"WARC-Type: resource"));
+    let warc = crate::format::warc::revisit::Header::parse(&record[..warc_end]);
+    let is_resource = warc.as_ref().is_some_and(|h| h.is("resource"));
     let (http, payload) = if is_resource {
         (Vec::new(), block)
     } else {
@@ -258,6 +259,8 @@ pub fn capture_text(store: &Store, c: &Capture) -> Result<Option<String>> {
         (http_fields(&block[..e]), &block[e..])
     };
     let field = |n: &str| http.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str()).unwrap_or("");
-    let mime = if is_resource { c.row.mime.as_str() } else { field("content-type") };
+    // (A resource's type as it was indexed: its WARC Content-Type, charset and all.)
+    let resource_type = warc.as_ref().and_then(|h| h.get("Content-Type")).map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default();
+    let mime = if is_resource { resource_type.as_str() } else { field("content-type") };
     Ok(text_of(mime, field("transfer-encoding"), field("content-encoding"), payload).map(|t| t.body))
 }

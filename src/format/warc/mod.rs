@@ -439,5 +439,10 @@ fn find_byte(byte: u8, hay: &[u8]) -> Option<usize> {
         .map(|i| base + i)
 }
 
+/// Where a header block (WARC's or HTTP's) ends: just after its blank line.
+pub fn header_end(b: &[u8]) -> Option<usize> {
+    memchr::memmem::find(b, b"\r\n\r\n").map(|i| i + 4)
+}
+
 #[cfg(test)]
 mod tests;

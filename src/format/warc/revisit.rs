@@ -21,7 +21,7 @@ impl Header {
     /// one: no `WARC/` version line, a line with no colon, no blank line. Folded lines are
     /// kept with the field they continue.
     pub fn parse(block: &[u8]) -> Option<Header> {
-        let end = block.windows(4).position(|w| w == b"\r\n\r\n")?;
+        let end = super::header_end(block)? - 4;
         let mut lines = block[..end].split(|&b| b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l));
         let version = lines.next()?.to_vec();
         if !version.starts_with(b"WARC/") {

@@ -98,9 +98,7 @@ impl Loc {
 }
 
 /// Where an HTTP block's header ends (after its blank line).
-pub(in crate::store) fn http_end(block: &[u8]) -> Option<usize> {
-    block.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
-}
+pub(in crate::store) use crate::format::warc::header_end as http_end;
 
 fn key(s: &[u8]) -> [u8; KEY] {
     sha2::Sha256::digest(s)[..KEY].try_into().expect("16 bytes")
