@@ -663,6 +663,12 @@ impl Batch {
         self.wb.put_cf(idx.cf("meta"), name.as_bytes(), v.to_le_bytes());
     }
 
+    /// The same for bytes: a record derived from what gc did, that an index rebuilt without
+    /// it does without (gc's settling dictionary, `store::maint::train`).
+    pub fn put_meta_bytes_unlogged(&mut self, idx: &Index, name: &str, v: &[u8]) {
+        self.wb.put_cf(idx.cf("meta"), name.as_bytes(), v);
+    }
+
     /// Hints (`HINT_CFS`), never logged; nothing on an index without them.
     pub fn put_capture(&mut self, idx: &Index, url: &UrlKey, key: &ChunkKey) {
         if idx.hints {

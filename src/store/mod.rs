@@ -60,6 +60,7 @@ pub use ingest::direct::ImportFile;
 pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
 pub use maint::fsck::{FsckReport, MAX_PROBLEMS};
 pub use maint::gc::{GcOptions, GcReport, ScanLimits};
+pub use maint::train::Training;
 pub use maint::stats::{ByteCategories, ByteCounts, ByteUse, Stats};
 pub(crate) use backend::{node_base, remote_err};
 pub(crate) use foreign::Keep;

@@ -107,7 +107,7 @@ impl Dicts {
             return None;
         }
         let (samples, sizes) = (std::mem::take(&mut self.samples), std::mem::take(&mut self.sizes));
-        match train_fast_cover(&samples, &sizes) {
+        match train_fast_cover(&samples, &sizes, DICT_SIZE) {
             Ok(d) => Some(d),
             Err(e) => {
                 log::warn!("training a zstd dictionary on {} samples failed: {e}; chunks stay compressed without one", sizes.len());
@@ -246,15 +246,15 @@ impl<'a> Shared<'a> {
 /// the store after gc was 0.2 MB larger.
 const DICT_SEGMENT: u32 = 1998;
 
-/// A dictionary of at most DICT_SIZE bytes trained on `samples` (concatenated, of `sizes`)
+/// A dictionary of at most `size` bytes trained on `samples` (concatenated, of `sizes`)
 /// by zstd's fastCover with `ZDICT_trainFromBuffer`'s settings but one segment size.
-fn train_fast_cover(samples: &[u8], sizes: &[usize]) -> std::io::Result<Vec<u8>> {
+pub(in crate::store) fn train_fast_cover(samples: &[u8], sizes: &[usize], size: usize) -> std::io::Result<Vec<u8>> {
     use zstd::zstd_safe::zstd_sys as sys;
     let n = u32::try_from(sizes.len()).map_err(|_| std::io::Error::other("too many samples"))?;
     if sizes.iter().sum::<usize>() != samples.len() {
         return Err(std::io::Error::other("sample sizes do not add up"));
     }
-    let mut dict = vec![0u8; DICT_SIZE];
+    let mut dict = vec![0u8; size];
     // steps and splitPoint as ZDICT_trainFromBuffer sets them (0: zstd's defaults, a quarter of
     // the samples kept to test on); k fixed, so only that size is tried.
     let mut params = sys::ZDICT_fastCover_params_t {

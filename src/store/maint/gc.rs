@@ -149,7 +149,7 @@ impl Store {
         if rep.chunks_dropped > 0 {
             self.refuse_dropping_referenced()?;
         }
-        let (damaged, kept, deltas_made) = self.rewrite_packs(&mut ns, &rewrite, settling)?;
+        let (damaged, kept, deltas_made, new_dict) = self.rewrite_packs(&mut ns, &rewrite, settling)?;
         rep.deltas_made = deltas_made;
         rep.chunks_damaged = damaged + plan.damaged;
         // A pack with a live blob that could not be read stays, that blob's entry with it.
@@ -204,6 +204,9 @@ impl Store {
         // What is settled now, so that the next gc need not ask those packs again.
         let mut marks = Batch::new();
         plan.mark(self, &mut marks);
+        if let Some(k) = new_dict {
+            marks.put_meta_bytes_unlogged(&self.index, crate::store::maint::train::META_KEY, &k.to_bytes());
+        }
         if !marks.is_empty() {
             self.index.write(marks)?;
         }
@@ -240,10 +243,10 @@ impl Store {
     /// is not copied, and its pack, returned in the set, must stay (one damaged chunk must
     /// not stop every gc, nor be written anew under a checksum of its damage). And how many
     /// deltas it made.
-    fn rewrite_packs(&self, ns: &mut Ns, ids: &HashSet<u64>, settling: bool) -> Result<(u64, HashSet<u64>, u64)> {
+    fn rewrite_packs(&self, ns: &mut Ns, ids: &HashSet<u64>, settling: bool) -> Result<(u64, HashSet<u64>, u64, Option<ChunkKey>)> {
         let mut kept = HashSet::new();
         if ids.is_empty() {
-            return Ok((0, kept, 0));
+            return Ok((0, kept, 0, None));
         }
         let runs = self.runs_dir()?;
         // Pack ‖ offset ‖ key ‖ the rest of the entry: sorted, the blobs in their old order.
@@ -265,16 +268,30 @@ impl Store {
         }
         // Deltas (format 9) are made of chunks settled for the first time: those of packs
         // whose first blob is at level 0.
-        let mut bases = delta::make::Choosing { enabled: settling && crate::store::deltas(self.config.version), ..Default::default() };
-        if bases.enabled {
+        let mut fresh = HashSet::new();
+        if settling {
             for &id in ids {
                 if self.packs.first_settled(id)? == Some(0) {
-                    bases.fresh.insert(id);
+                    fresh.insert(id);
                 }
             }
         }
-        let mut out = Rewritten { open: None, moved: HashMap::new(), spent: Vec::new(), bases };
         let mut dicts = settle::Dicts::default();
+        let target = if settling { self.settle_dictionary(&fresh)? } else { None };
+        let mut bases = delta::make::Choosing { enabled: settling && crate::store::deltas(self.config.version), ..Default::default() };
+        if bases.enabled {
+            bases.fresh = fresh;
+        }
+        let mut out = Rewritten { open: None, moved: HashMap::new(), spent: Vec::new(), bases };
+        let mut new_dict = None;
+        if let Some(t) = target.filter(|t| dicts.target(t.key.digest, &t.bytes, self.settle_level())) {
+            if t.new {
+                // First in gc's first pack: its entry commits with that pack's, before or
+                // with every chunk compressed with it.
+                self.write_dictionary(&mut out, &t)?;
+                new_dict = Some(t.key);
+            }
+        }
         // Blobs read and not yet written: settled a batch at a time, on two threads.
         let mut blobs: Vec<settle::Blob> = Vec::new();
         let (mut batch_bytes, mut damaged) = (0usize, 0u64);
@@ -304,7 +321,28 @@ impl Store {
         }
         damaged += self.write_rewritten(ns, &mut out, &mut dicts, blobs, settling)?;
         self.seal_rewritten(ns, &mut out)?;
-        Ok((damaged, kept, out.bases.made))
+        Ok((damaged, kept, out.bases.made, new_dict))
+    }
+
+    /// Appends the settling dictionary `t` (`train`) to gc's open pack as a `Dict` chunk,
+    /// compressed, refcount 1 for good as ingest's dictionaries.
+    fn write_dictionary(&self, out: &mut Rewritten, t: &crate::store::maint::train::Target) -> Result<()> {
+        let tmp_dir = crate::store::layout::packs_tmp(&self.root);
+        let level = self.settle_level();
+        let (codec, stored) = match zstd::bulk::compress(&t.bytes, level as i32) {
+            Ok(z) if z.len() < t.bytes.len() => (pack::Codec::Zstd, z),
+            _ => (pack::Codec::None, t.bytes.clone()),
+        };
+        if out.open.is_none() {
+            let nid = self.alloc_pack_id();
+            out.open = Some(OpenPack::create(&tmp_dir, nid, self.config.version).map_err(io_at(&tmp_dir))?);
+        }
+        let o = out.open.as_mut().expect("created");
+        let _taken = self.space.take((BLOB_HEADER_LEN + stored.len()) as u64).map_err(io_at(&tmp_dir))?;
+        let raw_len = u32::try_from(t.bytes.len()).map_err(|_| StoreError::Bug("a dictionary over 4 GiB".into()))?;
+        let info = o.append_settled(t.key, ChunkKind::Dict, codec, raw_len, &stored, level).map_err(io_at(&tmp_dir))?;
+        out.moved.insert(t.key, ChunkEntry { pack: o.id, offset: info.offset, stored_len: info.stored_len, raw_len, codec: codec as u8, kind: ChunkKind::Dict as u8, refs: 1 });
+        Ok(())
     }
 
     /// Seals gc's open pack, if any, and moves the index entries of its blobs there.
@@ -440,11 +478,13 @@ pub struct ScanLimits {
     pub run_bytes: usize,
     /// Chunk entries changed per index batch.
     pub batch_ops: usize,
+    /// The settling dictionary's sizes (`train`; its samples are the memory it holds).
+    pub training: crate::store::maint::train::Training,
 }
 
 impl Default for ScanLimits {
     fn default() -> Self {
-        ScanLimits { run_bytes: 32 << 20, batch_ops: 100_000 }
+        ScanLimits { run_bytes: 32 << 20, batch_ops: 100_000, training: Default::default() }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Maintenance: whole-store passes that run beside or instead of the mount. `stats` (what
 //! is stored, and where its bytes go), `gc` (with the sorted reference stream gc and fsck
-//! share), `settle` (gc's rewrite of packs at an archival zstd level), `fsck` (every
+//! share), `settle` (gc's rewrite of packs at an archival zstd level; `train`, the dictionary it
+//! compresses with in a store made for size), `fsck` (every
 //! reference checked), `repair` (the index rebuilt from the packs), `snapshot` (a
 //! consistent copy of the store).
 
@@ -10,6 +11,7 @@ pub(in crate::store) mod repair;
 pub(in crate::store) mod settle;
 pub(in crate::store) mod snapshot;
 pub(in crate::store) mod stats;
+pub(in crate::store) mod train;
 
 #[cfg(test)]
 mod tests;

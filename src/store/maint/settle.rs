@@ -98,6 +98,9 @@ impl Blob {
 enum Settled {
     /// Its bytes at the store's level (`level`; kept only if smaller).
     Smaller(Vec<u8>),
+    /// Its bytes with the settling dictionary (`Dicts::target`), as a `ZstdDict` blob stores
+    /// them (kept only if smaller).
+    WithDict(Vec<u8>),
     /// Its bytes against its base (`Blob::base`), as a `ZstdDelta` blob stores them.
     Delta(Vec<u8>),
     /// Not recompressed.
@@ -112,6 +115,18 @@ enum Settled {
 #[derive(Default)]
 pub(in crate::store) struct Dicts {
     ready: HashMap<Digest, Option<(zstd::zstd_safe::CDict<'static>, pack::Dictionary)>>,
+    /// The dictionary text chunks are compressed with instead of their own (`train`), at
+    /// the store's level.
+    target: Option<(Digest, zstd::zstd_safe::CDict<'static>)>,
+}
+
+impl Dicts {
+    /// Compresses text chunks with dictionary `bytes` (`digest`) from now on, at `level`;
+    /// false if zstd cannot prepare it.
+    pub fn target(&mut self, digest: Digest, bytes: &[u8], level: u8) -> bool {
+        self.target = zstd::zstd_safe::CDict::try_create(bytes, level as i32).map(|c| (digest, c));
+        self.target.is_some()
+    }
 }
 
 impl Store {
@@ -204,11 +219,15 @@ impl Store {
         for (b, r) in blobs.iter_mut().zip(done) {
             match r.ok_or_else(|| StoreError::Bug("a settling thread gave no result".into()))?? {
                 Settled::Smaller(stored) if stored.len() < b.stored.len() => b.stored = stored,
+                Settled::WithDict(stored) if stored.len() < b.stored.len() => {
+                    b.stored = stored;
+                    b.entry.codec = Codec::ZstdDict as u8;
+                }
                 Settled::Delta(stored) => {
                     b.stored = stored;
                     b.entry.codec = Codec::ZstdDelta as u8;
                 }
-                Settled::Smaller(_) | Settled::Kept => {}
+                Settled::Smaller(_) | Settled::WithDict(_) | Settled::Kept => {}
                 Settled::Damaged(e) => {
                     log::warn!("gc: {e}; copied as it is (run `warcfs fsck`)");
                     damaged += 1;
@@ -246,11 +265,14 @@ impl Store {
         // A header block stays packed as it was (`pack::packed_frame`): it is recompressed
         // only if it packs again.
         let frame = pack::frame_of(packed_headers, ChunkKind::from_u8(b.entry.kind), &raw);
-        let settled = match (dict, frame) {
-            (_, None) => None,
+        // A text chunk goes to the settling dictionary, where there is one.
+        let target = dicts.target.as_ref().filter(|_| b.recompressed() && super::train::dictable(b.entry.kind));
+        let settled = match (target, dict, frame) {
+            (_, _, None) => None,
             _ if !b.recompressed() => None,
-            (Some((digest, (cdict, _))), Some(frame)) => dict::Shared::new(digest, cdict).compress(z.for_dictionary().ok_or_else(no_context)?, &frame),
-            (None, Some(frame)) => z.at(self.settle_level() as i32).ok_or_else(no_context)?.compress(&frame).ok(),
+            (Some((digest, cdict)), _, Some(frame)) => dict::Shared::new(digest, cdict).compress(z.for_dictionary().ok_or_else(no_context)?, &frame),
+            (None, Some((digest, (cdict, _))), Some(frame)) => dict::Shared::new(digest, cdict).compress(z.for_dictionary().ok_or_else(no_context)?, &frame),
+            (None, None, Some(frame)) => z.at(self.settle_level() as i32).ok_or_else(no_context)?.compress(&frame).ok(),
         };
         if let Some((key, base)) = &b.base {
             let alone = settled.as_ref().map_or(b.stored.len(), |s| s.len().min(b.stored.len()));
@@ -259,7 +281,11 @@ impl Store {
             }
         }
         // What zstd would not do again is kept as it is: that changes nothing stored.
-        Ok(settled.map_or(Settled::Kept, Settled::Smaller))
+        Ok(match (settled, target.is_some()) {
+            (None, _) => Settled::Kept,
+            (Some(s), true) => Settled::WithDict(s),
+            (Some(s), false) => Settled::Smaller(s),
+        })
     }
 
 }
