@@ -567,12 +567,12 @@ fn an_optimal_parsers_members_take_the_longest_form_from_format_7_on() {
     assert!(recorded[1] * 10 < recorded[0] * 9, "parse bytes at format 5 and 7: {recorded:?}");
 }
 
-/// A store made for size (format 12): gc trains a dictionary on a sample of the text chunks
+/// gc trains a dictionary on a sample of the text chunks
 /// it settles, stores it as a `Dict` chunk and names it in the index, and compresses them
 /// with it: smaller than a store whose gc does not, every file exact, fsck clean. A later gc
 /// over a little more text goes on with it; an index rebuilt from the packs finds it.
 #[test]
-fn gc_of_a_store_made_for_size_settles_text_with_a_dictionary_it_trains() {
+fn gc_settles_text_with_a_dictionary_it_trains() {
     let training = Training { first_min: 1 << 20, renew_min: 64 << 20, dict_size: 16 << 10, samples: 1 << 20 };
     let file = |f: u32| -> Vec<u8> { (0..150u32).flat_map(|r| warc_record(f * 1000 + r, &site_page(f * 1000 + r))).collect() };
     let files: Vec<Vec<u8>> = (0..3).map(file).collect();

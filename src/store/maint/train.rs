@@ -1,19 +1,20 @@
-//! The dictionary gc trains when it settles the packs of a store made for size (`init
-//! --parses compact`), and compresses their text chunks with.
+//! The dictionary gc trains when it settles packs, and compresses their text chunks with.
 //!
 //! Ingest trains its dictionary (`ingest::dict`) on the first 4 MiB of a store's chunks, at
 //! 112 KiB: it must be ready before most of a crawl has arrived. gc sees every chunk it
 //! settles, so it can sample them all, and it has the time for a larger dictionary: on the
 //! pages of `crawl-1.warc.gz` a 1 MiB dictionary trained on a sample drawn from all of them
 //! stores them 14 % smaller than ingest's (10.4 against 8.9 MB at zstd 15; a solid stream of
-//! every page is 7.3 MB; a 2 MiB one, `Training`, smaller again), which each chunk still decodes alone. A settled chunk is
-//! recompressed with it where that is smaller; the dictionary is an ordinary `Dict` chunk
+//! every page is 7.3 MB; a 2 MiB one, `Training`, smaller again), and each chunk still
+//! decodes alone. A settled chunk is recompressed with it where that is smaller (the store
+//! of crawl-1 after gc: 2.0 % smaller at level 9, 2.0 % at 15, `init --parses compact`);
+//! the dictionary is an ordinary `Dict` chunk
 //! (refcount 1 for good, as ingest's), so readers, `fsck` and `repair index` need nothing new
 //! and the format does not change.
 //!
 //! One dictionary serves many gc runs: a new one is trained only when a run settles at least
-//! `Training::renew_min` of text chunks (the first one once it settles `first_min`), so a store that
-//! gc settles a little at a time does not pay a dictionary each time. The index meta record
+//! `Training::renew_min` of text chunks (the first one once it settles `first_min`), so a
+//! store that gc settles a little at a time does not pay a dictionary each time. The index meta record
 //! `settle_dict` names the one in use (not logged: an index rebuilt without it trains anew).
 
 use std::collections::{BinaryHeap, HashSet};
@@ -79,10 +80,10 @@ fn sampled(kind: u8) -> bool {
 impl Store {
     /// The dictionary gc settles the text chunks of packs `fresh` (settled for the first time)
     /// with: the one in use, or a new one trained on a sample of those chunks when there are
-    /// enough (`Training`). None for a store not made for size, or without
+    /// enough (`Training`). None for a store of a format before dictionaries (5), or without
     /// either.
     pub(in crate::store) fn settle_dictionary(&self, fresh: &HashSet<u64>) -> Result<Option<Target>> {
-        if !crate::store::predicted_parses(self.config.version) || fresh.is_empty() {
+        if self.config.version < crate::store::DICT_FORMAT_VERSION || fresh.is_empty() {
             return Ok(None);
         }
         let in_use = self.settle_dictionary_in_use()?;
