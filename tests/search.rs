@@ -278,3 +278,144 @@ fn the_search_page_and_api_answer_over_http() {
     assert!(dom.contains("href=\"http://127.0.0.1:9/coll/20") && dom.contains("<b>"), "results link to replay and show the words found:\n{dom}");
     assert!(dom.contains(&format!("value=\"{word}\"")), "the query box keeps the query");
 }
+
+/// A one-page PDF showing `words` in Helvetica, with `title` as its Info Title if given; its
+/// cross-reference table's offsets counted.
+fn pdf(title: Option<&str>, words: &str) -> Vec<u8> {
+    let content = format!("BT /F1 12 Tf 72 720 Td ({words}) Tj ET");
+    let mut objects = vec![
+        "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".into(),
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>".into(),
+        format!("<< /Length {} >>\nstream\n{content}\nendstream", content.len()),
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".into(),
+    ];
+    if let Some(t) = title {
+        objects.push(format!("<< /Title ({t}) /Producer (a test) >>"));
+    }
+    let mut out = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, o) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n{o}\nendobj\n", i + 1).as_bytes());
+    }
+    let xref = out.len();
+    out.extend_from_slice(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes());
+    for o in offsets {
+        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
+    }
+    let info = title.map(|_| format!(" /Info {} 0 R", objects.len())).unwrap_or_default();
+    out.extend_from_slice(format!("trailer\n<< /Size {} /Root 1 0 R{info} >>\nstartxref\n{xref}\n%%EOF\n", objects.len() + 1).as_bytes());
+    out
+}
+
+/// A WARC of 200 responses, each (URL, Content-Type, body).
+fn warc_of(path: &Path, responses: &[(&str, &str, &[u8])]) {
+    let mut w = Vec::new();
+    for (i, (url, mime, body)) in responses.iter().enumerate() {
+        let http = [format!("HTTP/1.1 200 OK\r\nContent-Type: {mime}\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes(), body].concat();
+        let head = format!(
+            "WARC/1.0\r\nWARC-Type: response\r\nWARC-Date: 2024-03-0{}T12:00:00Z\r\nWARC-Record-ID: <urn:uuid:00000000-0000-0000-0000-00000000000{i}>\r\nWARC-Target-URI: {url}\r\nContent-Type: application/http; msgtype=response\r\nContent-Length: {}\r\n\r\n",
+            i + 1,
+            http.len()
+        );
+        w.extend_from_slice(head.as_bytes());
+        w.extend_from_slice(&http);
+        w.extend_from_slice(b"\r\n\r\n");
+    }
+    std::fs::write(path, w).unwrap();
+}
+
+const PAGE: &[u8] = b"<html><head><title>Harvest page</title></head><body><p>An htmlword about the harvest.</p></body></html>";
+
+/// `warcfs search STORE QUERY --json`: the results, one JSON object each.
+fn found(store: &Path, q: &str) -> Vec<serde_json::Value> {
+    let r = ok(&["search", &s(store), q, "--json"]);
+    assert!(!r.stderr.contains("panicked"), "{}", r.describe());
+    r.out().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// A PDF response is a text: found by the words of its page and of its Info Title, with a
+/// snippet of its words (extracted again, for the snippet, by a child process as well).
+#[test]
+#[cfg(feature = "pdf")]
+fn a_pdf_is_found_by_its_words_and_its_title() {
+    let tmp = TempDir::new().unwrap();
+    let warc = tmp.path().join("pdf.warc");
+    warc_of(&warc, &[("http://example.org/report.pdf", "application/pdf", &pdf(Some("Harvest report 2024"), "Quarterly harvest of warcfs pdfword")), ("http://example.org/page.html", "text/html", PAGE)]);
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&warc), "--to", "/crawls"]);
+    let r = ok(&["search", "update", &s(&store)]);
+    assert!(r.out().contains("2 captures") && r.out().contains("2 extracted") && !r.stderr.contains("skipped"), "{}", r.describe());
+    let hits = found(&store, "pdfword");
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    let h = &hits[0];
+    assert_eq!((h["url"].as_str(), h["mime"].as_str(), h["title"].as_str()), (Some("http://example.org/report.pdf"), Some("application/pdf"), Some("Harvest report 2024")), "{h}");
+    assert!(h["snippet"].as_str().unwrap().contains("[pdfword]") && h["snippet"].as_str().unwrap().contains("Quarterly harvest"), "{h}");
+    let by_title = found(&store, "title:report");
+    assert_eq!(by_title.iter().map(|h| h["url"].as_str().unwrap()).collect::<Vec<_>>(), ["http://example.org/report.pdf"]);
+    let both = found(&store, "harvest");
+    assert_eq!(both.len(), 2, "the page and the PDF: {both:?}");
+}
+
+/// PDFs the parser cannot read (cut short, or not a PDF at all) are skipped, each with a log
+/// line naming it, and the update goes on: the page beside them is found.
+#[test]
+#[cfg(feature = "pdf")]
+fn a_broken_pdf_is_skipped_with_a_log_line() {
+    let tmp = TempDir::new().unwrap();
+    let warc = tmp.path().join("broken.warc");
+    let whole = pdf(Some("Cut report"), "Words of a brokenword report");
+    warc_of(
+        &warc,
+        &[
+            ("http://example.org/cut.pdf", "application/pdf", &whole[..whole.len() / 2]),
+            ("http://example.org/page.html", "text/html", PAGE),
+            ("http://example.org/not.pdf", "application/pdf", b"<html>brokenword</html>"),
+        ],
+    );
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&warc), "--to", "/crawls"]);
+    let r = ok(&["search", "update", &s(&store)]);
+    let skipped: Vec<&str> = r.stderr.lines().filter(|l| l.contains("PDF text skipped")).collect();
+    assert!(skipped.len() == 2 && skipped[0].contains("http://example.org/cut.pdf (/crawls/broken.warc at 0)") && skipped[1].contains("http://example.org/not.pdf"), "{}", r.describe());
+    assert!(!r.stderr.contains("panicked"), "{}", r.describe());
+    assert!(r.out().contains("1 captures") && r.out().contains("3 extracted"), "{}", r.describe());
+    assert_eq!(found(&store, "htmlword").len(), 1);
+    assert!(found(&store, "brokenword").is_empty());
+}
+
+/// A PDF parser that hangs (the failpoint `pdf_hang` in its child) is killed at the timeout:
+/// the update finishes, the PDF skipped with a log line, the page beside it indexed.
+#[test]
+#[cfg(feature = "pdf")]
+fn a_pdf_parser_that_hangs_is_killed_and_the_update_goes_on() {
+    let tmp = TempDir::new().unwrap();
+    let warc = tmp.path().join("hang.warc");
+    warc_of(&warc, &[("http://example.org/report.pdf", "application/pdf", &pdf(None, "A pdfword report")), ("http://example.org/page.html", "text/html", PAGE)]);
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&warc), "--to", "/crawls"]);
+    let t0 = std::time::Instant::now();
+    let r = run_env(&["search", "update", &s(&store)], &[("WARCFS_FAILPOINTS", "pdf_hang=1"), ("WARCFS_PDF_TIMEOUT_MS", "700")]);
+    let took = t0.elapsed();
+    assert!(r.ok(), "{}", r.describe());
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}: not the timeout of 0.7 s");
+    assert!(r.stderr.contains("http://example.org/report.pdf (/crawls/hang.warc at 0): PDF text skipped: no answer in 0.7 s: killed"), "{}", r.describe());
+    assert_eq!(found(&store, "htmlword").len(), 1);
+    assert!(found(&store, "pdfword").is_empty());
+}
+
+/// Built without the feature `pdf`, a PDF is no text: not read, not found, no log line.
+#[test]
+#[cfg(not(feature = "pdf"))]
+fn without_the_pdf_feature_a_pdf_is_no_text() {
+    let tmp = TempDir::new().unwrap();
+    let warc = tmp.path().join("pdf.warc");
+    warc_of(&warc, &[("http://example.org/report.pdf", "application/pdf", &pdf(None, "A pdfword report")), ("http://example.org/page.html", "text/html", PAGE)]);
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&warc), "--to", "/crawls"]);
+    let r = ok(&["search", "update", &s(&store)]);
+    assert!(r.out().contains("1 captures") && r.out().contains("1 text payloads read") && !r.stderr.contains("PDF"), "{}", r.describe());
+    assert!(found(&store, "pdfword").is_empty());
+    assert_eq!(found(&store, "htmlword").len(), 1);
+}

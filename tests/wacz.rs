@@ -291,3 +291,52 @@ fn a_wacz_reads_back_exactly_through_the_mount_at_random_offsets() {
     // their payloads with the crawl's: each unique payload at least twice.
     assert!(2 * num(&st, "unique_payloads") <= num(&st, "payloads"), "{st}");
 }
+
+/// `warcfs search` indexes the WARCs inside a stored WACZ: every query finds the same
+/// captures as over the crawl stored as a file, named by their paths in `/.warcfs/wacz/`
+/// and their offsets there (as `warcfs index` names them), with snippets read through the
+/// WACZ; removing the WACZ removes them.
+#[test]
+fn search_finds_the_captures_of_the_warcs_inside_a_wacz() {
+    use warcfs::search::{Query, Searcher};
+    let tmp = TempDir::new().unwrap();
+    let crawl = &crawl_files()[0];
+    let src = tmp.path().join("py.wacz");
+    py_wacz(crawl, &src);
+    let (plain, packed) = (tmp.path().join("plain"), tmp.path().join("packed"));
+    ok(&["import", &s(&plain), &s(crawl)]);
+    ok(&["import", &s(&packed), &s(&src), "--to", "/sub"]);
+    for store in [&plain, &packed] {
+        ok(&["search", "update", &s(store)]);
+    }
+    let inner = format!("/.warcfs/wacz/sub/py.wacz/archive/{}", crawl.file_name().unwrap().to_str().unwrap());
+    let (a, b) = (Searcher::open(&plain.join("search")).unwrap(), Searcher::open(&packed.join("search")).unwrap());
+    let query = |q: &str| Query { q: q.to_string(), texts: 100_000, ..Query::default() };
+    // Words from the crawl's titles.
+    let mut words = std::collections::BTreeSet::new();
+    for h in a.search(&query("the")).unwrap() {
+        words.extend(h.title.split(|c: char| !c.is_ascii_alphabetic()).filter(|w| w.len() >= 4).map(str::to_lowercase));
+    }
+    assert!(words.len() >= 20, "{words:?}");
+    let mut found = 0;
+    for w in words.iter().step_by((words.len() / 40).max(1)) {
+        let want: std::collections::BTreeSet<(String, u64)> = a.all_captures(&query(w)).unwrap().into_iter().map(|(_, o)| (inner.clone(), o)).collect();
+        assert_eq!(b.all_captures(&query(w)).unwrap(), want, "{w}");
+        found += want.len();
+    }
+    assert!(found > 100, "{found} captures found");
+    // The command line names them so, with a snippet read from the WACZ.
+    let word = words.iter().next().unwrap();
+    let out = ok(&["search", &s(&packed), word, "--json", "--captures", "--limit", "3"]).out();
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(!lines.is_empty(), "{out}");
+    assert!(lines.iter().all(|l| l["filename"].as_str().unwrap().ends_with(inner.trim_start_matches('/'))), "{out}");
+    assert!(lines.iter().any(|l| l["snippet"].as_str().unwrap().to_lowercase().contains(&format!("[{word}"))), "{out}");
+    // Removed, and updated: nothing found.
+    ok(&["rm", &s(&packed), "/sub/py.wacz"]);
+    ok(&["search", "update", &s(&packed)]);
+    let b = Searcher::open(&packed.join("search")).unwrap();
+    for w in words.iter().take(10) {
+        assert!(b.all_captures(&query(w)).unwrap().is_empty(), "{w}");
+    }
+}

@@ -456,6 +456,11 @@ pub enum Cmd {
         #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
         dir: Option<PathBuf>,
     },
+    /// Print the text of the PDF on stdin, for the search: the child process it runs each
+    /// PDF's parsing in, under limits (`search::pdf`); not for people, so hidden.
+    #[cfg(feature = "pdf")]
+    #[command(name = "pdf-text", hide = true)]
+    PdfText,
 }
 
 #[cfg(test)]

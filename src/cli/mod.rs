@@ -110,6 +110,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Cmd::Gc { store, no_settle, json } => maintain::gc(store, !no_settle, json, quiet),
         Cmd::Completions { shell } => generate::completions(shell),
         Cmd::Man { dir } => generate::man(dir.as_deref()),
+        #[cfg(feature = "pdf")]
+        Cmd::PdfText => Ok(crate::search::pdf::child()),
     }
 }
 

@@ -6,7 +6,7 @@
 //! string (as replay tools find it); one whose original is not indexed yet waits (`U` rows)
 //! until it is. Work is committed in rounds: the text index first, then the catalog rows.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use rocksdb::WriteBatch;
@@ -14,7 +14,7 @@ use sha2::Digest as _;
 use tantivy::{IndexWriter, TantivyDocument, Term};
 
 use super::catalog::{key, path_part, Catalog, CaptureRow};
-use super::extract::{http_fields, kind_of, text_of, Text};
+use super::extract::{http_fields, kind_of, text_from, Text};
 use super::{db_dir, schema, text_dir, Fields, Result, SearchError};
 use crate::format::warc::revisit::{bare_uri, Header};
 use crate::recipe::RecipeHead;
@@ -81,6 +81,9 @@ struct Round<'a> {
     new_texts: HashMap<u64, [u8; 32]>,
     by_sha: HashMap<[u8; 32], u64>,
     payloads: HashMap<[u8; 32], u64>,
+    /// Payloads met in this update that gave no text (not a kind read, empty, or a PDF its
+    /// parser could not read): not extracted again for each capture of them.
+    no_text: HashSet<[u8; 32]>,
     digests: HashMap<String, u64>,
     /// `Unit::Fragments`: changes of each fragment's count of texts, the fragments new this
     /// round, and the fragments of the texts new this round.
@@ -97,6 +100,16 @@ struct Round<'a> {
 }
 
 /// The time of a WARC-Date as CDXJ gives it: its first 14 digits.
+/// The path parts (as keys hold them) of the captures of the file at `path`: its own, and
+/// for a WACZ the prefix of its WARCs' paths in `/.warcfs/wacz/`.
+fn places_of(path: &str) -> Vec<Vec<u8>> {
+    let mut places = vec![path_part(path)];
+    if crate::store::is_wacz_name(path.as_bytes()) {
+        places.push(format!("/{}{}/", crate::store::WACZ_VIEW_PREFIX, path.trim_start_matches('/')).into_bytes());
+    }
+    places
+}
+
 fn timestamp(date: &[u8]) -> String {
     let d: String = date.iter().filter(|b| b.is_ascii_digit()).take(14).map(|&b| b as char).collect();
     format!("{d:0<14}")
@@ -139,10 +152,11 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     writer.set_merge_policy(Box::new(policy));
     let cat = Catalog::open(&db_dir(dir), false)?;
 
-    // The store's WARCs, and what the catalog says was indexed.
+    // The store's WARCs and WACZs, and what the catalog says was indexed.
     let mut stored: BTreeMap<String, RecipeHead> = BTreeMap::new();
     store.each_file_under("/", &mut |name, _, inode| {
-        if let Some(h) = inode.recipe.as_ref().filter(|_| crate::store::is_warc_name(name.as_bytes()) && !inode.staged) {
+        let n = name.as_bytes();
+        if let Some(h) = inode.recipe.as_ref().filter(|_| (crate::store::is_warc_name(n) || crate::store::is_wacz_name(n)) && !inode.staged) {
             stored.insert(format!("/{name}"), h.clone());
         }
         Ok(())
@@ -211,6 +225,7 @@ impl<'a> Round<'a> {
             new_texts: HashMap::new(),
             by_sha: HashMap::new(),
             payloads: HashMap::new(),
+            no_text: HashSet::new(),
             digests: HashMap::new(),
             texts: HashMap::new(),
             digest_texts: HashMap::new(),
@@ -288,24 +303,26 @@ impl<'a> Round<'a> {
         Ok(())
     }
 
-    /// Removes the captures of the file indexed at `path`.
+    /// Removes the captures of the file indexed at `path` (a WACZ's: those of its WARCs,
+    /// which captures name by their paths in `/.warcfs/wacz/`).
     fn remove_file(&mut self, path: &str) -> Result<()> {
-        let prefix = key(b'G', &[&path_part(path)]);
         let mut rows = Vec::new();
-        self.cat.scan(&prefix, &mut |k, v| {
-            rows.push((k.to_vec(), v.to_vec()));
-            Ok(true)
-        })?;
+        for prefix in places_of(path) {
+            self.cat.scan(&key(b'G', &[&prefix]), &mut |k, v| {
+                rows.push((k.to_vec(), v.to_vec()));
+                Ok(true)
+            })?;
+        }
         for (k, v) in rows {
             let Some(tid) = v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else { continue };
             self.batch.delete(&k);
             self.batch.delete(key(b'C', &[&tid.to_be_bytes(), &k[1..]]));
             *self.refs.entry(tid).or_default() -= 1;
         }
-        let waiting = [&[0u8][..], &path_part(path)].concat();
+        let waiting: Vec<Vec<u8>> = places_of(path).into_iter().map(|p| [&[0u8][..], &p].concat()).collect();
         let mut stale = Vec::new();
         self.cat.scan(b"U", &mut |k, _| {
-            if k.windows(waiting.len()).any(|w| w == waiting.as_slice()) {
+            if waiting.iter().any(|p| k.windows(p.len()).any(|w| w == p.as_slice())) {
                 stale.push(k.to_vec());
             }
             Ok(true)
@@ -321,9 +338,28 @@ impl<'a> Round<'a> {
     fn index_file(&mut self, path: &str, head: &RecipeHead) -> Result<()> {
         // (A file indexed before under another recipe had its captures removed first: it is
         // among `update`'s gone ones.)
+        // A WACZ's records are captures of the WARCs inside it, each named by its path in
+        // `/.warcfs/wacz/` and its offset there, as `warcfs index` gives them.
+        let warcs = match crate::store::is_wacz_name(path.as_bytes()) {
+            true => match self.store.wacz_warcs(path.trim_start_matches('/'), head)? {
+                Some(w) => Some(w),
+                None => {
+                    self.batch.put(key(b'F', &[&path_part(path)]), head.id.to_be_bytes());
+                    return Ok(());
+                }
+            },
+            false => None,
+        };
         let mut failed = None;
         self.store.each_warc_record(head, &mut |r| {
-            if let Err(e) = self.record(path, head, &r) {
+            let at = match &warcs {
+                None => (path.to_string(), r.offset),
+                Some(w) => match crate::store::warc_holding(w, &r) {
+                    Some(inner) => (format!("/{}", inner.view_path), r.offset - inner.start),
+                    None => return Ok(()),
+                },
+            };
+            if let Err(e) = self.record((&at.0, at.1), head, &r) {
                 failed = Some(e);
                 return Err(StoreError::Resolve("(stopped)".into()));
             }
@@ -336,8 +372,8 @@ impl<'a> Round<'a> {
         Ok(())
     }
 
-    /// One record: a capture of a text, or nothing.
-    fn record(&mut self, path: &str, head: &RecipeHead, r: &RecordHead) -> Result<()> {
+    /// One record of `head`'s file: a capture of a text at `(path, offset)`, or nothing.
+    fn record(&mut self, (path, offset): (&str, u64), head: &RecipeHead, r: &RecordHead) -> Result<()> {
         let Some(h) = Header::parse(&r.warc_header) else { return Ok(()) };
         let (response, resource, revisit) = (h.is("response"), h.is("resource"), h.is("revisit"));
         if !(response || resource || revisit) {
@@ -369,9 +405,9 @@ impl<'a> Round<'a> {
                 None => self.cat.live_tid(&key(b'D', &[digest.as_bytes()]))?,
             };
             match tid {
-                Some(tid) => self.capture(tid, path, r.offset, &row)?,
+                Some(tid) => self.capture(tid, path, offset, &row)?,
                 None => {
-                    self.batch.put(key(b'U', &[digest.as_bytes(), &[0], &path_part(path), &r.offset.to_be_bytes()]), postcard::to_allocvec(&row).unwrap_or_default());
+                    self.batch.put(key(b'U', &[digest.as_bytes(), &[0], &path_part(path), &offset.to_be_bytes()]), postcard::to_allocvec(&row).unwrap_or_default());
                 }
             }
             return Ok(());
@@ -395,12 +431,15 @@ impl<'a> Round<'a> {
             (Some(_), Unit::Text | Unit::Fragments) => None,
             _ => match self.texts.get(&psha) {
                 Some(t) => Some(t.clone()),
+                None if self.no_text.contains(&psha) => return Ok(()),
                 None => {
                     self.done.texts_extracted += 1;
-                    let Some(t) = text_of(&mime, &field("transfer-encoding"), &field("content-encoding"), payload) else { return Ok(()) };
-                    if t.body.is_empty() && t.title.is_empty() {
+                    let from = format!("{} ({path} at {offset})", row.url);
+                    let text = text_from(&from, &mime, &field("transfer-encoding"), &field("content-encoding"), payload);
+                    let Some(t) = text.filter(|t| !(t.body.is_empty() && t.title.is_empty())) else {
+                        self.no_text.insert(psha);
                         return Ok(());
-                    }
+                    };
                     if self.unit == Unit::Capture {
                         self.texts.insert(psha, t.clone());
                     }
@@ -415,7 +454,7 @@ impl<'a> Round<'a> {
                 let tsha = sha(&[text.title.as_bytes(), &[0], text.body.as_bytes()].concat());
                 let tid = match self.unit {
                     Unit::Text | Unit::Fragments => self.text_id(&tsha)?,
-                    Unit::Capture => u64::from_be_bytes(sha(&[path.as_bytes(), &[0], &r.offset.to_be_bytes()].concat())[..8].try_into().expect("8 bytes")),
+                    Unit::Capture => u64::from_be_bytes(sha(&[path.as_bytes(), &[0], &offset.to_be_bytes()].concat())[..8].try_into().expect("8 bytes")),
                 };
                 if self.unit == Unit::Capture && !digest.is_empty() {
                     self.digest_texts.insert(digest.clone(), text.clone());
@@ -434,7 +473,7 @@ impl<'a> Round<'a> {
             self.digests.insert(digest.clone(), tid);
             self.batch.put(key(b'D', &[digest.as_bytes()]), tid.to_be_bytes());
         }
-        self.capture(tid, path, r.offset, &row)
+        self.capture(tid, path, offset, &row)
     }
 
     /// The id of the text whose SHA-256 is `tsha`: the one it has, else the first free from

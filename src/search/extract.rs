@@ -5,6 +5,8 @@
 //! scripts, styles and comments dropped, entities decoded, the title kept apart. Bounded:
 //! at most `MAX_INPUT` bytes of body are decoded and `MAX_TEXT` bytes of text kept, so a
 //! 100 MB page or a decompression bomb is indexed as far as that, never held whole.
+//! With the feature `pdf`, a PDF (`application/pdf`) is a text too, its encodings undone
+//! the same way (to at most `pdf::MAX_PDF` bytes) and its text extracted by `pdf`.
 
 use std::io::Read;
 
@@ -25,6 +27,8 @@ pub struct Text {
 pub enum Kind {
     Html,
     Plain,
+    #[cfg(feature = "pdf")]
+    Pdf,
 }
 
 /// The kind of `mime` (a Content-Type value, parameters and all).
@@ -33,6 +37,8 @@ pub fn kind_of(mime: &str) -> Option<Kind> {
     match m.as_str() {
         "text/html" | "application/xhtml+xml" => Some(Kind::Html),
         "text/plain" => Some(Kind::Plain),
+        #[cfg(feature = "pdf")]
+        "application/pdf" | "application/x-pdf" => Some(Kind::Pdf),
         _ => None,
     }
 }
@@ -51,33 +57,48 @@ pub fn http_fields(head: &[u8]) -> Vec<(String, String)> {
 /// search reads, or its encoding cannot be undone (a broken gzip or brotli body: as much as
 /// decodes is used).
 pub fn text_of(mime: &str, transfer: &str, content: &str, body: &[u8]) -> Option<Text> {
+    text_from("", mime, transfer, content, body)
+}
+
+/// `text_of`, for the payload `from` names (its URL and record): the log line of a PDF
+/// skipped (`pdf::text_or_skip`) says which it was.
+pub fn text_from(from: &str, mime: &str, transfer: &str, content: &str, body: &[u8]) -> Option<Text> {
     let kind = kind_of(mime)?;
+    // A PDF is read whole or not at all (its cross-reference table is at its end): one byte
+    // past its bound says it is too large.
+    #[cfg(feature = "pdf")]
+    let limit = if kind == Kind::Pdf { super::pdf::MAX_PDF + 1 } else { MAX_INPUT };
+    #[cfg(not(feature = "pdf"))]
+    let (limit, _) = (MAX_INPUT, from);
     // A body stored already decoded (some crawlers write it so, headers unchanged) is
     // read as it is: as warcio does, what does not decode is taken raw.
     let dechunked;
     let body = if transfer.to_ascii_lowercase().contains("chunked") {
-        dechunked = dechunk(body);
+        dechunked = dechunk(body, limit);
         if dechunked.is_empty() { body } else { &dechunked[..] }
     } else {
         body
     };
-    let mut decoded = decode_content(content, body)?;
+    let mut decoded = decode_content(content, body, limit)?;
     if decoded.is_empty() && !body.is_empty() {
-        decoded = body[..body.len().min(MAX_INPUT)].to_vec();
+        decoded = body[..body.len().min(limit)].to_vec();
     }
+    let html = match kind {
+        Kind::Html => true,
+        Kind::Plain => false,
+        #[cfg(feature = "pdf")]
+        Kind::Pdf => return super::pdf::text_or_skip(from, &decoded),
+    };
     let charset = mime.split(';').skip(1).find_map(|p| {
         let (name, value) = p.split_once('=')?;
         name.trim().eq_ignore_ascii_case("charset").then(|| value.trim().trim_matches('"').to_string())
     });
-    let text = decode_charset(&decoded, charset.as_deref(), kind == Kind::Html);
-    Some(match kind {
-        Kind::Html => html_text(&text),
-        Kind::Plain => Text { title: String::new(), body: squeeze(&text) },
-    })
+    let text = decode_charset(&decoded, charset.as_deref(), html);
+    Some(if html { html_text(&text) } else { Text { title: String::new(), body: squeeze(&text) } })
 }
 
-/// A chunked body's data, as far as its chunks are whole.
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
+/// A chunked body's data, as far as its chunks are whole (at most `limit` bytes).
+fn dechunk(mut b: &[u8], limit: usize) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
         let size = std::str::from_utf8(&b[..eol]).ok().and_then(|l| usize::from_str_radix(l.split(';').next().unwrap_or("").trim(), 16).ok());
@@ -85,23 +106,23 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
         let start = eol + 2;
         let end = start.saturating_add(size).min(b.len());
         out.extend_from_slice(&b[start..end]);
-        if out.len() >= MAX_INPUT || end + 2 > b.len() {
+        if out.len() >= limit || end + 2 > b.len() {
             break;
         }
         b = &b[end + 2..];
     }
-    out.truncate(MAX_INPUT);
+    out.truncate(limit);
     out
 }
 
-/// `body` with its Content-Encoding undone (at most `MAX_INPUT` bytes); None for an
-/// encoding not known here.
-fn decode_content(content: &str, body: &[u8]) -> Option<Vec<u8>> {
+/// `body` with its Content-Encoding undone (at most `limit` bytes); None for an encoding
+/// not known here.
+fn decode_content(content: &str, body: &[u8], limit: usize) -> Option<Vec<u8>> {
     let mut out = Vec::new();
-    let limit = MAX_INPUT as u64;
+    let (cut, limit) = (limit, limit as u64);
     // A body that stops decoding part way gives what it decoded (the error is dropped).
     match content.trim().to_ascii_lowercase().as_str() {
-        "" | "identity" => out.extend_from_slice(&body[..body.len().min(MAX_INPUT)]),
+        "" | "identity" => out.extend_from_slice(&body[..body.len().min(cut)]),
         "gzip" | "x-gzip" => {
             let _ = flate2::read::MultiGzDecoder::new(body).take(limit).read_to_end(&mut out);
         }
@@ -270,7 +291,7 @@ fn entity(name: &str) -> Option<char> {
 }
 
 /// Whitespace runs as one space, trimmed, at most `MAX_TEXT` bytes (at a character's end).
-fn squeeze(s: &str) -> String {
+pub(crate) fn squeeze(s: &str) -> String {
     let mut out = String::with_capacity(s.len().min(MAX_TEXT));
     for w in s.split_whitespace() {
         if out.len() + w.len() + 1 > MAX_TEXT {

@@ -4,9 +4,9 @@
 //! Two parts under `STORE/search/` (`store::layout::search`), both derived from the stored
 //! files and rebuilt from them (`warcfs search rebuild`):
 //! * `text/`: a tantivy index of one document per unique text (`extract`: the words of an
-//!   HTML or plain-text payload, its title apart), keyed by a text id (`tid`, from the
-//!   SHA-256 of the text). No capture is in it, so a new capture of a known text costs no
-//!   document.
+//!   HTML or plain-text payload, or of a PDF's in a child process (`pdf`, feature `pdf`),
+//!   its title apart), keyed by a text id (`tid`, from the SHA-256 of the text). No capture
+//!   is in it, so a new capture of a known text costs no document.
 //! * `db/`: a RocksDB of the captures (`catalog`): each one a row under its text id (URL,
 //!   time, status, type, digest, where it is), revisits under their original's text; each
 //!   text's count of captures, each payload's text, each indexed file's recipe.
@@ -23,6 +23,8 @@ pub mod catalog;
 pub mod extract;
 pub mod fragments;
 pub mod http;
+#[cfg(feature = "pdf")]
+pub(crate) mod pdf;
 pub mod query;
 
 use std::path::{Path, PathBuf};

@@ -14,7 +14,7 @@ use tantivy::snippet::SnippetGenerator;
 use tantivy::{Index, IndexReader, TantivyDocument};
 
 use super::catalog::{Catalog, CaptureRow};
-use super::extract::{http_fields, text_of};
+use super::extract::{http_fields, text_from};
 use super::{db_dir, schema, text_dir, Fields, Result, SearchError};
 use crate::store::Store;
 
@@ -232,13 +232,17 @@ pub fn capture_text(store: &Store, c: &Capture) -> Result<Option<String>> {
     if c.row.revisit || c.row.length > super::build::MAX_BLOCK {
         return Ok(None);
     }
-    let ino = match store.resolve(&c.file) {
-        Ok(i) => i,
-        Err(_) => return Ok(None),
+    // A WARC inside a stored WACZ is named by its path in `/.warcfs/wacz/`.
+    let (head, at) = match store.wacz_warc_of(&c.file)? {
+        Some((head, w)) => (head, w.start),
+        None => {
+            let Ok(ino) = store.resolve(&c.file) else { return Ok(None) };
+            let Some(head) = store.inode(ino)?.and_then(|i| i.recipe) else { return Ok(None) };
+            (head, 0)
+        }
     };
-    let Some(head) = store.inode(ino)?.and_then(|i| i.recipe) else { return Ok(None) };
     let mut raw = vec![0u8; c.row.length as usize];
-    let n = store.read_at(&head, c.offset, &mut raw)?;
+    let n = store.read_at(&head, at + c.offset, &mut raw)?;
     raw.truncate(n);
     let record = if c.file.ends_with(".gz") {
         let mut t = Vec::new();
@@ -262,5 +266,6 @@ pub fn capture_text(store: &Store, c: &Capture) -> Result<Option<String>> {
     // (A resource's type as it was indexed: its WARC Content-Type, charset and all.)
     let resource_type = warc.as_ref().and_then(|h| h.get("Content-Type")).map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default();
     let mime = if is_resource { resource_type.as_str() } else { field("content-type") };
-    Ok(text_of(mime, field("transfer-encoding"), field("content-encoding"), payload).map(|t| t.body))
+    let from = format!("{} ({} at {})", c.row.url, c.file, c.offset);
+    Ok(text_from(&from, mime, field("transfer-encoding"), field("content-encoding"), payload).map(|t| t.body))
 }

@@ -79,6 +79,18 @@ impl EntryTree {
     }
 }
 
+/// Where `/.warcfs/wacz/` shows the stored WACZs, from the mount's root.
+pub const VIEW_PREFIX: &str = ".warcfs/wacz/";
+
+/// A WARC entry of a stored WACZ: its bytes in the WACZ, [start, end), and its path in the
+/// view (`Store::wacz_warcs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaczWarc {
+    pub start: u64,
+    pub end: u64,
+    pub view_path: String,
+}
+
 /// Whether a file of this name is taken for a WACZ (`.wacz`, any case).
 pub fn is_wacz_name(name: &[u8]) -> bool {
     name.len() > 5 && name[name.len() - 5..].eq_ignore_ascii_case(b".wacz")
@@ -104,6 +116,52 @@ impl Store {
             Err(ZipError::Io(err)) => Err(StoreError::Io { path: "(a stored ZIP)".into(), err }),
             Err(_) => Ok(None),
         }
+    }
+
+    /// The stored WARC entries of the stored WACZ at `path` (its store path, no leading
+    /// `/`), in file order: where each one's bytes start and end in the WACZ, and its path in
+    /// the view (`.warcfs/wacz/{path}/{entry}`, from the mount's root), as index lines and
+    /// search results name them. None if the file is not a ZIP `format::zip` takes, or holds
+    /// no such entry. (Only the entries the view shows: `EntryTree` leaves out names that
+    /// are no path.)
+    pub fn wacz_warcs(&self, path: &str, head: &RecipeHead) -> Result<Option<Vec<WaczWarc>>> {
+        let Some(layout) = self.zip_layout(head)? else { return Ok(None) };
+        let tree = EntryTree::new(layout);
+        let mut warcs: Vec<WaczWarc> = (0..tree.nodes.len())
+            .filter_map(|i| {
+                let e = tree.entry(i).filter(|e| e.is_stored())?;
+                let inner = String::from_utf8(e.name.clone()).ok().filter(|n| is_warc_name(n.as_bytes()))?;
+                Some(WaczWarc { start: e.data_at, end: e.data_end(), view_path: format!("{VIEW_PREFIX}{path}/{inner}") })
+            })
+            .collect();
+        if warcs.is_empty() {
+            return Ok(None);
+        }
+        warcs.sort_by_key(|w| w.start);
+        Ok(Some(warcs))
+    }
+
+    /// The stored WACZ and where in it the WARC entry lies that `view_path` (as
+    /// `wacz_warcs` names it, with or without a leading `/`) stands for; None if no stored
+    /// WACZ holds it.
+    pub fn wacz_warc_of(&self, view_path: &str) -> Result<Option<(RecipeHead, WaczWarc)>> {
+        let view_path = view_path.trim_start_matches('/');
+        let Some(rest) = view_path.strip_prefix(VIEW_PREFIX) else { return Ok(None) };
+        // The WACZ is the shortest prefix ending in a `.wacz` component that is a stored file.
+        let parts: Vec<&str> = rest.split('/').collect();
+        for i in 0..parts.len().saturating_sub(1) {
+            if !is_wacz_name(parts[i].as_bytes()) {
+                continue;
+            }
+            let path = parts[..=i].join("/");
+            let Ok(ino) = self.resolve(&format!("/{path}")) else { continue };
+            let Some(head) = self.inode(ino)?.filter(|n| !n.staged).and_then(|n| n.recipe) else { continue };
+            let found = self.wacz_warcs(&path, &head)?.and_then(|ws| ws.into_iter().find(|w| w.view_path == view_path));
+            if let Some(w) = found {
+                return Ok(Some((head, w)));
+            }
+        }
+        Ok(None)
     }
 
     /// A deflated entry's bytes, inflated (at most `MAX_INFLATED`, and exactly the size its

@@ -315,21 +315,10 @@ impl Store {
                     (false, true) => name.to_string(),
                     (false, false) => format!("{base}/{name}"),
                 };
-                let Some(layout) = self.zip_layout(head)? else { return Ok(()) };
-                let tree = crate::store::EntryTree::new(layout);
-                // (The entries the view shows: `EntryTree` leaves out names that are no path.)
-                let mut warcs: Vec<(u64, u64, String)> = (0..tree.nodes.len())
-                    .filter_map(|i| {
-                        let e = tree.entry(i).filter(|e| e.is_stored())?;
-                        let inner = String::from_utf8(e.name.clone()).ok().filter(|n| crate::store::is_warc_name(n.as_bytes()))?;
-                        Some((e.data_at, e.data_end(), format!(".warcfs/wacz/{path}/{inner}")))
-                    })
-                    .collect();
-                if warcs.is_empty() {
-                    return Ok(());
+                match self.wacz_warcs(&path, head)? {
+                    Some(w) => Some(w),
+                    None => return Ok(()),
                 }
-                warcs.sort();
-                Some(warcs)
             } else {
                 None
             };
@@ -337,10 +326,9 @@ impl Store {
                 let name = match &warcs {
                     None => name,
                     Some(w) => {
-                        let i = w.partition_point(|(a, _, _)| *a <= r.offset);
-                        let Some((at, _, inner)) = i.checked_sub(1).map(|i| &w[i]).filter(|(_, end, _)| r.offset.saturating_add(r.length) <= *end) else { return Ok(()) };
-                        r.shift = *at;
-                        inner.as_str()
+                        let Some(inner) = warc_holding(w, &r) else { return Ok(()) };
+                        r.shift = inner.start;
+                        inner.view_path.as_str()
                     }
                 };
                 if let Some(line) = self.cdxj_of(head, &r, name)? {
@@ -375,6 +363,12 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// The WARC entry of a WACZ (`warcs`, in file order) that holds record `r` whole, if any.
+pub fn warc_holding<'a>(warcs: &'a [crate::store::WaczWarc], r: &RecordHead) -> Option<&'a crate::store::WaczWarc> {
+    let i = warcs.partition_point(|w| w.start <= r.offset);
+    i.checked_sub(1).map(|i| &warcs[i]).filter(|w| r.offset.saturating_add(r.length) <= w.end)
 }
 
 /// The CDXJ line of record `r` from the first bytes of its block. `hash_from(n, h)` adds the
