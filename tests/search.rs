@@ -419,3 +419,50 @@ fn without_the_pdf_feature_a_pdf_is_no_text() {
     assert!(found(&store, "pdfword").is_empty());
     assert_eq!(found(&store, "htmlword").len(), 1);
 }
+
+/// A crawl renamed in the store (through the mount: one into another directory, one moved
+/// over another crawl) keeps its captures: the next update moves their rows, reads none of
+/// their payloads, and every query finds what it found before at the new paths (and an
+/// index built afresh finds the same).
+#[test]
+fn a_renamed_crawl_is_moved_not_read_again() {
+    let tmp = TempDir::new().unwrap();
+    let crawls = crawl_files();
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[1]), &s(&crawls[2]), "--to", "/crawls"]);
+    ok(&["import", &s(&store), &s(&crawls[0]), "--to", "/old"]);
+    ok(&["search", "update", &s(&store)]);
+    let qs = queries(&store.join("search"), 40);
+    let name = |i: usize| crawls[i].file_name().unwrap().to_str().unwrap().to_string();
+    let (a, b) = (format!("/crawls/{}", name(0)), format!("/crawls/{}", name(1)));
+    let (a_to, b_to) = (format!("/elsewhere/{}", name(0)), format!("/old/{}", name(0)));
+    let before: Vec<BTreeSet<(String, u64)>> = {
+        let s1 = Searcher::open(&store.join("search")).unwrap();
+        qs.iter().map(|q| s1.all_captures(&query(q)).unwrap()).collect()
+    };
+    // The renames through a mount that does not index (its store's index set aside), so
+    // that the update below is the one that meets them.
+    std::fs::rename(store.join("search"), tmp.path().join("search")).unwrap();
+    let m = Mount::new(&store, &tmp.path().join("mnt"));
+    std::fs::create_dir(m.mnt.join("elsewhere")).unwrap();
+    std::fs::rename(m.mnt.join(&a[1..]), m.mnt.join(&a_to[1..])).unwrap();
+    std::fs::rename(m.mnt.join(&b[1..]), m.mnt.join(&b_to[1..])).unwrap();
+    // (`warcfs umount` returns once the daemon has released the store.)
+    ok(&["umount", &s(&m.mnt)]);
+    drop(m);
+    std::fs::rename(tmp.path().join("search"), store.join("search")).unwrap();
+    let out = ok(&["search", "update", &s(&store)]).out();
+    assert!(out.contains("0 files indexed, 1 removed, 2 moved") && out.contains(" 0 text payloads read"), "{out}");
+    // What each query found, at the new paths; the crawl moved over is gone.
+    let s1 = Searcher::open(&store.join("search")).unwrap();
+    let renamed = |f: &str| if f == a { a_to.clone() } else if f == b { b_to.clone() } else { f.to_string() };
+    let over = b_to.clone();
+    for (q, was) in qs.iter().zip(&before) {
+        let want: BTreeSet<(String, u64)> = was.iter().filter(|(f, _)| *f != over).map(|(f, o)| (renamed(f), *o)).collect();
+        assert_eq!(s1.all_captures(&query(q)).unwrap(), want, "{q}");
+    }
+    let fresh = tmp.path().join("fresh");
+    ok(&["search", "rebuild", &s(&store), "--index-dir", &s(&fresh)]);
+    let (diffs, found) = compare(&store.join("search"), &fresh, &qs);
+    assert!(diffs.is_empty() && found > 20, "{found} found; {}", diffs.join("\n"));
+}

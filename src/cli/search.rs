@@ -66,10 +66,11 @@ fn update(store: &Path, dir: PathBuf, unit: Option<Unit>, rebuild: bool) -> Resu
     let t = Instant::now();
     let u = search::build::update(&s, &dir, unit, &|| false).with_context(|| format!("{}: indexing for search", store.display()))?;
     println!(
-        "search index {}: {} files indexed, {} removed; {} captures ({} of them revisits; {} revisits wait for their original), {} text payloads read ({}), {} extracted, {} documents added, {} deleted; {:.1} s",
+        "search index {}: {} files indexed, {} removed, {} moved; {} captures ({} of them revisits; {} revisits wait for their original), {} text payloads read ({}), {} extracted, {} documents added, {} deleted; {:.1} s",
         dir.display(),
         u.files_indexed,
         u.files_removed,
+        u.files_moved,
         u.captures,
         u.revisits,
         u.revisits_waiting,
@@ -141,8 +142,9 @@ pub fn search(store: PathBuf, index_dir: Option<PathBuf>, mut q: Query, limit: u
     }
     results.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.2.row.url.cmp(&b.2.row.url)).then_with(|| a.2.row.timestamp.cmp(&b.2.row.timestamp)));
     results.truncate(limit);
+    let started = Instant::now();
     for (score, title, c, count, first) in &results {
-        let snippet = searcher.snippet(&s, &q.q, c).unwrap_or_default();
+        let snippet = if started.elapsed() < Searcher::SNIPPET_TIME { searcher.snippet(&s, &q.q, c).unwrap_or_default() } else { String::new() };
         let filename = c.file.trim_start_matches('/');
         if json {
             let mut j = serde_json::json!({

@@ -56,8 +56,8 @@ fn run(store: &Store, stop: &AtomicBool) {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::search::build::update(store, &dir, None, &|| stop.load(Ordering::Relaxed))));
         match r {
             Ok(Ok(u)) => {
-                if u.files_indexed + u.files_removed > 0 {
-                    log::info!("search index: {} files indexed, {} removed, {} captures, {} documents added, {} deleted", u.files_indexed, u.files_removed, u.captures, u.documents_added, u.documents_deleted);
+                if u.files_indexed + u.files_removed + u.files_moved > 0 {
+                    log::info!("search index: {} files indexed, {} removed, {} moved, {} captures, {} documents added, {} deleted", u.files_indexed, u.files_removed, u.files_moved, u.captures, u.documents_added, u.documents_deleted);
                 }
             }
             Ok(Err(e)) => log::error!("search index {}: {e}; trying again once the store changes", dir.display()),

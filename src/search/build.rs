@@ -13,7 +13,7 @@ use rocksdb::WriteBatch;
 use sha2::Digest as _;
 use tantivy::{IndexWriter, TantivyDocument, Term};
 
-use super::catalog::{key, path_part, Catalog, CaptureRow};
+use super::catalog::{key, path_part, places_of, Catalog, CaptureRow};
 use super::extract::{http_fields, kind_of, text_from, Text};
 use super::{db_dir, schema, text_dir, Fields, Result, SearchError};
 use crate::format::warc::revisit::{bare_uri, Header};
@@ -48,6 +48,9 @@ impl Unit {
 pub struct Updated {
     pub files_indexed: u64,
     pub files_removed: u64,
+    /// Files renamed since: their captures moved, nothing read (`moves`).
+    pub files_moved: u64,
+    pub captures_moved: u64,
     /// Files that could not be read whole (their errors logged).
     pub files_failed: u64,
     pub captures: u64,
@@ -100,16 +103,6 @@ struct Round<'a> {
 }
 
 /// The time of a WARC-Date as CDXJ gives it: its first 14 digits.
-/// The path parts (as keys hold them) of the captures of the file at `path`: its own, and
-/// for a WACZ the prefix of its WARCs' paths in `/.warcfs/wacz/`.
-fn places_of(path: &str) -> Vec<Vec<u8>> {
-    let mut places = vec![path_part(path)];
-    if crate::store::is_wacz_name(path.as_bytes()) {
-        places.push(format!("/{}{}/", crate::store::WACZ_VIEW_PREFIX, path.trim_start_matches('/')).into_bytes());
-    }
-    places
-}
-
 fn timestamp(date: &[u8]) -> String {
     let d: String = date.iter().filter(|b| b.is_ascii_digit()).take(14).map(|&b| b as char).collect();
     format!("{d:0<14}")
@@ -168,8 +161,10 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
         }
         Ok(true)
     })?;
-    let gone: Vec<String> = indexed.iter().filter(|(p, id)| stored.get(*p).is_none_or(|h| h.id != **id)).map(|(p, _)| p.clone()).collect();
-    let new: Vec<(String, RecipeHead)> = stored.into_iter().filter(|(p, h)| indexed.get(p) != Some(&h.id)).collect();
+    let mut gone: Vec<String> = indexed.iter().filter(|(p, id)| stored.get(*p).is_none_or(|h| h.id != **id)).map(|(p, _)| p.clone()).collect();
+    let mut new: Vec<(String, RecipeHead)> = stored.into_iter().filter(|(p, h)| indexed.get(p) != Some(&h.id)).collect();
+    // (One document per capture names its documents by path: moves are indexed anew.)
+    let moves = if unit == Unit::Capture { Vec::new() } else { super::moves::renamed(&mut gone, &mut new, &indexed) };
 
     let analyzer = index.tokenizer_for_field(fields.body).map_err(terr)?;
     let mut r = Round::new(store, &cat, &mut writer, fields, unit);
@@ -177,6 +172,11 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     for path in &gone {
         r.remove_file(path)?;
         r.done.files_removed += 1;
+    }
+    // After the removals: a file moved over another one takes its place.
+    for (from, to, id) in &moves {
+        r.done.captures_moved += super::moves::move_file(r.cat, &mut r.batch, from, to, *id)?;
+        r.done.files_moved += 1;
     }
     let mut in_round = 0usize;
     for (path, head) in &new {

@@ -11,7 +11,9 @@
 //! | `D` | payload digest string | the tid of a response's text: where revisits find it |
 //! | `U` | digest string, path, offset | a revisit whose original's text is not known yet (`CaptureRow`) |
 //!
-//! A `P` or `D` row whose text is gone (no `T` row) is stale: read as absent.
+//! A `P` or `D` row whose text is gone (no `T` row) is stale: read as absent. The captures of a
+//! WACZ's WARCs are at those WARCs' paths in `/.warcfs/wacz/` and their offsets there
+//! (`places_of`); its `F` row names the WACZ.
 
 use std::path::{Path, PathBuf};
 
@@ -55,6 +57,17 @@ pub(crate) fn path_part(path: &str) -> Vec<u8> {
     let mut p = path.as_bytes().to_vec();
     p.push(0);
     p
+}
+
+/// The path parts (as keys hold them) that the captures of the file at `path` begin with: its
+/// own (NUL-ended), and for a WACZ the prefix of its WARCs' paths in `/.warcfs/wacz/` (up
+/// to the `/` after its name, so no other file's).
+pub(crate) fn places_of(path: &str) -> Vec<Vec<u8>> {
+    let mut places = vec![path_part(path)];
+    if crate::store::is_wacz_name(path.as_bytes()) {
+        places.push(format!("/{}{}/", crate::store::WACZ_VIEW_PREFIX, path.trim_start_matches('/')).into_bytes());
+    }
+    places
 }
 
 impl Catalog {

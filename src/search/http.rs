@@ -208,9 +208,10 @@ impl Server {
         let (s, query, rows) = self.captures(get)?;
         let json = get("output").as_deref() == Some("json");
         let mut body = String::new();
+        let started = Instant::now();
         for (i, (score, title, c)) in rows.into_iter().enumerate() {
             // Snippets for the first rows only: each reads its payload and extracts it again.
-            let snippet = if i < SNIPPETS { s.snippet(&self.store, &query.q, &c).unwrap_or_default() } else { String::new() };
+            let snippet = if i < SNIPPETS && started.elapsed() < Searcher::SNIPPET_TIME { s.snippet(&self.store, &query.q, &c).unwrap_or_default() } else { String::new() };
             let urlkey = crate::format::cdx::surt(&c.row.url);
             let mut j = serde_json::json!({
                 "url": c.row.url, "mime": c.row.mime, "status": c.row.status, "digest": c.row.digest,
@@ -263,10 +264,11 @@ impl Server {
             }
         }
         html.push_str(&format!("<p class=\"count\">{} pages</p>\n", urls.len()));
+        let started = Instant::now();
         for (url, title, mut caps) in urls.into_iter().take(50) {
             caps.sort_by(|a, b| a.row.timestamp.cmp(&b.row.timestamp));
             let latest = caps.iter().rev().find(|c| !c.row.revisit).unwrap_or(&caps[caps.len() - 1]);
-            let snippet = s.snippet(&self.store, &query.q, latest).unwrap_or_default();
+            let snippet = if started.elapsed() < Searcher::SNIPPET_TIME { s.snippet(&self.store, &query.q, latest).unwrap_or_default() } else { String::new() };
             let link = |c: &Capture| format!("{}/{}/{}", self.replay, c.row.timestamp, c.row.url);
             html.push_str(&format!(
                 "<div class=\"hit\"><a class=\"title\" href=\"{}\">{}</a><br><span class=\"url\">{}</span><div class=\"snippet\">{}</div><div class=\"dates\">{} captures, {} to {}: ",

@@ -12,8 +12,8 @@
 //!   text's count of captures, each payload's text, each indexed file's recipe.
 //!
 //! `update` (`build`) brings both to the store as it is: files new or changed since are
-//! indexed, files gone have their captures removed, and a text whose last capture goes is
-//! deleted from the index. Its order makes it safe to kill at any point: the text index
+//! indexed, files gone have their captures removed (a file renamed has them moved: `moves`),
+//! and a text whose last capture goes is deleted from the index. Its order makes it safe to kill at any point: the text index
 //! commits first, then the rows that say which files are indexed, so a killed update is
 //! done again by the next (an added text is first deleted by id: adding it twice leaves one).
 //! Queries (`query`) find texts, then their captures.
@@ -23,6 +23,7 @@ pub mod catalog;
 pub mod extract;
 pub mod fragments;
 pub mod http;
+mod moves;
 #[cfg(feature = "pdf")]
 pub(crate) mod pdf;
 pub mod query;

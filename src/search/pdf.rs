@@ -253,10 +253,17 @@ pub fn child() -> i32 {
     }
 }
 
-/// Sets this process's limits: `MEMORY` of address space, `CPU_SECONDS` of CPU, no core file.
+/// Sets this process's limits: `MEMORY` of address space, `CPU_SECONDS` of CPU, no core file
+/// (each no higher than the hard limit it inherited: raising one is refused).
 fn limit() -> io::Result<()> {
     let set = |what, soft: u64, hard: u64| {
-        let l = libc::rlimit { rlim_cur: soft as libc::rlim_t, rlim_max: hard as libc::rlim_t };
+        let mut have = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes the struct it is given, which lives through the call.
+        if unsafe { libc::getrlimit(what, &mut have) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let cap = |v: u64| (v as libc::rlim_t).min(have.rlim_max);
+        let l = libc::rlimit { rlim_cur: cap(soft), rlim_max: cap(hard) };
         // SAFETY: setrlimit reads the struct it is given; it only lowers this process's limits.
         if unsafe { libc::setrlimit(what, &l) } == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
     };

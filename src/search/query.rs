@@ -178,6 +178,11 @@ impl Searcher {
         Ok(out)
     }
 
+    /// Snippets made in a row until this time has passed, the rest left empty: each reads
+    /// a payload and extracts its text again (a PDF's in a child process that may take up
+    /// to its timeout), and an answer must not wait for a hundred of them.
+    pub const SNIPPET_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+
     /// A snippet of `c`'s text around what `q` finds in it (read from the store), plain
     /// text with the words found in `[` `]`; empty if the capture cannot be read.
     pub fn snippet(&self, store: &Store, q: &str, c: &Capture) -> Result<String> {
@@ -244,7 +249,8 @@ pub fn capture_text(store: &Store, c: &Capture) -> Result<Option<String>> {
     let mut raw = vec![0u8; c.row.length as usize];
     let n = store.read_at(&head, at + c.offset, &mut raw)?;
     raw.truncate(n);
-    let record = if c.file.ends_with(".gz") {
+    // (A gzip member by its magic, not by the name: a file may be renamed.)
+    let record = if raw.starts_with(&[0x1f, 0x8b]) {
         let mut t = Vec::new();
         let _ = flate2::read::MultiGzDecoder::new(&raw[..]).take(super::build::MAX_BLOCK).read_to_end(&mut t);
         t

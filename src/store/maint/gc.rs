@@ -64,6 +64,9 @@ struct Rewritten {
     /// Chunks whose delta hints are spent, deleted with the entries.
     spent: Vec<ChunkKey>,
     bases: delta::make::Choosing,
+    /// The settling dictionary (`train`) for the index's meta record to name, with the
+    /// first pack's entries.
+    settle_dict: Option<ChunkKey>,
 }
 
 /// Packs whose dead share is above this are rewritten by gc.
@@ -149,7 +152,7 @@ impl Store {
         if rep.chunks_dropped > 0 {
             self.refuse_dropping_referenced()?;
         }
-        let (damaged, kept, deltas_made, new_dict) = self.rewrite_packs(&mut ns, &rewrite, settling)?;
+        let (damaged, kept, deltas_made) = self.rewrite_packs(&mut ns, &rewrite, settling)?;
         rep.deltas_made = deltas_made;
         rep.chunks_damaged = damaged + plan.damaged;
         // A pack with a live blob that could not be read stays, that blob's entry with it.
@@ -204,9 +207,6 @@ impl Store {
         // What is settled now, so that the next gc need not ask those packs again.
         let mut marks = Batch::new();
         plan.mark(self, &mut marks);
-        if let Some(k) = new_dict {
-            marks.put_meta_bytes_unlogged(&self.index, crate::store::maint::train::META_KEY, &k.to_bytes());
-        }
         if !marks.is_empty() {
             self.index.write(marks)?;
         }
@@ -243,10 +243,10 @@ impl Store {
     /// is not copied, and its pack, returned in the set, must stay (one damaged chunk must
     /// not stop every gc, nor be written anew under a checksum of its damage). And how many
     /// deltas it made.
-    fn rewrite_packs(&self, ns: &mut Ns, ids: &HashSet<u64>, settling: bool) -> Result<(u64, HashSet<u64>, u64, Option<ChunkKey>)> {
+    fn rewrite_packs(&self, ns: &mut Ns, ids: &HashSet<u64>, settling: bool) -> Result<(u64, HashSet<u64>, u64)> {
         let mut kept = HashSet::new();
         if ids.is_empty() {
-            return Ok((0, kept, 0, None));
+            return Ok((0, kept, 0));
         }
         let runs = self.runs_dir()?;
         // Pack ‖ offset ‖ key ‖ the rest of the entry: sorted, the blobs in their old order.
@@ -282,14 +282,17 @@ impl Store {
         if bases.enabled {
             bases.fresh = fresh;
         }
-        let mut out = Rewritten { open: None, moved: HashMap::new(), spent: Vec::new(), bases };
-        let mut new_dict = None;
+        let mut out = Rewritten { open: None, moved: HashMap::new(), spent: Vec::new(), bases, settle_dict: None };
         if let Some(t) = target.filter(|t| dicts.target(t.key.digest, &t.bytes, self.settle_level())) {
             if t.new {
                 // First in gc's first pack: its entry commits with that pack's, before or
                 // with every chunk compressed with it.
                 self.write_dictionary(&mut out, &t)?;
-                new_dict = Some(t.key);
+            }
+            if !t.named {
+                // With the first pack's entries too (`seal_rewritten`): the next gc goes on
+                // with it even if this one stops after that.
+                out.settle_dict = Some(t.key);
             }
         }
         // Blobs read and not yet written: settled a batch at a time, on two threads.
@@ -321,7 +324,7 @@ impl Store {
         }
         damaged += self.write_rewritten(ns, &mut out, &mut dicts, blobs, settling)?;
         self.seal_rewritten(ns, &mut out)?;
-        Ok((damaged, kept, out.bases.made, new_dict))
+        Ok((damaged, kept, out.bases.made))
     }
 
     /// Appends the settling dictionary `t` (`train`) to gc's open pack as a `Dict` chunk,
@@ -359,6 +362,9 @@ impl Store {
         }
         for k in out.spent.drain(..) {
             b.delete_delta_base_hint(&self.index, &k);
+        }
+        if let Some(k) = out.settle_dict.take() {
+            b.put_meta_bytes_unlogged(&self.index, crate::store::maint::train::META_KEY, &k.to_bytes());
         }
         out.bases.sealed();
         self.gc_write(ns, b)

@@ -1,7 +1,7 @@
 //! Maintenance: whole-store passes that run beside or instead of the mount. `stats` (what
 //! is stored, and where its bytes go), `gc` (with the sorted reference stream gc and fsck
 //! share), `settle` (gc's rewrite of packs at an archival zstd level; `train`, the dictionary it
-//! compresses with in a store made for size), `fsck` (every
+//! compresses their text chunks with), `fsck` (every
 //! reference checked), `repair` (the index rebuilt from the packs), `snapshot` (a
 //! consistent copy of the store).
 

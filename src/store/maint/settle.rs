@@ -114,7 +114,9 @@ enum Settled {
 /// compressing at the store's level and for decoding.
 #[derive(Default)]
 pub(in crate::store) struct Dicts {
-    ready: HashMap<Digest, Option<(zstd::zstd_safe::CDict<'static>, pack::Dictionary)>>,
+    /// For decoding, and (without a `target`) for compressing again: a CDict of a 2 MiB
+    /// dictionary takes about 66 MiB at level 15, so none is made where none is used.
+    ready: HashMap<Digest, Option<(Option<zstd::zstd_safe::CDict<'static>>, pack::Dictionary)>>,
     /// The dictionary text chunks are compressed with instead of their own (`train`), at
     /// the store's level.
     target: Option<(Digest, zstd::zstd_safe::CDict<'static>)>,
@@ -194,7 +196,13 @@ impl Store {
                 // it are copied as they are. Any other failure (the disk, the bucket, the
                 // index) stops gc.
                 let prepared = match self.dictionary_bytes(&ChunkKey { digest: d, seq: 0 }) {
-                    Ok(bytes) => zstd::zstd_safe::CDict::try_create(&bytes, self.settle_level() as i32).zip(pack::prepare_dictionary(&bytes)),
+                    Ok(bytes) => {
+                        let cdict = match dicts.target {
+                            Some(_) => Some(None),
+                            None => zstd::zstd_safe::CDict::try_create(&bytes, self.settle_level() as i32).map(Some),
+                        };
+                        cdict.zip(pack::prepare_dictionary(&bytes))
+                    }
                     Err(StoreError::MissingChunk(_)) | Err(StoreError::Pack(PackError::Corrupt { .. })) => None,
                     Err(e) => return Err(e),
                 };
@@ -265,26 +273,33 @@ impl Store {
         // A header block stays packed as it was (`pack::packed_frame`): it is recompressed
         // only if it packs again.
         let frame = pack::frame_of(packed_headers, ChunkKind::from_u8(b.entry.kind), &raw);
-        // A text chunk goes to the settling dictionary, where there is one.
+        // A text chunk goes to the settling dictionary, where there is one and that is
+        // smaller than what is stored; else it is compressed again as it was (its own
+        // dictionary's CDict is not made when there is a target: kept as it is then).
         let target = dicts.target.as_ref().filter(|_| b.recompressed() && super::train::dictable(b.entry.kind));
-        let settled = match (target, dict, frame) {
-            (_, _, None) => None,
+        let with_target = match (target, &frame) {
+            (Some((digest, cdict)), Some(frame)) => dict::Shared::new(digest, cdict).compress(z.for_dictionary().ok_or_else(no_context)?, frame).filter(|s| s.len() < b.stored.len()),
+            _ => None,
+        };
+        let settled = match (with_target, dict, &frame) {
+            (Some(s), _, _) => Some((s, true)),
+            (None, _, None) => None,
             _ if !b.recompressed() => None,
-            (Some((digest, cdict)), _, Some(frame)) => dict::Shared::new(digest, cdict).compress(z.for_dictionary().ok_or_else(no_context)?, &frame),
-            (None, Some((digest, (cdict, _))), Some(frame)) => dict::Shared::new(digest, cdict).compress(z.for_dictionary().ok_or_else(no_context)?, &frame),
-            (None, None, Some(frame)) => z.at(self.settle_level() as i32).ok_or_else(no_context)?.compress(&frame).ok(),
+            (None, Some((digest, (Some(cdict), _))), Some(frame)) => dict::Shared::new(digest, cdict).compress(z.for_dictionary().ok_or_else(no_context)?, frame).map(|s| (s, false)),
+            (None, Some((_, (None, _))), Some(_)) => None,
+            (None, None, Some(frame)) => z.at(self.settle_level() as i32).ok_or_else(no_context)?.compress(frame).ok().map(|s| (s, false)),
         };
         if let Some((key, base)) = &b.base {
-            let alone = settled.as_ref().map_or(b.stored.len(), |s| s.len().min(b.stored.len()));
+            let alone = settled.as_ref().map_or(b.stored.len(), |(s, _)| s.len().min(b.stored.len()));
             if let Some(d) = crate::store::delta::make::delta_of(z.for_delta().ok_or_else(no_context)?, key, base, &raw, alone, self.settle_level()) {
                 return Ok(Settled::Delta(d));
             }
         }
         // What zstd would not do again is kept as it is: that changes nothing stored.
-        Ok(match (settled, target.is_some()) {
-            (None, _) => Settled::Kept,
-            (Some(s), true) => Settled::WithDict(s),
-            (Some(s), false) => Settled::Smaller(s),
+        Ok(match settled {
+            None => Settled::Kept,
+            Some((s, true)) => Settled::WithDict(s),
+            Some((s, false)) => Settled::Smaller(s),
         })
     }
 

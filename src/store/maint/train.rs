@@ -60,9 +60,10 @@ const SAMPLE_MAX: usize = 128 << 10;
 pub(in crate::store) struct Target {
     pub key: ChunkKey,
     pub bytes: Vec<u8>,
-    /// Trained by this gc: its chunk is still to be written (first, in gc's first pack), and
-    /// the meta record to name it.
+    /// Trained by this gc: its chunk is still to be written (first, in gc's first pack).
     pub new: bool,
+    /// The index's meta record names it already.
+    pub named: bool,
 }
 
 /// Whether a chunk of `kind` is compressed with the settling dictionary: what ingest
@@ -90,14 +91,14 @@ impl Store {
         // The candidates: live text chunks of the fresh packs; the sample, those of the
         // smallest digests (a max-heap keeps them).
         let mut text_bytes = 0u64;
-        let mut draw: BinaryHeap<(Digest, u64, u64, u32, [u8; 36])> = BinaryHeap::new();
+        let mut draw: BinaryHeap<(Digest, u64, u64, u32, [u8; 36], u32)> = BinaryHeap::new();
         for item in self.index.chunk_iter() {
             let (k, e) = item?;
             if e.refs == 0 || !fresh.contains(&e.pack) || !sampled(e.kind) || !compressed(&e) {
                 continue;
             }
             text_bytes += e.raw_len as u64;
-            draw.push((k.digest, e.pack, e.offset, e.stored_len, k.to_bytes()));
+            draw.push((k.digest, e.pack, e.offset, e.stored_len, k.to_bytes(), e.raw_len));
             if draw.len() > SAMPLE_CHUNKS {
                 draw.pop();
             }
@@ -108,23 +109,33 @@ impl Store {
             return Ok(in_use);
         }
         // Read in pack order.
-        let mut chosen = draw.into_vec();
+        // The smallest digests that fit in the samples' room (an even draw over every pack),
+        // then read in pack order.
+        let mut chosen = draw.into_sorted_vec();
+        let mut room = t.samples as u64;
+        chosen.retain(|c| {
+            let take = room > 0;
+            room = room.saturating_sub((c.5 as u64).min(SAMPLE_MAX as u64));
+            take
+        });
         chosen.sort_unstable_by_key(|c| (c.1, c.2));
         let packed = crate::store::packed_headers(self.config.version);
         let (mut samples, mut sizes) = (Vec::new(), Vec::new());
-        for (_, pack, offset, stored_len, key) in chosen {
+        for (_, pack, offset, stored_len, key, _) in chosen {
             if samples.len() >= t.samples {
                 break;
             }
             let key = ChunkKey::from_bytes(&key).expect("36 bytes");
             let Some(e) = self.index.chunk(&key)? else { continue };
-            // A chunk that does not read is damage for settling to count, not a reason to stop.
+            // A damaged chunk is for settling to count, not a reason to stop; any other
+            // failure (the disk, the bucket) stops gc.
             let raw = match self.packs.read(pack, offset, &key, stored_len) {
                 Ok(raw) => raw,
-                Err(err) => {
+                Err(err @ crate::pack::PackError::Corrupt { .. }) => {
                     log::debug!("gc: chunk {} not sampled for the settling dictionary: {err}", key.short());
                     continue;
                 }
+                Err(err) => return Err(err.into()),
             };
             // What the chunk's frame holds (a header block packed): what the dictionary must
             // match.
@@ -148,10 +159,10 @@ impl Store {
         let key = ChunkKey { digest: (self.digest)(&bytes), seq: 0 };
         match self.index.chunk(&key)? {
             // Trained before (the same text again): in the store already.
-            Some(e) if e.kind == ChunkKind::Dict as u8 => Ok(Some(Target { key, bytes, new: false })),
+            Some(e) if e.kind == ChunkKind::Dict as u8 => Ok(Some(Target { named: in_use.is_some_and(|u| u.key == key), key, bytes, new: false })),
             // Its digest names another chunk: not used (a dictionary is found at seq 0).
             Some(_) => Ok(in_use),
-            None => Ok(Some(Target { key, bytes, new: true })),
+            None => Ok(Some(Target { key, bytes, new: true, named: false })),
         }
     }
 
@@ -160,12 +171,14 @@ impl Store {
         let Some(raw) = self.index.meta_bytes(META_KEY)? else { return Ok(None) };
         let Some(key) = ChunkKey::from_bytes(&raw) else { return Ok(None) };
         match self.dictionary_bytes(&key) {
-            Ok(bytes) => Ok(Some(Target { key, bytes, new: false })),
-            Err(e @ StoreError::Index(_)) => Err(e),
-            Err(e) => {
+            Ok(bytes) => Ok(Some(Target { key, bytes, new: false, named: true })),
+            // Missing or damaged: trained anew. Any other failure (the disk, the bucket, the
+            // index) stops gc.
+            Err(e @ (StoreError::MissingChunk(_) | StoreError::Pack(crate::pack::PackError::Corrupt { .. }))) => {
                 log::warn!("gc: the settling dictionary {} cannot be read ({e}); a new one is trained when there is enough to settle", key.short());
                 Ok(None)
             }
+            Err(e) => Err(e),
         }
     }
 }

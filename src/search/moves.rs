@@ -1,0 +1,80 @@
+//! Files renamed in the store: their catalog rows move to the new path, and nothing is read
+//! again. The index knows files by path (`F` rows name the recipe each path was indexed
+//! under); a path gone whose recipe now stands at a new path is the same file moved (a
+//! recipe is its bytes), so its captures are the same but for their path. Without this, `mv`
+//! of a crawl into another directory read and hashed every payload of it again.
+
+use std::collections::{BTreeMap, HashMap};
+
+use rocksdb::WriteBatch;
+
+use super::catalog::{key, places_of, Catalog};
+use super::Result;
+use crate::recipe::RecipeHead;
+
+/// Pairs the files `gone` from the index with the `new` ones holding the same recipe: those
+/// are moves, taken out of both lists and returned (from, to, recipe id). A WACZ pairs only
+/// with a WACZ, a WARC with a WARC (their captures are named differently).
+pub(super) fn renamed(gone: &mut Vec<String>, new: &mut Vec<(String, RecipeHead)>, indexed: &BTreeMap<String, u64>) -> Vec<(String, String, u64)> {
+    let wacz = |p: &str| crate::store::is_wacz_name(p.as_bytes());
+    let mut by_id: HashMap<(u64, bool), Vec<String>> = HashMap::new();
+    for p in gone.iter() {
+        if let Some(&id) = indexed.get(p) {
+            by_id.entry((id, wacz(p))).or_default().push(p.clone());
+        }
+    }
+    let mut moves = Vec::new();
+    new.retain(|(to, head)| match by_id.get_mut(&(head.id, wacz(to))).and_then(Vec::pop) {
+        Some(from) => {
+            moves.push((from, to.clone(), head.id));
+            false
+        }
+        None => true,
+    });
+    gone.retain(|p| !moves.iter().any(|(from, _, _)| from == p));
+    moves
+}
+
+/// Moves the rows of the file indexed at `from` (recipe `id`) to `to`, in `batch`: its
+/// captures (`C`, `G`), its revisits waiting for their originals (`U`), its `F` row. Returns
+/// how many captures moved.
+pub(super) fn move_file(cat: &Catalog, batch: &mut WriteBatch, from: &str, to: &str, id: u64) -> Result<u64> {
+    let mut moved = 0;
+    for (old, new) in places_of(from).into_iter().zip(places_of(to)) {
+        let mut rows = Vec::new();
+        cat.scan(&key(b'G', &[&old]), &mut |k, v| {
+            rows.push((k.to_vec(), v.to_vec()));
+            Ok(true)
+        })?;
+        for (k, tid) in rows {
+            // (path place, then for a WACZ the rest of its WARC's path; then the offset)
+            let rest = &k[1 + old.len()..];
+            let nk = key(b'G', &[&new, rest]);
+            let (c_old, c_new) = (key(b'C', &[&tid, &k[1..]]), key(b'C', &[&tid, &nk[1..]]));
+            if let Some(row) = cat.get(&c_old)? {
+                batch.delete(&c_old);
+                batch.put(&c_new, row);
+            }
+            batch.delete(&k);
+            batch.put(&nk, &tid);
+            moved += 1;
+        }
+        // A waiting revisit's key: the digest string (no NUL in it), NUL, its place.
+        let mut waiting = Vec::new();
+        cat.scan(b"U", &mut |k, v| {
+            if let Some(nul) = k.iter().position(|&b| b == 0) {
+                if k[nul + 1..].starts_with(&old) {
+                    waiting.push((k.to_vec(), nul, v.to_vec()));
+                }
+            }
+            Ok(true)
+        })?;
+        for (k, nul, row) in waiting {
+            batch.delete(&k);
+            batch.put(key(b'U', &[&k[1..=nul], &new, &k[nul + 1 + old.len()..]]), row);
+        }
+    }
+    batch.delete(key(b'F', &[&super::catalog::path_part(from)]));
+    batch.put(key(b'F', &[&super::catalog::path_part(to)]), id.to_be_bytes());
+    Ok(moved)
+}
