@@ -266,6 +266,16 @@ fn the_search_page_and_api_answer_over_http() {
     assert!(!cdxj.is_empty() && cdxj.lines().all(|l| l.split(' ').nth(2).is_some_and(|j| serde_json::from_str::<serde_json::Value>(&l[l.find('{').unwrap()..]).unwrap()["url"].as_str().unwrap().starts_with(prefix) && j.starts_with('{'))), "{cdxj}");
     assert_eq!(get(&server.1, "/search?limit=3").0, 400, "no q");
     assert_eq!(get(&server.1, "/nothing").0, 404);
+    // A page of another site cannot reach it through a name that resolves to 127.0.0.1.
+    let rebound = {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(&server.1).unwrap();
+        write!(c, "GET /search?q={word} HTTP/1.1\r\nHost: rebind.example:{}\r\nConnection: close\r\n\r\n", server.1.rsplit(':').next().unwrap()).unwrap();
+        let mut r = String::new();
+        c.read_to_string(&mut r).unwrap();
+        r
+    };
+    assert!(rebound.starts_with("HTTP/1.1 403"), "{rebound}");
 
     // The page, as a browser renders it.
     let out = std::process::Command::new("chromium")

@@ -10,7 +10,10 @@
 //!   to replay each capture in pywb (`--replay`: its collection's URL).
 //!
 //! A fixed pool of threads answers (each connection closed after its answer); the index is
-//! opened again when it is over two seconds old, so a mount's updates show.
+//! opened again when it is over two seconds old, so a mount's updates show. Listening on a
+//! loopback address, it answers only requests whose `Host` is a loopback name: a web page
+//! cannot read the archive's search through a name of its own that resolves to 127.0.0.1
+//! (DNS rebinding).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -45,12 +48,15 @@ struct Server {
     store: Store,
     dir: PathBuf,
     replay: String,
+    /// Listening on a loopback address: requests must name a loopback host (`host_allowed`).
+    loopback: bool,
     searcher: Mutex<Option<(Instant, Arc<Searcher>)>>,
 }
 
 /// Serves the search index in `dir` of `store` on `listener` until the process ends.
 pub fn serve(store: Store, dir: &Path, listener: TcpListener, replay: &str) -> Result<()> {
-    let server = Arc::new(Server { store, dir: dir.to_path_buf(), replay: replay.trim_end_matches('/').to_string(), searcher: Mutex::new(None) });
+    let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
+    let server = Arc::new(Server { store, dir: dir.to_path_buf(), replay: replay.trim_end_matches('/').to_string(), loopback, searcher: Mutex::new(None) });
     server.searcher()?;
     let mut threads = Vec::new();
     for _ in 0..THREADS {
@@ -74,6 +80,18 @@ pub fn serve(store: Store, dir: &Path, listener: TcpListener, replay: &str) -> R
         let _ = t.join();
     }
     Ok(())
+}
+
+/// Whether a request naming `host` (its `Host` field, port and all) is answered by a server
+/// on a loopback address: a loopback name or address, or none given (HTTP/1.0).
+fn host_allowed(host: Option<&str>) -> bool {
+    let Some(h) = host.map(str::trim) else { return true };
+    let name = match h.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => h.rsplit_once(':').map_or(h, |(n, port)| if port.bytes().all(|b| b.is_ascii_digit()) { n } else { h }),
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost" || name.ends_with(".localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `%xx` and `+` decoded.
@@ -128,8 +146,9 @@ impl Server {
         let mut r = BufReader::new(conn.try_clone()?);
         let mut line = String::new();
         r.by_ref().take(MAX_HEAD as u64).read_line(&mut line)?;
-        // The rest of the head (its fields are not needed), bounded in bytes and time.
+        // The rest of the head (of its fields only `Host` is needed), bounded in bytes and time.
         let mut head = line.len();
+        let mut host = None;
         loop {
             if Instant::now() > deadline {
                 return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "request head not sent within 10 s"));
@@ -140,6 +159,11 @@ impl Server {
             if n == 0 || l == "\r\n" || l == "\n" || head >= MAX_HEAD {
                 break;
             }
+            if let Some((name, value)) = l.split_once(':') {
+                if name.trim().eq_ignore_ascii_case("host") {
+                    host = Some(value.trim().to_string());
+                }
+            }
         }
         let mut parts = line.split_whitespace();
         let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
@@ -147,6 +171,7 @@ impl Server {
         let params: Vec<(String, String)> = query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').map_or((decode(p), String::new()), |(k, v)| (decode(k), decode(v)))).collect();
         let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         let (status, ctype, body) = match (method, path) {
+            _ if self.loopback && !host_allowed(host.as_deref()) => ("403 Forbidden", "text/plain; charset=utf-8", "this server answers requests to a loopback name only (127.0.0.1, localhost)\n".to_string()),
             ("GET", "/search") => match self.api(&get) {
                 Ok(b) => ("200 OK", if get("output").as_deref() == Some("json") { "application/x-ndjson" } else { "text/plain; charset=utf-8" }, b),
                 Err(SearchError::Query(m)) => ("400 Bad Request", "text/plain; charset=utf-8", format!("{m}\n")),
@@ -287,5 +312,20 @@ impl Server {
         }
         html.push_str("</body></html>\n");
         Ok(html)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_allowed;
+
+    #[test]
+    fn only_loopback_names_are_answered_on_a_loopback_address() {
+        for ok in [None, Some("127.0.0.1:8089"), Some("localhost:8089"), Some("LOCALHOST"), Some("[::1]:8089"), Some("127.0.0.2"), Some("app.localhost:1"), Some("localhost.")] {
+            assert!(host_allowed(ok), "{ok:?}");
+        }
+        for bad in [Some("evil.example:8089"), Some("evil.example"), Some("127.0.0.1.evil.example"), Some("localhost.evil.example:80"), Some("[2001:db8::1]:80"), Some("10.0.0.1"), Some("")] {
+            assert!(!host_allowed(bad), "{bad:?}");
+        }
     }
 }
