@@ -123,11 +123,19 @@ pub(in crate::store) fn prove_member(data: &[u8], window_plain: &[u8], m: &Membe
 pub(in crate::store) struct Forms {
     pub longest: bool,
     pub predicted: bool,
+    /// A member that holds no record's header (a WACZ's CDXJ index, any other gzip text)
+    /// takes the predicted form where zlib wrote it, whatever the store is made for: such
+    /// a member is read rarely and whole, and its ranked parse is most of its size (the
+    /// CDXJ index of crawl-1's WACZ: 0.39 MB of ranked parse for 0.69 MB of gzip). Format 10
+    /// and later, which every warcfs that reads them can decode (a single-writer store: 10,
+    /// 11, 12).
+    pub predicted_rare: bool,
 }
 
 impl Forms {
     pub(in crate::store) fn of(version: u32) -> Forms {
-        Forms { longest: crate::store::longest_parses(version), predicted: crate::store::predicted_parses(version) }
+        let predicted = crate::store::predicted_parses(version);
+        Forms { longest: crate::store::longest_parses(version), predicted, predicted_rare: predicted || version == crate::store::PACKED_V11 }
     }
 }
 
@@ -230,7 +238,7 @@ fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation, forms:
         .collect();
     let mut order: Vec<usize> = (0..members.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(members[i].plain_len));
-    let places = places(&members, seg, forms.predicted);
+    let places = places(&members, seg, forms.predicted, forms.predicted_rare);
     let work = |_: &mut (), i: usize| {
         crate::failpoint::panic_at("prove");
         prove_member(data, plain, members[i], places[i], forms.longest, Some(known))
@@ -245,8 +253,10 @@ fn prove_members(data: &[u8], sw: &SplitWindow, seg: &warc::Segmentation, forms:
 /// before the cut is kept in the recipe, whose pieces must stay small whatever a member
 /// holds (one without a payload, a huge header). The tail's text starts at the payload's
 /// start (`Cut::base`), and so does what its copies must share (`Place::payload`).
-pub(in crate::store) fn places(members: &[&Member], seg: &warc::Segmentation, predicted: bool) -> Vec<Place> {
+pub(in crate::store) fn places(members: &[&Member], seg: &warc::Segmentation, predicted: bool, predicted_rare: bool) -> Vec<Place> {
     let payloads: Vec<(u64, u64)> = seg.spans.iter().filter(|s| s.kind == SpanKind::Payload).map(|s| (s.start, s.start + s.len)).collect();
+    // (Header spans may run from one record into the next: a request's, then the response's.)
+    let headers: Vec<(u64, u64)> = seg.spans.iter().filter(|s| s.kind == SpanKind::Header).map(|s| (s.start, s.start + s.len)).collect();
     members
         .iter()
         .map(|m| {
@@ -258,7 +268,9 @@ pub(in crate::store) fn places(members: &[&Member], seg: &warc::Segmentation, pr
                 None => (PARSE_INLINE_TEXT, 0),
             };
             let at = at.min(PARSE_INLINE_TEXT);
-            let cut = deflate::Cut { at: at as usize, base: base.min(at) as usize, predicted };
+            let j = headers.partition_point(|&(_, end)| end <= ps);
+            let holds_header = headers.get(j).is_some_and(|&(start, _)| start < pe);
+            let cut = deflate::Cut { at: at as usize, base: base.min(at) as usize, predicted: predicted || (predicted_rare && !holds_header) };
             // (A payload that starts past PARSE_INLINE_TEXT has header text after the cut:
             // no chunk of its payload would stand for that, so its tail is never named.)
             let payload = payloads.get(i).filter(|&&(a, e)| a >= ps && a < pe && a - ps == cut.base as u64 && e <= pe && pe - e <= MAX_AFTER_PAYLOAD).copied();
