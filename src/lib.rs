@@ -20,7 +20,8 @@ pub mod recipe;
 pub mod search;
 pub mod store;
 mod sync;
-#[cfg(test)]
-pub(crate) mod test_support;
+// (Not behind cfg(test): the integration tests use it too; std only.)
+#[doc(hidden)]
+pub mod test_support;
 
 pub(crate) use sync::{wait_on, LockExt};

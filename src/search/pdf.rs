@@ -346,34 +346,8 @@ impl Write for Capped {
 mod tests {
     use super::*;
 
-    /// A one-page PDF showing `words` in Helvetica, with `title` (a PDF string: `(...)` or
-    /// `<FEFF...>`) as its Info Title if given; its xref table's offsets counted.
     fn pdf(title: Option<&str>, words: &str) -> Vec<u8> {
-        let content = format!("BT /F1 12 Tf 72 720 Td ({words}) Tj ET");
-        let mut objects = vec![
-            "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
-            "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".into(),
-            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>".into(),
-            format!("<< /Length {} >>\nstream\n{content}\nendstream", content.len()),
-            "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".into(),
-        ];
-        if let Some(t) = title {
-            objects.push(format!("<< /Title {t} >>"));
-        }
-        let mut out = b"%PDF-1.4\n".to_vec();
-        let mut offsets = Vec::new();
-        for (i, o) in objects.iter().enumerate() {
-            offsets.push(out.len());
-            out.extend_from_slice(format!("{} 0 obj\n{o}\nendobj\n", i + 1).as_bytes());
-        }
-        let xref = out.len();
-        out.extend_from_slice(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes());
-        for o in offsets {
-            out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
-        }
-        let info = title.map(|_| format!(" /Info {} 0 R", objects.len())).unwrap_or_default();
-        out.extend_from_slice(format!("trailer\n<< /Size {} /Root 1 0 R{info} >>\nstartxref\n{xref}\n%%EOF\n", objects.len() + 1).as_bytes());
-        out
+        crate::test_support::one_page_pdf(title, words)
     }
 
     #[test]
