@@ -41,7 +41,11 @@ impl Wayback {
     /// Starts `wayback` over ROOT (which holds `collections/` or a config.yaml) and waits
     /// until it answers.
     pub fn start(bin: &Path, root: &Path, log: &Path) -> Wayback {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // Below the ephemeral range the crawls' own servers took their ports from (bind to
+        // port 0): a replay server on a crawl's port would make its URLs and the archived
+        // ones the same text, and `comparable_headers` would neutralise both.
+        let first = 20_000 + (std::process::id() % 10_000) as u16;
+        let port = (first..32_000).chain(20_000..first).find(|&p| TcpListener::bind(("127.0.0.1", p)).is_ok()).expect("a free port under 32000");
         let logf = fs::File::create(log).unwrap();
         let child = Command::new(bin.join("wayback"))
             .args(["-p", &port.to_string(), "-b", "127.0.0.1", "-d"])
