@@ -451,3 +451,47 @@ fn a_renamed_crawl_is_moved_not_read_again() {
     let (diffs, found) = compare(&store.join("search"), &fresh, &qs);
     assert!(diffs.is_empty() && found > 20, "{found} found; {}", diffs.join("\n"));
 }
+
+/// Revisits whose originals are not stored yet wait; they follow their file when it is
+/// renamed, and leave with it when it is removed in the update that brings their originals;
+/// the others are then captures at their file's new place, as in an index built afresh.
+#[test]
+fn waiting_revisits_follow_their_file() {
+    let tmp = TempDir::new().unwrap();
+    let crawls = crawl_files();
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[1]), &s(&crawls[2]), "--to", "/crawls"]);
+    let dedup = tmp.path().join("dedup");
+    ok(&["export", "--revisits", &s(&store), "/crawls", "--to", &s(&dedup)]);
+    let name = |i: usize| crawls[i].file_name().unwrap().to_str().unwrap().to_string();
+    let b = tmp.path().join("b");
+    ok(&["import", &s(&b), &s(&dedup.join(name(1))), "--to", "/later"]);
+    ok(&["import", &s(&b), &s(&dedup.join(name(2))), "--to", "/later2"]);
+    let waiting = |out: &str| -> u64 { out.split(" revisits wait").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap() };
+    let first = ok(&["search", "update", &s(&b)]).out();
+
+    std::fs::rename(b.join("search"), tmp.path().join("search")).unwrap();
+    let m = Mount::new(&b, &tmp.path().join("mnt"));
+    std::fs::create_dir(m.mnt.join("moved")).unwrap();
+    std::fs::rename(m.mnt.join("later").join(name(1)), m.mnt.join("moved").join(name(1))).unwrap();
+    ok(&["umount", &s(&m.mnt)]);
+    drop(m);
+    std::fs::rename(tmp.path().join("search"), b.join("search")).unwrap();
+    let second = ok(&["search", "update", &s(&b)]).out();
+    assert!(second.contains("0 removed, 1 moved") && waiting(&second) == waiting(&first), "{first}\n{second}");
+
+    // In one update: a file with waiting revisits goes, and the originals they wait for come.
+    ok(&["rm", &s(&b), &format!("/later2/{}", name(2))]);
+    ok(&["import", &s(&b), &s(&crawls[0]), "--to", "/first"]);
+    let third = ok(&["search", "update", &s(&b)]).out();
+    assert!(third.contains("1 removed") && waiting(&third) * 3 < waiting(&second), "the originals came: {second}\n{third}");
+    let qs = queries(&b.join("search"), 60);
+    let s1 = Searcher::open(&b.join("search")).unwrap();
+    let files: BTreeSet<String> = qs.iter().flat_map(|q| s1.all_captures(&query(q)).unwrap()).map(|(f, _)| f).collect();
+    assert!(files.contains(&format!("/moved/{}", name(1))) && files.iter().all(|f| !f.starts_with("/later")), "{files:?}");
+    let fresh = tmp.path().join("fresh");
+    ok(&["search", "rebuild", &s(&b), "--index-dir", &s(&fresh)]);
+    assert_eq!(stats(&b, &b.join("search"))["captures"], stats(&b, &fresh)["captures"]);
+    let (diffs, found) = compare(&b.join("search"), &fresh, &qs);
+    assert!(diffs.is_empty() && found > 20, "{found} found; {}", diffs.join("\n"));
+}

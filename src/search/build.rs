@@ -88,6 +88,12 @@ struct Round<'a> {
     /// parser could not read): not extracted again for each capture of them.
     no_text: HashSet<[u8; 32]>,
     digests: HashMap<String, u64>,
+    /// Revisits of this round whose original's text was not known when they were met: each
+    /// a capture at the round's commit if a response of the round gave that text, else
+    /// waiting (`waiting`).
+    round_waits: Vec<(String, String, u64, CaptureRow)>,
+    /// The change this round makes to how many revisits wait.
+    waiting_delta: i64,
     /// `Unit::Fragments`: changes of each fragment's count of texts, the fragments new this
     /// round, and the fragments of the texts new this round.
     frag_refs: HashMap<u64, i64>,
@@ -144,6 +150,7 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     policy.set_del_docs_ratio_before_merge(0.04);
     writer.set_merge_policy(Box::new(policy));
     let cat = Catalog::open(&db_dir(dir), false)?;
+    super::waiting::convert_earlier(&cat)?;
 
     // The store's WARCs and WACZs, and what the catalog says was indexed.
     let mut stored: BTreeMap<String, RecipeHead> = BTreeMap::new();
@@ -178,6 +185,11 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
         r.done.captures_moved += super::moves::move_file(r.cat, &mut r.batch, from, to, *id)?;
         r.done.files_moved += 1;
     }
+    // Committed before anything is indexed: a revisit of a file gone (or moved) that waited
+    // must not be found at its old place by the digest a new file brings.
+    if !gone.is_empty() || !moves.is_empty() {
+        r.commit()?;
+    }
     let mut in_round = 0usize;
     for (path, head) in &new {
         if stop() {
@@ -200,11 +212,9 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
             in_round = 0;
         }
     }
-    // (The revisits this update left waiting are in the catalog once committed.)
     r.commit()?;
-    r.resolve_waiting()?;
-    r.commit()?;
-    let done = std::mem::take(&mut r.done);
+    let mut done = std::mem::take(&mut r.done);
+    done.revisits_waiting = super::waiting::count(&cat)?;
     drop(r);
     writer.wait_merging_threads().map_err(terr)?;
     // The rows into sorted, compressed tables (not left in the write-ahead log).
@@ -227,6 +237,8 @@ impl<'a> Round<'a> {
             payloads: HashMap::new(),
             no_text: HashSet::new(),
             digests: HashMap::new(),
+            round_waits: Vec::new(),
+            waiting_delta: 0,
             texts: HashMap::new(),
             digest_texts: HashMap::new(),
             frag_refs: HashMap::new(),
@@ -241,6 +253,7 @@ impl<'a> Round<'a> {
 
     /// Commits the round: the text index, then the catalog (each text's count, rows).
     fn commit(&mut self) -> Result<()> {
+        self.settle_waiting()?;
         // The rows of texts and fragments whose last capture went are deleted first, and
         // durably, and then their documents: a killed update leaves a document no row names
         // (found by no query), never a row whose document is gone.
@@ -319,16 +332,8 @@ impl<'a> Round<'a> {
             self.batch.delete(key(b'C', &[&tid.to_be_bytes(), &k[1..]]));
             *self.refs.entry(tid).or_default() -= 1;
         }
-        let waiting: Vec<Vec<u8>> = places_of(path).into_iter().map(|p| [&[0u8][..], &p].concat()).collect();
-        let mut stale = Vec::new();
-        self.cat.scan(b"U", &mut |k, _| {
-            if waiting.iter().any(|p| k.windows(p.len()).any(|w| w == p.as_slice())) {
-                stale.push(k.to_vec());
-            }
-            Ok(true)
-        })?;
-        for k in stale {
-            self.batch.delete(k);
+        for prefix in places_of(path) {
+            self.waiting_delta -= super::waiting::remove_under(self.cat, &mut self.batch, &prefix)? as i64;
         }
         self.batch.delete(key(b'F', &[&path_part(path)]));
         Ok(())
@@ -406,9 +411,7 @@ impl<'a> Round<'a> {
             };
             match tid {
                 Some(tid) => self.capture(tid, path, offset, &row)?,
-                None => {
-                    self.batch.put(key(b'U', &[digest.as_bytes(), &[0], &path_part(path), &offset.to_be_bytes()]), postcard::to_allocvec(&row).unwrap_or_default());
-                }
+                None => self.round_waits.push((digest, path.to_string(), offset, row)),
             }
             return Ok(());
         }
@@ -609,34 +612,27 @@ impl<'a> Round<'a> {
         Ok(())
     }
 
-    /// The revisits waiting for their original's text, each now a capture if it is known.
-    fn resolve_waiting(&mut self) -> Result<()> {
-        let mut rows = Vec::new();
-        self.cat.scan(b"U", &mut |k, v| {
-            rows.push((k.to_vec(), v.to_vec()));
-            Ok(true)
-        })?;
-        for (k, v) in rows {
-            let rest = &k[1..];
-            let Some(nul) = rest.iter().position(|&b| b == 0) else { continue };
-            let digest = String::from_utf8_lossy(&rest[..nul]).into_owned();
-            let tail = &rest[nul + 1..];
-            let Some(pnul) = tail.iter().position(|&b| b == 0) else { continue };
-            let path = String::from_utf8_lossy(&tail[..pnul]).into_owned();
-            let Some(offset) = tail.get(pnul + 1..pnul + 9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else { continue };
-            let tid = match self.digests.get(&digest) {
-                Some(&t) => Some(t),
-                None => self.cat.live_tid(&key(b'D', &[digest.as_bytes()]))?,
-            };
-            let Ok(row) = postcard::from_bytes::<CaptureRow>(&v) else { continue };
-            match tid {
-                Some(tid) => {
-                    self.batch.delete(&k);
-                    self.capture(tid, &path, offset, &row)?;
+    /// Before a commit: this round's revisits whose original's text the round found become
+    /// its captures, the others wait; and those waiting from before for a digest this round
+    /// gave a text become its captures. (A revisit met after its original's text finds it
+    /// itself.)
+    fn settle_waiting(&mut self) -> Result<()> {
+        for (digest, path, offset, row) in std::mem::take(&mut self.round_waits) {
+            match self.digests.get(&digest) {
+                Some(&tid) => self.capture(tid, &path, offset, &row)?,
+                None => {
+                    super::waiting::put(&mut self.batch, &digest, &path, offset, &row);
+                    self.waiting_delta += 1;
                 }
-                None => self.done.revisits_waiting += 1,
             }
         }
-        Ok(())
+        let found: Vec<(String, u64)> = self.digests.iter().map(|(d, &t)| (d.clone(), t)).collect();
+        for (digest, tid) in found {
+            for (path, offset, row) in super::waiting::take_of_digest(self.cat, &mut self.batch, &digest)? {
+                self.waiting_delta -= 1;
+                self.capture(tid, &path, offset, &row)?;
+            }
+        }
+        super::waiting::count_by(self.cat, &mut self.batch, std::mem::take(&mut self.waiting_delta))
     }
 }

@@ -9,7 +9,7 @@
 //! | `T` | tid | captures (u64), the text's SHA-256 |
 //! | `P` | payload SHA-256 | the tid of its text |
 //! | `D` | payload digest string | the tid of a response's text: where revisits find it |
-//! | `U` | digest string, path, offset | a revisit whose original's text is not known yet (`CaptureRow`) |
+//! | `A`, `W`, `M` | | revisits waiting for their original's text (`waiting`) |
 //!
 //! A `P` or `D` row whose text is gone (no `T` row) is stale: read as absent. The captures of a
 //! WACZ's WARCs are at those WARCs' paths in `/.warcfs/wacz/` and their offsets there

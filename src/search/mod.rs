@@ -27,6 +27,7 @@ mod moves;
 #[cfg(feature = "pdf")]
 pub(crate) mod pdf;
 pub mod query;
+mod waiting;
 
 use std::path::{Path, PathBuf};
 

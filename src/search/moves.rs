@@ -36,7 +36,7 @@ pub(super) fn renamed(gone: &mut Vec<String>, new: &mut Vec<(String, RecipeHead)
 }
 
 /// Moves the rows of the file indexed at `from` (recipe `id`) to `to`, in `batch`: its
-/// captures (`C`, `G`), its revisits waiting for their originals (`U`), its `F` row. Returns
+/// captures (`C`, `G`), its revisits waiting for their originals (`waiting`), its `F` row. Returns
 /// how many captures moved.
 pub(super) fn move_file(cat: &Catalog, batch: &mut WriteBatch, from: &str, to: &str, id: u64) -> Result<u64> {
     let mut moved = 0;
@@ -59,20 +59,7 @@ pub(super) fn move_file(cat: &Catalog, batch: &mut WriteBatch, from: &str, to: &
             batch.put(&nk, &tid);
             moved += 1;
         }
-        // A waiting revisit's key: the digest string (no NUL in it), NUL, its place.
-        let mut waiting = Vec::new();
-        cat.scan(b"U", &mut |k, v| {
-            if let Some(nul) = k.iter().position(|&b| b == 0) {
-                if k[nul + 1..].starts_with(&old) {
-                    waiting.push((k.to_vec(), nul, v.to_vec()));
-                }
-            }
-            Ok(true)
-        })?;
-        for (k, nul, row) in waiting {
-            batch.delete(&k);
-            batch.put(key(b'U', &[&k[1..=nul], &new, &k[nul + 1 + old.len()..]]), row);
-        }
+        super::waiting::move_under(cat, batch, &old, &new)?;
     }
     batch.delete(key(b'F', &[&super::catalog::path_part(from)]));
     batch.put(key(b'F', &[&super::catalog::path_part(to)]), id.to_be_bytes());
