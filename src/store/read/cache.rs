@@ -30,15 +30,21 @@ impl<K: Hash + Eq, V> SizedLru<K, V> {
         self.map.get(k).map(|(v, _)| v.clone())
     }
 
+    /// Keeps `v` unless it would take more than a quarter of the budget.
     pub(in crate::store) fn put(&mut self, k: K, v: Arc<V>, size: usize) {
-        if size > self.budget / 4 {
-            return;
+        if size <= self.budget / 4 {
+            self.put_kept(k, v, size);
         }
+    }
+
+    /// Keeps `v` whatever its size (one a reader reads on in), the others going, least
+    /// recently used first, until the rest fits.
+    pub(in crate::store) fn put_kept(&mut self, k: K, v: Arc<V>, size: usize) {
         if let Some((_, old)) = self.map.put(k, (v, size)) {
             self.bytes -= old;
         }
         self.bytes += size;
-        while self.bytes > self.budget {
+        while self.bytes > self.budget && self.map.len() > 1 {
             match self.map.pop_lru() {
                 Some((_, (_, s))) => self.bytes -= s,
                 None => break,

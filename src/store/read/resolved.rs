@@ -15,6 +15,8 @@ use crate::format::warc::revisit::{resolved_head, resolved_record, Header};
 use crate::recipe::RecipeHead;
 use crate::store::read::originals::{http_end, Loc, Originals};
 use crate::store::read::records::RecordHead;
+use crate::store::read::cache::SizedLru;
+use crate::LockExt;
 use crate::store::{Result, Store, StoreError};
 
 /// The largest resolved record made (its block): a larger one stays a revisit (reported).
@@ -69,14 +71,7 @@ pub struct Resolved<'a> {
 /// bounded in bytes: a reader going through a record a page at a time makes it once, and
 /// readers of many files hold no more than the budget between them.
 pub struct MadeRecords {
-    held: Mutex<Held>,
-    budget: u64,
-}
-
-/// The records kept, by (layout id, part), and their bytes.
-struct Held {
-    records: lru::LruCache<PartKey, Arc<Vec<u8>>>,
-    bytes: u64,
+    held: Mutex<SizedLru<PartKey, Vec<u8>>>,
 }
 
 /// A layout's id and a part of it.
@@ -84,24 +79,17 @@ type PartKey = (u64, usize);
 
 impl MadeRecords {
     pub fn new(budget: u64) -> MadeRecords {
-        MadeRecords { held: Mutex::new(Held { records: lru::LruCache::unbounded(), bytes: 0 }), budget }
+        MadeRecords { held: Mutex::new(SizedLru::new(budget.try_into().unwrap_or(usize::MAX))) }
     }
 
     fn get(&self, key: PartKey) -> Option<Arc<Vec<u8>>> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner()).records.get(&key).cloned()
+        self.held.locked().get(&key)
     }
 
     fn put(&self, key: PartKey, bytes: Arc<Vec<u8>>) {
-        let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(old) = h.records.put(key, bytes.clone()) {
-            h.bytes -= old.len() as u64;
-        }
-        h.bytes += bytes.len() as u64;
         // (The record just made stays, whatever its size: its reader reads on in it.)
-        while h.bytes > self.budget && h.records.len() > 1 {
-            let Some((_, b)) = h.records.pop_lru() else { break };
-            h.bytes -= b.len() as u64;
-        }
+        let size = bytes.len();
+        self.held.locked().put_kept(key, bytes, size);
     }
 }
 
