@@ -159,6 +159,12 @@ where
     })
 }
 
+/// The parse tail a proven member stores next to its payload: one of its own encoded here,
+/// not in the longest form.
+fn follows(p: &Option<Proof>) -> Option<&[u8]> {
+    p.as_ref().filter(|p| !p.stored.longest).and_then(|p| p.stored.tail.as_deref())
+}
+
 /// The chunks of the payload at plain range [a, b) (whole chunks that tile it, as
 /// `chunk_segments` cuts a payload), given slices sorted by plain offset; None if they do
 /// not tile it.
@@ -317,7 +323,7 @@ impl Store {
                 (consumed > 0).then_some(((data, seg, consumed), consumed))
             };
             windows_ahead(src, total, win, &spare.data, prepare, |segmented| segmented, begin, |w: &mut MutexGuard<'a, Writer>, (data, seg, consumed)| {
-                let exts = self.chunk_segments(w, ctx, &data[..consumed], &seg)?;
+                let exts = self.chunk_segments(w, ctx, &data[..consumed], &seg, &[], &mut Vec::new())?;
                 rb.push_data(&exts.into_iter().map(|(_, s)| s).collect::<Vec<_>>());
                 give(data);
                 Ok(())
@@ -330,15 +336,39 @@ impl Store {
         let Proven { data, ready: Ready { sw, seg, parses } } = window;
         let data = &data[..sw.consumed];
         let (plain, regions) = (&sw.plain[..], &sw.regions[..]);
-        let exts = self.chunk_segments(w, ctx, plain, seg)?;
-        self.confirm_named_tails(w, data, sw, &exts, parses)?;
-        // The shared parse tails, stored at once (their digests and compression on two
-        // threads); those in the longest form (an optimal parser's) at its level.
-        let mut tails_of = |longest: bool| -> Result<std::vec::IntoIter<ChunkKey>> {
-            let tails: Vec<(&[u8], ChunkKind)> = parses.iter().filter_map(|p| p.as_ref().map(|p| &p.stored)).filter(|s| s.longest == longest).filter_map(|s| Some((s.tail.as_deref()?, ChunkKind::Parse))).collect();
-            Ok(self.store_chunks_at(w, &mut ctx.added, &tails, longest.then_some(crate::store::ingest::chunks::LONGEST_PARSE_ZSTD_LEVEL))?.into_iter())
+        // Each parse tail is stored right after its payload's chunks (where a lookup of its
+        // record reads them: one disk read for both); where the member's text ends, if it
+        // has no payload. Those in the longest form (an optimal parser's) are stored apart,
+        // at their level.
+        let members: Vec<&gzip::Member> = regions.iter().filter_map(|r| if let Region::Member(m) = r { Some(m) } else { None }).collect();
+        let mut tail_of: Vec<Option<ChunkKey>> = vec![None; members.len()];
+        let exts = {
+            let with: Vec<usize> = (0..members.len()).filter(|&i| follows(&parses[i]).is_some()).collect();
+            let follow: Vec<(u64, &[u8])> = with
+                .iter()
+                .filter_map(|&i| {
+                    let (m, p) = (members[i], parses[i].as_ref()?);
+                    Some((p.place.payload.map_or(m.plain_start + m.plain_len, |(_, b)| b), follows(&parses[i])?))
+                })
+                .collect();
+            let mut keys = Vec::with_capacity(follow.len());
+            let exts = self.chunk_segments(w, ctx, plain, seg, &follow, &mut keys)?;
+            for (i, k) in with.into_iter().zip(keys) {
+                tail_of[i] = Some(k);
+            }
+            exts
         };
-        let (mut tail_keys, mut longest_tail_keys) = (tails_of(false)?, tails_of(true)?);
+        self.confirm_named_tails(w, data, sw, &exts, parses)?;
+        // Tails encoded by `confirm_named_tails` (a named one refused), stored now.
+        let late: Vec<usize> = (0..members.len()).filter(|&i| tail_of[i].is_none() && follows(&parses[i]).is_some()).collect();
+        if !late.is_empty() {
+            let items: Vec<(&[u8], ChunkKind)> = late.iter().filter_map(|&i| Some((follows(&parses[i])?, ChunkKind::Parse))).collect();
+            for (&i, k) in late.iter().zip(self.store_chunks(w, &mut ctx.added, &items)?) {
+                tail_of[i] = Some(k);
+            }
+        }
+        let longest: Vec<(&[u8], ChunkKind)> = parses.iter().filter_map(|p| p.as_ref().map(|p| &p.stored)).filter(|s| s.longest).filter_map(|s| Some((s.tail.as_deref()?, ChunkKind::Parse))).collect();
+        let mut longest_tail_keys = self.store_chunks_at(w, &mut ctx.added, &longest, Some(crate::store::ingest::chunks::LONGEST_PARSE_ZSTD_LEVEL))?.into_iter();
         let mut cursor = 0usize;
         let mut member_no = 0usize;
         // Bytes that are stored as they are: raw regions and members that do not rebuild.
@@ -367,7 +397,7 @@ impl Store {
                     let header = data[s..s + m.header_len].to_vec();
                     let (parse_tail, tail_len) = match (&parse.tail, &from) {
                         (Some(t), _) => {
-                            let key = if parse.longest { longest_tail_keys.next() } else { tail_keys.next() };
+                            let key = if parse.longest { longest_tail_keys.next() } else { tail_of[member_no - 1] };
                             (Some(key.ok_or_else(|| StoreError::Bug("a parse tail without its chunk".into()))?), t.len() as u64)
                         }
                         (None, TailFrom::Named(k)) => (Some(k.tail), k.tail_len),
@@ -424,9 +454,10 @@ impl Store {
         Ok(self.config.verify != crate::store::Verify::Bytes || self.read_back(key, &e, |b| b.len() as u64 == len).unwrap_or(false))
     }
 
-    /// Stores plain text as segmented into headers, payloads and unparsed bytes; returns
-    /// slices covering `plain` in order, each with its plain offset.
-    fn chunk_segments(&self, w: &mut Writer, ctx: &mut Ctx, plain: &[u8], seg: &warc::Segmentation) -> Result<Vec<(u64, Slice)>> {
+    /// Stores a window's text as chunks (its header blocks, then its payloads and unparsed
+    /// bytes in text order, each of `tails` right after the chunks that end at or past its
+    /// plain offset, their keys pushed to `tail_keys` in order); returns each span's slices.
+    fn chunk_segments(&self, w: &mut Writer, ctx: &mut Ctx, plain: &[u8], seg: &warc::Segmentation, tails: &[(u64, &[u8])], tail_keys: &mut Vec<ChunkKey>) -> Result<Vec<(u64, Slice)>> {
         ctx.stats.records += seg.records;
         ctx.stats.payloads += seg.payloads;
         // Header bytes first, into literal blocks, so each header becomes a slice of one.
@@ -451,8 +482,17 @@ impl Store {
         // The payloads' first chunks (by item) and their records' URLs.
         let mut heads: Vec<(usize, crate::index::UrlKey)> = Vec::new();
         let mut header: &[u8] = &[];
+        // Items that are tails, and the next tail to place.
+        let mut tail_items: Vec<usize> = Vec::with_capacity(tails.len());
+        let mut next_tail = tails.iter().peekable();
         for span in &seg.spans {
             let (s, e) = (span.start as usize, (span.start + span.len) as usize);
+            if span.kind != SpanKind::Header {
+                while let Some((_, t)) = next_tail.next_if(|(at, _)| *at <= s as u64) {
+                    tail_items.push(items.len());
+                    items.push((t, ChunkKind::Parse));
+                }
+            }
             match span.kind {
                 SpanKind::Header => header = &plain[s..e],
                 SpanKind::Payload => {
@@ -474,7 +514,12 @@ impl Store {
                 }
             }
         }
+        for (_, t) in next_tail {
+            tail_items.push(items.len());
+            items.push((t, ChunkKind::Parse));
+        }
         let keys = self.store_chunks(w, &mut ctx.added, &items)?;
+        tail_keys.extend(tail_items.iter().map(|&i| keys[i]));
         for (item, url) in heads {
             let head = keys[item];
             let new = w.pending.get(&head.digest).is_some_and(|v| v.iter().any(|(k, _)| *k == head));
@@ -482,6 +527,8 @@ impl Store {
             let sketch = (new && self.index.has_hints()).then(|| crate::store::delta::sketch::sketch(items[item].0)).flatten();
             ctx.captures.push(Capture { url, head, new, sketch });
         }
+        // (`heads` above counts items with the tails among them; the spans below, without.)
+        let keys: Vec<ChunkKey> = keys.into_iter().enumerate().filter(|(i, _)| tail_items.binary_search(i).is_err()).map(|(_, k)| k).collect();
         let (block_keys, chunk_keys) = keys.split_at(blocks.len());
         let mut out = Vec::with_capacity(seg.spans.len());
         let mut header_no = 0usize;

@@ -142,3 +142,20 @@ fn a_copy_later_in_the_same_file_names_a_tail_not_yet_committed() {
     assert_eq!(tails_refs(&s), [1, 1, 1], "three tails: x's, named twice, y's and z's");
     assert!(s.fsck(true).unwrap().problems.is_empty());
 }
+
+/// A member's parse tail is stored right after its payload's last chunk, where a lookup of
+/// the record reads both at once.
+#[test]
+fn each_tail_is_stored_after_its_payload() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let (x, y) = (body(1), body(2));
+    put(&s, "a.warc.gz", &crawl(1, &[&x, &y]));
+    let entries: Vec<crate::index::ChunkEntry> = s.index.chunk_iter().map(|r| r.unwrap().1).collect();
+    let tails: Vec<&crate::index::ChunkEntry> = entries.iter().filter(|e| e.kind == ChunkKind::Parse as u8).collect();
+    assert_eq!(tails.len(), 2);
+    for t in tails {
+        let before = entries.iter().find(|e| e.pack == t.pack && e.offset + crate::pack::BLOB_HEADER_LEN as u64 + e.stored_len as u64 == t.offset);
+        assert!(before.is_some_and(|e| e.kind == ChunkKind::PayloadHead as u8 || e.kind == ChunkKind::Payload as u8), "the blob before the tail at {} is a payload's: {before:?}", t.offset);
+    }
+}
