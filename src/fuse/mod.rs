@@ -69,7 +69,7 @@ const NAME_MAX: usize = 255;
 /// `/.warcfs/`: what the store knows, as read-only files. Not listed in the root (so `cp -r`
 /// and rsync of a mount copy only the archive), reachable by name. Its inode numbers are
 /// far above any the store hands out.
-const CTL_NAME: &[u8] = b".warcfs";
+const CTL_NAME: &[u8] = crate::store::RESERVED.as_bytes();
 const CTL_INO: u64 = u64::MAX - 1;
 /// `/.warcfs/index.cdxj`: the CDXJ index of every WARC in the store (paths relative to the
 /// mount's root), sorted, regenerated when the store has changed, at most once a second.
@@ -188,7 +188,7 @@ fn errno(e: &StoreError) -> Errno {
         StoreError::NotADirectory(_) => Errno::ENOTDIR,
         StoreError::IsADirectory(_) => Errno::EISDIR,
         StoreError::NotEmpty(_) => Errno::ENOTEMPTY,
-        StoreError::Exists(_) => Errno::EEXIST,
+        StoreError::Exists(_) | StoreError::Reserved(_) => Errno::EEXIST,
         StoreError::InvalidPath(_) => Errno::EINVAL,
         StoreError::NotOwned { .. } => {
             log::warn!("{e}");

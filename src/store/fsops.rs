@@ -29,7 +29,7 @@ impl Store {
 
     /// Creates `name` in `parent`; `inode` gives kind, mode, owner and symlink target.
     pub fn create_node(&self, parent: u64, name: &[u8], mut inode: Inode) -> Result<(u64, Inode)> {
-        self.check_owns(parent, name)?;
+        self.check_new_name(parent, name)?;
         let mut w = self.ns.locked();
         let mut dir = self.get(parent)?;
         if dir.kind != InodeKind::Dir {
@@ -57,7 +57,7 @@ impl Store {
 
     /// Adds a hard link to `ino` as `name` in `parent`.
     pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Inode> {
-        self.check_owns(parent, name)?;
+        self.check_new_name(parent, name)?;
         self.check_owns(ino, name)?;
         let mut w = self.ns.locked();
         let mut inode = self.get(ino)?;
@@ -167,7 +167,7 @@ impl Store {
     /// unless `noreplace`.
     pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], noreplace: bool, keep_open: &dyn Fn(u64) -> bool) -> Result<()> {
         self.check_owns(parent, name)?;
-        self.check_owns(newparent, newname)?;
+        self.check_new_name(newparent, newname)?;
         let mut w = self.ns.locked();
         let ino = self.index.lookup(parent, name)?.ok_or_else(|| StoreError::NotFound(name_str(name)))?;
         let mut inode = self.get(ino)?;

@@ -59,6 +59,9 @@ pub use ingest::source::Spares;
 pub use ingest::direct::ImportFile;
 /// How much of a file ingest reads first (and an importer splits ahead, see `Presplit`).
 pub const FIRST_WINDOW: usize = ingest::WINDOWS.bytes;
+/// The name at the root of a mount under which it shows its own read-only views of the
+/// store (`/.warcfs/index.cdxj`, `resolved/`, `wacz/`): no stored file or directory takes it.
+pub const RESERVED: &str = ".warcfs";
 pub use maint::fsck::{FsckReport, MAX_PROBLEMS};
 pub use maint::gc::{GcOptions, GcReport, ScanLimits};
 pub use maint::train::Training;
@@ -242,6 +245,8 @@ pub enum StoreError {
     NotEmpty(String),
     #[error("{0}: already exists")]
     Exists(String),
+    #[error("/{0}: the name is reserved: a mount shows its own read-only view of the store there")]
+    Reserved(String),
     #[error("{0}: invalid path")]
     InvalidPath(String),
     #[error(transparent)]

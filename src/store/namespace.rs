@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::ingest::{Ingested, Presplit, Windows};
-use super::{Ns, Result, Share, Store, StoreError};
+use super::{Ns, Result, Share, Store, StoreError, RESERVED};
 use crate::LockExt;
 use crate::digest::ChunkKey;
 use crate::index::{Batch, Index};
@@ -205,6 +205,16 @@ impl Store {
         })
     }
 
+    /// `check_owns` for a name about to be made in `dir` (a file, directory, link or a
+    /// rename's target), which must not be the mount's own `/.warcfs` (`RESERVED`): a file
+    /// stored there would be hidden by that view.
+    pub fn check_new_name(&self, dir: u64, name: &[u8]) -> Result<()> {
+        if dir == ROOT_INO && name == RESERVED.as_bytes() {
+            return Err(StoreError::Reserved(RESERVED.into()));
+        }
+        self.check_owns(dir, name)
+    }
+
     /// `check_owns` for an inode known by its number only (FUSE opens and attribute
     /// changes): nothing is formatted unless it fails.
     pub fn check_owns_inode(&self, ino: u64) -> Result<()> {
@@ -297,7 +307,7 @@ impl Store {
                     ino = child;
                 }
                 None => {
-                    self.check_owns(ino, c)?;
+                    self.check_new_name(ino, c)?;
                     let mut b = Batch::new();
                     let child = self.alloc(&mut w, &mut b, "ino")?;
                     let mut d = Inode::new(InodeKind::Dir, 0o755);
@@ -364,7 +374,7 @@ impl Store {
             failed.map_or(Ok(()), |e| Err(StoreError::EarlierFailed(e)))
         };
         // Before the ingest, which may take minutes, not only at the commit.
-        let ingested = self.check_owns(dir, name).and_then(|()| self.ingest_after(&mut commit_before, src, split, super::ingest::WINDOWS, spares));
+        let ingested = self.check_new_name(dir, name).and_then(|()| self.ingest_after(&mut commit_before, src, split, super::ingest::WINDOWS, spares));
         if let Err(e) = commit_before() {
             return (committed, Err(e));
         }
@@ -392,7 +402,7 @@ impl Store {
 
     pub(super) fn commit_file(&self, w: &mut Ns, dir: u64, name: &[u8], ing: Ingested, meta: FileMeta) -> Result<PutReport> {
         crate::failpoint::panic_at("commit");
-        self.check_owns(dir, name)?;
+        self.check_new_name(dir, name)?;
         let display = String::from_utf8_lossy(name).to_string();
         let mut b = Batch::new();
         let mut delta = RefDelta::default();
@@ -432,7 +442,7 @@ impl Store {
     }
 
     pub fn put_symlink(&self, dir: u64, name: &[u8], target: &[u8]) -> Result<u64> {
-        self.check_owns(dir, name)?;
+        self.check_new_name(dir, name)?;
         let mut w = self.ns.locked();
         let display = String::from_utf8_lossy(name).to_string();
         if self.index.lookup(dir, name)?.is_some() {

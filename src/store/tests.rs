@@ -579,3 +579,23 @@ pub(crate) fn site_page(i: u32) -> Vec<u8> {
     p.extend_from_slice(b"</main><footer>Copyright the archive. All rights reserved.</footer></body></html>");
     p
 }
+
+/// `/.warcfs` is the mount's own view: no file, directory, link or rename takes that name at
+/// the root (a file there would be hidden by the view), while below the root it is a name
+/// like any other.
+#[test]
+fn the_mounts_own_name_is_refused_at_the_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path(), Verify::Bytes, digest::sha256);
+    let reserved = |r: Result<()>| matches!(r, Err(StoreError::Reserved(_)));
+    assert!(reserved(s.put_file(ROOT_INO, RESERVED.as_bytes(), b"x", meta()).map(|_| ())));
+    assert!(reserved(s.mkdir_p("/.warcfs/inside").map(|_| ())));
+    assert!(reserved(s.create_node(ROOT_INO, RESERVED.as_bytes(), Inode::new(InodeKind::Dir, 0o755)).map(|_| ())));
+    assert!(reserved(s.put_symlink(ROOT_INO, RESERVED.as_bytes(), b"target").map(|_| ())));
+    let a = s.put_file(ROOT_INO, b"a", b"x", meta()).unwrap().ino;
+    assert!(reserved(s.link(a, ROOT_INO, RESERVED.as_bytes()).map(|_| ())));
+    assert!(reserved(s.rename(ROOT_INO, b"a", ROOT_INO, RESERVED.as_bytes(), false, &|_| false)));
+    assert_eq!(s.index.lookup(ROOT_INO, RESERVED.as_bytes()).unwrap(), None);
+    let d = s.mkdir_p("/d/.warcfs").unwrap();
+    s.put_file(d, b"f", b"y", meta()).unwrap();
+}
