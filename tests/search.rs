@@ -495,3 +495,43 @@ fn waiting_revisits_follow_their_file() {
     let (diffs, found) = compare(&b.join("search"), &fresh, &qs);
     assert!(diffs.is_empty() && found > 20, "{found} found; {}", diffs.join("\n"));
 }
+
+/// A chain of renames in one update (`mv b c; mv a b`): each file's rows end at its new path,
+/// none is lost to the other's move, and nothing is indexed again after.
+#[test]
+fn a_chain_of_renames_moves_every_row() {
+    let tmp = TempDir::new().unwrap();
+    let crawls = crawl_files();
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&crawls[0]), "--to", "/c"]);
+    ok(&["import", &s(&store), &s(&crawls[1]), "--to", "/d"]);
+    let (n0, n1) = (crawls[0].file_name().unwrap().to_str().unwrap().to_string(), crawls[1].file_name().unwrap().to_str().unwrap().to_string());
+    let m = Mount::new(&store, &tmp.path().join("mnt"));
+    std::fs::rename(m.mnt.join("c").join(&n0), m.mnt.join("c").join("a.warc.gz")).unwrap();
+    std::fs::rename(m.mnt.join("d").join(&n1), m.mnt.join("c").join("b.warc.gz")).unwrap();
+    ok(&["umount", &s(&m.mnt)]);
+    drop(m);
+    ok(&["search", "update", &s(&store)]);
+    let before = stats(&store, &store.join("search"));
+    std::fs::rename(store.join("search"), tmp.path().join("search")).unwrap();
+    let m = Mount::new(&store, &tmp.path().join("mnt"));
+    std::fs::rename(m.mnt.join("c/b.warc.gz"), m.mnt.join("c/c.warc.gz")).unwrap();
+    std::fs::rename(m.mnt.join("c/a.warc.gz"), m.mnt.join("c/b.warc.gz")).unwrap();
+    ok(&["umount", &s(&m.mnt)]);
+    drop(m);
+    std::fs::rename(tmp.path().join("search"), store.join("search")).unwrap();
+    let out = ok(&["search", "update", &s(&store)]).out();
+    assert!(out.contains("0 files indexed, 0 removed, 2 moved") && out.contains(" 0 text payloads read"), "{out}");
+    let again = ok(&["search", "update", &s(&store)]).out();
+    assert!(again.contains("0 files indexed, 0 removed, 0 moved"), "every file's row names its new path: {again}");
+    let after = stats(&store, &store.join("search"));
+    assert_eq!((after["captures"].clone(), after["catalog_tables"]["G"].clone()), (before["captures"].clone(), before["catalog_tables"]["G"].clone()));
+    let fresh = tmp.path().join("fresh");
+    ok(&["search", "rebuild", &s(&store), "--index-dir", &s(&fresh)]);
+    let qs = queries(&store.join("search"), 40);
+    let (diffs, found) = compare(&store.join("search"), &fresh, &qs);
+    assert!(diffs.is_empty() && found > 20, "{found} found; {}", diffs.join("\n"));
+    let s1 = Searcher::open(&store.join("search")).unwrap();
+    let files: BTreeSet<String> = qs.iter().flat_map(|q| s1.all_captures(&query(q)).unwrap()).map(|(f, _)| f).collect();
+    assert_eq!(files, ["/c/b.warc.gz", "/c/c.warc.gz"].map(String::from).into_iter().collect());
+}

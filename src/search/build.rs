@@ -3,7 +3,7 @@
 //! from their stored headers; a text record's payload is read and hashed (SHA-256), and only
 //! a payload never seen is extracted (`extract`), and only a text never seen becomes a
 //! document. Revisits are captures of their original's text, found by the payload digest
-//! string (as replay tools find it); one whose original is not indexed yet waits (`U` rows)
+//! string (as replay tools find it); one whose original is not indexed yet waits (`waiting`)
 //! until it is. Work is committed in rounds: the text index first, then the catalog rows.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -13,7 +13,7 @@ use rocksdb::WriteBatch;
 use sha2::Digest as _;
 use tantivy::{IndexWriter, TantivyDocument, Term};
 
-use super::catalog::{key, path_part, places_of, Catalog, CaptureRow};
+use super::catalog::{key, path_part, places_of, Catalog, CaptureRow, RowMoves};
 use super::extract::{http_fields, kind_of, text_from, Text};
 use super::{db_dir, schema, text_dir, Fields, Result, SearchError};
 use crate::format::warc::revisit::{bare_uri, Header};
@@ -150,7 +150,7 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     policy.set_del_docs_ratio_before_merge(0.04);
     writer.set_merge_policy(Box::new(policy));
     let cat = Catalog::open(&db_dir(dir), false)?;
-    super::waiting::convert_earlier(&cat)?;
+    let known = super::waiting::convert_earlier(&cat)?;
 
     // The store's WARCs and WACZs, and what the catalog says was indexed.
     let mut stored: BTreeMap<String, RecipeHead> = BTreeMap::new();
@@ -176,19 +176,28 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     let analyzer = index.tokenizer_for_field(fields.body).map_err(terr)?;
     let mut r = Round::new(store, &cat, &mut writer, fields, unit);
     r.analyzer = Some(analyzer);
+    r.digests.extend(known);
+    // The waiting revisits of the files gone or moved are written apart, before anything is
+    // indexed: one that waited must not be found at its old place by the digest a new file
+    // brings. (Their other rows go with the round: a file re-indexed under a new recipe keeps
+    // its texts, found by their payloads, rather than extracting them again.)
+    let mut early = WriteBatch::default();
+    let mut early_delta = 0i64;
     for path in &gone {
-        r.remove_file(path)?;
+        early_delta -= r.remove_file(path, &mut early)? as i64;
         r.done.files_removed += 1;
     }
     // After the removals: a file moved over another one takes its place.
+    let (mut rows, mut waiting_moves) = (RowMoves::default(), RowMoves::default());
     for (from, to, id) in &moves {
-        r.done.captures_moved += super::moves::move_file(r.cat, &mut r.batch, from, to, *id)?;
+        r.done.captures_moved += super::moves::move_file(r.cat, &mut rows, &mut waiting_moves, from, to, *id)?;
         r.done.files_moved += 1;
     }
-    // Committed before anything is indexed: a revisit of a file gone (or moved) that waited
-    // must not be found at its old place by the digest a new file brings.
-    if !gone.is_empty() || !moves.is_empty() {
-        r.commit()?;
+    rows.apply(&mut r.batch);
+    waiting_moves.apply(&mut early);
+    if !early.is_empty() {
+        super::waiting::count_by(&cat, &mut early, early_delta)?;
+        cat.write(early)?;
     }
     let mut in_round = 0usize;
     for (path, head) in &new {
@@ -318,7 +327,8 @@ impl<'a> Round<'a> {
 
     /// Removes the captures of the file indexed at `path` (a WACZ's: those of its WARCs,
     /// which captures name by their paths in `/.warcfs/wacz/`).
-    fn remove_file(&mut self, path: &str) -> Result<()> {
+    /// (Its waiting revisits are deleted in `waiting`; returns how many.)
+    fn remove_file(&mut self, path: &str, waiting: &mut WriteBatch) -> Result<u64> {
         let mut rows = Vec::new();
         for prefix in places_of(path) {
             self.cat.scan(&key(b'G', &[&prefix]), &mut |k, v| {
@@ -332,11 +342,12 @@ impl<'a> Round<'a> {
             self.batch.delete(key(b'C', &[&tid.to_be_bytes(), &k[1..]]));
             *self.refs.entry(tid).or_default() -= 1;
         }
+        let mut waited = 0;
         for prefix in places_of(path) {
-            self.waiting_delta -= super::waiting::remove_under(self.cat, &mut self.batch, &prefix)? as i64;
+            waited += super::waiting::remove_under(self.cat, waiting, &prefix)?;
         }
         self.batch.delete(key(b'F', &[&path_part(path)]));
-        Ok(())
+        Ok(waited)
     }
 
     /// Indexes the records of the stored WARC `path`.
@@ -411,7 +422,10 @@ impl<'a> Round<'a> {
             };
             match tid {
                 Some(tid) => self.capture(tid, path, offset, &row)?,
-                None => self.round_waits.push((digest, path.to_string(), offset, row)),
+                None => {
+                    self.round_waits.push((digest, path.to_string(), offset, row));
+                    self.captures += 1;
+                }
             }
             return Ok(());
         }
@@ -626,7 +640,11 @@ impl<'a> Round<'a> {
                 }
             }
         }
-        let found: Vec<(String, u64)> = self.digests.iter().map(|(d, &t)| (d.clone(), t)).collect();
+        // (Only rows written before can wait for these: the round's own are settled above.)
+        let found: Vec<(String, u64)> = match super::waiting::count(self.cat)? {
+            0 => Vec::new(),
+            _ => self.digests.iter().map(|(d, &t)| (d.clone(), t)).collect(),
+        };
         for (digest, tid) in found {
             for (path, offset, row) in super::waiting::take_of_digest(self.cat, &mut self.batch, &digest)? {
                 self.waiting_delta -= 1;

@@ -35,6 +35,25 @@ pub struct CaptureRow {
     pub revisit: bool,
 }
 
+/// Row changes of an update's moves, its deletes applied before its puts: a chain of
+/// renames (`mv b c; mv a b`) deletes and puts rows of one path, and the puts must win.
+#[derive(Default)]
+pub(crate) struct RowMoves {
+    pub(crate) dels: Vec<Vec<u8>>,
+    pub(crate) puts: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl RowMoves {
+    pub(crate) fn apply(self, batch: &mut WriteBatch) {
+        for k in self.dels {
+            batch.delete(k);
+        }
+        for (k, v) in self.puts {
+            batch.put(k, v);
+        }
+    }
+}
+
 /// What `Catalog::scan` hands each row (key, value) to: false stops the scan.
 pub(crate) type RowFn<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'a;
 

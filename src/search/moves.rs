@@ -6,9 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use rocksdb::WriteBatch;
-
-use super::catalog::{key, places_of, Catalog};
+use super::catalog::{key, places_of, Catalog, RowMoves};
 use super::Result;
 use crate::recipe::RecipeHead;
 
@@ -35,33 +33,33 @@ pub(super) fn renamed(gone: &mut Vec<String>, new: &mut Vec<(String, RecipeHead)
     moves
 }
 
-/// Moves the rows of the file indexed at `from` (recipe `id`) to `to`, in `batch`: its
-/// captures (`C`, `G`), its revisits waiting for their originals (`waiting`), its `F` row. Returns
-/// how many captures moved.
-pub(super) fn move_file(cat: &Catalog, batch: &mut WriteBatch, from: &str, to: &str, id: u64) -> Result<u64> {
+/// Moves the rows of the file indexed at `from` (recipe `id`) to `to`: its captures (`C`,
+/// `G`) and its `F` row in `rows`, its revisits waiting for their originals in `waiting`
+/// (written before the update indexes anything: `waiting`). Returns how many captures moved.
+pub(super) fn move_file(cat: &Catalog, rows: &mut RowMoves, waiting: &mut RowMoves, from: &str, to: &str, id: u64) -> Result<u64> {
     let mut moved = 0;
     for (old, new) in places_of(from).into_iter().zip(places_of(to)) {
-        let mut rows = Vec::new();
+        let mut found = Vec::new();
         cat.scan(&key(b'G', &[&old]), &mut |k, v| {
-            rows.push((k.to_vec(), v.to_vec()));
+            found.push((k.to_vec(), v.to_vec()));
             Ok(true)
         })?;
-        for (k, tid) in rows {
+        for (k, tid) in found {
             // (path place, then for a WACZ the rest of its WARC's path; then the offset)
             let rest = &k[1 + old.len()..];
             let nk = key(b'G', &[&new, rest]);
             let (c_old, c_new) = (key(b'C', &[&tid, &k[1..]]), key(b'C', &[&tid, &nk[1..]]));
             if let Some(row) = cat.get(&c_old)? {
-                batch.delete(&c_old);
-                batch.put(&c_new, row);
+                rows.dels.push(c_old);
+                rows.puts.push((c_new, row));
             }
-            batch.delete(&k);
-            batch.put(&nk, &tid);
+            rows.dels.push(k);
+            rows.puts.push((nk, tid));
             moved += 1;
         }
-        super::waiting::move_under(cat, batch, &old, &new)?;
+        super::waiting::move_under(cat, waiting, &old, &new)?;
     }
-    batch.delete(key(b'F', &[&super::catalog::path_part(from)]));
-    batch.put(key(b'F', &[&super::catalog::path_part(to)]), id.to_be_bytes());
+    rows.dels.push(key(b'F', &[&super::catalog::path_part(from)]));
+    rows.puts.push((key(b'F', &[&super::catalog::path_part(to)]), id.to_be_bytes().to_vec()));
     Ok(moved)
 }

@@ -16,7 +16,7 @@
 
 use rocksdb::WriteBatch;
 
-use super::catalog::{key, path_part, Catalog, CaptureRow};
+use super::catalog::{key, path_part, Catalog, CaptureRow, RowMoves};
 use super::Result;
 
 const COUNT: &[u8] = b"Mwaiting";
@@ -87,14 +87,14 @@ pub(super) fn remove_under(cat: &Catalog, batch: &mut WriteBatch, prefix: &[u8])
     Ok(rows.len() as u64)
 }
 
-/// Moves the waiting revisits under `old` to the same places under `new`, in `batch`.
-pub(super) fn move_under(cat: &Catalog, batch: &mut WriteBatch, old: &[u8], new: &[u8]) -> Result<()> {
+/// Moves the waiting revisits under `old` to the same places under `new`, in `moves`.
+pub(super) fn move_under(cat: &Catalog, moves: &mut RowMoves, old: &[u8], new: &[u8]) -> Result<()> {
     for (p, digest, value) in under(cat, old)? {
         let np = [new, &p[old.len()..]].concat();
-        batch.delete(key(b'A', &[&p]));
-        batch.delete(key(b'W', &[&digest, &[0], &p]));
-        batch.put(key(b'A', &[&np]), value);
-        batch.put(key(b'W', &[&digest, &[0], &np]), []);
+        moves.dels.push(key(b'A', &[&p]));
+        moves.dels.push(key(b'W', &[&digest, &[0], &p]));
+        moves.puts.push((key(b'A', &[&np]), value));
+        moves.puts.push((key(b'W', &[&digest, &[0], &np]), Vec::new()));
     }
     Ok(())
 }
@@ -115,11 +115,14 @@ pub(super) fn count_by(cat: &Catalog, batch: &mut WriteBatch, delta: i64) -> Res
 
 /// Converts the waiting revisits of the earlier layout (`U` rows), if any, a batch of
 /// `CONVERT_BATCH` at a time (each batch its rows and the count at once: one killed on the
-/// way is taken up by the next update).
-pub(super) fn convert_earlier(cat: &Catalog) -> Result<()> {
+/// way is taken up by the next update). Returns the digests among them whose text the index
+/// holds already (an update of that layout killed before it resolved them): the caller
+/// resolves them as it does the digests a round gives a text.
+pub(super) fn convert_earlier(cat: &Catalog) -> Result<Vec<(String, u64)>> {
     const CONVERT_BATCH: i64 = 10_000;
     let mut batch = WriteBatch::default();
     let mut n = 0i64;
+    let mut live: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
     let flush = |batch: &mut WriteBatch, n: &mut i64| -> Result<()> {
         count_by(cat, batch, *n)?;
         *n = 0;
@@ -132,6 +135,11 @@ pub(super) fn convert_earlier(cat: &Catalog) -> Result<()> {
         if let (Some((digest, (path, offset))), Ok(row)) = (parsed, postcard::from_bytes::<CaptureRow>(v)) {
             put(&mut batch, digest, &path, offset, &row);
             n += 1;
+            if !live.contains_key(digest) {
+                if let Some(tid) = cat.live_tid(&key(b'D', &[digest.as_bytes()]))? {
+                    live.insert(digest.to_string(), tid);
+                }
+            }
         }
         if n >= CONVERT_BATCH {
             flush(&mut batch, &mut n)?;
@@ -141,7 +149,7 @@ pub(super) fn convert_earlier(cat: &Catalog) -> Result<()> {
     if !batch.is_empty() {
         flush(&mut batch, &mut n)?;
     }
-    Ok(())
+    Ok(live.into_iter().collect())
 }
 
 #[cfg(test)]
@@ -185,8 +193,9 @@ mod tests {
         assert_eq!((rows(&cat, b'A'), rows(&cat, b'W'), count(&cat).unwrap()), (2, 2, 2));
 
         // By place: a file's own (not those of a file whose name it begins), moved, removed.
-        let mut b = WriteBatch::default();
-        move_under(&cat, &mut b, &path_part("/a.warc.gz"), &path_part("/z.warc.gz")).unwrap();
+        let (mut moves, mut b) = (RowMoves::default(), WriteBatch::default());
+        move_under(&cat, &mut moves, &path_part("/a.warc.gz"), &path_part("/z.warc.gz")).unwrap();
+        moves.apply(&mut b);
         cat.write(b).unwrap();
         let mut b = WriteBatch::default();
         let moved = take_of_digest(&cat, &mut b, "sha1:BBB").unwrap();
@@ -207,12 +216,12 @@ mod tests {
             b.put(key(b'U', &[d.as_bytes(), &[0], &path_part(p), &o.to_be_bytes()]), postcard::to_allocvec(&row(p)).unwrap());
         }
         cat.write(b).unwrap();
-        convert_earlier(&cat).unwrap();
+        assert_eq!(convert_earlier(&cat).unwrap(), vec![], "no digest of theirs has a text");
         assert_eq!((rows(&cat, b'U'), rows(&cat, b'A'), rows(&cat, b'W'), count(&cat).unwrap()), (0, 3, 3, 3));
         let mut b = WriteBatch::default();
         assert_eq!(take_of_digest(&cat, &mut b, "sha1:BBB").unwrap(), vec![("/a.warc".to_string(), 50, row("/a.warc"))]);
         // Converting again finds nothing to do.
-        convert_earlier(&cat).unwrap();
+        assert!(convert_earlier(&cat).unwrap().is_empty());
         assert_eq!(count(&cat).unwrap(), 3);
     }
 }

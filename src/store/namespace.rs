@@ -298,6 +298,10 @@ impl Store {
             if c.is_empty() || c.contains(&b'/') || c == b"." || c == b".." {
                 return Err(StoreError::InvalidPath(path()));
             }
+            // (Not even into one an older warcfs made: the mount would hide what goes there.)
+            if ino == ROOT_INO && c == RESERVED.as_bytes() {
+                return Err(StoreError::Reserved(RESERVED.into()));
+            }
             match self.index.lookup(ino, c)? {
                 Some(child) => {
                     let inode = self.index.inode::<Inode>(child)?.ok_or_else(|| StoreError::NotFound(path()))?;

@@ -598,4 +598,14 @@ fn the_mounts_own_name_is_refused_at_the_root() {
     assert_eq!(s.index.lookup(ROOT_INO, RESERVED.as_bytes()).unwrap(), None);
     let d = s.mkdir_p("/d/.warcfs").unwrap();
     s.put_file(d, b"f", b"y", meta()).unwrap();
+    // One an older warcfs made: nothing more goes in, and it can be removed.
+    let mut b = crate::index::Batch::new();
+    let mut inode = Inode::new(InodeKind::Dir, 0o755);
+    inode.parent = ROOT_INO;
+    b.put_inode(&s.index, 999, &inode);
+    b.put_dirent(&s.index, ROOT_INO, RESERVED.as_bytes(), 999);
+    s.index.write(b).unwrap();
+    assert!(reserved(s.mkdir_p("/.warcfs/x").map(|_| ())));
+    s.remove("/.warcfs", true).unwrap();
+    assert_eq!(s.index.lookup(ROOT_INO, RESERVED.as_bytes()).unwrap(), None);
 }

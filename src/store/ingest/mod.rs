@@ -455,8 +455,9 @@ impl Store {
     }
 
     /// Stores a window's text as chunks (its header blocks, then its payloads and unparsed
-    /// bytes in text order, each of `tails` right after the chunks that end at or past its
-    /// plain offset, their keys pushed to `tail_keys` in order); returns each span's slices.
+    /// bytes in text order, each of `tails` (plain offset, bytes) before the first payload or
+    /// unparsed span that starts at or after its offset, or last, their keys pushed to
+    /// `tail_keys` in order); returns each span's slices.
     fn chunk_segments(&self, w: &mut Writer, ctx: &mut Ctx, plain: &[u8], seg: &warc::Segmentation, tails: &[(u64, &[u8])], tail_keys: &mut Vec<ChunkKey>) -> Result<Vec<(u64, Slice)>> {
         ctx.stats.records += seg.records;
         ctx.stats.payloads += seg.payloads;
