@@ -61,22 +61,62 @@ fn stats(store: &Path, dir: &Path) -> serde_json::Value {
     serde_json::from_str(&ok(&["search", "stats", &s(store), "--json", "--index-dir", &s(dir)]).out()).unwrap()
 }
 
+/// The test crawls, and a directory holding them exported `--revisits` (so that most
+/// captures are revisits in other files than their originals), under the same names.
+fn crawls_and_their_revisits(tmp: &Path) -> (Vec<PathBuf>, PathBuf) {
+    let crawls = crawl_files();
+    let store = tmp.join("exported-from");
+    ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[1]), &s(&crawls[2]), "--to", "/crawls"]);
+    let dedup = tmp.join("dedup");
+    ok(&["export", "--revisits", &s(&store), "/crawls", "--to", &s(&dedup)]);
+    (crawls, dedup)
+}
+
+/// "N revisits wait for their original", from an update's summary.
+fn waiting(out: &str) -> u64 {
+    out.split(" revisits wait").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// Renames files of `store` (paths from its root, no leading `/`) through a mount that does
+/// not index (its index, if any, set aside meanwhile), so that the next update is the one
+/// that meets them.
+fn rename_unindexed(store: &Path, tmp: &Path, renames: &[(&str, &str)]) {
+    let (index, aside) = (store.join("search"), tmp.join("search-aside"));
+    let had = index.exists();
+    if had {
+        std::fs::rename(&index, &aside).unwrap();
+    }
+    let m = Mount::new(store, &tmp.join("mnt"));
+    for (from, to) in renames {
+        std::fs::create_dir_all(m.mnt.join(to).parent().unwrap()).unwrap();
+        std::fs::rename(m.mnt.join(from), m.mnt.join(to)).unwrap();
+    }
+    // (`warcfs umount` returns once the daemon has released the store.)
+    ok(&["umount", &s(&m.mnt)]);
+    drop(m);
+    if had {
+        std::fs::rename(&aside, &index).unwrap();
+    }
+}
+
+/// Every query of `qs` finds the same captures in `store`'s index as in one built afresh at
+/// `fresh`, and more than 20 of them find something.
+fn finds_what_a_fresh_index_finds(store: &Path, fresh: &Path, qs: &[String]) {
+    ok(&["search", "rebuild", &s(store), "--index-dir", &s(fresh)]);
+    let (diffs, found) = compare(&store.join("search"), fresh, qs);
+    assert!(diffs.is_empty() && found > 20, "{found} found; {}", diffs.join("\n"));
+}
+
 /// The crawls exported `--revisits`, stored later crawls first: their revisits wait for the
 /// first crawl's texts, then find them; then the text index against a per-capture one.
 #[test]
 fn every_query_finds_the_captures_an_index_per_capture_finds_revisits_included() {
     let tmp = TempDir::new().unwrap();
-    let crawls = crawl_files();
-    let store = tmp.path().join("store");
-    ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[1]), &s(&crawls[2]), "--to", "/crawls"]);
-    let dedup = tmp.path().join("dedup");
-    ok(&["export", "--revisits", &s(&store), "/crawls", "--to", &s(&dedup)]);
+    let (crawls, dedup) = crawls_and_their_revisits(tmp.path());
     let names: Vec<PathBuf> = crawls.iter().map(|c| dedup.join(c.file_name().unwrap())).collect();
 
     let b = tmp.path().join("b");
     ok(&["import", &s(&b), &s(&names[1]), &s(&names[2]), "--to", "/later"]);
-    // "N revisits wait for their original", from an update's summary.
-    let waiting = |out: &str| -> u64 { out.split(" revisits wait").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap() };
     let first = ok(&["search", "update", &s(&b)]).out();
     ok(&["import", &s(&b), &s(&names[0]), "--to", "/first"]);
     let second = ok(&["search", "update", &s(&b)]).out();
@@ -425,17 +465,7 @@ fn a_renamed_crawl_is_moved_not_read_again() {
         let s1 = Searcher::open(&store.join("search")).unwrap();
         qs.iter().map(|q| s1.all_captures(&query(q)).unwrap()).collect()
     };
-    // The renames through a mount that does not index (its store's index set aside), so
-    // that the update below is the one that meets them.
-    std::fs::rename(store.join("search"), tmp.path().join("search")).unwrap();
-    let m = Mount::new(&store, &tmp.path().join("mnt"));
-    std::fs::create_dir(m.mnt.join("elsewhere")).unwrap();
-    std::fs::rename(m.mnt.join(&a[1..]), m.mnt.join(&a_to[1..])).unwrap();
-    std::fs::rename(m.mnt.join(&b[1..]), m.mnt.join(&b_to[1..])).unwrap();
-    // (`warcfs umount` returns once the daemon has released the store.)
-    ok(&["umount", &s(&m.mnt)]);
-    drop(m);
-    std::fs::rename(tmp.path().join("search"), store.join("search")).unwrap();
+    rename_unindexed(&store, tmp.path(), &[(&a[1..], &a_to[1..]), (&b[1..], &b_to[1..])]);
     let out = ok(&["search", "update", &s(&store)]).out();
     assert!(out.contains("0 files indexed, 1 removed, 2 moved") && out.contains(" 0 text payloads read"), "{out}");
     // What each query found, at the new paths; the crawl moved over is gone.
@@ -446,10 +476,7 @@ fn a_renamed_crawl_is_moved_not_read_again() {
         let want: BTreeSet<(String, u64)> = was.iter().filter(|(f, _)| *f != over).map(|(f, o)| (renamed(f), *o)).collect();
         assert_eq!(s1.all_captures(&query(q)).unwrap(), want, "{q}");
     }
-    let fresh = tmp.path().join("fresh");
-    ok(&["search", "rebuild", &s(&store), "--index-dir", &s(&fresh)]);
-    let (diffs, found) = compare(&store.join("search"), &fresh, &qs);
-    assert!(diffs.is_empty() && found > 20, "{found} found; {}", diffs.join("\n"));
+    finds_what_a_fresh_index_finds(&store, &tmp.path().join("fresh"), &qs);
 }
 
 /// Revisits whose originals are not stored yet wait; they follow their file when it is
@@ -458,25 +485,14 @@ fn a_renamed_crawl_is_moved_not_read_again() {
 #[test]
 fn waiting_revisits_follow_their_file() {
     let tmp = TempDir::new().unwrap();
-    let crawls = crawl_files();
-    let store = tmp.path().join("store");
-    ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[1]), &s(&crawls[2]), "--to", "/crawls"]);
-    let dedup = tmp.path().join("dedup");
-    ok(&["export", "--revisits", &s(&store), "/crawls", "--to", &s(&dedup)]);
+    let (crawls, dedup) = crawls_and_their_revisits(tmp.path());
     let name = |i: usize| crawls[i].file_name().unwrap().to_str().unwrap().to_string();
     let b = tmp.path().join("b");
     ok(&["import", &s(&b), &s(&dedup.join(name(1))), "--to", "/later"]);
     ok(&["import", &s(&b), &s(&dedup.join(name(2))), "--to", "/later2"]);
-    let waiting = |out: &str| -> u64 { out.split(" revisits wait").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap() };
     let first = ok(&["search", "update", &s(&b)]).out();
 
-    std::fs::rename(b.join("search"), tmp.path().join("search")).unwrap();
-    let m = Mount::new(&b, &tmp.path().join("mnt"));
-    std::fs::create_dir(m.mnt.join("moved")).unwrap();
-    std::fs::rename(m.mnt.join("later").join(name(1)), m.mnt.join("moved").join(name(1))).unwrap();
-    ok(&["umount", &s(&m.mnt)]);
-    drop(m);
-    std::fs::rename(tmp.path().join("search"), b.join("search")).unwrap();
+    rename_unindexed(&b, tmp.path(), &[(&format!("later/{}", name(1)), &format!("moved/{}", name(1)))]);
     let second = ok(&["search", "update", &s(&b)]).out();
     assert!(second.contains("0 removed, 1 moved") && waiting(&second) == waiting(&first), "{first}\n{second}");
 
@@ -490,10 +506,8 @@ fn waiting_revisits_follow_their_file() {
     let files: BTreeSet<String> = qs.iter().flat_map(|q| s1.all_captures(&query(q)).unwrap()).map(|(f, _)| f).collect();
     assert!(files.contains(&format!("/moved/{}", name(1))) && files.iter().all(|f| !f.starts_with("/later")), "{files:?}");
     let fresh = tmp.path().join("fresh");
-    ok(&["search", "rebuild", &s(&b), "--index-dir", &s(&fresh)]);
+    finds_what_a_fresh_index_finds(&b, &fresh, &qs);
     assert_eq!(stats(&b, &b.join("search"))["captures"], stats(&b, &fresh)["captures"]);
-    let (diffs, found) = compare(&b.join("search"), &fresh, &qs);
-    assert!(diffs.is_empty() && found > 20, "{found} found; {}", diffs.join("\n"));
 }
 
 /// A chain of renames in one update (`mv b c; mv a b`): each file's rows end at its new path,
@@ -506,31 +520,18 @@ fn a_chain_of_renames_moves_every_row() {
     ok(&["import", &s(&store), &s(&crawls[0]), "--to", "/c"]);
     ok(&["import", &s(&store), &s(&crawls[1]), "--to", "/d"]);
     let (n0, n1) = (crawls[0].file_name().unwrap().to_str().unwrap().to_string(), crawls[1].file_name().unwrap().to_str().unwrap().to_string());
-    let m = Mount::new(&store, &tmp.path().join("mnt"));
-    std::fs::rename(m.mnt.join("c").join(&n0), m.mnt.join("c").join("a.warc.gz")).unwrap();
-    std::fs::rename(m.mnt.join("d").join(&n1), m.mnt.join("c").join("b.warc.gz")).unwrap();
-    ok(&["umount", &s(&m.mnt)]);
-    drop(m);
+    rename_unindexed(&store, tmp.path(), &[(&format!("c/{n0}"), "c/a.warc.gz"), (&format!("d/{n1}"), "c/b.warc.gz")]);
     ok(&["search", "update", &s(&store)]);
     let before = stats(&store, &store.join("search"));
-    std::fs::rename(store.join("search"), tmp.path().join("search")).unwrap();
-    let m = Mount::new(&store, &tmp.path().join("mnt"));
-    std::fs::rename(m.mnt.join("c/b.warc.gz"), m.mnt.join("c/c.warc.gz")).unwrap();
-    std::fs::rename(m.mnt.join("c/a.warc.gz"), m.mnt.join("c/b.warc.gz")).unwrap();
-    ok(&["umount", &s(&m.mnt)]);
-    drop(m);
-    std::fs::rename(tmp.path().join("search"), store.join("search")).unwrap();
+    rename_unindexed(&store, tmp.path(), &[("c/b.warc.gz", "c/c.warc.gz"), ("c/a.warc.gz", "c/b.warc.gz")]);
     let out = ok(&["search", "update", &s(&store)]).out();
     assert!(out.contains("0 files indexed, 0 removed, 2 moved") && out.contains(" 0 text payloads read"), "{out}");
     let again = ok(&["search", "update", &s(&store)]).out();
     assert!(again.contains("0 files indexed, 0 removed, 0 moved"), "every file's row names its new path: {again}");
     let after = stats(&store, &store.join("search"));
     assert_eq!((after["captures"].clone(), after["catalog_tables"]["G"].clone()), (before["captures"].clone(), before["catalog_tables"]["G"].clone()));
-    let fresh = tmp.path().join("fresh");
-    ok(&["search", "rebuild", &s(&store), "--index-dir", &s(&fresh)]);
     let qs = queries(&store.join("search"), 40);
-    let (diffs, found) = compare(&store.join("search"), &fresh, &qs);
-    assert!(diffs.is_empty() && found > 20, "{found} found; {}", diffs.join("\n"));
+    finds_what_a_fresh_index_finds(&store, &tmp.path().join("fresh"), &qs);
     let s1 = Searcher::open(&store.join("search")).unwrap();
     let files: BTreeSet<String> = qs.iter().flat_map(|q| s1.all_captures(&query(q)).unwrap()).map(|(f, _)| f).collect();
     assert_eq!(files, ["/c/b.warc.gz", "/c/c.warc.gz"].map(String::from).into_iter().collect());
