@@ -317,12 +317,29 @@ pub(crate) fn set_mode(path: &Path, mode: u32) -> Result<()> {
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io_at(path))
 }
 
+/// How long a lock found held is asked for again before the store is reported busy, and in
+/// how many tries.
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(200);
+const LOCK_TRIES: u32 = 10;
+
 /// Takes the store's exclusive lock, or names the process that holds it.
 pub(super) fn take_lock(root: &Path) -> Result<File> {
     let path = crate::store::layout::lock(root);
     let mut f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(io_at(&path))?;
-    // SAFETY: flock on a descriptor we own.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    // A process that forks (to run any program) holds every open file of its own for a moment,
+    // this lock's among them, until the child execs: a store closed and opened again by such
+    // a process (or by another while it forks) may find its lock held for those microseconds.
+    // Asked again a few times over `LOCK_PATIENCE`, a lock held for good is still reported.
+    let mut tries = 0;
+    let rc = loop {
+        // SAFETY: flock on a descriptor we own.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EWOULDBLOCK) || tries == LOCK_TRIES {
+            break rc;
+        }
+        tries += 1;
+        std::thread::sleep(LOCK_PATIENCE / LOCK_TRIES);
+    };
     if rc != 0 {
         let err = io::Error::last_os_error();
         if err.raw_os_error() == Some(libc::EWOULDBLOCK) {

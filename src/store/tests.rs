@@ -609,3 +609,33 @@ fn the_mounts_own_name_is_refused_at_the_root() {
     s.remove("/.warcfs", true).unwrap();
     assert_eq!(s.index.lookup(ROOT_INO, RESERVED.as_bytes()).unwrap(), None);
 }
+
+/// A store's lock held for a moment (as a process that forks holds it until its child
+/// execs) is waited for; one held for good is reported, naming its holder.
+#[test]
+fn a_lock_held_for_a_moment_is_waited_for_and_one_held_for_good_is_reported() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path(), Verify::Bytes, digest::sha256));
+    let hold = |dir: &Path| {
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(super::layout::lock(dir)).unwrap();
+        // SAFETY: flock on a descriptor we own.
+        assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+        f
+    };
+    let held = hold(dir.path());
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        drop(held);
+    });
+    let opts = OpenOptionsStore { create: false, config: Config::default(), follower: false };
+    let s = Store::open_with(dir.path(), &opts, digest::sha256).expect("opened once the moment passed");
+    release.join().unwrap();
+    drop(s);
+    let _held = hold(dir.path());
+    match Store::open_with(dir.path(), &opts, digest::sha256) {
+        Err(StoreError::Busy { pid, .. }) => assert_eq!(pid, std::process::id().to_string(), "the last holder's pid, as it wrote it"),
+        Err(e) => panic!("busy, not {e}"),
+        Ok(_) => panic!("opened a store whose lock is held"),
+    }
+}

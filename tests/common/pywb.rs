@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use std::fs;
 
@@ -44,8 +45,15 @@ impl Wayback {
         // Below the ephemeral range the crawls' own servers took their ports from (bind to
         // port 0): a replay server on a crawl's port would make its URLs and the archived
         // ones the same text, and `comparable_headers` would neutralise both.
-        let first = 20_000 + (std::process::id() % 10_000) as u16;
-        let port = (first..32_000).chain(20_000..first).find(|&p| TcpListener::bind(("127.0.0.1", p)).is_ok()).expect("a free port under 32000");
+        // Each port is handed out once in this process: two servers started at once (the
+        // tests run in parallel) must not both find one port free before either binds it.
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let first = 20_000 + std::process::id() % 10_000;
+        let port = (0..12_000)
+            .map(|_| (first + NEXT.fetch_add(1, Ordering::Relaxed) % 12_000 - 20_000) % 12_000 + 20_000)
+            .map(|p| p as u16)
+            .find(|&p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+            .expect("a free port under 32000");
         let logf = fs::File::create(log).unwrap();
         let child = Command::new(bin.join("wayback"))
             .args(["-p", &port.to_string(), "-b", "127.0.0.1", "-d"])
