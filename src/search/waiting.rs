@@ -63,9 +63,12 @@ pub(super) fn take_of_digest(cat: &Catalog, batch: &mut WriteBatch, digest: &str
     Ok(out)
 }
 
+/// A waiting revisit as its `A` row holds it: its place, its digest string, the row's value.
+type Waiting = (Vec<u8>, Vec<u8>, Vec<u8>);
+
 /// The waiting revisits whose place begins with `prefix` (a file's, as `places_of` gives
-/// them), each as (place, digest, value).
-fn under(cat: &Catalog, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>, Vec<u8>)>> {
+/// them).
+fn under(cat: &Catalog, prefix: &[u8]) -> Result<Vec<Waiting>> {
     let a = key(b'A', &[prefix]);
     let mut rows = Vec::new();
     cat.scan(&a, &mut |k, v| {
