@@ -92,8 +92,6 @@ struct Round<'a> {
     /// a capture at the round's commit if a response of the round gave that text, else
     /// waiting (`waiting`).
     round_waits: Vec<(String, String, u64, CaptureRow)>,
-    /// The change this round makes to how many revisits wait.
-    waiting_delta: i64,
     /// `Unit::Fragments`: changes of each fragment's count of texts, the fragments new this
     /// round, and the fragments of the texts new this round.
     frag_refs: HashMap<u64, i64>,
@@ -247,7 +245,6 @@ impl<'a> Round<'a> {
             no_text: HashSet::new(),
             digests: HashMap::new(),
             round_waits: Vec::new(),
-            waiting_delta: 0,
             texts: HashMap::new(),
             digest_texts: HashMap::new(),
             frag_refs: HashMap::new(),
@@ -631,12 +628,14 @@ impl<'a> Round<'a> {
     /// gave a text become its captures. (A revisit met after its original's text finds it
     /// itself.)
     fn settle_waiting(&mut self) -> Result<()> {
+        // The change to how many revisits wait.
+        let mut delta = 0i64;
         for (digest, path, offset, row) in std::mem::take(&mut self.round_waits) {
             match self.digests.get(&digest) {
                 Some(&tid) => self.capture(tid, &path, offset, &row)?,
                 None => {
                     super::waiting::put(&mut self.batch, &digest, &path, offset, &row);
-                    self.waiting_delta += 1;
+                    delta += 1;
                 }
             }
         }
@@ -647,10 +646,10 @@ impl<'a> Round<'a> {
         };
         for (digest, tid) in found {
             for (path, offset, row) in super::waiting::take_of_digest(self.cat, &mut self.batch, &digest)? {
-                self.waiting_delta -= 1;
+                delta -= 1;
                 self.capture(tid, &path, offset, &row)?;
             }
         }
-        super::waiting::count_by(self.cat, &mut self.batch, std::mem::take(&mut self.waiting_delta))
+        super::waiting::count_by(self.cat, &mut self.batch, delta)
     }
 }

@@ -151,6 +151,14 @@ pub fn components(path: &str) -> Result<Vec<&str>> {
     Ok(out)
 }
 
+/// `/.warcfs` at the root is the mount's own view (`RESERVED`): an error there.
+fn refuse_reserved(dir: u64, name: &[u8]) -> Result<()> {
+    if dir == ROOT_INO && name == RESERVED.as_bytes() {
+        return Err(StoreError::Reserved(RESERVED.into()));
+    }
+    Ok(())
+}
+
 impl Store {
     pub(super) fn ensure_root(&self) -> Result<()> {
         if self.index.inode::<Inode>(ROOT_INO)?.is_none() {
@@ -209,9 +217,7 @@ impl Store {
     /// rename's target), which must not be the mount's own `/.warcfs` (`RESERVED`): a file
     /// stored there would be hidden by that view.
     pub fn check_new_name(&self, dir: u64, name: &[u8]) -> Result<()> {
-        if dir == ROOT_INO && name == RESERVED.as_bytes() {
-            return Err(StoreError::Reserved(RESERVED.into()));
-        }
+        refuse_reserved(dir, name)?;
         self.check_owns(dir, name)
     }
 
@@ -299,9 +305,7 @@ impl Store {
                 return Err(StoreError::InvalidPath(path()));
             }
             // (Not even into one an older warcfs made: the mount would hide what goes there.)
-            if ino == ROOT_INO && c == RESERVED.as_bytes() {
-                return Err(StoreError::Reserved(RESERVED.into()));
-            }
+            refuse_reserved(ino, c)?;
             match self.index.lookup(ino, c)? {
                 Some(child) => {
                     let inode = self.index.inode::<Inode>(child)?.ok_or_else(|| StoreError::NotFound(path()))?;
@@ -311,7 +315,7 @@ impl Store {
                     ino = child;
                 }
                 None => {
-                    self.check_new_name(ino, c)?;
+                    self.check_owns(ino, c)?;
                     let mut b = Batch::new();
                     let child = self.alloc(&mut w, &mut b, "ino")?;
                     let mut d = Inode::new(InodeKind::Dir, 0o755);

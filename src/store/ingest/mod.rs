@@ -343,17 +343,17 @@ impl Store {
         let members: Vec<&gzip::Member> = regions.iter().filter_map(|r| if let Region::Member(m) = r { Some(m) } else { None }).collect();
         let mut tail_of: Vec<Option<ChunkKey>> = vec![None; members.len()];
         let exts = {
-            let with: Vec<usize> = (0..members.len()).filter(|&i| follows(&parses[i]).is_some()).collect();
-            let follow: Vec<(u64, &[u8])> = with
+            // (member, where its tail goes in the text, the tail)
+            let follow: Vec<(usize, u64, &[u8])> = members
                 .iter()
-                .filter_map(|&i| {
-                    let (m, p) = (members[i], parses[i].as_ref()?);
-                    Some((p.place.payload.map_or(m.plain_start + m.plain_len, |(_, b)| b), follows(&parses[i])?))
-                })
+                .zip(parses.iter())
+                .enumerate()
+                .filter_map(|(i, (m, p))| Some((i, p.as_ref()?.place.payload.map_or(m.plain_start + m.plain_len, |(_, b)| b), follows(p)?)))
                 .collect();
-            let mut keys = Vec::with_capacity(follow.len());
-            let exts = self.chunk_segments(w, ctx, plain, seg, &follow, &mut keys)?;
-            for (i, k) in with.into_iter().zip(keys) {
+            let tails: Vec<(u64, &[u8])> = follow.iter().map(|&(_, at, t)| (at, t)).collect();
+            let mut keys = Vec::with_capacity(tails.len());
+            let exts = self.chunk_segments(w, ctx, plain, seg, &tails, &mut keys)?;
+            for (&(i, _, _), k) in follow.iter().zip(keys) {
                 tail_of[i] = Some(k);
             }
             exts
