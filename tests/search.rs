@@ -536,3 +536,32 @@ fn a_chain_of_renames_moves_every_row() {
     let files: BTreeSet<String> = qs.iter().flat_map(|q| s1.all_captures(&query(q)).unwrap()).map(|(f, _)| f).collect();
     assert_eq!(files, ["/c/b.warc.gz", "/c/c.warc.gz"].map(String::from).into_iter().collect());
 }
+
+/// A fragment's `Q` row keeps the first 16 bytes of its SHA-256; an index an earlier warcfs
+/// made, with all 32, is read the same: a later crawl's texts share its fragments, each
+/// fragment still one document, as in an index made afresh.
+#[test]
+fn fragments_of_an_index_made_before_are_shared_still() {
+    let tmp = TempDir::new().unwrap();
+    let crawls = crawl_files();
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&crawls[0]), "--to", "/crawls"]);
+    ok(&["search", "update", &s(&store)]);
+    {
+        let db = rocksdb::DB::open_default(store.join("search/db")).unwrap();
+        let rows: Vec<(Box<[u8]>, Box<[u8]>)> = db.prefix_iterator(b"Q").map(|r| r.unwrap()).take_while(|(k, _)| k[0] == b'Q').collect();
+        assert!(rows.len() > 100, "{} fragments", rows.len());
+        for (k, v) in rows {
+            assert_eq!(v.len(), 8 + 16, "a count and 16 bytes of the hash");
+            // The earlier layout: the whole hash, of which only the first 16 bytes are read.
+            db.put(k, [&v[..], &[0xAB; 16]].concat()).unwrap();
+        }
+    }
+    ok(&["import", &s(&store), &s(&crawls[1]), &s(&crawls[2]), "--to", "/crawls"]);
+    ok(&["search", "update", &s(&store)]);
+    let fresh = tmp.path().join("fresh");
+    finds_what_a_fresh_index_finds(&store, &fresh, &queries(&store.join("search"), 40));
+    let (ours, theirs) = (stats(&store, &store.join("search")), stats(&store, &fresh));
+    assert_eq!(ours["documents"], theirs["documents"], "no fragment indexed twice: {ours} {theirs}");
+    assert_eq!(ours["catalog_tables"]["Q"]["rows"], theirs["catalog_tables"]["Q"]["rows"], "{ours} {theirs}");
+}

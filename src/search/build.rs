@@ -70,6 +70,16 @@ pub(crate) const MAX_BLOCK: u64 = 64 << 20;
 /// A round ends after this many captures (or files).
 const ROUND_CAPTURES: u64 = 20_000;
 const ROUND_FILES: usize = 64;
+/// A fragment's identity in its `Q` row: the first bytes of its SHA-256. 128 bits tell
+/// a billion billion fragments apart as surely as 256 (no two alike by chance), at half the
+/// catalog bytes the fragments' hashes took (the largest part of their rows: a hash does
+/// not compress). Rows an earlier warcfs wrote with all 32 bytes read the same.
+const FRAG_SHA: usize = 16;
+type FragSha = [u8; FRAG_SHA];
+
+fn frag_sha(b: &[u8]) -> FragSha {
+    b[..FRAG_SHA].try_into().expect("a fragment's identity")
+}
 
 /// One update's state: what this round changes, not yet committed.
 struct Round<'a> {
@@ -95,7 +105,7 @@ struct Round<'a> {
     /// `Unit::Fragments`: changes of each fragment's count of texts, the fragments new this
     /// round, and the fragments of the texts new this round.
     frag_refs: HashMap<u64, i64>,
-    new_frags: HashMap<u64, [u8; 32]>,
+    new_frags: HashMap<u64, FragSha>,
     frag_by_sha: HashMap<[u8; 32], u64>,
     text_frags: HashMap<u64, Vec<u64>>,
     analyzer: Option<tantivy::tokenizer::TextAnalyzer>,
@@ -289,7 +299,7 @@ impl<'a> Round<'a> {
         for (&fid, &delta) in &self.frag_refs {
             let k = key(b'Q', &[&fid.to_be_bytes()]);
             let (now, sha) = match (self.cat.get(&k)?, self.new_frags.get(&fid)) {
-                (Some(v), _) if v.len() >= 40 => (u64::from_be_bytes(v[..8].try_into().expect("8 bytes")) as i64, <[u8; 32]>::try_from(&v[8..40]).expect("32 bytes")),
+                (Some(v), _) if v.len() >= 8 + FRAG_SHA => (u64::from_be_bytes(v[..8].try_into().expect("8 bytes")) as i64, frag_sha(&v[8..])),
                 (_, Some(sha)) => (0, *sha),
                 _ => continue,
             };
@@ -556,7 +566,7 @@ impl<'a> Round<'a> {
                 doc.add_text(self.fields.body, body);
                 self.writer.delete_term(Term::from_field_u64(self.fields.fid, fid));
                 add(self.writer, doc)?;
-                self.new_frags.insert(fid, fsha);
+                self.new_frags.insert(fid, frag_sha(&fsha));
                 self.done.documents_added += 1;
             }
             *self.frag_refs.entry(fid).or_default() += 1;
@@ -581,10 +591,10 @@ impl<'a> Round<'a> {
         loop {
             let taken = match self.new_frags.get(&fid) {
                 Some(s) => Some(*s),
-                None => self.cat.get(&key(b'Q', &[&fid.to_be_bytes()]))?.and_then(|v| v.get(8..40).and_then(|b| <[u8; 32]>::try_from(b).ok())),
+                None => self.cat.get(&key(b'Q', &[&fid.to_be_bytes()]))?.filter(|v| v.len() >= 8 + FRAG_SHA).map(|v| frag_sha(&v[8..])),
             };
             match taken {
-                Some(s) if s != *fsha => fid = fid.wrapping_add(1),
+                Some(s) if s != frag_sha(fsha) => fid = fid.wrapping_add(1),
                 _ => break,
             }
         }
