@@ -11,7 +11,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -23,7 +23,6 @@ use rand::SeedableRng;
 use tempfile::TempDir;
 
 const REQUIREMENTS: &str = include_str!("replay/requirements.txt");
-const COLL: &str = "collections/test";
 
 /// The venv's bin/ with pywb, cdxj-indexer and warcio as pinned in requirements.txt. A pip
 /// failure fails the test with pip's output.
@@ -53,15 +52,6 @@ fn venv_bin() -> PathBuf {
 
 
 
-#[derive(Debug, Clone)]
-struct Capture {
-    timestamp: String,
-    url: String,
-    status: u16,
-    mime: String,
-    filename: String,
-}
-
 /// The kind a capture is sampled as: its status when not 200, otherwise its type.
 fn kind(c: &Capture) -> &'static str {
     match (c.status, c.mime.as_str()) {
@@ -74,38 +64,6 @@ fn kind(c: &Capture) -> &'static str {
         (200, "image/jpeg") => "jpeg",
         _ => "other",
     }
-}
-
-/// Every HTTP capture of a CDXJ index that a replay URL names alone. pywb addresses a capture
-/// by its URL and 14-digit timestamp; the test crawls are made seconds apart, so a URL can be
-/// captured twice in one second (two crawls, or a redirect's target fetched again), and which
-/// of the two pywb serves then follows the order of their index lines, whose JSON differs
-/// between the original files and an export (a revisit's `mime`): such captures are left out.
-fn captures(cdxj: &[String]) -> Vec<Capture> {
-    let all = every_capture(cdxj);
-    let mut seen: BTreeMap<(&str, &str), usize> = BTreeMap::new();
-    for c in &all {
-        *seen.entry((&c.timestamp, &c.url)).or_default() += 1;
-    }
-    let alone: Vec<bool> = all.iter().map(|c| seen[&(c.timestamp.as_str(), c.url.as_str())] == 1).collect();
-    all.iter().zip(alone).filter(|(_, a)| *a).map(|(c, _)| c.clone()).collect()
-}
-
-/// Every HTTP capture of a CDXJ index.
-fn every_capture(cdxj: &[String]) -> Vec<Capture> {
-    let mut out = Vec::new();
-    for line in cdxj {
-        let mut parts = line.splitn(3, ' ');
-        let (_key, ts, json) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap_or_else(|| panic!("bad CDXJ line {line:?}")));
-        let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("bad CDXJ JSON ({e}) in {line:?}"));
-        let field = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or_default().to_string();
-        let Ok(status) = field("status").parse::<u16>() else { continue };
-        let c = Capture { timestamp: ts.to_string(), url: field("url"), status, mime: field("mime"), filename: field("filename") };
-        if c.url.starts_with("http") {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// A seeded sample of ~50 HTTP captures from a CDXJ index: per crawl file, a few of each kind.
@@ -126,21 +84,6 @@ fn sample(cdxj: &[String]) -> Vec<Capture> {
         out.extend(caps.choose_multiple(&mut rng, quota(k)).cloned());
     }
     out
-}
-
-/// The reference: a plain directory holding `files` in pywb's layout, indexed by
-/// cdxj-indexer; gives it and its index's lines.
-fn plain_collection(bin: &Path, tmp: &Path, files: &[PathBuf]) -> (PathBuf, Vec<String>) {
-    let plain = tmp.join("plain");
-    let plain_archive = plain.join(COLL).join("archive");
-    fs::create_dir_all(&plain_archive).unwrap();
-    fs::create_dir_all(plain.join(COLL).join("indexes")).unwrap();
-    for f in files {
-        fs::copy(f, plain_archive.join(f.file_name().unwrap())).unwrap();
-    }
-    let idx = sorted_lines(&tool(bin, "cdxj-indexer", &[&s(&plain_archive)], tmp));
-    fs::write(plain.join(COLL).join("indexes/index.cdxj"), idx.join("\n") + "\n").unwrap();
-    (plain, idx)
 }
 
 /// The message of a replay that differs: the end of `ours`'s log (named `what`), then what

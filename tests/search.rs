@@ -549,7 +549,7 @@ fn fragments_of_an_index_made_before_are_shared_still() {
     ok(&["search", "update", &s(&store)]);
     {
         let db = rocksdb::DB::open_default(store.join("search/db")).unwrap();
-        let rows: Vec<(Box<[u8]>, Box<[u8]>)> = db.prefix_iterator(b"Q").map(|r| r.unwrap()).take_while(|(k, _)| k[0] == b'Q').collect();
+        let rows: Vec<_> = db.prefix_iterator(b"Q").map(|r| r.unwrap()).take_while(|(k, _)| k[0] == b'Q').collect();
         assert!(rows.len() > 100, "{} fragments", rows.len());
         for (k, v) in rows {
             assert_eq!(v.len(), 8 + 16, "a count and 16 bytes of the hash");

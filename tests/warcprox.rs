@@ -29,7 +29,6 @@ use tempfile::TempDir;
 
 const REQUIREMENTS: &str = include_str!("warcprox/requirements.txt");
 const WARCPROX_VERSION: &str = "2.13.1";
-const COLL: &str = "collections/test";
 /// The site's pages, in the order each crawl fetches them (`/copy.html` after `/`, whose
 /// body it repeats).
 const PAGES: [&str; 10] = ["/", "/copy.html", "/news.html", "/cycle.html", "/logo.png", "/photo.jpg", "/app.js", "/style.css", "/missing.html", "/old"];
@@ -396,48 +395,6 @@ impl Drop for Warcprox {
 
 
 
-
-#[derive(Debug, Clone)]
-struct Capture {
-    timestamp: String,
-    url: String,
-    status: u16,
-    mime: String,
-    filename: String,
-}
-
-/// Every HTTP capture of a CDXJ index (a response or a revisit with an HTTP status; not a
-/// request, not a warcinfo).
-fn captures(cdxj: &[String]) -> Vec<Capture> {
-    let mut out = Vec::new();
-    for line in cdxj {
-        let mut parts = line.splitn(3, ' ');
-        let (_key, ts, json) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap_or_else(|| panic!("bad CDXJ line {line:?}")));
-        let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("bad CDXJ JSON ({e}) in {line:?}"));
-        let field = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or_default().to_string();
-        let Ok(status) = field("status").parse::<u16>() else { continue };
-        let c = Capture { timestamp: ts.to_string(), url: field("url"), status, mime: field("mime"), filename: field("filename") };
-        if c.url.starts_with("http") {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// The reference: a plain directory holding `files` in pywb's layout, indexed by
-/// cdxj-indexer; gives it and its index's lines.
-fn plain_collection(bin: &Path, tmp: &Path, files: &[PathBuf]) -> (PathBuf, Vec<String>) {
-    let plain = tmp.join("plain");
-    let plain_archive = plain.join(COLL).join("archive");
-    fs::create_dir_all(&plain_archive).unwrap();
-    fs::create_dir_all(plain.join(COLL).join("indexes")).unwrap();
-    for f in files {
-        fs::copy(f, plain_archive.join(f.file_name().unwrap())).unwrap();
-    }
-    let idx = sorted_lines(&tool(bin, "cdxj-indexer", &[&s(&plain_archive)], tmp));
-    fs::write(plain.join(COLL).join("indexes/index.cdxj"), idx.join("\n") + "\n").unwrap();
-    (plain, idx)
-}
 
 /// Replays each capture (`id_` mode) from both servers; what differs between them, from the
 /// archived status, or from what the site served in that capture's crawl (`served`: the

@@ -1,6 +1,7 @@
 //! pywb and HTTP for the replay tests (`tests/replay.rs`, `tests/warcprox.rs`): a `wayback`
 //! server on 127.0.0.1 killed when dropped, a plain HTTP/1.0 GET, the headers two replays
-//! must agree on, and line helpers for comparing CDXJ indexes.
+//! must agree on, the captures of a CDXJ index and a plain collection of the original files
+//! to compare with, and line helpers for comparing CDXJ indexes.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -10,7 +11,68 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use std::fs;
 
-use super::checked;
+use super::{checked, s};
+
+/// Where a collection's files and index go under a wayback root.
+pub const COLL: &str = "collections/test";
+
+/// An HTTP capture as a CDXJ line gives it.
+#[derive(Debug, Clone)]
+pub struct Capture {
+    pub timestamp: String,
+    pub url: String,
+    pub status: u16,
+    pub mime: String,
+    pub filename: String,
+}
+
+/// Every HTTP capture of a CDXJ index that a replay URL names alone. pywb addresses a capture
+/// by its URL and 14-digit timestamp; the test crawls are made seconds apart, so a URL can be
+/// captured twice in one second (two crawls, or a redirect's target fetched again), and which
+/// of the two pywb serves then follows the order of their index lines, whose JSON differs
+/// between the original files and an export (a revisit's `mime`): such captures are left out.
+pub fn captures(cdxj: &[String]) -> Vec<Capture> {
+    let all = every_capture(cdxj);
+    let mut seen: std::collections::BTreeMap<(&str, &str), usize> = std::collections::BTreeMap::new();
+    for c in &all {
+        *seen.entry((&c.timestamp, &c.url)).or_default() += 1;
+    }
+    let alone: Vec<bool> = all.iter().map(|c| seen[&(c.timestamp.as_str(), c.url.as_str())] == 1).collect();
+    all.iter().zip(alone).filter(|(_, a)| *a).map(|(c, _)| c.clone()).collect()
+}
+
+/// Every HTTP capture of a CDXJ index (a response or a revisit with an HTTP status; not a
+/// request, not a warcinfo).
+fn every_capture(cdxj: &[String]) -> Vec<Capture> {
+    let mut out = Vec::new();
+    for line in cdxj {
+        let mut parts = line.splitn(3, ' ');
+        let (_key, ts, json) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap_or_else(|| panic!("bad CDXJ line {line:?}")));
+        let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("bad CDXJ JSON ({e}) in {line:?}"));
+        let field = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or_default().to_string();
+        let Ok(status) = field("status").parse::<u16>() else { continue };
+        let c = Capture { timestamp: ts.to_string(), url: field("url"), status, mime: field("mime"), filename: field("filename") };
+        if c.url.starts_with("http") {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The reference: a plain directory holding `files` in pywb's layout, indexed by
+/// cdxj-indexer (from the venv `bin`); gives it and its index's lines.
+pub fn plain_collection(bin: &Path, tmp: &Path, files: &[PathBuf]) -> (PathBuf, Vec<String>) {
+    let plain = tmp.join("plain");
+    let plain_archive = plain.join(COLL).join("archive");
+    fs::create_dir_all(&plain_archive).unwrap();
+    fs::create_dir_all(plain.join(COLL).join("indexes")).unwrap();
+    for f in files {
+        fs::copy(f, plain_archive.join(f.file_name().unwrap())).unwrap();
+    }
+    let idx = sorted_lines(&tool(bin, "cdxj-indexer", &[&s(&plain_archive)], tmp));
+    fs::write(plain.join(COLL).join("indexes/index.cdxj"), idx.join("\n") + "\n").unwrap();
+    (plain, idx)
+}
 
 /// Runs a venv tool to completion; panics with its output unless it exits 0.
 pub fn tool(bin: &Path, name: &str, args: &[&str], cwd: &Path) -> String {
