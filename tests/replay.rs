@@ -385,16 +385,10 @@ fn pywb_replays_the_resolved_view_of_a_collection_deduplicated_by_revisits() {
         let report = tool(&bin, "warcio", &["check", "-v", n], &copied);
         assert!(!report.contains("fail") && !report.contains("revisit"), "warcio check -v of the view of {n}:\n{report}");
     }
-    let ours_idx = sorted_lines(&cdxj.replace("\"filename\": \".warcfs/resolved/first/", "\"filename\": \"").replace("\"filename\": \".warcfs/resolved/later/", "\"filename\": \""));
-    let indexer = sorted_lines(&tool(&bin, "cdxj-indexer", &[&s(&copied)], tmp.path()));
-    assert!(ours_idx == indexer, "resolved.cdxj against cdxj-indexer over the view: {}", line_diff("resolved.cdxj", &ours_idx, "cdxj-indexer", &indexer));
+    resolved_index_is_cdxj_indexers(&bin, &cdxj, &copied, tmp.path());
 
     // pywb over the mount with the view's index replays every capture as over the crawls.
-    let root = tmp.path().join("pywb");
-    fs::create_dir_all(root.join("indexes")).unwrap();
-    fs::write(root.join("indexes/index.cdxj"), &cdxj).unwrap();
-    fs::write(root.join("config.yaml"), format!("collections:\n  test:\n    index_paths: {}/indexes/\n    archive_paths: {}/\n", root.display(), m.mnt.display())).unwrap();
-    let ours = Wayback::start(&bin, &root, &tmp.path().join("wayback-resolved.log"));
+    let ours = wayback_over_resolved(&bin, &cdxj, &m.mnt, tmp.path());
     let reference = Wayback::start(&bin, &plain, &tmp.path().join("wayback-plain.log"));
     let caps = captures(&idx_plain);
     let (problems, body_bytes) = replay_both(&ours, &reference, &caps);

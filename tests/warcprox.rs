@@ -611,17 +611,11 @@ fn pywb_replays_warcprox_crawls_deduplicated_by_revisits_from_the_resolved_view(
         view_records += checks.len();
     }
     assert_eq!(view_records, original_checks.len(), "the view's files hold every record");
-    let ours_idx = sorted_lines(&cdxj.replace("\"filename\": \".warcfs/resolved/first/", "\"filename\": \"").replace("\"filename\": \".warcfs/resolved/later/", "\"filename\": \""));
-    let indexer = sorted_lines(&tool(&bin, "cdxj-indexer", &[&s(&copied)], tmp.path()));
-    assert!(ours_idx == indexer, "resolved.cdxj against cdxj-indexer over the view: {}", line_diff("resolved.cdxj", &ours_idx, "cdxj-indexer", &indexer));
+    resolved_index_is_cdxj_indexers(&bin, &cdxj, &copied, tmp.path());
 
     // 5. pywb over the mount with the view's index (its own root outside the mount) replays
     //    every capture as pywb over the plain copy does, and as the site served it.
-    let root = tmp.path().join("pywb");
-    fs::create_dir_all(root.join("indexes")).unwrap();
-    fs::write(root.join("indexes/index.cdxj"), &cdxj).unwrap();
-    fs::write(root.join("config.yaml"), format!("collections:\n  test:\n    index_paths: {}/indexes/\n    archive_paths: {}/\n", root.display(), m.mnt.display())).unwrap();
-    let ours = Wayback::start(&bin, &root, &tmp.path().join("wayback-resolved.log"));
+    let ours = wayback_over_resolved(&bin, &cdxj, &m.mnt, tmp.path());
     let reference = Wayback::start(&bin, &plain, &tmp.path().join("wayback-plain.log"));
     let caps = captures(&idx_plain);
     assert_eq!(caps.len(), CRAWLS * PAGES.len(), "a capture per page per crawl: {caps:#?}");

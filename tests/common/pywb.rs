@@ -241,3 +241,21 @@ pub fn compare_replays(ours: &Wayback, reference: &Wayback, path: &str, status: 
     }
     (problems, Some(a))
 }
+
+/// Asserts that `/.warcfs/resolved.cdxj` (`cdxj`, of a store whose files are under `/first`
+/// and `/later`) is what cdxj-indexer makes of the view's files copied to `copied`.
+pub fn resolved_index_is_cdxj_indexers(bin: &Path, cdxj: &str, copied: &Path, tmp: &Path) {
+    let ours = sorted_lines(&cdxj.replace("\"filename\": \".warcfs/resolved/first/", "\"filename\": \"").replace("\"filename\": \".warcfs/resolved/later/", "\"filename\": \""));
+    let indexer = sorted_lines(&tool(bin, "cdxj-indexer", &[&s(copied)], tmp));
+    assert!(ours == indexer, "resolved.cdxj against cdxj-indexer over the view: {}", line_diff("resolved.cdxj", &ours, "cdxj-indexer", &indexer));
+}
+
+/// pywb over the mount at `mnt` with the resolved view's index `cdxj`: its root (index and
+/// config) in `tmp/pywb`, outside the mount.
+pub fn wayback_over_resolved(bin: &Path, cdxj: &str, mnt: &Path, tmp: &Path) -> Wayback {
+    let root = tmp.join("pywb");
+    fs::create_dir_all(root.join("indexes")).unwrap();
+    fs::write(root.join("indexes/index.cdxj"), cdxj).unwrap();
+    fs::write(root.join("config.yaml"), format!("collections:\n  test:\n    index_paths: {}/indexes/\n    archive_paths: {}/\n", root.display(), mnt.display())).unwrap();
+    Wayback::start(bin, &root, &tmp.join("wayback-resolved.log"))
+}
