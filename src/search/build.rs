@@ -70,10 +70,12 @@ pub(crate) const MAX_BLOCK: u64 = 64 << 20;
 /// A round ends after this many captures (or files).
 const ROUND_CAPTURES: u64 = 20_000;
 const ROUND_FILES: usize = 64;
-/// A fragment's identity in its `Q` row: the first bytes of its SHA-256. 128 bits tell
-/// a billion billion fragments apart as surely as 256 (no two alike by chance), at half the
-/// catalog bytes the fragments' hashes took (the largest part of their rows: a hash does
-/// not compress). Rows an earlier warcfs wrote with all 32 bytes read the same.
+/// A fragment's identity in its `Q` row: the first bytes of its SHA-256. At 128 bits, two of
+/// 10^11 fragments (a store of tens of billions of captures) share one by chance with a
+/// probability of about 10^-17, at half the catalog bytes the fragments' hashes took (the
+/// largest part of their rows: a hash does not compress). Rows an earlier warcfs wrote with
+/// all 32 bytes read the same (an index this one updated is rebuilt before an earlier warcfs
+/// updates it: that one reads these rows as absent).
 const FRAG_SHA: usize = 16;
 type FragSha = [u8; FRAG_SHA];
 
