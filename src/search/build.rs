@@ -160,6 +160,7 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     policy.set_del_docs_ratio_before_merge(0.04);
     writer.set_merge_policy(Box::new(policy));
     let cat = Catalog::open(&db_dir(dir), false)?;
+    let tables_before = cat.table_bytes();
     let known = super::waiting::convert_earlier(&cat)?;
 
     // The store's WARCs and WACZs, and what the catalog says was indexed.
@@ -238,6 +239,13 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     writer.wait_merging_threads().map_err(terr)?;
     // The rows into sorted, compressed tables (not left in the write-ahead log).
     cat.db.flush().map_err(|e| cat.err(e))?;
+    // An update that wrote at least as much as the catalog held (a first build, a large
+    // import) has its tables compacted: rows overwritten in later rounds are dropped, and the
+    // sequence numbers every key carries become zeros that compress (a tenth of the catalog
+    // on the corpus). Its cost is at most about twice what the update wrote, so rare.
+    if cat.table_bytes() >= 2 * tables_before {
+        cat.compact();
+    }
     Ok(done)
 }
 

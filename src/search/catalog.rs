@@ -105,6 +105,18 @@ impl Catalog {
         Ok(Catalog { db: db.map_err(|err| SearchError::Db { path: path.to_path_buf(), err })?, path: path.to_path_buf() })
     }
 
+    /// Bytes of the catalog's tables (not counting what is still in memory).
+    pub(crate) fn table_bytes(&self) -> u64 {
+        self.db.property_int_value("rocksdb.total-sst-files-size").ok().flatten().unwrap_or(0)
+    }
+
+    /// Compacts every table into one sorted run at the last level.
+    pub(crate) fn compact(&self) {
+        let mut o = rocksdb::CompactOptions::default();
+        o.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
+        self.db.compact_range_opt(None::<&[u8]>, None::<&[u8]>, &o);
+    }
+
     pub(crate) fn err(&self, err: rocksdb::Error) -> SearchError {
         SearchError::Db { path: self.path.clone(), err }
     }
