@@ -576,8 +576,7 @@ fn fragments_of_an_index_made_before_are_shared_still() {
 }
 
 /// A first update leaves its catalog compacted (rows overwritten by later rounds dropped, the
-/// keys' sequence numbers zeros): compacting it again gains nothing; an update that adds
-/// little leaves RocksDB's tables to RocksDB.
+/// keys' sequence numbers zeros): compacting it again gains nothing.
 #[test]
 fn a_first_update_leaves_its_catalog_compacted() {
     let tmp = TempDir::new().unwrap();
