@@ -243,7 +243,8 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     // import) has its tables compacted: rows overwritten in later rounds are dropped, and the
     // sequence numbers every key carries become zeros that compress (a tenth of the catalog
     // on the corpus). Its cost is at most about twice what the update wrote, so rare.
-    if cat.table_bytes() >= 2 * tables_before {
+    let tables_after = cat.table_bytes();
+    if tables_after > 0 && tables_after >= 2 * tables_before {
         cat.compact();
     }
     Ok(done)

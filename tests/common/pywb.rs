@@ -41,8 +41,7 @@ pub fn captures(cdxj: &[String]) -> Vec<Capture> {
     for c in &all {
         *seen.entry((&c.urlkey, &c.timestamp)).or_default() += 1;
     }
-    let alone: Vec<bool> = all.iter().map(|c| seen[&(c.urlkey.as_str(), c.timestamp.as_str())] == 1).collect();
-    let out: Vec<Capture> = all.iter().zip(alone).filter(|(_, a)| *a).map(|(c, _)| c.clone()).collect();
+    let out: Vec<Capture> = all.iter().filter(|c| seen[&(c.urlkey.as_str(), c.timestamp.as_str())] == 1).cloned().collect();
     assert!(out.len() * 4 >= all.len() * 3, "{} of {} captures share their URL key and second with another (crawls made within a second of each other?): too few left to compare", all.len() - out.len(), all.len());
     out
 }
