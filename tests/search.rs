@@ -537,42 +537,67 @@ fn a_chain_of_renames_moves_every_row() {
     assert_eq!(files, ["/c/b.warc.gz", "/c/c.warc.gz"].map(String::from).into_iter().collect());
 }
 
-/// A fragment's `Q` row keeps the first 16 bytes of its SHA-256; an index an earlier warcfs
-/// made, with all 32, is read the same: a later crawl's texts share its fragments, each
-/// fragment still one document, and their counts of texts go on from the rows' (the first
-/// crawl removed, each fragment the later crawls hold stays), as in an index made afresh.
+/// A fragment's identity is kept in one row (`H`), and a payload's or digest's text in rows
+/// (`P`, `D`) nothing finds from the text: the removal of their last text leaves them; once
+/// the texts and fragments gone are an eighth of those held, an update sweeps them. After a
+/// crawl is removed the catalog holds the rows a fresh index holds, and the same crawl
+/// stored again shares the fragments the others hold (each one document) and gets new ids
+/// for the rest.
 #[test]
-fn fragments_of_an_index_made_before_are_shared_still() {
+fn a_removed_crawl_leaves_no_fragment_rows() {
     let tmp = TempDir::new().unwrap();
     let crawls = crawl_files();
     let store = tmp.path().join("store");
-    ok(&["import", &s(&store), &s(&crawls[0]), "--to", "/crawls"]);
+    ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[1]), "--to", "/crawls"]);
     ok(&["search", "update", &s(&store)]);
-    {
-        let db = rocksdb::DB::open_default(store.join("search/db")).unwrap();
-        let rows: Vec<_> = db.prefix_iterator(b"Q").map(|r| r.unwrap()).take_while(|(k, _)| k[0] == b'Q').collect();
-        assert!(rows.len() > 100, "{} fragments", rows.len());
-        for (k, v) in rows {
-            assert_eq!(v.len(), 8 + 16, "a count and 16 bytes of the hash");
-            // The earlier layout: the whole hash, of which only the first 16 bytes are read.
-            db.put(k, [&v[..], &[0xAB; 16]].concat()).unwrap();
-        }
-    }
-    ok(&["import", &s(&store), &s(&crawls[1]), &s(&crawls[2]), "--to", "/crawls"]);
-    ok(&["search", "update", &s(&store)]);
-    let qs = queries(&store.join("search"), 40);
-    let fresh = tmp.path().join("fresh");
-    finds_what_a_fresh_index_finds(&store, &fresh, &qs);
-    let (ours, theirs) = (stats(&store, &store.join("search")), stats(&store, &fresh));
-    assert_eq!(ours["documents"], theirs["documents"], "no fragment indexed twice: {ours} {theirs}");
-    assert_eq!(ours["catalog_tables"]["Q"]["rows"], theirs["catalog_tables"]["Q"]["rows"], "{ours} {theirs}");
+    let before = stats(&store, &store.join("search"));
     ok(&["rm", &s(&store), &format!("/crawls/{}", crawls[0].file_name().unwrap().to_str().unwrap())]);
     ok(&["search", "update", &s(&store)]);
-    let fresh = tmp.path().join("fresh-without");
-    finds_what_a_fresh_index_finds(&store, &fresh, &qs);
-    let (ours, theirs) = (stats(&store, &store.join("search")), stats(&store, &fresh));
-    assert_eq!(ours["documents"], theirs["documents"], "the fragments the later crawls hold, no more: {ours} {theirs}");
-    assert_eq!(ours["catalog_tables"]["Q"]["rows"], theirs["catalog_tables"]["Q"]["rows"], "{ours} {theirs}");
+    let rows = |j: &serde_json::Value, t: &str| j["catalog_tables"][t]["rows"].as_u64().unwrap_or(0);
+    let compare_rows = |name: &str| {
+        let fresh = tmp.path().join(name);
+        let qs = queries(&store.join("search"), 30);
+        finds_what_a_fresh_index_finds(&store, &fresh, &qs);
+        let (ours, theirs) = (stats(&store, &store.join("search")), stats(&store, &fresh));
+        assert_eq!(ours["documents"], theirs["documents"], "{name}: {ours} {theirs}");
+        for t in ["H", "Q", "R", "V", "T", "S", "P", "D"] {
+            assert_eq!(rows(&ours, t), rows(&theirs, t), "{name}: {t} rows: {ours} {theirs}");
+        }
+        ours
+    };
+    let after = compare_rows("fresh-without");
+    assert!(rows(&before, "H") > rows(&after, "H") * 9 / 8, "the removal left fewer than an eighth of the fragments to sweep: {before} {after}");
+    ok(&["import", &s(&store), &s(&crawls[0]), "--to", "/again"]);
+    ok(&["search", "update", &s(&store)]);
+    compare_rows("fresh-again");
+}
+
+/// An index an earlier warcfs made (layout 1: ids from hashes) is not read as it is: what
+/// only reads it says how to make it anew, and an update (a query of a store not mounted
+/// brings the index up to date first) does; one a later warcfs made is refused and left as
+/// it is.
+#[test]
+fn an_index_of_another_layout_is_made_anew_or_refused() {
+    let tmp = TempDir::new().unwrap();
+    let crawls = crawl_files();
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&crawls[2]), "--to", "/crawls"]);
+    ok(&["search", "update", &s(&store)]);
+    let dir = store.join("search");
+    let made = stats(&store, &dir);
+    let unit = dir.join("unit");
+    assert_eq!(std::fs::read_to_string(&unit).unwrap(), "fragments 2");
+    std::fs::write(&unit, "fragments").unwrap();
+    fails_with(&["search", "stats", &s(&store)], &["layout 1", "layout 2", "search update"]);
+    let r = ok(&["search", &s(&store), "the"]);
+    assert!(r.stderr.contains("made by an earlier warcfs (layout 1") && r.out().contains("captures"), "{}", r.describe());
+    let again = stats(&store, &dir);
+    assert_eq!((&again["documents"], &again["captures"]), (&made["documents"], &made["captures"]), "{made} {again}");
+    assert_eq!(std::fs::read_to_string(&unit).unwrap(), "fragments 2");
+    std::fs::write(&unit, "fragments 3").unwrap();
+    fails_with(&["search", "update", &s(&store)], &["layout 3", "later warcfs"]);
+    assert_eq!(std::fs::read_to_string(&unit).unwrap(), "fragments 3", "left as it was");
+    assert!(dir.join("db").is_dir() && dir.join("text").is_dir());
 }
 
 /// A first update leaves its catalog compacted (rows overwritten by later rounds dropped, the

@@ -13,7 +13,7 @@ use rocksdb::WriteBatch;
 use sha2::Digest as _;
 use tantivy::{IndexWriter, TantivyDocument, Term};
 
-use super::catalog::{key, path_part, places_of, Catalog, CaptureRow, RowMoves};
+use super::catalog::{ids_bytes, ids_of, key, path_part, places_of, sha_of, u64_at, Catalog, CaptureRow, Counters, RowMoves, Sha};
 use super::extract::{http_fields, kind_of, text_from, Text};
 use super::{db_dir, schema, text_dir, Fields, Result, SearchError};
 use crate::format::warc::revisit::{bare_uri, Header};
@@ -70,18 +70,6 @@ pub(crate) const MAX_BLOCK: u64 = 64 << 20;
 /// A round ends after this many captures (or files).
 const ROUND_CAPTURES: u64 = 20_000;
 const ROUND_FILES: usize = 64;
-/// A fragment's identity in its `Q` row: the first bytes of its SHA-256. At 128 bits, two of
-/// 10^11 fragments (a store of tens of billions of captures) share one by chance with a
-/// probability of about 10^-17, at half the catalog bytes the fragments' hashes took (the
-/// largest part of their rows: a hash does not compress). Rows an earlier warcfs wrote with
-/// all 32 bytes read the same (an index this one updated is rebuilt before an earlier warcfs
-/// updates it: that one reads these rows as absent).
-const FRAG_SHA: usize = 16;
-type FragSha = [u8; FRAG_SHA];
-
-fn frag_sha(b: &[u8]) -> FragSha {
-    b[..FRAG_SHA].try_into().expect("a fragment's identity")
-}
 
 /// One update's state: what this round changes, not yet committed.
 struct Round<'a> {
@@ -91,9 +79,12 @@ struct Round<'a> {
     fields: Fields,
     unit: Unit,
     batch: WriteBatch,
-    /// Changes of each text's count of captures, and the texts new this round (SHA-256).
+    /// The counters as committed, and as this round leaves them.
+    committed: Counters,
+    ids: Counters,
+    /// Changes of each text's count of captures, and the texts new this round.
     refs: HashMap<u64, i64>,
-    new_texts: HashMap<u64, [u8; 32]>,
+    new_texts: HashMap<u64, Sha>,
     by_sha: HashMap<[u8; 32], u64>,
     payloads: HashMap<[u8; 32], u64>,
     /// Payloads met in this update that gave no text (not a kind read, empty, or a PDF its
@@ -107,7 +98,7 @@ struct Round<'a> {
     /// `Unit::Fragments`: changes of each fragment's count of texts, the fragments new this
     /// round, and the fragments of the texts new this round.
     frag_refs: HashMap<u64, i64>,
-    new_frags: HashMap<u64, FragSha>,
+    new_frags: HashMap<u64, Sha>,
     frag_by_sha: HashMap<[u8; 32], u64>,
     text_frags: HashMap<u64, Vec<u64>>,
     analyzer: Option<tantivy::tokenizer::TextAnalyzer>,
@@ -132,16 +123,32 @@ fn sha(b: &[u8]) -> [u8; 32] {
 /// mount going down): what is done by then is committed.
 pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> bool) -> Result<Updated> {
     let io = |err: std::io::Error| SearchError::Io { path: dir.to_path_buf(), err };
+    let made = match super::unit_of(dir) {
+        // An index of an earlier layout is derived data this warcfs cannot update: made anew.
+        Some((have, found)) if found < super::LAYOUT => {
+            log::warn!("search index {}: made by an earlier warcfs (layout {found}, this one writes {}): made anew", dir.display(), super::LAYOUT);
+            for d in [text_dir(dir), db_dir(dir), dir.join("unit").to_path_buf()] {
+                let gone = if d.is_dir() { std::fs::remove_dir_all(&d) } else { std::fs::remove_file(&d) };
+                gone.or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }).map_err(io)?;
+            }
+            crate::disk::sync_dir(dir).map_err(io)?;
+            unit.or(Some(have)).map(|u| (u, false))
+        }
+        Some((_, found)) if found > super::LAYOUT => return Err(SearchError::Layout { path: dir.to_path_buf(), found, what: "made by a later warcfs" }),
+        Some((have, _)) => Some((have, true)),
+        None => unit.map(|u| (u, false)),
+    };
     std::fs::create_dir_all(text_dir(dir)).map_err(io)?;
     // The unit an index is made with is its unit for good (`rebuild` makes it anew).
-    let unit = match (super::unit_of(dir), unit) {
-        (Some(have), Some(want)) if have != want => return Err(SearchError::Query(format!("{}: made with one document per {}; `warcfs search rebuild` makes it anew", dir.display(), have.name()))),
-        (Some(have), _) => have,
-        (None, want) => {
-            let u = want.unwrap_or(Unit::Fragments);
-            // Durable before anything is indexed: an index read as another unit is read wrong.
+    let unit = match (made, unit) {
+        (Some((have, true)), Some(want)) if have != want => return Err(SearchError::Query(format!("{}: made with one document per {}; `warcfs search rebuild` makes it anew", dir.display(), have.name()))),
+        (Some((have, true)), _) => have,
+        (want, _) => {
+            let u = want.map_or(Unit::Fragments, |w| w.0);
+            // Durable before anything is indexed: an index read as another unit, or in
+            // another layout, is read wrong.
             let mut f = std::fs::File::create(dir.join("unit")).map_err(io)?;
-            std::io::Write::write_all(&mut f, u.name().as_bytes()).map_err(io)?;
+            std::io::Write::write_all(&mut f, format!("{} {}", u.name(), super::LAYOUT).as_bytes()).map_err(io)?;
             f.sync_all().map_err(io)?;
             crate::disk::sync_dir(dir).map_err(io)?;
             u
@@ -185,7 +192,7 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     let moves = if unit == Unit::Capture { Vec::new() } else { super::moves::renamed(&mut gone, &mut new, &indexed) };
 
     let analyzer = index.tokenizer_for_field(fields.body).map_err(terr)?;
-    let mut r = Round::new(store, &cat, &mut writer, fields, unit);
+    let mut r = Round::new(store, &cat, &mut writer, fields, unit, cat.counters()?);
     r.analyzer = Some(analyzer);
     r.digests.extend(known);
     // The waiting revisits of the files gone or moved are written apart, before anything is
@@ -237,6 +244,7 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     done.revisits_waiting = super::waiting::count(&cat)?;
     drop(r);
     writer.wait_merging_threads().map_err(terr)?;
+    sweep(&cat)?;
     // The rows into sorted, compressed tables (not left in the write-ahead log).
     cat.db.flush().map_err(|e| cat.err(e))?;
     // An update that wrote at least as much as the catalog held (a first build, a large
@@ -250,8 +258,41 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     Ok(done)
 }
 
+/// Deletes the rows left naming a text or fragment gone (`H` rows whose `Q` row is gone,
+/// `P` and `D` rows whose `T` row is), once the texts and fragments gone since the last sweep
+/// are an eighth of those held: nothing finds those rows from an id (a fragment's identity
+/// is kept in its `H` row alone; several payloads and digests may name one text), so the
+/// sweep reads every one of them, and waits until what it deletes pays for that.
+fn sweep(cat: &Catalog) -> Result<()> {
+    let mut ids = cat.counters()?;
+    if ids.gone == 0 || ids.gone * 8 < ids.held {
+        return Ok(());
+    }
+    let mut batch = WriteBatch::default();
+    for (table, of) in [(b'H', b'Q'), (b'P', b'T'), (b'D', b'T')] {
+        cat.scan(&[table], &mut |k, v| {
+            let held = match u64_at(v) {
+                Some(id) => cat.get(&key(of, &[&id.to_be_bytes()]))?.is_some(),
+                None => false,
+            };
+            if !held {
+                batch.delete(k);
+                // (Written as it goes: the batch is bounded, and a sweep cut short is done
+                // again.)
+                if batch.len() >= 100_000 {
+                    cat.write(std::mem::take(&mut batch))?;
+                }
+            }
+            Ok(true)
+        })?;
+    }
+    ids.gone = 0;
+    ids.put(&mut batch);
+    cat.write(batch)
+}
+
 impl<'a> Round<'a> {
-    fn new(store: &'a Store, cat: &'a Catalog, writer: &'a mut IndexWriter, fields: Fields, unit: Unit) -> Round<'a> {
+    fn new(store: &'a Store, cat: &'a Catalog, writer: &'a mut IndexWriter, fields: Fields, unit: Unit, ids: Counters) -> Round<'a> {
         Round {
             store,
             cat,
@@ -259,6 +300,8 @@ impl<'a> Round<'a> {
             fields,
             unit,
             batch: WriteBatch::default(),
+            committed: ids,
+            ids,
             refs: HashMap::new(),
             new_texts: HashMap::new(),
             by_sha: HashMap::new(),
@@ -285,15 +328,30 @@ impl<'a> Round<'a> {
         // durably, and then their documents: a killed update leaves a document no row names
         // (found by no query), never a row whose document is gone.
         let mut early = WriteBatch::default();
+        // (The deletions' batch carries the counters as committed, but for what it deletes:
+        // the ids this round gives are given again if it is killed before its last batch,
+        // so the documents it added are replaced, each deleted first by its id.)
+        let mut early_ids = self.committed;
         for (&tid, &delta) in &self.refs {
-            let (now, sha) = match (self.cat.text(tid)?, self.new_texts.get(&tid)) {
-                (Some((n, sha)), _) => (n as i64, sha),
-                (None, Some(sha)) => (0, *sha),
+            let (now, sha, new) = match (self.cat.text(tid)?, self.new_texts.get(&tid)) {
+                (Some((n, sha)), _) => (n as i64, sha, false),
+                (None, Some(sha)) => (0, *sha, true),
                 (None, None) => continue,
             };
             let k = key(b'T', &[&tid.to_be_bytes()]);
             if now + delta <= 0 {
                 early.delete(&k);
+                if self.unit != Unit::Capture {
+                    early.delete(key(b'S', &[&sha]));
+                }
+                // (Its `P` and `D` rows are left, naming a text gone: nothing finds them
+                // from it.)
+                if !new {
+                    for c in [&mut early_ids, &mut self.ids] {
+                        c.held = c.held.saturating_sub(1);
+                        c.gone += 1;
+                    }
+                }
                 self.writer.delete_term(Term::from_field_u64(self.fields.tid, tid));
                 self.done.documents_deleted += 1;
                 if self.unit == Unit::Fragments {
@@ -305,23 +363,44 @@ impl<'a> Round<'a> {
                 }
             } else {
                 self.batch.put(&k, [&((now + delta) as u64).to_be_bytes()[..], &sha].concat());
+                // (One document per capture finds no text by its identity.)
+                if new && self.unit != Unit::Capture {
+                    self.batch.put(key(b'S', &[&sha]), tid.to_be_bytes());
+                }
+                self.ids.held += new as u64;
             }
         }
         for (&fid, &delta) in &self.frag_refs {
             let k = key(b'Q', &[&fid.to_be_bytes()]);
-            let (now, sha) = match (self.cat.get(&k)?, self.new_frags.get(&fid)) {
-                (Some(v), _) if v.len() >= 8 + FRAG_SHA => (u64::from_be_bytes(v[..8].try_into().expect("8 bytes")) as i64, frag_sha(&v[8..])),
-                (_, Some(sha)) => (0, *sha),
+            let (now, new) = match (self.cat.get(&k)?, self.new_frags.get(&fid)) {
+                (Some(v), _) => (u64_at(&v).unwrap_or(0) as i64, None),
+                (None, Some(sha)) => (0, Some(*sha)),
                 _ => continue,
             };
             if now + delta <= 0 {
                 early.delete(&k);
                 self.writer.delete_term(Term::from_field_u64(self.fields.fid, fid));
                 self.done.documents_deleted += 1;
+                // Its `H` row is left, naming a fragment gone (read as absent): a fragment's
+                // identity is kept once, and only that row holds it.
+                if new.is_none() {
+                    for c in [&mut early_ids, &mut self.ids] {
+                        c.held = c.held.saturating_sub(1);
+                        c.gone += 1;
+                    }
+                }
             } else {
-                self.batch.put(&k, [&((now + delta) as u64).to_be_bytes()[..], &sha].concat());
+                self.batch.put(&k, ((now + delta) as u64).to_be_bytes());
+                if let Some(sha) = new {
+                    self.batch.put(key(b'H', &[&sha]), fid.to_be_bytes());
+                    self.ids.held += 1;
+                }
             }
         }
+        if !early.is_empty() {
+            early_ids.put(&mut early);
+        }
+        self.ids.put(&mut self.batch);
         if !early.is_empty() {
             self.cat.write(early)?;
             crate::failpoint::crash_at("search_deletions_committed");
@@ -330,6 +409,7 @@ impl<'a> Round<'a> {
         crate::failpoint::crash_at("search_text_committed");
         self.cat.write(std::mem::take(&mut self.batch))?;
         crate::failpoint::crash_at("search_round_committed");
+        self.committed = self.ids;
         self.refs.clear();
         self.new_texts.clear();
         self.frag_refs.clear();
@@ -459,7 +539,7 @@ impl<'a> Round<'a> {
         let psha = sha(&[payload, &[0], mime.as_bytes(), &[0], field("transfer-encoding").as_bytes(), &[0], field("content-encoding").as_bytes()].concat());
         let known = match self.payloads.get(&psha) {
             Some(&t) => Some(t),
-            None if self.unit != Unit::Capture => self.cat.live_tid(&key(b'P', &[&psha]))?,
+            None if self.unit != Unit::Capture => self.cat.live_tid(&key(b'P', &[&sha_of(&psha)]))?,
             None => None,
         };
         let text = match (known, self.unit) {
@@ -489,20 +569,20 @@ impl<'a> Round<'a> {
                 let tsha = sha(&[text.title.as_bytes(), &[0], text.body.as_bytes()].concat());
                 let tid = match self.unit {
                     Unit::Text | Unit::Fragments => self.text_id(&tsha)?,
-                    Unit::Capture => u64::from_be_bytes(sha(&[path.as_bytes(), &[0], &offset.to_be_bytes()].concat())[..8].try_into().expect("8 bytes")),
+                    Unit::Capture => self.new_tid(),
                 };
                 if self.unit == Unit::Capture && !digest.is_empty() {
                     self.digest_texts.insert(digest.clone(), text.clone());
                 }
                 if !self.new_texts.contains_key(&tid) && self.cat.text(tid)?.is_none() {
-                    self.add_document(tid, tsha, &text)?;
+                    self.add_document(tid, sha_of(&tsha), &text)?;
                 }
                 tid
             }
         };
         self.payloads.insert(psha, tid);
         if self.unit != Unit::Capture {
-            self.batch.put(key(b'P', &[&psha]), tid.to_be_bytes());
+            self.batch.put(key(b'P', &[&sha_of(&psha)]), tid.to_be_bytes());
         }
         if response && !digest.is_empty() {
             self.digests.insert(digest.clone(), tid);
@@ -511,30 +591,25 @@ impl<'a> Round<'a> {
         self.capture(tid, path, offset, &row)
     }
 
-    /// The id of the text whose SHA-256 is `tsha`: the one it has, else the first free from
-    /// the id its SHA-256 begins with.
+    /// The id of the text whose SHA-256 is `tsha`: the one it has, else the next.
     fn text_id(&mut self, tsha: &[u8; 32]) -> Result<u64> {
         if let Some(&t) = self.by_sha.get(tsha) {
             return Ok(t);
         }
-        let mut tid = u64::from_be_bytes(tsha[..8].try_into().expect("8 bytes"));
-        loop {
-            let taken = match (self.new_texts.get(&tid), self.cat.text(tid)?) {
-                (Some(s), _) => Some(*s),
-                (None, Some((_, s))) => Some(s),
-                (None, None) => None,
-            };
-            match taken {
-                Some(s) if s == *tsha => break,
-                Some(_) => tid = tid.wrapping_add(1),
-                None => break,
-            }
-        }
+        let tid = match self.cat.live_tid(&key(b'S', &[&sha_of(tsha)]))? {
+            Some(t) => t,
+            None => self.new_tid(),
+        };
         self.by_sha.insert(*tsha, tid);
         Ok(tid)
     }
 
-    fn add_document(&mut self, tid: u64, tsha: [u8; 32], text: &Text) -> Result<()> {
+    fn new_tid(&mut self) -> u64 {
+        self.ids.next_tid += 1;
+        self.ids.next_tid - 1
+    }
+
+    fn add_document(&mut self, tid: u64, tsha: Sha, text: &Text) -> Result<()> {
         if self.unit == Unit::Fragments {
             return self.add_fragments(tid, tsha, text);
         }
@@ -552,7 +627,7 @@ impl<'a> Round<'a> {
 
     /// A new text as fragments: its title a document, each of its fragments not indexed yet
     /// a document, and its list of fragments (`V`), each fragment's texts (`R`).
-    fn add_fragments(&mut self, tid: u64, tsha: [u8; 32], text: &Text) -> Result<()> {
+    fn add_fragments(&mut self, tid: u64, tsha: Sha, text: &Text) -> Result<()> {
         let add = |w: &mut IndexWriter, doc: TantivyDocument| w.add_document(doc).map_err(|err| SearchError::Text { path: "(add)".into(), err });
         let mut doc = TantivyDocument::default();
         doc.add_u64(self.fields.tid, tid);
@@ -565,52 +640,52 @@ impl<'a> Round<'a> {
         let mut fids: Vec<u64> = Vec::with_capacity(cuts.len());
         for (a, e) in cuts {
             let body = &text.body[a..e];
-            let fsha = sha(body.as_bytes());
-            let fid = self.fragment_id(&fsha)?;
+            let (fid, fresh) = self.fragment_id(&sha(body.as_bytes()))?;
             if fids.contains(&fid) {
                 continue;
             }
             fids.push(fid);
-            if !self.new_frags.contains_key(&fid) && self.cat.get(&key(b'Q', &[&fid.to_be_bytes()]))?.is_none() {
+            if fresh {
                 let mut doc = TantivyDocument::default();
                 doc.add_u64(self.fields.fid, fid);
                 doc.add_text(self.fields.body, body);
                 self.writer.delete_term(Term::from_field_u64(self.fields.fid, fid));
                 add(self.writer, doc)?;
-                self.new_frags.insert(fid, frag_sha(&fsha));
                 self.done.documents_added += 1;
             }
             *self.frag_refs.entry(fid).or_default() += 1;
             self.batch.put(key(b'R', &[&fid.to_be_bytes(), &tid.to_be_bytes()]), []);
         }
         let mut v = (tokens as u32).to_be_bytes().to_vec();
-        for f in &fids {
-            v.extend_from_slice(&f.to_be_bytes());
-        }
+        ids_bytes(&fids, &mut v);
         self.batch.put(key(b'V', &[&tid.to_be_bytes()]), v);
         self.text_frags.insert(tid, fids);
         self.new_texts.insert(tid, tsha);
         Ok(())
     }
 
-    /// The id of the fragment whose SHA-256 is `fsha` (as `text_id` for texts, in `Q` rows).
-    fn fragment_id(&mut self, fsha: &[u8; 32]) -> Result<u64> {
+    /// The id of the fragment whose SHA-256 is `fsha`: the one it has (its `H` row's, if that
+    /// fragment is held: a `Q` row), else the next; and whether it is new (given now).
+    fn fragment_id(&mut self, fsha: &[u8; 32]) -> Result<(u64, bool)> {
         if let Some(&f) = self.frag_by_sha.get(fsha) {
-            return Ok(f);
+            return Ok((f, false));
         }
-        let mut fid = u64::from_be_bytes(fsha[..8].try_into().expect("8 bytes"));
-        loop {
-            let taken = match self.new_frags.get(&fid) {
-                Some(s) => Some(*s),
-                None => self.cat.get(&key(b'Q', &[&fid.to_be_bytes()]))?.filter(|v| v.len() >= 8 + FRAG_SHA).map(|v| frag_sha(&v[8..])),
-            };
-            match taken {
-                Some(s) if s != frag_sha(fsha) => fid = fid.wrapping_add(1),
-                _ => break,
+        let sha = sha_of(fsha);
+        let had = self.cat.get(&key(b'H', &[&sha]))?.as_deref().and_then(u64_at);
+        let held = match had {
+            Some(f) => self.cat.get(&key(b'Q', &[&f.to_be_bytes()]))?.is_some(),
+            None => false,
+        };
+        let fid = match had {
+            Some(f) if held => f,
+            _ => {
+                self.ids.next_fid += 1;
+                self.new_frags.insert(self.ids.next_fid - 1, sha);
+                self.ids.next_fid - 1
             }
-        }
+        };
         self.frag_by_sha.insert(*fsha, fid);
-        Ok(fid)
+        Ok((fid, !held))
     }
 
     /// The fragments of text `tid`: this round's, else its `V` row's.
@@ -619,7 +694,7 @@ impl<'a> Round<'a> {
             return Ok(f.clone());
         }
         let v = self.cat.get(&key(b'V', &[&tid.to_be_bytes()]))?.unwrap_or_default();
-        Ok(v.get(4..).unwrap_or_default().chunks_exact(8).map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes"))).collect())
+        Ok(ids_of(v.get(4..).unwrap_or_default()))
     }
 
     /// A capture of text `tid` (in `Unit::Capture`, a revisit's is a document of its own, of
@@ -627,9 +702,9 @@ impl<'a> Round<'a> {
     fn capture(&mut self, tid: u64, path: &str, offset: u64, row: &CaptureRow) -> Result<()> {
         let tid = if self.unit == Unit::Capture && row.revisit {
             let Some(text) = self.digest_texts.get(&row.digest).cloned() else { return Ok(()) };
-            let own = u64::from_be_bytes(sha(&[path.as_bytes(), &[0], &offset.to_be_bytes()].concat())[..8].try_into().expect("8 bytes"));
+            let own = self.new_tid();
             let tsha = sha(&[text.title.as_bytes(), &[0], text.body.as_bytes()].concat());
-            self.add_document(own, tsha, &text)?;
+            self.add_document(own, sha_of(&tsha), &text)?;
             own
         } else {
             tid

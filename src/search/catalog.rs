@@ -3,23 +3,82 @@
 //!
 //! | tag | key | value |
 //! |---|---|---|
+//! | `N` | | the counters (`Counters`) |
 //! | `F` | path | the recipe id indexed (u64) |
 //! | `C` | tid, path, offset | a capture (`CaptureRow`, postcard) |
 //! | `G` | path, offset | its tid: a file's captures, to remove them |
-//! | `T` | tid | captures (u64), the text's SHA-256 |
-//! | `P` | payload SHA-256 | the tid of its text |
+//! | `T` | tid | captures (u64), the text's `Sha` |
+//! | `S` | the text's `Sha` | its tid |
+//! | `P` | payload `Sha` | the tid of its text |
 //! | `D` | payload digest string | the tid of a response's text: where revisits find it |
 //! | `A`, `W`, `M` | | revisits waiting for their original's text (`waiting`) |
+//! | `V`, `R`, `Q`, `H` | | a text's fragments, a fragment's texts, its count, its id (`build`) |
 //!
-//! A `P` or `D` row whose text is gone (no `T` row) is stale: read as absent. The captures of a
-//! WACZ's WARCs are at those WARCs' paths in `/.warcfs/wacz/` and their offsets there
-//! (`places_of`); its `F` row names the WACZ.
+//! Text and fragment ids are numbered from 1 as they are met (`Counters`): small, so the keys
+//! and lists that hold them cost little. A `P`, `D` or `S` row whose text is gone (no `T` row)
+//! is stale: read as absent. The captures of a WACZ's WARCs are at those WARCs' paths in
+//! `/.warcfs/wacz/` and their offsets there (`places_of`); its `F` row names the WACZ.
 
 use std::path::{Path, PathBuf};
 
 use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
 
 use super::{Result, SearchError};
+
+/// A text's, fragment's or payload's identity in the catalog: the first 16 bytes of its
+/// SHA-256. At 128 bits, two of 10^11 (a store of tens of billions of captures) share one by
+/// chance with a probability of about 10^-17, at half the bytes of the whole hash (a hash
+/// does not compress: these are most of the rows that hold them).
+pub(crate) type Sha = [u8; 16];
+
+pub(crate) fn sha_of(full: &[u8; 32]) -> Sha {
+    full[..16].try_into().expect("16 bytes")
+}
+
+/// The catalog's counters (its `N` row, four u64): the next text id and the next fragment
+/// id (from 1), the texts and fragments held, and those gone since the last sweep, whose
+/// rows that cannot be found from their ids are left stale (`H`, `P`, `D`; `build` sweeps
+/// them once they are an eighth of those held).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counters {
+    pub next_tid: u64,
+    pub next_fid: u64,
+    pub held: u64,
+    pub gone: u64,
+}
+
+impl Counters {
+    pub(crate) fn put(&self, batch: &mut WriteBatch) {
+        let v: Vec<u8> = [self.next_tid, self.next_fid, self.held, self.gone].iter().flat_map(|n| n.to_be_bytes()).collect();
+        batch.put(b"N", v);
+    }
+}
+
+/// A u64 big-endian at the start of `v`.
+pub(crate) fn u64_at(v: &[u8]) -> Option<u64> {
+    v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes)
+}
+
+/// A list of ids as a `V` row holds it: each one's difference from the one before (zigzag,
+/// the first from 0) as a varint: a text's new fragments are numbered in a row, one byte each.
+pub(crate) fn ids_bytes(ids: &[u64], out: &mut Vec<u8>) {
+    let mut last = 0u64;
+    for &id in ids {
+        let d = id.wrapping_sub(last) as i64;
+        crate::format::varint::put(out, ((d << 1) ^ (d >> 63)) as u64);
+        last = id;
+    }
+}
+
+pub(crate) fn ids_of(b: &[u8]) -> Vec<u64> {
+    let (mut out, mut last, mut i) = (Vec::new(), 0u64, 0usize);
+    while i < b.len() {
+        let Some(z) = crate::format::varint::get(b, &mut i) else { break };
+        last = last.wrapping_add(((z >> 1) as i64 ^ -((z & 1) as i64)) as u64);
+        out.push(last);
+    }
+    out
+}
 
 /// One capture, as a search result gives it (with its text id and where it is).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -142,16 +201,22 @@ impl Catalog {
         Ok(())
     }
 
-    /// The text `tid`'s row: its captures and SHA-256.
-    pub(crate) fn text(&self, tid: u64) -> Result<Option<(u64, [u8; 32])>> {
-        Ok(self.get(&key(b'T', &[&tid.to_be_bytes()]))?.and_then(|v| Some((u64::from_be_bytes(v.get(..8)?.try_into().ok()?), v.get(8..40)?.try_into().ok()?))))
+    /// The text `tid`'s row: its captures and identity.
+    pub(crate) fn text(&self, tid: u64) -> Result<Option<(u64, Sha)>> {
+        Ok(self.get(&key(b'T', &[&tid.to_be_bytes()]))?.and_then(|v| Some((u64_at(&v)?, v.get(8..24)?.try_into().ok()?))))
     }
 
-    /// The tid a `P` or `D` row names, if its text is still there.
+    /// The tid a `P`, `D` or `S` row names, if its text is still there.
     pub(crate) fn live_tid(&self, k: &[u8]) -> Result<Option<u64>> {
-        let Some(v) = self.get(k)? else { return Ok(None) };
-        let Some(tid) = v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else { return Ok(None) };
+        let Some(tid) = self.get(k)?.as_deref().and_then(u64_at) else { return Ok(None) };
         Ok(self.text(tid)?.map(|_| tid))
+    }
+
+    /// The counters (a new catalog's: ids from 1).
+    pub(crate) fn counters(&self) -> Result<Counters> {
+        let v = self.get(b"N")?.unwrap_or_default();
+        let n = |i: usize| v.get(i * 8..).and_then(u64_at);
+        Ok(Counters { next_tid: n(0).unwrap_or(1), next_fid: n(1).unwrap_or(1), held: n(2).unwrap_or(0), gone: n(3).unwrap_or(0) })
     }
 
     /// The captures of text `tid`, with their file and offset.
@@ -192,5 +257,27 @@ impl Catalog {
             Ok(true)
         })?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `V` row's ids read back as written, and a text's new fragments, numbered in a row,
+    /// cost a byte each.
+    #[test]
+    fn lists_of_ids_read_back_and_runs_cost_a_byte_each() {
+        for ids in [vec![], vec![1], vec![7, 8, 9, 10, 3, 1_000_000, 2, u64::MAX, 0, 5]] {
+            let mut b = Vec::new();
+            ids_bytes(&ids, &mut b);
+            assert_eq!(ids_of(&b), ids);
+        }
+        let run: Vec<u64> = (5_000..5_100).collect();
+        let mut b = Vec::new();
+        ids_bytes(&run, &mut b);
+        assert_eq!(b.len(), 2 + 99, "{} bytes", b.len());
+        // (A list cut short reads as far as it is whole.)
+        assert_eq!(ids_of(&b[..3]), vec![5_000, 5_001]);
     }
 }

@@ -5,8 +5,9 @@
 //! files and rebuilt from them (`warcfs search rebuild`):
 //! * `text/`: a tantivy index of one document per unique text (`extract`: the words of an
 //!   HTML or plain-text payload, or of a PDF's in a child process (`pdf`, feature `pdf`),
-//!   its title apart), keyed by a text id (`tid`, from the SHA-256 of the text). No capture
-//!   is in it, so a new capture of a known text costs no document.
+//!   its title apart), keyed by a text id (`tid`, numbered from 1 in the order texts are
+//!   met: small ids cost the index and the catalog little). No capture is in it, so a new
+//!   capture of a known text costs no document.
 //! * `db/`: a RocksDB of the captures (`catalog`): each one a row under its text id (URL,
 //!   time, status, type, digest, where it is), revisits under their original's text; each
 //!   text's count of captures, each payload's text, each indexed file's recipe.
@@ -31,7 +32,7 @@ mod waiting;
 
 use std::path::{Path, PathBuf};
 
-use tantivy::schema::{Field, Schema, FAST, INDEXED, STORED, TEXT};
+use tantivy::schema::{Field, NumericOptions, Schema, STORED, TEXT};
 
 pub use build::{Unit, Updated};
 pub use query::{Capture, Hit, Query, Searcher};
@@ -51,7 +52,14 @@ pub enum SearchError {
     Io { path: PathBuf, err: std::io::Error },
     #[error("{0}: no search index here (make one with `warcfs search update STORE`)")]
     Missing(PathBuf),
+    #[error("{path}: a search index of layout {found}, this warcfs reads layout {LAYOUT}: {what}")]
+    Layout { path: PathBuf, found: u32, what: &'static str },
 }
+
+/// The layout of `STORE/search/` this warcfs writes and reads (docs/FORMAT.md): 2, texts and
+/// fragments numbered densely; 1 (a `unit` file without a number), ids from their hashes.
+/// An update finding an earlier layout makes the index anew (it is derived data).
+pub const LAYOUT: u32 = 2;
 
 pub type Result<T> = std::result::Result<T, SearchError>;
 
@@ -65,16 +73,18 @@ pub(crate) struct Fields {
     pub fid: Field,
 }
 
-/// The text index's schema: the text id (indexed, to delete by; fast, to read back), the title (stored, for results), the body with positions (for phrases), not
-/// stored (snippets come from the payload, extracted again), and a fragment's id
-/// (`fragments`: a fragment's document has `fid` and `body`, its text's title one of its
-/// own, `tid` and `title`).
+/// The text index's schema: the text id (indexed, to delete by and find a title by; fast, to
+/// read back; no field norms, which only words are scored by), the title (stored, for
+/// results), the body with positions (for phrases), not stored (snippets come from the
+/// payload, extracted again), and a fragment's id (`fragments`: a fragment's document has
+/// `fid` and `body`, its text's title one of its own, `tid` and `title`).
 pub(crate) fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
-    let tid = b.add_u64_field("tid", INDEXED | FAST);
+    let id = || NumericOptions::default().set_indexed().set_fast();
+    let tid = b.add_u64_field("tid", id());
     let title = b.add_text_field("title", TEXT | STORED);
     let body = b.add_text_field("body", TEXT);
-    let fid = b.add_u64_field("fid", INDEXED | FAST);
+    let fid = b.add_u64_field("fid", id());
     (b.build(), Fields { tid, title, body, fid })
 }
 
@@ -87,14 +97,18 @@ pub(crate) fn db_dir(dir: &Path) -> PathBuf {
     dir.join("db")
 }
 
-/// The unit of the index in `dir`, as it was made (`dir/unit`), if it was.
-pub(crate) fn unit_of(dir: &Path) -> Option<Unit> {
-    match std::fs::read_to_string(dir.join("unit")).ok()?.trim() {
-        "text" => Some(Unit::Text),
-        "fragments" => Some(Unit::Fragments),
-        "capture" => Some(Unit::Capture),
-        _ => None,
-    }
+/// The unit of the index in `dir` and its layout, as it was made (`dir/unit`: the unit's
+/// name, then the layout; no number: layout 1), if it was.
+pub(crate) fn unit_of(dir: &Path) -> Option<(Unit, u32)> {
+    let s = std::fs::read_to_string(dir.join("unit")).ok()?;
+    let mut words = s.split_whitespace();
+    let unit = match words.next()? {
+        "text" => Unit::Text,
+        "fragments" => Unit::Fragments,
+        "capture" => Unit::Capture,
+        _ => return None,
+    };
+    Some((unit, words.next().map_or(Some(1), |n| n.parse().ok())?))
 }
 
 /// Whether `dir` holds a search index (or the start of one).

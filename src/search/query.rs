@@ -80,12 +80,19 @@ impl Searcher {
         if !super::exists(dir) {
             return Err(SearchError::Missing(dir.to_path_buf()));
         }
+        let unit = match super::unit_of(dir) {
+            Some((_, found)) if found != super::LAYOUT => {
+                let what = if found < super::LAYOUT { "made by an earlier warcfs; `warcfs search update` makes it anew" } else { "made by a later warcfs" };
+                return Err(SearchError::Layout { path: dir.to_path_buf(), found, what });
+            }
+            Some((unit, _)) => unit,
+            None => super::Unit::Text,
+        };
         let tdir = text_dir(dir);
         let terr = |err: tantivy::TantivyError| SearchError::Text { path: tdir.clone(), err };
         let index = Index::open_in_dir(&tdir).map_err(terr)?;
         let reader = index.reader().map_err(terr)?;
         let cat = Catalog::open(&db_dir(dir), true)?;
-        let unit = super::unit_of(dir).unwrap_or(super::Unit::Text);
         Ok(Searcher { index, reader, cat, fields: schema().1, unit })
     }
 
