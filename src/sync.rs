@@ -63,7 +63,7 @@ fn pool(workers: Workers) -> Option<&'static rayon::ThreadPool> {
 /// of its own from `init`; the results by index (`n` indices; None where none was given). A
 /// panic goes on in the caller. Threads of their own for each call (500 for an import of the
 /// crawl corpus) were each a new stack and a new malloc arena to fault in, with the
-/// thread-local tables of the parse made afresh (docs/BENCHMARKS.md, nineteenth session).
+/// thread-local tables of the parse made afresh (measured: the history of docs/BENCHMARKS.md).
 pub(crate) fn each_of<S, T: Send>(workers: Workers, order: &[usize], n: usize, init: impl Fn() -> S + Sync, work: impl Fn(&mut S, usize) -> T + Sync) -> Vec<Option<T>> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let run = || {

@@ -446,8 +446,8 @@ impl Filesystem for WarcFs {
         // A read-only mount has nothing to write back, and the cache would cost its readers
         // two round trips a file: with it the kernel sends FLUSH at every close whatever the
         // open said (`FOPEN_NOFLUSH` is ignored) and asks GETATTR at a `stat` after a read.
-        // Without it a replay tool's open-seek-read-close is OPEN and READ (measured:
-        // docs/BENCHMARKS.md, twenty-third session).
+        // Without it a replay tool's open-seek-read-close is OPEN and READ (measured: the
+        // history of docs/BENCHMARKS.md).
         let writeback = if self.inner.elsewhere || self.read_only { InitFlags::empty() } else { InitFlags::FUSE_WRITEBACK_CACHE };
         let wanted = writeback | InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_AUTO_INVAL_DATA | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         let _ = config.add_capabilities(wanted & config.capabilities());

@@ -22,7 +22,7 @@ const MIN_SAVING_PERCENT: usize = 3;
 /// instead of 3 took 5-7 % less of an import's CPU (zstd's share of it from 13 % to 7 %) for
 /// packs 3 % larger before gc and 0.1 % after (a chunk level 1 shrinks by less than 3 % is
 /// kept raw, and settling leaves raw chunks as they are); level -3 took 4-6 % less again for
-/// packs 20 % larger before gc (docs/BENCHMARKS.md, nineteenth session). Recipe pieces at
+/// packs 20 % larger before gc (measured: the history of docs/BENCHMARKS.md). Recipe pieces at
 /// level 9 here took 5 % of an import's CPU for the same store after gc.
 pub(in crate::store) const ZSTD_LEVEL: i32 = 1;
 /// Chunks on a store several nodes write, which gc does not settle: what ingest writes is

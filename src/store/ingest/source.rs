@@ -39,7 +39,7 @@ const SPARE_MAX: usize = 32 << 20;
 
 /// The buffers an ingest is done with, for its next windows: a fresh buffer is fresh
 /// pages, each zeroed by the kernel as it is first touched (a sixth of an import's page
-/// faults were so: docs/BENCHMARKS.md, nineteenth session). Four windows are in flight at
+/// faults were so: the history of docs/BENCHMARKS.md). Four windows are in flight at
 /// once (`ingest::windows_ahead`); a buffer not kept is a new one the next time. The bytes of
 /// windows and their text are kept apart, each for its own size (a text's room is a little
 /// larger, `plain_room`). An importer keeps one for all its files, the first windows its

@@ -4,7 +4,7 @@
 //! chunks, and the few bytes after it). A copy of a payload met again names the stored tail
 //! instead of encoding its own on the text's chains, which found every source again and was
 //! a fifth of an import's CPU: 57 % of the corpus's tail text repeats a tail met before
-//! (docs/BENCHMARKS.md, twentieth session).
+//! (measured: the history of docs/BENCHMARKS.md).
 //!
 //! Nothing here rests on a digest. An identity is found by a hash but taken only if its bytes
 //! are equal, and the payload is the same only if the member's own payload chunks are the
