@@ -111,6 +111,45 @@ pub(crate) fn unit_of(dir: &Path) -> Option<(Unit, u32)> {
     Some((unit, words.next().map_or(Some(1), |n| n.parse().ok())?))
 }
 
+/// Makes ready the index in `dir` for an update as `unit` (None: the index's own, or
+/// warcfs's for a new one): the unit an index is made with is its unit for good (`rebuild`
+/// makes it anew); one of an earlier layout, derived data this warcfs cannot update, is
+/// made anew; one of a later layout is refused.
+pub(crate) fn prepare(dir: &Path, unit: Option<Unit>) -> Result<Unit> {
+    let io = |err: std::io::Error| SearchError::Io { path: dir.to_path_buf(), err };
+    let made = match unit_of(dir) {
+        // An index of an earlier layout is derived data this warcfs cannot update: made anew.
+        Some((have, found)) if found < LAYOUT => {
+            log::warn!("search index {}: made by an earlier warcfs (layout {found}, this one writes {}): made anew", dir.display(), LAYOUT);
+            for d in [text_dir(dir), db_dir(dir), dir.join("unit")] {
+                let gone = if d.is_dir() { std::fs::remove_dir_all(&d) } else { std::fs::remove_file(&d) };
+                gone.or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }).map_err(io)?;
+            }
+            crate::disk::sync_dir(dir).map_err(io)?;
+            unit.or(Some(have)).map(|u| (u, false))
+        }
+        Some((_, found)) if found > LAYOUT => return Err(SearchError::Layout { path: dir.to_path_buf(), found, what: "made by a later warcfs" }),
+        Some((have, _)) => Some((have, true)),
+        None => unit.map(|u| (u, false)),
+    };
+    std::fs::create_dir_all(text_dir(dir)).map_err(io)?;
+    let unit = match (made, unit) {
+        (Some((have, true)), Some(want)) if have != want => return Err(SearchError::Query(format!("{}: made with one document per {}; `warcfs search rebuild` makes it anew", dir.display(), have.name()))),
+        (Some((have, true)), _) => have,
+        (want, _) => {
+            let u = want.map_or(Unit::Fragments, |w| w.0);
+            // Durable before anything is indexed: an index read as another unit, or in
+            // another layout, is read wrong.
+            let mut f = std::fs::File::create(dir.join("unit")).map_err(io)?;
+            std::io::Write::write_all(&mut f, format!("{} {}", u.name(), LAYOUT).as_bytes()).map_err(io)?;
+            f.sync_all().map_err(io)?;
+            crate::disk::sync_dir(dir).map_err(io)?;
+            u
+        }
+    };
+    Ok(unit)
+}
+
 /// Whether `dir` holds a search index (or the start of one).
 pub fn exists(dir: &Path) -> bool {
     dir.is_dir()

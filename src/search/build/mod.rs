@@ -11,9 +11,12 @@ use std::path::Path;
 
 use rocksdb::WriteBatch;
 use sha2::Digest as _;
-use tantivy::{IndexWriter, TantivyDocument, Term};
+use tantivy::IndexWriter;
 
-use super::catalog::{ids_bytes, ids_of, key, path_part, places_of, sha_of, u64_at, Catalog, CaptureRow, Counters, RowMoves, Sha};
+mod commit;
+mod documents;
+
+use super::catalog::{key, path_part, places_of, sha_of, Catalog, CaptureRow, Counters, RowMoves, Sha};
 use super::extract::{http_fields, kind_of, text_from, Text};
 use super::{db_dir, schema, text_dir, Fields, Result, SearchError};
 use crate::format::warc::revisit::{bare_uri, Header};
@@ -34,7 +37,7 @@ pub enum Unit {
 }
 
 impl Unit {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Unit::Text => "text",
             Unit::Fragments => "fragments",
@@ -122,38 +125,7 @@ fn sha(b: &[u8]) -> [u8; 32] {
 /// Brings the search index in `dir` to the store as it is; `stop` is asked between files (a
 /// mount going down): what is done by then is committed.
 pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> bool) -> Result<Updated> {
-    let io = |err: std::io::Error| SearchError::Io { path: dir.to_path_buf(), err };
-    let made = match super::unit_of(dir) {
-        // An index of an earlier layout is derived data this warcfs cannot update: made anew.
-        Some((have, found)) if found < super::LAYOUT => {
-            log::warn!("search index {}: made by an earlier warcfs (layout {found}, this one writes {}): made anew", dir.display(), super::LAYOUT);
-            for d in [text_dir(dir), db_dir(dir), dir.join("unit").to_path_buf()] {
-                let gone = if d.is_dir() { std::fs::remove_dir_all(&d) } else { std::fs::remove_file(&d) };
-                gone.or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }).map_err(io)?;
-            }
-            crate::disk::sync_dir(dir).map_err(io)?;
-            unit.or(Some(have)).map(|u| (u, false))
-        }
-        Some((_, found)) if found > super::LAYOUT => return Err(SearchError::Layout { path: dir.to_path_buf(), found, what: "made by a later warcfs" }),
-        Some((have, _)) => Some((have, true)),
-        None => unit.map(|u| (u, false)),
-    };
-    std::fs::create_dir_all(text_dir(dir)).map_err(io)?;
-    // The unit an index is made with is its unit for good (`rebuild` makes it anew).
-    let unit = match (made, unit) {
-        (Some((have, true)), Some(want)) if have != want => return Err(SearchError::Query(format!("{}: made with one document per {}; `warcfs search rebuild` makes it anew", dir.display(), have.name()))),
-        (Some((have, true)), _) => have,
-        (want, _) => {
-            let u = want.map_or(Unit::Fragments, |w| w.0);
-            // Durable before anything is indexed: an index read as another unit, or in
-            // another layout, is read wrong.
-            let mut f = std::fs::File::create(dir.join("unit")).map_err(io)?;
-            std::io::Write::write_all(&mut f, format!("{} {}", u.name(), super::LAYOUT).as_bytes()).map_err(io)?;
-            f.sync_all().map_err(io)?;
-            crate::disk::sync_dir(dir).map_err(io)?;
-            u
-        }
-    };
+    let unit = super::prepare(dir, unit)?;
     let tdir = text_dir(dir);
     let terr = |err: tantivy::TantivyError| SearchError::Text { path: tdir.clone(), err };
     let (schema, fields) = schema();
@@ -244,7 +216,7 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     done.revisits_waiting = super::waiting::count(&cat)?;
     drop(r);
     writer.wait_merging_threads().map_err(terr)?;
-    sweep(&cat)?;
+    commit::sweep(&cat)?;
     // The rows into sorted, compressed tables (not left in the write-ahead log).
     cat.db.flush().map_err(|e| cat.err(e))?;
     // An update that wrote at least as much as the catalog held (a first build, a large
@@ -256,39 +228,6 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
         cat.compact();
     }
     Ok(done)
-}
-
-/// Deletes the rows left naming a text or fragment gone (`H` rows whose `Q` row is gone,
-/// `P` and `D` rows whose `T` row is), once the texts and fragments gone since the last sweep
-/// are an eighth of those held: nothing finds those rows from an id (a fragment's identity
-/// is kept in its `H` row alone; several payloads and digests may name one text), so the
-/// sweep reads every one of them, and waits until what it deletes pays for that.
-fn sweep(cat: &Catalog) -> Result<()> {
-    let mut ids = cat.counters()?;
-    if ids.gone == 0 || ids.gone * 8 < ids.held {
-        return Ok(());
-    }
-    let mut batch = WriteBatch::default();
-    for (table, of) in [(b'H', b'Q'), (b'P', b'T'), (b'D', b'T')] {
-        cat.scan(&[table], &mut |k, v| {
-            let held = match u64_at(v) {
-                Some(id) => cat.get(&key(of, &[&id.to_be_bytes()]))?.is_some(),
-                None => false,
-            };
-            if !held {
-                batch.delete(k);
-                // (Written as it goes: the batch is bounded, and a sweep cut short is done
-                // again.)
-                if batch.len() >= 100_000 {
-                    cat.write(std::mem::take(&mut batch))?;
-                }
-            }
-            Ok(true)
-        })?;
-    }
-    ids.gone = 0;
-    ids.put(&mut batch);
-    cat.write(batch)
 }
 
 impl<'a> Round<'a> {
@@ -319,108 +258,6 @@ impl<'a> Round<'a> {
             captures: 0,
             done: Updated::default(),
         }
-    }
-
-    /// Commits the round: the text index, then the catalog (each text's count, rows).
-    fn commit(&mut self) -> Result<()> {
-        self.settle_waiting()?;
-        // The rows of texts and fragments whose last capture went are deleted first, and
-        // durably, and then their documents: a killed update leaves a document no row names
-        // (found by no query), never a row whose document is gone.
-        let mut early = WriteBatch::default();
-        // (The deletions' batch carries the counters as committed, but for what it deletes:
-        // the ids this round gives are given again if it is killed before its last batch,
-        // so the documents it added are replaced, each deleted first by its id.)
-        let mut early_ids = self.committed;
-        for (&tid, &delta) in &self.refs {
-            let (now, sha, new) = match (self.cat.text(tid)?, self.new_texts.get(&tid)) {
-                (Some((n, sha)), _) => (n as i64, sha, false),
-                (None, Some(sha)) => (0, *sha, true),
-                (None, None) => continue,
-            };
-            let k = key(b'T', &[&tid.to_be_bytes()]);
-            if now + delta <= 0 {
-                early.delete(&k);
-                if self.unit != Unit::Capture {
-                    early.delete(key(b'S', &[&sha]));
-                }
-                // (Its `P` and `D` rows are left, naming a text gone: nothing finds them
-                // from it.)
-                if !new {
-                    for c in [&mut early_ids, &mut self.ids] {
-                        c.held = c.held.saturating_sub(1);
-                        c.gone += 1;
-                    }
-                }
-                self.writer.delete_term(Term::from_field_u64(self.fields.tid, tid));
-                self.done.documents_deleted += 1;
-                if self.unit == Unit::Fragments {
-                    for fid in self.fragments_of(tid)? {
-                        early.delete(key(b'R', &[&fid.to_be_bytes(), &tid.to_be_bytes()]));
-                        *self.frag_refs.entry(fid).or_default() -= 1;
-                    }
-                    early.delete(key(b'V', &[&tid.to_be_bytes()]));
-                }
-            } else {
-                self.batch.put(&k, [&((now + delta) as u64).to_be_bytes()[..], &sha].concat());
-                // (One document per capture finds no text by its identity.)
-                if new && self.unit != Unit::Capture {
-                    self.batch.put(key(b'S', &[&sha]), tid.to_be_bytes());
-                }
-                self.ids.held += new as u64;
-            }
-        }
-        for (&fid, &delta) in &self.frag_refs {
-            let k = key(b'Q', &[&fid.to_be_bytes()]);
-            let (now, new) = match (self.cat.get(&k)?, self.new_frags.get(&fid)) {
-                (Some(v), _) => (u64_at(&v).unwrap_or(0) as i64, None),
-                (None, Some(sha)) => (0, Some(*sha)),
-                _ => continue,
-            };
-            if now + delta <= 0 {
-                early.delete(&k);
-                self.writer.delete_term(Term::from_field_u64(self.fields.fid, fid));
-                self.done.documents_deleted += 1;
-                // Its `H` row is left, naming a fragment gone (read as absent): a fragment's
-                // identity is kept once, and only that row holds it.
-                if new.is_none() {
-                    for c in [&mut early_ids, &mut self.ids] {
-                        c.held = c.held.saturating_sub(1);
-                        c.gone += 1;
-                    }
-                }
-            } else {
-                self.batch.put(&k, ((now + delta) as u64).to_be_bytes());
-                if let Some(sha) = new {
-                    self.batch.put(key(b'H', &[&sha]), fid.to_be_bytes());
-                    self.ids.held += 1;
-                }
-            }
-        }
-        if !early.is_empty() {
-            early_ids.put(&mut early);
-        }
-        self.ids.put(&mut self.batch);
-        if !early.is_empty() {
-            self.cat.write(early)?;
-            crate::failpoint::crash_at("search_deletions_committed");
-        }
-        self.writer.commit().map_err(|err| SearchError::Text { path: "(commit)".into(), err })?;
-        crate::failpoint::crash_at("search_text_committed");
-        self.cat.write(std::mem::take(&mut self.batch))?;
-        crate::failpoint::crash_at("search_round_committed");
-        self.committed = self.ids;
-        self.refs.clear();
-        self.new_texts.clear();
-        self.frag_refs.clear();
-        self.new_frags.clear();
-        self.frag_by_sha.clear();
-        self.text_frags.clear();
-        self.by_sha.clear();
-        self.payloads.clear();
-        self.digests.clear();
-        self.captures = 0;
-        Ok(())
     }
 
     /// Removes the captures of the file indexed at `path` (a WACZ's: those of its WARCs,
@@ -591,112 +428,6 @@ impl<'a> Round<'a> {
         self.capture(tid, path, offset, &row)
     }
 
-    /// The id of the text whose SHA-256 is `tsha`: the one it has, else the next.
-    fn text_id(&mut self, tsha: &[u8; 32]) -> Result<u64> {
-        if let Some(&t) = self.by_sha.get(tsha) {
-            return Ok(t);
-        }
-        let tid = match self.cat.live_tid(&key(b'S', &[&sha_of(tsha)]))? {
-            Some(t) => t,
-            None => self.new_tid(),
-        };
-        self.by_sha.insert(*tsha, tid);
-        Ok(tid)
-    }
-
-    fn new_tid(&mut self) -> u64 {
-        self.ids.next_tid += 1;
-        self.ids.next_tid - 1
-    }
-
-    fn add_document(&mut self, tid: u64, tsha: Sha, text: &Text) -> Result<()> {
-        if self.unit == Unit::Fragments {
-            return self.add_fragments(tid, tsha, text);
-        }
-        let mut doc = TantivyDocument::default();
-        doc.add_u64(self.fields.tid, tid);
-        doc.add_text(self.fields.title, &text.title);
-        doc.add_text(self.fields.body, &text.body);
-        // (A text added by a killed update whose rows did not commit: one document still.)
-        self.writer.delete_term(Term::from_field_u64(self.fields.tid, tid));
-        self.writer.add_document(doc).map_err(|err| SearchError::Text { path: "(add)".into(), err })?;
-        self.new_texts.insert(tid, tsha);
-        self.done.documents_added += 1;
-        Ok(())
-    }
-
-    /// A new text as fragments: its title a document, each of its fragments not indexed yet
-    /// a document, and its list of fragments (`V`), each fragment's texts (`R`).
-    fn add_fragments(&mut self, tid: u64, tsha: Sha, text: &Text) -> Result<()> {
-        let add = |w: &mut IndexWriter, doc: TantivyDocument| w.add_document(doc).map_err(|err| SearchError::Text { path: "(add)".into(), err });
-        let mut doc = TantivyDocument::default();
-        doc.add_u64(self.fields.tid, tid);
-        doc.add_text(self.fields.title, &text.title);
-        self.writer.delete_term(Term::from_field_u64(self.fields.tid, tid));
-        add(self.writer, doc)?;
-        self.done.documents_added += 1;
-        let analyzer = self.analyzer.as_mut().expect("an analyzer for fragments");
-        let (cuts, tokens) = super::fragments::cut(&text.body, analyzer);
-        let mut fids: Vec<u64> = Vec::with_capacity(cuts.len());
-        for (a, e) in cuts {
-            let body = &text.body[a..e];
-            let (fid, fresh) = self.fragment_id(&sha(body.as_bytes()))?;
-            if fids.contains(&fid) {
-                continue;
-            }
-            fids.push(fid);
-            if fresh {
-                let mut doc = TantivyDocument::default();
-                doc.add_u64(self.fields.fid, fid);
-                doc.add_text(self.fields.body, body);
-                self.writer.delete_term(Term::from_field_u64(self.fields.fid, fid));
-                add(self.writer, doc)?;
-                self.done.documents_added += 1;
-            }
-            *self.frag_refs.entry(fid).or_default() += 1;
-            self.batch.put(key(b'R', &[&fid.to_be_bytes(), &tid.to_be_bytes()]), []);
-        }
-        let mut v = (tokens as u32).to_be_bytes().to_vec();
-        ids_bytes(&fids, &mut v);
-        self.batch.put(key(b'V', &[&tid.to_be_bytes()]), v);
-        self.text_frags.insert(tid, fids);
-        self.new_texts.insert(tid, tsha);
-        Ok(())
-    }
-
-    /// The id of the fragment whose SHA-256 is `fsha`: the one it has (its `H` row's, if that
-    /// fragment is held: a `Q` row), else the next; and whether it is new (given now).
-    fn fragment_id(&mut self, fsha: &[u8; 32]) -> Result<(u64, bool)> {
-        if let Some(&f) = self.frag_by_sha.get(fsha) {
-            return Ok((f, false));
-        }
-        let sha = sha_of(fsha);
-        let had = self.cat.get(&key(b'H', &[&sha]))?.as_deref().and_then(u64_at);
-        let held = match had {
-            Some(f) => self.cat.get(&key(b'Q', &[&f.to_be_bytes()]))?.is_some(),
-            None => false,
-        };
-        let fid = match had {
-            Some(f) if held => f,
-            _ => {
-                self.ids.next_fid += 1;
-                self.new_frags.insert(self.ids.next_fid - 1, sha);
-                self.ids.next_fid - 1
-            }
-        };
-        self.frag_by_sha.insert(*fsha, fid);
-        Ok((fid, !held))
-    }
-
-    /// The fragments of text `tid`: this round's, else its `V` row's.
-    fn fragments_of(&self, tid: u64) -> Result<Vec<u64>> {
-        if let Some(f) = self.text_frags.get(&tid) {
-            return Ok(f.clone());
-        }
-        let v = self.cat.get(&key(b'V', &[&tid.to_be_bytes()]))?.unwrap_or_default();
-        Ok(ids_of(v.get(4..).unwrap_or_default()))
-    }
-
     /// A capture of text `tid` (in `Unit::Capture`, a revisit's is a document of its own, of
     /// its original's text).
     fn capture(&mut self, tid: u64, path: &str, offset: u64, row: &CaptureRow) -> Result<()> {
@@ -717,35 +448,5 @@ impl<'a> Round<'a> {
         self.done.captures += 1;
         self.done.revisits += row.revisit as u64;
         Ok(())
-    }
-
-    /// Before a commit: this round's revisits whose original's text the round found become
-    /// its captures, the others wait; and those waiting from before for a digest this round
-    /// gave a text become its captures. (A revisit met after its original's text finds it
-    /// itself.)
-    fn settle_waiting(&mut self) -> Result<()> {
-        // The change to how many revisits wait.
-        let mut delta = 0i64;
-        for (digest, path, offset, row) in std::mem::take(&mut self.round_waits) {
-            match self.digests.get(&digest) {
-                Some(&tid) => self.capture(tid, &path, offset, &row)?,
-                None => {
-                    super::waiting::put(&mut self.batch, &digest, &path, offset, &row);
-                    delta += 1;
-                }
-            }
-        }
-        // (Only rows written before can wait for these: the round's own are settled above.)
-        let found: Vec<(String, u64)> = match super::waiting::count(self.cat)? {
-            0 => Vec::new(),
-            _ => self.digests.iter().map(|(d, &t)| (d.clone(), t)).collect(),
-        };
-        for (digest, tid) in found {
-            for (path, offset, row) in super::waiting::take_of_digest(self.cat, &mut self.batch, &digest)? {
-                delta -= 1;
-                self.capture(tid, &path, offset, &row)?;
-            }
-        }
-        super::waiting::count_by(self.cat, &mut self.batch, delta)
     }
 }
