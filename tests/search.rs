@@ -574,8 +574,9 @@ fn a_removed_crawl_leaves_no_fragment_rows() {
 
 /// An index an earlier warcfs made (layout 1: ids from hashes) is not read as it is: what
 /// only reads it says how to make it anew, and an update (a query of a store not mounted
-/// brings the index up to date first) does; one a later warcfs made is refused and left as
-/// it is.
+/// brings the index up to date first) does, of nothing it held; so is one from before the
+/// `unit` file. One a later warcfs made, or whose `unit` file this warcfs does not know, is
+/// refused and left as it is.
 #[test]
 fn an_index_of_another_layout_is_made_anew_or_refused() {
     let tmp = TempDir::new().unwrap();
@@ -585,19 +586,120 @@ fn an_index_of_another_layout_is_made_anew_or_refused() {
     ok(&["search", "update", &s(&store)]);
     let dir = store.join("search");
     let made = stats(&store, &dir);
-    let unit = dir.join("unit");
+    let (unit, marker) = (dir.join("unit"), dir.join("text/left-by-an-earlier-warcfs"));
     assert_eq!(std::fs::read_to_string(&unit).unwrap(), "fragments 2");
     std::fs::write(&unit, "fragments").unwrap();
+    std::fs::write(&marker, "").unwrap();
     fails_with(&["search", "stats", &s(&store)], &["layout 1", "layout 2", "search update"]);
     let r = ok(&["search", &s(&store), "the"]);
     assert!(r.stderr.contains("made by an earlier warcfs (layout 1") && r.out().contains("captures"), "{}", r.describe());
     let again = stats(&store, &dir);
     assert_eq!((&again["documents"], &again["captures"]), (&made["documents"], &made["captures"]), "{made} {again}");
     assert_eq!(std::fs::read_to_string(&unit).unwrap(), "fragments 2");
-    std::fs::write(&unit, "fragments 3").unwrap();
-    fails_with(&["search", "update", &s(&store)], &["layout 3", "later warcfs"]);
-    assert_eq!(std::fs::read_to_string(&unit).unwrap(), "fragments 3", "left as it was");
-    assert!(dir.join("db").is_dir() && dir.join("text").is_dir());
+    assert!(!marker.exists(), "made anew, not updated");
+    // An index from before the `unit` file.
+    std::fs::remove_file(&unit).unwrap();
+    std::fs::write(&marker, "").unwrap();
+    ok(&["search", "update", &s(&store)]);
+    assert_eq!((std::fs::read_to_string(&unit).unwrap().as_str(), marker.exists()), ("fragments 2", false));
+    for (said, needles) in [("fragments 3", &["layout 3", "later warcfs"][..]), ("trigrams 1", &["does not know", "trigrams 1"][..]), ("fragments x", &["does not know"][..])] {
+        std::fs::write(&unit, said).unwrap();
+        fails_with(&["search", "update", &s(&store)], needles);
+        fails_with(&["search", "stats", &s(&store)], needles);
+        assert_eq!(std::fs::read_to_string(&unit).unwrap(), said, "left as it was");
+        assert!(dir.join("db").is_dir() && dir.join("text").is_dir());
+    }
+}
+
+/// Updates killed after each of a round's three commits, the round removing a crawl: the
+/// next update leaves the index a fresh build's (documents, rows, every query's captures),
+/// and once every file is removed the index holds nothing (no count left too high, no
+/// document left behind).
+#[test]
+fn an_update_that_removes_killed_at_each_commit_is_finished_by_the_next() {
+    let tmp = TempDir::new().unwrap();
+    let crawls = crawl_files();
+    let rows = |j: &serde_json::Value, t: &str| j["catalog_tables"][t]["rows"].as_u64().unwrap_or(0);
+    for point in ["search_deletions_committed", "search_text_committed", "search_round_committed"] {
+        let store = tmp.path().join(point);
+        ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[1]), "--to", "/crawls"]);
+        ok(&["search", "update", &s(&store)]);
+        let first = format!("/crawls/{}", crawls[0].file_name().unwrap().to_str().unwrap());
+        ok(&["rm", &s(&store), &first]);
+        let r = run_env(&["search", "update", &s(&store)], &[("WARCFS_CRASH_AT", &format!("{point}:1"))]);
+        assert!(!r.ok(), "killed at {point}: {}", r.describe());
+        ok(&["search", "update", &s(&store)]);
+        let fresh = tmp.path().join(format!("fresh-{point}"));
+        ok(&["search", "rebuild", &s(&store), "--index-dir", &s(&fresh)]);
+        let (a, b) = (stats(&store, &store.join("search")), stats(&store, &fresh));
+        assert_eq!((&a["documents"], &a["captures"], &a["texts"]), (&b["documents"], &b["captures"], &b["texts"]), "after a kill at {point}: {a} {b}");
+        for t in ["Q", "R", "V", "T", "S"] {
+            assert_eq!(rows(&a, t), rows(&b, t), "after a kill at {point}, {t} rows: {a} {b}");
+        }
+        let (diffs, found) = compare(&store.join("search"), &fresh, &queries(&fresh, 30));
+        assert!(diffs.is_empty() && found > 0, "after a kill at {point}: {}", diffs.join("\n"));
+        ok(&["rm", &s(&store), &format!("/crawls/{}", crawls[1].file_name().unwrap().to_str().unwrap())]);
+        ok(&["search", "update", &s(&store)]);
+        let empty = stats(&store, &store.join("search"));
+        assert_eq!((empty["documents"].as_u64(), rows(&empty, "Q"), rows(&empty, "T"), rows(&empty, "C")), (Some(0), 0, 0, 0), "after a kill at {point}, everything removed: {empty}");
+    }
+}
+
+/// An update killed after its text index committed, the store changed before the next one:
+/// the documents the killed one added (no row names them, and their ids are given to fewer
+/// texts now) are deleted by the next.
+#[test]
+fn documents_a_killed_update_left_are_deleted_when_the_store_changed_since() {
+    let tmp = TempDir::new().unwrap();
+    let crawls = crawl_files();
+    let store = tmp.path().join("store");
+    ok(&["import", &s(&store), &s(&crawls[2]), "--to", "/c"]);
+    let r = run_env(&["search", "update", &s(&store)], &[("WARCFS_CRASH_AT", "search_text_committed:1")]);
+    assert!(!r.ok(), "{}", r.describe());
+    ok(&["rm", &s(&store), &format!("/c/{}", crawls[2].file_name().unwrap().to_str().unwrap())]);
+    let small = tmp.path().join("small.warc");
+    warc_of(&small, &[("http://example.org/one", "text/html", b"<title>one</title><p>a page of a few words</p>")]);
+    ok(&["import", &s(&store), &s(&small), "--to", "/c"]);
+    ok(&["search", "update", &s(&store)]);
+    let fresh = tmp.path().join("fresh");
+    ok(&["search", "rebuild", &s(&store), "--index-dir", &s(&fresh)]);
+    let (a, b) = (stats(&store, &store.join("search")), stats(&store, &fresh));
+    assert_eq!((&a["documents"], &a["captures"]), (&b["documents"], &b["captures"]), "{a} {b}");
+    assert_eq!(b["documents"].as_u64(), Some(2), "{b}");
+}
+
+/// A fragment whose last text went, its `H` row not swept yet (the texts gone too few), met
+/// again: it gets a new id and a document again, and the index is a fresh build's.
+#[test]
+fn a_fragment_met_again_before_its_row_is_swept_is_indexed_again() {
+    let tmp = TempDir::new().unwrap();
+    let crawls = crawl_files();
+    let store = tmp.path().join("store");
+    let page = |w: &str| format!("<html><head><title>{w} page</title></head><body><p>{}</p></body></html>", (0..400).map(|i| format!("{w}{i}")).collect::<Vec<_>>().join(" ")).into_bytes();
+    let (one, two) = (page("quetzalcoatl"), page("xiuhtecuhtli"));
+    let small = tmp.path().join("small.warc");
+    warc_of(&small, &[("http://example.org/one", "text/html", &one[..]), ("http://example.org/two", "text/html", &two[..])]);
+    ok(&["import", &s(&store), &s(&crawls[0]), &s(&small), "--to", "/c"]);
+    ok(&["search", "update", &s(&store)]);
+    ok(&["rm", &s(&store), "/c/small.warc"]);
+    ok(&["search", "update", &s(&store)]);
+    let rows = |j: &serde_json::Value, t: &str| j["catalog_tables"][t]["rows"].as_u64().unwrap_or(0);
+    let left = stats(&store, &store.join("search"));
+    assert!(rows(&left, "H") > rows(&left, "Q"), "rows left to sweep: {left}");
+    assert!(found(&store, "quetzalcoatl7").is_empty());
+    ok(&["import", &s(&store), &s(&small), "--to", "/again"]);
+    ok(&["search", "update", &s(&store)]);
+    for w in ["quetzalcoatl7", "xiuhtecuhtli399", "\"quetzalcoatl5 quetzalcoatl6\""] {
+        let hits = found(&store, w);
+        assert!(hits.len() == 1 && hits[0]["filename"].as_str().unwrap().starts_with("again/"), "{w}: {hits:?}");
+    }
+    let fresh = tmp.path().join("fresh");
+    ok(&["search", "rebuild", &s(&store), "--index-dir", &s(&fresh)]);
+    let (a, b) = (stats(&store, &store.join("search")), stats(&store, &fresh));
+    assert_eq!(a["documents"], b["documents"], "{a} {b}");
+    for t in ["H", "Q", "R", "V", "T", "S"] {
+        assert_eq!(rows(&a, t), rows(&b, t), "{t} rows: {a} {b}");
+    }
 }
 
 /// A first update leaves its catalog compacted (rows overwritten by later rounds dropped, the

@@ -14,9 +14,10 @@
 //!
 //! `update` (`build`) brings both to the store as it is: files new or changed since are
 //! indexed, files gone have their captures removed (a file renamed has them moved: `moves`),
-//! and a text whose last capture goes is deleted from the index. Its order makes it safe to kill at any point: the text index
-//! commits first, then the rows that say which files are indexed, so a killed update is
-//! done again by the next (an added text is first deleted by id: adding it twice leaves one).
+//! and a text whose last capture goes is deleted from the index. Its order makes it safe to
+//! kill at any point (`build::commit`): the rows of what goes, then the text index, then the
+//! rows that say which files are indexed, so a killed update is done again by the next
+//! (which first deletes the documents of ids not given yet: a killed round's).
 //! Queries (`query`) find texts, then their captures.
 
 pub mod build;
@@ -54,6 +55,8 @@ pub enum SearchError {
     Missing(PathBuf),
     #[error("{path}: a search index of layout {found}, this warcfs reads layout {LAYOUT}: {what}")]
     Layout { path: PathBuf, found: u32, what: &'static str },
+    #[error("{path}: a search index this warcfs does not know (its `unit` file says {said:?}): made by a later warcfs? `warcfs search rebuild` makes it anew")]
+    Unknown { path: PathBuf, said: String },
 }
 
 /// The layout of `STORE/search/` this warcfs writes and reads (docs/FORMAT.md): 2, texts and
@@ -97,18 +100,35 @@ pub(crate) fn db_dir(dir: &Path) -> PathBuf {
     dir.join("db")
 }
 
-/// The unit of the index in `dir` and its layout, as it was made (`dir/unit`: the unit's
-/// name, then the layout; no number: layout 1), if it was.
-pub(crate) fn unit_of(dir: &Path) -> Option<(Unit, u32)> {
-    let s = std::fs::read_to_string(dir.join("unit")).ok()?;
-    let mut words = s.split_whitespace();
-    let unit = match words.next()? {
-        "text" => Unit::Text,
-        "fragments" => Unit::Fragments,
-        "capture" => Unit::Capture,
-        _ => return None,
+/// What the index in `dir` was made as (its `unit` file: the unit's name, then the layout).
+pub(crate) enum Made {
+    /// Nothing yet: no `unit` file and no tables (a new index, or the directory `search
+    /// update` makes for a mounted store's indexer).
+    Nothing,
+    /// A unit and a layout (no number: layout 1). Tables without a `unit` file are an index
+    /// from before it: layout 1, made anew as warcfs's own.
+    As(Unit, u32),
+    /// A `unit` file this warcfs does not know: what it says.
+    Unknown(String),
+}
+
+pub(crate) fn made(dir: &Path) -> Made {
+    let Ok(s) = std::fs::read_to_string(dir.join("unit")) else {
+        let tables = [text_dir(dir), db_dir(dir)].iter().any(|d| std::fs::read_dir(d).is_ok_and(|mut e| e.next().is_some()));
+        return if tables { Made::As(Unit::Fragments, 1) } else { Made::Nothing };
     };
-    Some((unit, words.next().map_or(Some(1), |n| n.parse().ok())?))
+    let mut words = s.split_whitespace();
+    let unit = match words.next() {
+        Some("text") => Unit::Text,
+        Some("fragments") => Unit::Fragments,
+        Some("capture") => Unit::Capture,
+        _ => return Made::Unknown(s.trim().to_string()),
+    };
+    match (words.next().map(str::parse::<u32>), words.next()) {
+        (None, _) => Made::As(unit, 1),
+        (Some(Ok(n)), None) => Made::As(unit, n),
+        _ => Made::Unknown(s.trim().to_string()),
+    }
 }
 
 /// Makes ready the index in `dir` for an update as `unit` (None: the index's own, or
@@ -117,9 +137,10 @@ pub(crate) fn unit_of(dir: &Path) -> Option<(Unit, u32)> {
 /// made anew; one of a later layout is refused.
 pub(crate) fn prepare(dir: &Path, unit: Option<Unit>) -> Result<Unit> {
     let io = |err: std::io::Error| SearchError::Io { path: dir.to_path_buf(), err };
-    let made = match unit_of(dir) {
+    let made = match made(dir) {
+        Made::Unknown(said) => return Err(SearchError::Unknown { path: dir.to_path_buf(), said }),
         // An index of an earlier layout is derived data this warcfs cannot update: made anew.
-        Some((have, found)) if found < LAYOUT => {
+        Made::As(have, found) if found < LAYOUT => {
             log::warn!("search index {}: made by an earlier warcfs (layout {found}, this one writes {}): made anew", dir.display(), LAYOUT);
             for d in [text_dir(dir), db_dir(dir), dir.join("unit")] {
                 let gone = if d.is_dir() { std::fs::remove_dir_all(&d) } else { std::fs::remove_file(&d) };
@@ -128,9 +149,9 @@ pub(crate) fn prepare(dir: &Path, unit: Option<Unit>) -> Result<Unit> {
             crate::disk::sync_dir(dir).map_err(io)?;
             unit.or(Some(have)).map(|u| (u, false))
         }
-        Some((_, found)) if found > LAYOUT => return Err(SearchError::Layout { path: dir.to_path_buf(), found, what: "made by a later warcfs" }),
-        Some((have, _)) => Some((have, true)),
-        None => unit.map(|u| (u, false)),
+        Made::As(_, found) if found > LAYOUT => return Err(SearchError::Layout { path: dir.to_path_buf(), found, what: "made by a later warcfs" }),
+        Made::As(have, _) => Some((have, true)),
+        Made::Nothing => unit.map(|u| (u, false)),
     };
     std::fs::create_dir_all(text_dir(dir)).map_err(io)?;
     let unit = match (made, unit) {

@@ -80,13 +80,14 @@ impl Searcher {
         if !super::exists(dir) {
             return Err(SearchError::Missing(dir.to_path_buf()));
         }
-        let unit = match super::unit_of(dir) {
-            Some((_, found)) if found != super::LAYOUT => {
+        let unit = match super::made(dir) {
+            super::Made::As(_, found) if found != super::LAYOUT => {
                 let what = if found < super::LAYOUT { "made by an earlier warcfs; `warcfs search update` makes it anew" } else { "made by a later warcfs" };
                 return Err(SearchError::Layout { path: dir.to_path_buf(), found, what });
             }
-            Some((unit, _)) => unit,
-            None => super::Unit::Text,
+            super::Made::As(unit, _) => unit,
+            super::Made::Unknown(said) => return Err(SearchError::Unknown { path: dir.to_path_buf(), said }),
+            super::Made::Nothing => return Err(SearchError::Missing(dir.to_path_buf())),
         };
         let tdir = text_dir(dir);
         let terr = |err: tantivy::TantivyError| SearchError::Text { path: tdir.clone(), err };

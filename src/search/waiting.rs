@@ -10,9 +10,6 @@
 //! | `A` | path, offset (its place) | the digest string, NUL, its capture row (postcard) |
 //! | `W` | digest string, NUL, path, offset | empty |
 //! | `M` | `waiting` | how many wait (u64) |
-//!
-//! A catalog of the earlier layout (`U` | digest, NUL, path, offset → the row) is converted
-//! by `convert_earlier` when an update opens it.
 
 use rocksdb::WriteBatch;
 
@@ -116,45 +113,6 @@ pub(super) fn count_by(cat: &Catalog, batch: &mut WriteBatch, delta: i64) -> Res
     Ok(())
 }
 
-/// Converts the waiting revisits of the earlier layout (`U` rows), if any, a batch of
-/// `CONVERT_BATCH` at a time (each batch its rows and the count at once: one killed on the
-/// way is taken up by the next update). Returns the digests among them whose text the index
-/// holds already (an update of that layout killed before it resolved them): the caller
-/// resolves them as it does the digests a round gives a text.
-pub(super) fn convert_earlier(cat: &Catalog) -> Result<Vec<(String, u64)>> {
-    const CONVERT_BATCH: i64 = 10_000;
-    let mut batch = WriteBatch::default();
-    let mut n = 0i64;
-    let mut live: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-    let flush = |batch: &mut WriteBatch, n: &mut i64| -> Result<()> {
-        count_by(cat, batch, *n)?;
-        *n = 0;
-        cat.write(std::mem::take(batch))
-    };
-    cat.scan(b"U", &mut |k, v| {
-        batch.delete(k);
-        let rest = &k[1..];
-        let parsed = rest.iter().position(|&b| b == 0).and_then(|nul| Some((std::str::from_utf8(&rest[..nul]).ok()?, split_place(&rest[nul + 1..])?)));
-        if let (Some((digest, (path, offset))), Ok(row)) = (parsed, postcard::from_bytes::<CaptureRow>(v)) {
-            put(&mut batch, digest, &path, offset, &row);
-            n += 1;
-            if !live.contains_key(digest) {
-                if let Some(tid) = cat.live_tid(&key(b'D', &[digest.as_bytes()]))? {
-                    live.insert(digest.to_string(), tid);
-                }
-            }
-        }
-        if n >= CONVERT_BATCH {
-            flush(&mut batch, &mut n)?;
-        }
-        Ok(true)
-    })?;
-    if !batch.is_empty() {
-        flush(&mut batch, &mut n)?;
-    }
-    Ok(live.into_iter().collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,27 +166,5 @@ mod tests {
         assert_eq!(remove_under(&cat, &mut b, &path_part("/a.warc.gz")).unwrap(), 0);
         cat.write(b).unwrap();
         assert_eq!((rows(&cat, b'A'), rows(&cat, b'W')), (1, 1), "only /a.warc.gz.old's is left");
-    }
-
-    #[test]
-    fn the_earlier_layout_is_converted() {
-        let tmp = tempfile::TempDir::new().unwrap();
-        let cat = Catalog::open(tmp.path(), false).unwrap();
-        let mut b = WriteBatch::default();
-        for (d, p, o) in [("sha1:AAA", "/a.warc", 5u64), ("sha1:AAA", "/b.warc", 6), ("sha1:BBB", "/a.warc", 50)] {
-            b.put(key(b'U', &[d.as_bytes(), &[0], &path_part(p), &o.to_be_bytes()]), postcard::to_allocvec(&row(p)).unwrap());
-        }
-        // sha1:AAA's text is indexed (an update of that layout killed before it resolved
-        // them): the conversion says so.
-        b.put(key(b'D', &[b"sha1:AAA"]), 7u64.to_be_bytes());
-        b.put(key(b'T', &[&7u64.to_be_bytes()]), [&1u64.to_be_bytes()[..], &[0u8; 32]].concat());
-        cat.write(b).unwrap();
-        assert_eq!(convert_earlier(&cat).unwrap(), vec![("sha1:AAA".to_string(), 7)]);
-        assert_eq!((rows(&cat, b'U'), rows(&cat, b'A'), rows(&cat, b'W'), count(&cat).unwrap()), (0, 3, 3, 3));
-        let mut b = WriteBatch::default();
-        assert_eq!(take_of_digest(&cat, &mut b, "sha1:BBB").unwrap(), vec![("/a.warc".to_string(), 50, row("/a.warc"))]);
-        // Converting again finds nothing to do.
-        assert!(convert_earlier(&cat).unwrap().is_empty());
-        assert_eq!(count(&cat).unwrap(), 3);
     }
 }

@@ -18,17 +18,30 @@ impl Round<'_> {
         // (found by no query), never a row whose document is gone.
         let mut early = WriteBatch::default();
         // (The deletions' batch carries the counters as committed, but for what it deletes:
-        // the ids this round gives are given again if it is killed before its last batch,
-        // so the documents it added are replaced, each deleted first by its id.)
+        // the ids this round gives are not given yet until its last batch commits, and the
+        // documents of such ids a killed update left are deleted when the next one starts.)
         let mut early_ids = self.committed;
         for (&tid, &delta) in &self.refs {
+            let k = key(b'T', &[&tid.to_be_bytes()]);
             let (now, sha, new) = match (self.cat.text(tid)?, self.new_texts.get(&tid)) {
-                (Some((n, sha)), _) => (n as i64, sha, false),
-                (None, Some(sha)) => (0, *sha, true),
+                (Some((n, sha)), _) => (n as i64, Some(sha), false),
+                (None, Some(sha)) => (0, Some(*sha), true),
+                // Captures removed of a text whose row is gone already: an update killed
+                // after its deletions' batch, done again. What did not commit with it is
+                // done again: its document's deletion, its fragments' counts.
+                (None, None) if delta < 0 => (0, None, false),
                 (None, None) => continue,
             };
-            let k = key(b'T', &[&tid.to_be_bytes()]);
-            if now + delta <= 0 {
+            if let (true, Some(sha)) = (now + delta > 0, sha) {
+                self.batch.put(&k, [&((now + delta) as u64).to_be_bytes()[..], &sha].concat());
+                // (One document per capture finds no text by its identity.)
+                if new && self.unit != Unit::Capture {
+                    self.batch.put(key(b'S', &[&sha]), tid.to_be_bytes());
+                }
+                self.ids.held += new as u64;
+                continue;
+            }
+            if let Some(sha) = sha {
                 early.delete(&k);
                 if self.unit != Unit::Capture {
                     early.delete(key(b'S', &[&sha]));
@@ -41,22 +54,22 @@ impl Round<'_> {
                         c.gone += 1;
                     }
                 }
-                self.writer.delete_term(Term::from_field_u64(self.fields.tid, tid));
                 self.done.documents_deleted += 1;
-                if self.unit == Unit::Fragments {
-                    for fid in self.fragments_of(tid)? {
-                        early.delete(key(b'R', &[&fid.to_be_bytes(), &tid.to_be_bytes()]));
-                        *self.frag_refs.entry(fid).or_default() -= 1;
+            }
+            self.writer.delete_term(Term::from_field_u64(self.fields.tid, tid));
+            if self.unit == Unit::Fragments {
+                for fid in self.fragments_of(tid)? {
+                    let r = key(b'R', &[&fid.to_be_bytes(), &tid.to_be_bytes()]);
+                    early.delete(&r);
+                    // (A text new this round has its rows in the round's batch.)
+                    if new {
+                        self.batch.delete(&r);
                     }
-                    early.delete(key(b'V', &[&tid.to_be_bytes()]));
+                    *self.frag_refs.entry(fid).or_default() -= 1;
                 }
-            } else {
-                self.batch.put(&k, [&((now + delta) as u64).to_be_bytes()[..], &sha].concat());
-                // (One document per capture finds no text by its identity.)
-                if new && self.unit != Unit::Capture {
-                    self.batch.put(key(b'S', &[&sha]), tid.to_be_bytes());
-                }
-                self.ids.held += new as u64;
+                // With the counts it takes from its fragments: until they commit, the list
+                // is there for an update that does this again.
+                self.batch.delete(key(b'V', &[&tid.to_be_bytes()]));
             }
         }
         for (&fid, &delta) in &self.frag_refs {
@@ -64,6 +77,12 @@ impl Round<'_> {
             let (now, new) = match (self.cat.get(&k)?, self.new_frags.get(&fid)) {
                 (Some(v), _) => (u64_at(&v).unwrap_or(0) as i64, None),
                 (None, Some(sha)) => (0, Some(*sha)),
+                // A fragment whose row is gone already (a killed update's deletions, done
+                // again): its document's deletion may not have committed.
+                (None, None) if delta < 0 => {
+                    self.writer.delete_term(Term::from_field_u64(self.fields.fid, fid));
+                    continue;
+                }
                 _ => continue,
             };
             if now + delta <= 0 {
@@ -148,12 +167,13 @@ impl Round<'_> {
 /// are an eighth of those held: nothing finds those rows from an id (a fragment's identity
 /// is kept in its `H` row alone; several payloads and digests may name one text), so the
 /// sweep reads every one of them, and waits until what it deletes pays for that.
-pub(super) fn sweep(cat: &Catalog) -> Result<()> {
+pub(super) fn sweep(cat: &Catalog, stop: &dyn Fn() -> bool) -> Result<()> {
     let mut ids = cat.counters()?;
     if ids.gone == 0 || ids.gone * 8 < ids.held {
         return Ok(());
     }
     let mut batch = WriteBatch::default();
+    let mut stopped = false;
     for (table, of) in [(b'H', b'Q'), (b'P', b'T'), (b'D', b'T')] {
         cat.scan(&[table], &mut |k, v| {
             let held = match u64_at(v) {
@@ -166,12 +186,19 @@ pub(super) fn sweep(cat: &Catalog) -> Result<()> {
                 // again.)
                 if batch.len() >= 100_000 {
                     cat.write(std::mem::take(&mut batch))?;
+                    stopped = stop();
                 }
             }
-            Ok(true)
+            Ok(!stopped)
         })?;
+        stopped = stopped || stop();
+        if stopped {
+            break;
+        }
     }
-    ids.gone = 0;
-    ids.put(&mut batch);
+    if !stopped {
+        ids.gone = 0;
+        ids.put(&mut batch);
+    }
     cat.write(batch)
 }

@@ -7,11 +7,12 @@
 //! until it is. Work is committed in rounds: the text index first, then the catalog rows.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
 use std::path::Path;
 
 use rocksdb::WriteBatch;
 use sha2::Digest as _;
-use tantivy::IndexWriter;
+use tantivy::{IndexWriter, Term};
 
 mod commit;
 mod documents;
@@ -140,7 +141,6 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     writer.set_merge_policy(Box::new(policy));
     let cat = Catalog::open(&db_dir(dir), false)?;
     let tables_before = cat.table_bytes();
-    let known = super::waiting::convert_earlier(&cat)?;
 
     // The store's WARCs and WACZs, and what the catalog says was indexed.
     let mut stored: BTreeMap<String, RecipeHead> = BTreeMap::new();
@@ -164,9 +164,15 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     let moves = if unit == Unit::Capture { Vec::new() } else { super::moves::renamed(&mut gone, &mut new, &indexed) };
 
     let analyzer = index.tokenizer_for_field(fields.body).map_err(terr)?;
-    let mut r = Round::new(store, &cat, &mut writer, fields, unit, cat.counters()?);
+    let ids = cat.counters()?;
+    // The documents of ids not given yet are a killed update's, whose rows did not commit:
+    // deleted before anything is added (this update may not give those ids again).
+    for (field, from) in [(fields.tid, ids.next_tid), (fields.fid, ids.next_fid)] {
+        let orphans = tantivy::query::RangeQuery::new(Bound::Included(Term::from_field_u64(field, from)), Bound::Unbounded);
+        writer.delete_query(Box::new(orphans)).map_err(terr)?;
+    }
+    let mut r = Round::new(store, &cat, &mut writer, fields, unit, ids);
     r.analyzer = Some(analyzer);
-    r.digests.extend(known);
     // The waiting revisits of the files gone or moved are written apart, before anything is
     // indexed: one that waited must not be found at its old place by the digest a new file
     // brings. (Their other rows go with the round: a file re-indexed under a new recipe keeps
@@ -216,7 +222,7 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     done.revisits_waiting = super::waiting::count(&cat)?;
     drop(r);
     writer.wait_merging_threads().map_err(terr)?;
-    commit::sweep(&cat)?;
+    commit::sweep(&cat, stop)?;
     // The rows into sorted, compressed tables (not left in the write-ahead log).
     cat.db.flush().map_err(|e| cat.err(e))?;
     // An update that wrote at least as much as the catalog held (a first build, a large
