@@ -112,23 +112,31 @@ pub(crate) enum Made {
     Unknown(String),
 }
 
-pub(crate) fn made(dir: &Path) -> Made {
-    let Ok(s) = std::fs::read_to_string(dir.join("unit")) else {
-        let tables = [text_dir(dir), db_dir(dir)].iter().any(|d| std::fs::read_dir(d).is_ok_and(|mut e| e.next().is_some()));
-        return if tables { Made::As(Unit::Fragments, 1) } else { Made::Nothing };
+pub(crate) fn made(dir: &Path) -> Result<Made> {
+    let path = dir.join("unit");
+    let s = match std::fs::read(&path) {
+        Ok(b) => match String::from_utf8(b) {
+            Ok(s) => s,
+            Err(e) => return Ok(Made::Unknown(String::from_utf8_lossy(e.as_bytes()).into_owned())),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let tables = [text_dir(dir), db_dir(dir)].iter().any(|d| std::fs::read_dir(d).is_ok_and(|mut e| e.next().is_some()));
+            return Ok(if tables { Made::As(Unit::Fragments, 1) } else { Made::Nothing });
+        }
+        Err(err) => return Err(SearchError::Io { path, err }),
     };
     let mut words = s.split_whitespace();
     let unit = match words.next() {
         Some("text") => Unit::Text,
         Some("fragments") => Unit::Fragments,
         Some("capture") => Unit::Capture,
-        _ => return Made::Unknown(s.trim().to_string()),
+        _ => return Ok(Made::Unknown(s.trim().to_string())),
     };
-    match (words.next().map(str::parse::<u32>), words.next()) {
+    Ok(match (words.next().map(str::parse::<u32>), words.next()) {
         (None, _) => Made::As(unit, 1),
         (Some(Ok(n)), None) => Made::As(unit, n),
         _ => Made::Unknown(s.trim().to_string()),
-    }
+    })
 }
 
 /// Makes ready the index in `dir` for an update as `unit` (None: the index's own, or
@@ -137,7 +145,7 @@ pub(crate) fn made(dir: &Path) -> Made {
 /// made anew; one of a later layout is refused.
 pub(crate) fn prepare(dir: &Path, unit: Option<Unit>) -> Result<Unit> {
     let io = |err: std::io::Error| SearchError::Io { path: dir.to_path_buf(), err };
-    let made = match made(dir) {
+    let made = match made(dir)? {
         Made::Unknown(said) => return Err(SearchError::Unknown { path: dir.to_path_buf(), said }),
         // An index of an earlier layout is derived data this warcfs cannot update: made anew.
         Made::As(have, found) if found < LAYOUT => {
@@ -160,10 +168,13 @@ pub(crate) fn prepare(dir: &Path, unit: Option<Unit>) -> Result<Unit> {
         (want, _) => {
             let u = want.map_or(Unit::Fragments, |w| w.0);
             // Durable before anything is indexed: an index read as another unit, or in
-            // another layout, is read wrong.
-            let mut f = std::fs::File::create(dir.join("unit")).map_err(io)?;
+            // another layout, is read wrong. Whole or not at all (written beside, then
+            // renamed): a file cut short by a crash would read as a unit not known.
+            let part = dir.join("unit.part");
+            let mut f = std::fs::File::create(&part).map_err(io)?;
             std::io::Write::write_all(&mut f, format!("{} {}", u.name(), LAYOUT).as_bytes()).map_err(io)?;
             f.sync_all().map_err(io)?;
+            std::fs::rename(&part, dir.join("unit")).map_err(io)?;
             crate::disk::sync_dir(dir).map_err(io)?;
             u
         }

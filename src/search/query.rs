@@ -80,7 +80,7 @@ impl Searcher {
         if !super::exists(dir) {
             return Err(SearchError::Missing(dir.to_path_buf()));
         }
-        let unit = match super::made(dir) {
+        let unit = match super::made(dir)? {
             super::Made::As(_, found) if found != super::LAYOUT => {
                 let what = if found < super::LAYOUT { "made by an earlier warcfs; `warcfs search update` makes it anew" } else { "made by a later warcfs" };
                 return Err(SearchError::Layout { path: dir.to_path_buf(), found, what });

@@ -15,7 +15,9 @@ impl Round<'_> {
         self.settle_waiting()?;
         // The rows of texts and fragments whose last capture went are deleted first, and
         // durably, and then their documents: a killed update leaves a document no row names
-        // (found by no query), never a row whose document is gone.
+        // (found by no query), never a row a query reads whose document is gone (a removed
+        // text's `V` row stays with the last batch: the update that finishes the removal
+        // reads it).
         let mut early = WriteBatch::default();
         // (The deletions' batch carries the counters as committed, but for what it deletes:
         // the ids this round gives are not given yet until its last batch commits, and the
@@ -173,8 +175,11 @@ pub(super) fn sweep(cat: &Catalog, stop: &dyn Fn() -> bool) -> Result<()> {
         return Ok(());
     }
     let mut batch = WriteBatch::default();
-    let mut stopped = false;
+    let (mut stopped, mut read) = (stop(), 0u64);
     for (table, of) in [(b'H', b'Q'), (b'P', b'T'), (b'D', b'T')] {
+        if stopped {
+            break;
+        }
         cat.scan(&[table], &mut |k, v| {
             let held = match u64_at(v) {
                 Some(id) => cat.get(&key(of, &[&id.to_be_bytes()]))?.is_some(),
@@ -186,15 +191,12 @@ pub(super) fn sweep(cat: &Catalog, stop: &dyn Fn() -> bool) -> Result<()> {
                 // again.)
                 if batch.len() >= 100_000 {
                     cat.write(std::mem::take(&mut batch))?;
-                    stopped = stop();
                 }
             }
+            read += 1;
+            stopped = read % 10_000 == 0 && stop();
             Ok(!stopped)
         })?;
-        stopped = stopped || stop();
-        if stopped {
-            break;
-        }
     }
     if !stopped {
         ids.gone = 0;
