@@ -152,6 +152,7 @@ fn leaf_texts(searcher: &TSearcher, cat: &Catalog, fields: Fields, leaf: &Leaf, 
         return Ok(out);
     }
     let terr = |err: tantivy::TantivyError| SearchError::Text { path: "(fragments)".into(), err };
+    let (tids, fids) = (super::Ids::new(searcher, "tid"), super::Ids::new(searcher, "fid"));
     for &field in &leaf.fields {
         let terms: Vec<(usize, Term)> = leaf.terms.iter().map(|(p, t)| (*p, Term::from_field_text(field, t))).collect();
         let query: Box<dyn tantivy::query::Query> = if terms.len() == 1 { Box::new(TermQuery::new(terms[0].1.clone(), IndexRecordOption::WithFreqs)) } else { Box::new(PhraseQuery::new_with_offset(terms)) };
@@ -160,13 +161,13 @@ fn leaf_texts(searcher: &TSearcher, cat: &Catalog, fields: Fields, leaf: &Leaf, 
         for addr in docs {
             let score = scored.get(&addr).copied().unwrap_or(0.0);
             if field == fields.title {
-                if let Some(tid) = super::id_of(searcher, addr, "tid") {
+                if let Some(tid) = tids.of(addr) {
                     out.insert(tid);
                     *scores.entry(tid).or_default() += score;
                 }
                 continue;
             }
-            let Some(fid) = super::id_of(searcher, addr, "fid") else { continue };
+            let Some(fid) = fids.of(addr) else { continue };
             let prefix = key(b'R', &[&fid.to_be_bytes()]);
             cat.scan(&prefix, &mut |k, _| {
                 if let Some(tid) = k.get(9..17).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) {

@@ -113,9 +113,10 @@ impl Searcher {
         let searcher = self.reader.searcher();
         let top = searcher.search(&*query, &TopDocs::with_limit(q.texts.max(1)).order_by_score()).map_err(|err| SearchError::Text { path: "(search)".into(), err })?;
         let mut hits = Vec::new();
+        let tids = super::Ids::new(&searcher, "tid");
         for (score, addr) in top {
             let doc: TantivyDocument = searcher.doc(addr).map_err(|err| SearchError::Text { path: "(doc)".into(), err })?;
-            let Some(tid) = super::id_of(&searcher, addr, "tid") else { continue };
+            let Some(tid) = tids.of(addr) else { continue };
             let title = doc.get_first(self.fields.title).and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
             hits.extend(self.hit(q, tid, score, title)?);
         }
@@ -174,8 +175,9 @@ impl Searcher {
         let searcher = self.reader.searcher();
         let docs = searcher.search(&*query, &DocSetCollector).map_err(|err| SearchError::Text { path: "(search)".into(), err })?;
         let mut out = BTreeSet::new();
+        let tids = super::Ids::new(&searcher, "tid");
         for addr in docs {
-            let Some(tid) = super::id_of(&searcher, addr, "tid") else { continue };
+            let Some(tid) = tids.of(addr) else { continue };
             self.cat.captures(tid, &mut |file, offset, row| {
                 if q.keeps(&row) {
                     out.insert((file.to_string(), offset));
