@@ -61,6 +61,15 @@ fn stats(store: &Path, dir: &Path) -> serde_json::Value {
     serde_json::from_str(&ok(&["search", "stats", &s(store), "--json", "--index-dir", &s(dir)]).out()).unwrap()
 }
 
+/// `files` imported into `store` under `to`, and its search index brought up to date.
+fn import_and_index(store: &Path, files: &[&PathBuf], to: &str) {
+    let mut args = vec!["import".to_string(), s(store)];
+    args.extend(files.iter().map(|f| s(f)));
+    args.extend(["--to".to_string(), to.to_string()]);
+    ok(&args);
+    ok(&["search", "update", &s(store)]);
+}
+
 /// The test crawls, and a directory holding them exported `--revisits` (so that most
 /// captures are revisits in other files than their originals), under the same names.
 fn crawls_and_their_revisits(tmp: &Path) -> (Vec<PathBuf>, PathBuf) {
@@ -158,8 +167,7 @@ fn a_removed_crawl_leaves_no_hit() {
     let tmp = TempDir::new().unwrap();
     let crawls = crawl_files();
     let store = tmp.path().join("store");
-    ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[1]), &s(&crawls[2]), "--to", "/crawls"]);
-    ok(&["search", "update", &s(&store)]);
+    import_and_index(&store, &[&crawls[0], &crawls[1], &crawls[2]], "/crawls");
     let qs = queries(&store.join("search"), 60);
     let gone = format!("/crawls/{}", crawls[1].file_name().unwrap().to_str().unwrap());
     let before: usize = {
@@ -281,8 +289,7 @@ fn the_search_page_and_api_answer_over_http() {
     let tmp = TempDir::new().unwrap();
     let crawls = crawl_files();
     let store = tmp.path().join("store");
-    ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[2]), "--to", "/crawls"]);
-    ok(&["search", "update", &s(&store)]);
+    import_and_index(&store, &[&crawls[0], &crawls[2]], "/crawls");
     let word = queries(&store.join("search"), 10)[3].clone();
     let mut child = warcfs().args(["serve", &s(&store), "--listen", "127.0.0.1:0", "--replay", "http://127.0.0.1:9/coll"]).stdout(std::process::Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
@@ -455,8 +462,7 @@ fn a_renamed_crawl_is_moved_not_read_again() {
     let crawls = crawl_files();
     let store = tmp.path().join("store");
     ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[1]), &s(&crawls[2]), "--to", "/crawls"]);
-    ok(&["import", &s(&store), &s(&crawls[0]), "--to", "/old"]);
-    ok(&["search", "update", &s(&store)]);
+    import_and_index(&store, &[&crawls[0]], "/old");
     let qs = queries(&store.join("search"), 40);
     let name = |i: usize| crawls[i].file_name().unwrap().to_str().unwrap().to_string();
     let (a, b) = (format!("/crawls/{}", name(0)), format!("/crawls/{}", name(1)));
@@ -548,8 +554,7 @@ fn a_removed_crawl_leaves_no_fragment_rows() {
     let tmp = TempDir::new().unwrap();
     let crawls = crawl_files();
     let store = tmp.path().join("store");
-    ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[1]), "--to", "/crawls"]);
-    ok(&["search", "update", &s(&store)]);
+    import_and_index(&store, &[&crawls[0], &crawls[1]], "/crawls");
     let before = stats(&store, &store.join("search"));
     ok(&["rm", &s(&store), &format!("/crawls/{}", crawls[0].file_name().unwrap().to_str().unwrap())]);
     ok(&["search", "update", &s(&store)]);
@@ -567,8 +572,7 @@ fn a_removed_crawl_leaves_no_fragment_rows() {
     };
     let after = compare_rows("fresh-without");
     assert!(rows(&before, "H") > rows(&after, "H") * 9 / 8, "the removal left fewer than an eighth of the fragments to sweep: {before} {after}");
-    ok(&["import", &s(&store), &s(&crawls[0]), "--to", "/again"]);
-    ok(&["search", "update", &s(&store)]);
+    import_and_index(&store, &[&crawls[0]], "/again");
     compare_rows("fresh-again");
 }
 
@@ -582,8 +586,7 @@ fn an_index_of_another_layout_is_made_anew_or_refused() {
     let tmp = TempDir::new().unwrap();
     let crawls = crawl_files();
     let store = tmp.path().join("store");
-    ok(&["import", &s(&store), &s(&crawls[2]), "--to", "/crawls"]);
-    ok(&["search", "update", &s(&store)]);
+    import_and_index(&store, &[&crawls[2]], "/crawls");
     let dir = store.join("search");
     let made = stats(&store, &dir);
     let (unit, marker) = (dir.join("unit"), dir.join("text/left-by-an-earlier-warcfs"));
@@ -622,8 +625,7 @@ fn an_update_that_removes_killed_at_each_commit_is_finished_by_the_next() {
     let rows = |j: &serde_json::Value, t: &str| j["catalog_tables"][t]["rows"].as_u64().unwrap_or(0);
     for point in ["search_deletions_committed", "search_text_committed", "search_round_committed"] {
         let store = tmp.path().join(point);
-        ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[1]), "--to", "/crawls"]);
-        ok(&["search", "update", &s(&store)]);
+        import_and_index(&store, &[&crawls[0], &crawls[1]], "/crawls");
         let first = format!("/crawls/{}", crawls[0].file_name().unwrap().to_str().unwrap());
         ok(&["rm", &s(&store), &first]);
         let r = run_env(&["search", "update", &s(&store)], &[("WARCFS_CRASH_AT", &format!("{point}:1"))]);
@@ -709,8 +711,7 @@ fn a_first_update_leaves_its_catalog_compacted() {
     let tmp = TempDir::new().unwrap();
     let crawls = crawl_files();
     let store = tmp.path().join("store");
-    ok(&["import", &s(&store), &s(&crawls[0]), &s(&crawls[1]), "--to", "/crawls"]);
-    ok(&["search", "update", &s(&store)]);
+    import_and_index(&store, &[&crawls[0], &crawls[1]], "/crawls");
     let tables = |db: &rocksdb::DB| db.property_int_value("rocksdb.total-sst-files-size").unwrap().unwrap();
     let db_path = store.join("search/db");
     let (before, after) = {

@@ -15,8 +15,8 @@
 //! | `V`, `R`, `Q`, `H` | | a text's fragments, a fragment's texts, its count, its id (`build`) |
 //!
 //! Text and fragment ids are numbered from 1 as they are met (`Counters`): small, so the keys
-//! and lists that hold them cost little. A `P`, `D` or `S` row whose text is gone (no `T` row)
-//! is stale: read as absent. The captures of a WACZ's WARCs are at those WARCs' paths in
+//! and lists that hold them cost little. A `P` or `D` row whose text is gone (no `T` row) is stale:
+//! read as absent (an `S` row goes with its `T` row). The captures of a WACZ's WARCs are at those WARCs' paths in
 //! `/.warcfs/wacz/` and their offsets there (`places_of`); its `F` row names the WACZ.
 
 use std::path::{Path, PathBuf};
@@ -48,15 +48,16 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    /// A text or fragment held before is gone.
+    pub(crate) fn lose_one(&mut self) {
+        self.held = self.held.saturating_sub(1);
+        self.gone += 1;
+    }
+
     pub(crate) fn put(&self, batch: &mut WriteBatch) {
         let v: Vec<u8> = [self.next_tid, self.next_fid, self.held, self.gone].iter().flat_map(|n| n.to_be_bytes()).collect();
         batch.put(b"N", v);
     }
-}
-
-/// A u64 big-endian at the start of `v`.
-pub(crate) fn u64_at(v: &[u8]) -> Option<u64> {
-    v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes)
 }
 
 /// A list of ids as a `V` row holds it: each one's difference from the one before (zigzag,
@@ -203,19 +204,19 @@ impl Catalog {
 
     /// The text `tid`'s row: its captures and identity.
     pub(crate) fn text(&self, tid: u64) -> Result<Option<(u64, Sha)>> {
-        Ok(self.get(&key(b'T', &[&tid.to_be_bytes()]))?.and_then(|v| Some((u64_at(&v)?, v.get(8..24)?.try_into().ok()?))))
+        Ok(self.get(&key(b'T', &[&tid.to_be_bytes()]))?.and_then(|v| Some((crate::index::id_of(&v)?, v.get(8..24)?.try_into().ok()?))))
     }
 
     /// The tid a `P`, `D` or `S` row names, if its text is still there.
     pub(crate) fn live_tid(&self, k: &[u8]) -> Result<Option<u64>> {
-        let Some(tid) = self.get(k)?.as_deref().and_then(u64_at) else { return Ok(None) };
+        let Some(tid) = self.get(k)?.as_deref().and_then(crate::index::id_of) else { return Ok(None) };
         Ok(self.text(tid)?.map(|_| tid))
     }
 
     /// The counters (a new catalog's: ids from 1).
     pub(crate) fn counters(&self) -> Result<Counters> {
         let v = self.get(b"N")?.unwrap_or_default();
-        let n = |i: usize| v.get(i * 8..).and_then(u64_at);
+        let n = |i: usize| v.get(i * 8..).and_then(crate::index::id_of);
         Ok(Counters { next_tid: n(0).unwrap_or(1), next_fid: n(1).unwrap_or(1), held: n(2).unwrap_or(0), gone: n(3).unwrap_or(0) })
     }
 

@@ -6,7 +6,9 @@ use rocksdb::WriteBatch;
 use tantivy::Term;
 
 use super::{Round, Unit};
-use crate::search::catalog::{key, u64_at, Catalog};
+use crate::index::id_of;
+use crate::search::catalog::{key, Catalog};
+use crate::search::waiting;
 use crate::search::{Result, SearchError};
 
 impl Round<'_> {
@@ -51,10 +53,8 @@ impl Round<'_> {
                 // (Its `P` and `D` rows are left, naming a text gone: nothing finds them
                 // from it.)
                 if !new {
-                    for c in [&mut early_ids, &mut self.ids] {
-                        c.held = c.held.saturating_sub(1);
-                        c.gone += 1;
-                    }
+                    early_ids.lose_one();
+                    self.ids.lose_one();
                 }
                 self.done.documents_deleted += 1;
             }
@@ -77,7 +77,7 @@ impl Round<'_> {
         for (&fid, &delta) in &self.frag_refs {
             let k = key(b'Q', &[&fid.to_be_bytes()]);
             let (now, new) = match (self.cat.get(&k)?, self.new_frags.get(&fid)) {
-                (Some(v), _) => (u64_at(&v).unwrap_or(0) as i64, None),
+                (Some(v), _) => (id_of(&v).unwrap_or(0) as i64, None),
                 (None, Some(sha)) => (0, Some(*sha)),
                 // A fragment whose row is gone already (a killed update's deletions, done
                 // again): its document's deletion may not have committed.
@@ -94,10 +94,8 @@ impl Round<'_> {
                 // Its `H` row is left, naming a fragment gone (read as absent): a fragment's
                 // identity is kept once, and only that row holds it.
                 if new.is_none() {
-                    for c in [&mut early_ids, &mut self.ids] {
-                        c.held = c.held.saturating_sub(1);
-                        c.gone += 1;
-                    }
+                    early_ids.lose_one();
+                    self.ids.lose_one();
                 }
             } else {
                 self.batch.put(&k, ((now + delta) as u64).to_be_bytes());
@@ -107,11 +105,9 @@ impl Round<'_> {
                 }
             }
         }
-        if !early.is_empty() {
-            early_ids.put(&mut early);
-        }
         self.ids.put(&mut self.batch);
         if !early.is_empty() {
+            early_ids.put(&mut early);
             self.cat.write(early)?;
             crate::failpoint::crash_at("search_deletions_committed");
         }
@@ -144,23 +140,23 @@ impl Round<'_> {
             match self.digests.get(&digest) {
                 Some(&tid) => self.capture(tid, &path, offset, &row)?,
                 None => {
-                    super::super::waiting::put(&mut self.batch, &digest, &path, offset, &row);
+                    waiting::put(&mut self.batch, &digest, &path, offset, &row);
                     delta += 1;
                 }
             }
         }
         // (Only rows written before can wait for these: the round's own are settled above.)
-        let found: Vec<(String, u64)> = match super::super::waiting::count(self.cat)? {
+        let found: Vec<(String, u64)> = match waiting::count(self.cat)? {
             0 => Vec::new(),
             _ => self.digests.iter().map(|(d, &t)| (d.clone(), t)).collect(),
         };
         for (digest, tid) in found {
-            for (path, offset, row) in super::super::waiting::take_of_digest(self.cat, &mut self.batch, &digest)? {
+            for (path, offset, row) in waiting::take_of_digest(self.cat, &mut self.batch, &digest)? {
                 delta -= 1;
                 self.capture(tid, &path, offset, &row)?;
             }
         }
-        super::super::waiting::count_by(self.cat, &mut self.batch, delta)
+        waiting::count_by(self.cat, &mut self.batch, delta)
     }
 }
 
@@ -181,7 +177,7 @@ pub(super) fn sweep(cat: &Catalog, stop: &dyn Fn() -> bool) -> Result<()> {
             break;
         }
         cat.scan(&[table], &mut |k, v| {
-            let held = match u64_at(v) {
+            let held = match id_of(v) {
                 Some(id) => cat.get(&key(of, &[&id.to_be_bytes()]))?.is_some(),
                 None => false,
             };

@@ -1,10 +1,11 @@
 //! A text's and a fragment's documents, and their ids: numbered as they are met, an identity
 //! (16 bytes of SHA-256) found again by its `S` or `H` row.
 
-use tantivy::{IndexWriter, TantivyDocument, Term};
+use tantivy::{TantivyDocument, Term};
 
 use super::{sha, Round, Unit};
-use crate::search::catalog::{ids_bytes, ids_of, key, sha_of, u64_at, Sha};
+use crate::index::id_of;
+use crate::search::catalog::{ids_bytes, ids_of, key, sha_of, Sha};
 use crate::search::extract::Text;
 use crate::search::{Result, SearchError};
 
@@ -27,32 +28,29 @@ impl Round<'_> {
         self.ids.next_tid - 1
     }
 
+    /// A new text: one document (its title, and its body unless it is cut into fragments,
+    /// `add_fragments`). (A text added by a killed update whose rows did not commit: one
+    /// document still, deleted by its id first.)
     pub(super) fn add_document(&mut self, tid: u64, tsha: Sha, text: &Text) -> Result<()> {
-        if self.unit == Unit::Fragments {
-            return self.add_fragments(tid, tsha, text);
-        }
         let mut doc = TantivyDocument::default();
         doc.add_u64(self.fields.tid, tid);
         doc.add_text(self.fields.title, &text.title);
-        doc.add_text(self.fields.body, &text.body);
-        // (A text added by a killed update whose rows did not commit: one document still.)
+        if self.unit != Unit::Fragments {
+            doc.add_text(self.fields.body, &text.body);
+        }
         self.writer.delete_term(Term::from_field_u64(self.fields.tid, tid));
         self.writer.add_document(doc).map_err(|err| SearchError::Text { path: "(add)".into(), err })?;
-        self.new_texts.insert(tid, tsha);
         self.done.documents_added += 1;
+        if self.unit == Unit::Fragments {
+            self.add_fragments(tid, text)?;
+        }
+        self.new_texts.insert(tid, tsha);
         Ok(())
     }
 
-    /// A new text as fragments: its title a document, each of its fragments not indexed yet
-    /// a document, and its list of fragments (`V`), each fragment's texts (`R`).
-    pub(super) fn add_fragments(&mut self, tid: u64, tsha: Sha, text: &Text) -> Result<()> {
-        let add = |w: &mut IndexWriter, doc: TantivyDocument| w.add_document(doc).map_err(|err| SearchError::Text { path: "(add)".into(), err });
-        let mut doc = TantivyDocument::default();
-        doc.add_u64(self.fields.tid, tid);
-        doc.add_text(self.fields.title, &text.title);
-        self.writer.delete_term(Term::from_field_u64(self.fields.tid, tid));
-        add(self.writer, doc)?;
-        self.done.documents_added += 1;
+    /// A new text's fragments: each one not indexed yet a document, and its list of
+    /// fragments (`V`), each fragment's texts (`R`).
+    fn add_fragments(&mut self, tid: u64, text: &Text) -> Result<()> {
         let analyzer = self.analyzer.as_mut().expect("an analyzer for fragments");
         let (cuts, tokens) = crate::search::fragments::cut(&text.body, analyzer);
         let mut fids: Vec<u64> = Vec::with_capacity(cuts.len());
@@ -68,7 +66,7 @@ impl Round<'_> {
                 doc.add_u64(self.fields.fid, fid);
                 doc.add_text(self.fields.body, body);
                 self.writer.delete_term(Term::from_field_u64(self.fields.fid, fid));
-                add(self.writer, doc)?;
+                self.writer.add_document(doc).map_err(|err| SearchError::Text { path: "(add)".into(), err })?;
                 self.done.documents_added += 1;
             }
             *self.frag_refs.entry(fid).or_default() += 1;
@@ -78,7 +76,6 @@ impl Round<'_> {
         ids_bytes(&fids, &mut v);
         self.batch.put(key(b'V', &[&tid.to_be_bytes()]), v);
         self.text_frags.insert(tid, fids);
-        self.new_texts.insert(tid, tsha);
         Ok(())
     }
 
@@ -89,7 +86,7 @@ impl Round<'_> {
             return Ok((f, false));
         }
         let sha = sha_of(fsha);
-        let had = self.cat.get(&key(b'H', &[&sha]))?.as_deref().and_then(u64_at);
+        let had = self.cat.get(&key(b'H', &[&sha]))?.as_deref().and_then(id_of);
         let held = match had {
             Some(f) => self.cat.get(&key(b'Q', &[&f.to_be_bytes()]))?.is_some(),
             None => false,
