@@ -106,3 +106,34 @@ fn damaged_corrections_are_errors_never_panics() {
         let _ = get_section(&body[..(x as usize) % body.len()], &plain, 0, plain.len(), &[], &mut Vec::new());
     }
 }
+
+#[test]
+fn the_chains_numbering_starts_over_before_it_overflows() {
+    let plain = real_text();
+    let d = zlib_with(&plain, 9, 0, 8);
+    let p = record(&d, &plain).unwrap();
+    let (bytes, _) = section(&plain, 0, 0, plain.len(), &p.blocks, &p.matches).unwrap();
+    // A section of other text, then this one, numbered on (numbers only ever go up): so
+    // that this one's last number is the last there is; so that this one would pass it (the
+    // tables are cleared and the numbering starts again); and low. Each time it reads back
+    // as zlib wrote it, no link the other section left taken for its own.
+    let other = plain[50_000..150_000].to_vec();
+    let po = record(&zlib_with(&other, 9, 0, 8), &other).unwrap();
+    let n = plain.len() as u32;
+    for (start, then) in [(u32::MAX - 3_000_000, u32::MAX - 1 - n), (u32::MAX - 3_000_000, u32::MAX - n / 2), (5, 0)] {
+        // (Numbers set back as a fresh thread's: its tables hold nothing yet.)
+        TABLES.with(|t| {
+            let mut t = t.borrow_mut();
+            t.head.fill(0);
+            t.next = start;
+        });
+        section(&other, 0, 0, other.len(), &po.blocks, &po.matches).expect("other text predicted");
+        TABLES.with(|t| {
+            let mut t = t.borrow_mut();
+            t.next = t.next.max(then);
+        });
+        let mut back = Vec::new();
+        get_section(&bytes[PREDICTED_MARK.len()..], &plain, 0, plain.len(), &p.blocks, &mut back).unwrap();
+        assert_eq!(back, p.matches, "numbered from {start}, then {then}");
+    }
+}

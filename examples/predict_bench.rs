@@ -1,0 +1,66 @@
+//! Times the decoding of recorded deflate parses in the two forms a store keeps them in: the
+//! ranked form (`init --parses fast`) and the predicted one (`--parses compact`), on one
+//! thread, over every gzip member of the files given.
+//!
+//! `cargo run --release --example predict_bench -- FILE.warc.gz...` (`REPS` rounds, 3 by
+//! default; `FORM=ranked` or `FORM=predicted` times one form alone, for perf).
+use std::time::Instant;
+use warcfs::format::{deflate, gzip};
+
+fn find(h: &[u8], n: &[u8]) -> Option<usize> {
+    h.windows(n.len()).position(|w| w == n)
+}
+
+/// Picks one form of an item's parse.
+type Pick = fn(&Item) -> &deflate::Stored;
+
+struct Item {
+    plain: Vec<u8>,
+    ranked: deflate::Stored,
+    predicted: deflate::Stored,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let reps: usize = std::env::var("REPS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
+    let form = std::env::var("FORM").unwrap_or_default();
+    let mut items = Vec::new();
+    for f in &args {
+        let data = std::fs::read(f).unwrap();
+        let mut plain = Vec::new();
+        for r in gzip::split(&data, &mut plain) {
+            let gzip::Region::Member(m) = r else { continue };
+            let d0 = m.start as usize + m.header_len;
+            let d = &data[d0..d0 + m.deflate_len as usize];
+            let p = plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize].to_vec();
+            let Ok(parse) = deflate::record(d, &p) else { continue };
+            // The payload's start (after the WARC and HTTP headers), and 4 KiB into it.
+            let base = find(&p, b"\r\n\r\n").and_then(|a| find(&p[a + 4..], b"\r\n\r\n").map(|b| a + 4 + b + 4)).unwrap_or(0);
+            let cut = |predicted| deflate::Cut { at: (base + 4096).min(p.len()), base, predicted };
+            let (ranked, _) = deflate::encode_read_back_at(&parse, &p, Some(cut(false)), false).unwrap();
+            let (predicted, _) = deflate::encode_read_back_at(&parse, &p, Some(cut(true)), false).unwrap();
+            items.push(Item { plain: p, ranked, predicted });
+        }
+    }
+    let total: usize = items.iter().map(|i| i.plain.len()).sum();
+    let size = |f: Pick| items.iter().map(|i| f(i).prefix.len() + f(i).tail.as_ref().map_or(0, Vec::len)).sum::<usize>();
+    let z = |f: Pick| zstd::bulk::compress(&items.iter().flat_map(|i| [f(i).prefix.clone(), f(i).tail.clone().unwrap_or_default()]).flatten().collect::<Vec<u8>>(), 19).unwrap().len();
+    println!("zstd -19: ranked {} B, predicted {} B", z(|i| &i.ranked), z(|i| &i.predicted));
+    println!("{} members, {:.1} MB of text; parses: ranked {} B, predicted {} B (before compression)", items.len(), total as f64 / 1e6, size(|i| &i.ranked), size(|i| &i.predicted));
+    let forms: [(&str, Pick); 2] = [("ranked", |i| &i.ranked), ("predicted", |i| &i.predicted)];
+    for (name, pick) in forms {
+        if !form.is_empty() && form != name {
+            continue;
+        }
+        let mut best = f64::MAX;
+        for _ in 0..reps {
+            let t = Instant::now();
+            for i in &items {
+                let s = pick(i);
+                std::hint::black_box(deflate::decode(&s.prefix, s.tail.as_deref(), &i.plain).unwrap());
+            }
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        println!("{name:9} decode {:.0} MB/s of text (best of {reps})", total as f64 / 1e6 / best);
+    }
+}
