@@ -44,8 +44,8 @@ pub enum Parses {
     #[default]
     Fast,
     /// zlib's own search, cut short, and where it must be corrected (version 12;
-    /// `format::deflate`): a fifth of the parse bytes, but a member rebuilds at about a
-    /// third of the speed and imports take about 1.8 times as long; and gc settles at zstd
+    /// `format::deflate`): a fifth of the parse bytes, but a member rebuilds at about
+    /// two fifths of the speed and imports take about 1.5 times as long; and gc settles at zstd
     /// level 15 rather than 9 (`maint::settle::COMPACT_LEVEL`), about 6 times gc's time. For
     /// stores written once and read seldom.
     Compact,
