@@ -3,7 +3,8 @@
 //! thread, over every gzip member of the files given.
 //!
 //! `cargo run --release --example predict_bench -- FILE.warc.gz...` (`REPS` rounds, 3 by
-//! default; `FORM=ranked` or `FORM=predicted` times one form alone, for perf).
+//! default; `FORM=ranked` or `FORM=predicted` times one form alone, for perf; `SIZES=1` also
+//! gives both forms' sizes at zstd level 19).
 use std::time::Instant;
 use warcfs::format::{deflate, gzip};
 
@@ -25,6 +26,8 @@ fn main() {
     let reps: usize = std::env::var("REPS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
     let form = std::env::var("FORM").unwrap_or_default();
     let mut items = Vec::new();
+    // Seconds spent encoding (and proving) each form, as ingest does.
+    let mut encode = [0f64; 2];
     for f in &args {
         let data = std::fs::read(f).unwrap();
         let mut plain = Vec::new();
@@ -37,16 +40,23 @@ fn main() {
             // The payload's start (after the WARC and HTTP headers), and 4 KiB into it.
             let base = find(&p, b"\r\n\r\n").and_then(|a| find(&p[a + 4..], b"\r\n\r\n").map(|b| a + 4 + b + 4)).unwrap_or(0);
             let cut = |predicted| deflate::Cut { at: (base + 4096).min(p.len()), base, predicted };
+            let t = Instant::now();
             let (ranked, _) = deflate::encode_read_back_at(&parse, &p, Some(cut(false)), false).unwrap();
+            encode[0] += t.elapsed().as_secs_f64();
+            let t = Instant::now();
             let (predicted, _) = deflate::encode_read_back_at(&parse, &p, Some(cut(true)), false).unwrap();
+            encode[1] += t.elapsed().as_secs_f64();
             items.push(Item { plain: p, ranked, predicted });
         }
     }
     let total: usize = items.iter().map(|i| i.plain.len()).sum();
     let size = |f: Pick| items.iter().map(|i| f(i).prefix.len() + f(i).tail.as_ref().map_or(0, Vec::len)).sum::<usize>();
     let z = |f: Pick| zstd::bulk::compress(&items.iter().flat_map(|i| [f(i).prefix.clone(), f(i).tail.clone().unwrap_or_default()]).flatten().collect::<Vec<u8>>(), 19).unwrap().len();
-    println!("zstd -19: ranked {} B, predicted {} B", z(|i| &i.ranked), z(|i| &i.predicted));
+    if std::env::var_os("SIZES").is_some() {
+        println!("zstd -19: ranked {} B, predicted {} B", z(|i| &i.ranked), z(|i| &i.predicted));
+    }
     println!("{} members, {:.1} MB of text; parses: ranked {} B, predicted {} B (before compression)", items.len(), total as f64 / 1e6, size(|i| &i.ranked), size(|i| &i.predicted));
+    println!("encode: ranked {:.0} MB/s, predicted {:.0} MB/s of text (once)", total as f64 / 1e6 / encode[0], total as f64 / 1e6 / encode[1]);
     let forms: [(&str, Pick); 2] = [("ranked", |i| &i.ranked), ("predicted", |i| &i.predicted)];
     for (name, pick) in forms {
         if !form.is_empty() && form != name {
