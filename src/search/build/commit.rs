@@ -198,5 +198,9 @@ pub(super) fn sweep(cat: &Catalog, stop: &dyn Fn() -> bool) -> Result<()> {
         ids.gone = 0;
         ids.put(&mut batch);
     }
+    // (A sweep stopped with nothing left to delete writes nothing: a synced write costs.)
+    if batch.is_empty() {
+        return Ok(());
+    }
     cat.write(batch)
 }
