@@ -6,11 +6,9 @@
 //! default; `FORM=ranked` or `FORM=predicted` times one form alone, for perf; `SIZES=1` also
 //! gives both forms' sizes at zstd level 19).
 use std::time::Instant;
-use warcfs::format::{deflate, gzip};
+use warcfs::format::deflate;
 
-fn find(h: &[u8], n: &[u8]) -> Option<usize> {
-    h.windows(n.len()).position(|w| w == n)
-}
+mod common;
 
 /// Picks one form of an item's parse.
 type Pick = fn(&Item) -> &deflate::Stored;
@@ -28,26 +26,18 @@ fn main() {
     let mut items = Vec::new();
     // Seconds spent encoding (and proving) each form, as ingest does.
     let mut encode = [0f64; 2];
-    for f in &args {
-        let data = std::fs::read(f).unwrap();
-        let mut plain = Vec::new();
-        for r in gzip::split(&data, &mut plain) {
-            let gzip::Region::Member(m) = r else { continue };
-            let d0 = m.start as usize + m.header_len;
-            let d = &data[d0..d0 + m.deflate_len as usize];
-            let p = plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize].to_vec();
-            let Ok(parse) = deflate::record(d, &p) else { continue };
-            // The payload's start (after the WARC and HTTP headers), and 4 KiB into it.
-            let base = find(&p, b"\r\n\r\n").and_then(|a| find(&p[a + 4..], b"\r\n\r\n").map(|b| a + 4 + b + 4)).unwrap_or(0);
-            let cut = |predicted| deflate::Cut { at: (base + 4096).min(p.len()), base, predicted };
-            let t = Instant::now();
-            let (ranked, _) = deflate::encode_read_back_at(&parse, &p, Some(cut(false)), false).unwrap();
-            encode[0] += t.elapsed().as_secs_f64();
-            let t = Instant::now();
-            let (predicted, _) = deflate::encode_read_back_at(&parse, &p, Some(cut(true)), false).unwrap();
-            encode[1] += t.elapsed().as_secs_f64();
-            items.push(Item { plain: p, ranked, predicted });
-        }
+    for m in common::members(&args) {
+        let p = m.plain;
+        // The payload's start, and 4 KiB into it: where ingest cuts.
+        let base = common::payload_start(&p).unwrap_or(0);
+        let cut = |predicted| deflate::Cut { at: (base + 4096).min(p.len()), base, predicted };
+        let t = Instant::now();
+        let (ranked, _) = deflate::encode_read_back_at(&m.parse, &p, Some(cut(false)), false).unwrap();
+        encode[0] += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let (predicted, _) = deflate::encode_read_back_at(&m.parse, &p, Some(cut(true)), false).unwrap();
+        encode[1] += t.elapsed().as_secs_f64();
+        items.push(Item { plain: p, ranked, predicted });
     }
     let total: usize = items.iter().map(|i| i.plain.len()).sum();
     let size = |f: Pick| items.iter().map(|i| f(i).prefix.len() + f(i).tail.as_ref().map_or(0, Vec::len)).sum::<usize>();

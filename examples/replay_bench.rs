@@ -1,23 +1,18 @@
 use std::time::Instant;
-use warcfs::format::{deflate, gzip};
-fn find(h: &[u8], n: &[u8]) -> Option<usize> { h.windows(n.len()).position(|w| w == n) }
+use warcfs::format::deflate;
+
+mod common;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut items = Vec::new();
-    for f in &args {
-        let data = std::fs::read(f).unwrap();
-        let mut plain = Vec::new();
-        for r in gzip::split(&data, &mut plain) {
-            let gzip::Region::Member(m) = r else { continue };
-            let d0 = m.start as usize + m.header_len;
-            let d = &data[d0..d0 + m.deflate_len as usize];
-            let p = plain[m.plain_start as usize..(m.plain_start + m.plain_len) as usize].to_vec();
-            let parse = deflate::record(d, &p).unwrap();
-            let cut = find(&p, b"\r\n\r\n").and_then(|a| find(&p[a + 4..], b"\r\n\r\n").map(|b| a + 4 + b + 4)).map(|c| c + 4096);
-            let s = deflate::encode(&parse, &p, cut, true);
-            items.push((p, s, d.len()));
-        }
-    }
+    let items: Vec<_> = common::members(&args)
+        .into_iter()
+        .map(|m| {
+            let cut = common::payload_start(&m.plain).map(|c| c + 4096);
+            let s = deflate::encode(&m.parse, &m.plain, cut, true);
+            (m.plain, s, m.deflate_len)
+        })
+        .collect();
     let total: usize = items.iter().map(|i| i.0.len()).sum();
     let t = Instant::now();
     let mut out = Vec::new();
