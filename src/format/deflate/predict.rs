@@ -291,23 +291,29 @@ fn stored_ranges(blocks: &[Block]) -> Vec<(u32, u32)> {
 /// The corrections that make the cut loop give `matches` (the recorded parse of the
 /// section), or an error if zlib at `lvl` cannot have written them.
 fn corrections(sec: Section, matches: &[Match], lvl: Level, cheap: usize, budget: usize) -> Result<Vec<Correction>> {
-    let mut at = vec![0u32; sec.to - sec.from];
-    for (i, m) in matches.iter().enumerate() {
-        let p = (m.pos as usize).checked_sub(sec.from).filter(|&p| p < at.len()).ok_or(ParseError::Unsupported("match outside its section"))?;
-        if at[p] != 0 {
-            return Err(ParseError::Unsupported("matches out of order"));
-        }
-        at[p] = i as u32 + 1;
+    if matches.iter().any(|m| (m.pos as usize) < sec.from || (m.pos as usize) >= sec.to) {
+        return Err(ParseError::Unsupported("match outside its section"));
+    }
+    if matches.windows(2).any(|w| w[1].pos <= w[0].pos) {
+        return Err(ParseError::Unsupported("matches out of order"));
     }
     let stored = sec.stored;
+    // The loop asks of positions in order, each step of s - 1 (with a match pending), s and
+    // s + 1, so no ask goes back more than one position from the last: a cursor at the first
+    // match starting at or after the last ask's position less one finds every answer, with
+    // no table of the section's positions (4 bytes a byte of text, whatever the member's size).
+    let next = std::cell::Cell::new(0usize);
     let want = move |p: usize| -> Want {
-        match at.get(p - sec.from).copied().unwrap_or(0) {
-            0 if stored.get(stored.partition_point(|r| r.1 as usize <= p)).is_some_and(|r| r.0 as usize <= p) => Want::Any,
-            0 => Want::Literal,
-            i => {
-                let m = matches[i as usize - 1];
-                Want::Match(m.len, m.dist)
-            }
+        let mut i = next.get();
+        while matches.get(i).is_some_and(|m| (m.pos as usize) + 1 < p) {
+            i += 1;
+        }
+        next.set(i);
+        // (The match before p, if i is it, ends at p + 2 or later: the next starts past p.)
+        match matches.get(i).filter(|m| m.pos as usize == p) {
+            Some(m) => Want::Match(m.len, m.dist),
+            None if stored.get(stored.partition_point(|r| r.1 as usize <= p)).is_some_and(|r| r.0 as usize <= p) => Want::Any,
+            None => Want::Literal,
         }
     };
     let (got, made) = run(sec, lvl, cheap, Fixes::Choose { want: Box::new(want), budget })?;
