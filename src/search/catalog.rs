@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
 
 use super::{Result, SearchError};
+use crate::index::id_of;
 
 /// A text's, fragment's or payload's identity in the catalog: the first 16 bytes of its
 /// SHA-256. At 128 bits, two of 10^11 (a store of tens of billions of captures) share one by
@@ -204,19 +205,19 @@ impl Catalog {
 
     /// The text `tid`'s row: its captures and identity.
     pub(crate) fn text(&self, tid: u64) -> Result<Option<(u64, Sha)>> {
-        Ok(self.get(&key(b'T', &[&tid.to_be_bytes()]))?.and_then(|v| Some((crate::index::id_of(&v)?, v.get(8..24)?.try_into().ok()?))))
+        Ok(self.get(&key(b'T', &[&tid.to_be_bytes()]))?.and_then(|v| Some((id_of(&v)?, v.get(8..24)?.try_into().ok()?))))
     }
 
     /// The tid a `P`, `D` or `S` row names, if its text is still there.
     pub(crate) fn live_tid(&self, k: &[u8]) -> Result<Option<u64>> {
-        let Some(tid) = self.get(k)?.as_deref().and_then(crate::index::id_of) else { return Ok(None) };
+        let Some(tid) = self.get(k)?.as_deref().and_then(id_of) else { return Ok(None) };
         Ok(self.text(tid)?.map(|_| tid))
     }
 
     /// The counters (a new catalog's: ids from 1).
     pub(crate) fn counters(&self) -> Result<Counters> {
         let v = self.get(b"N")?.unwrap_or_default();
-        let n = |i: usize| v.get(i * 8..).and_then(crate::index::id_of);
+        let n = |i: usize| v.get(i * 8..).and_then(id_of);
         Ok(Counters { next_tid: n(0).unwrap_or(1), next_fid: n(1).unwrap_or(1), held: n(2).unwrap_or(0), gone: n(3).unwrap_or(0) })
     }
 

@@ -35,6 +35,12 @@ const HSIZE: usize = 1 << HASH_BITS;
 const HMASK: usize = HSIZE - 1;
 const PMASK: usize = WSIZE - 1;
 
+/// zlib's hash of a position's three bytes (`UPDATE_HASH` at memLevel 8).
+#[inline(always)]
+fn zlib_hash(w: &[u8]) -> usize {
+    (((w[0] as usize) << 10) ^ ((w[1] as usize) << 5) ^ w[2] as usize) & HMASK
+}
+
 /// zlib's hash chains over the text from `origin` on. Position `p` is numbered `base + (p -
 /// origin)`, so a section's chains (and so its stored form) follow from the text after
 /// `origin` alone, wherever that text sits in its member. A number at most `base` is no
@@ -68,8 +74,7 @@ impl<'a> Chains<'a> {
 
     #[inline(always)]
     fn hash(&self, pos: usize) -> usize {
-        let w = &self.text[pos..pos + 3];
-        (((w[0] as usize) << 10) ^ ((w[1] as usize) << 5) ^ w[2] as usize) & HMASK
+        zlib_hash(&self.text[pos..pos + 3])
     }
 
     #[inline(always)]
@@ -80,7 +85,13 @@ impl<'a> Chains<'a> {
     /// The position a chain's number stands for, if any.
     #[inline(always)]
     fn position(&self, v: u32) -> Option<usize> {
-        (v > self.base).then(|| (v - self.base) as usize + self.origin)
+        (v > self.base).then(|| self.at(v))
+    }
+
+    /// The position of a number that stands for one.
+    #[inline(always)]
+    fn at(&self, v: u32) -> usize {
+        (v - self.base) as usize + self.origin
     }
 
     /// The least number a search from `pos` may walk to: numbers below it are no position,
@@ -108,7 +119,7 @@ impl<'a> Chains<'a> {
         }
         let t = &self.text[from..to + 2];
         for (v, w) in (self.number(from)..).zip(t.windows(3)) {
-            let h = (((w[0] as usize) << 10) ^ ((w[1] as usize) << 5) ^ w[2] as usize) & HMASK;
+            let h = zlib_hash(w);
             self.prev[v as usize & PMASK] = std::mem::replace(&mut self.head[h], v);
         }
     }
@@ -133,10 +144,9 @@ impl<'a> Chains<'a> {
         // The walk goes by the chains' numbers, so that each link costs one load: a number
         // below `lim` is no position or lies beyond the window.
         let lim = self.window_floor(pos);
-        let off = self.origin.wrapping_sub(self.base as usize);
         let mut cv = self.number(cur);
         loop {
-            let cur = (cv as usize).wrapping_add(off);
+            let cur = self.at(cv);
             let c = &t[cur..cur + cap];
             if pair(c, best - 1) == last && pair(c, 0) == first {
                 let l = extension(t, pos, pos - cur, cap);
@@ -164,7 +174,6 @@ impl<'a> Chains<'a> {
     /// links and the window.
     fn reaching(&self, pos: usize, head: usize, len: usize) -> impl Iterator<Item = usize> + '_ {
         let lim = self.window_floor(pos);
-        let off = self.origin.wrapping_sub(self.base as usize);
         let mut cur = Some(self.number(head)).filter(|&v| v >= lim);
         let mut links = 0;
         std::iter::from_fn(move || {
@@ -172,7 +181,7 @@ impl<'a> Chains<'a> {
                 links += 1;
                 let next = self.prev[cv as usize & PMASK];
                 cur = (links < RANK_LIMIT && next >= lim).then_some(next);
-                let c = (cv as usize).wrapping_add(off);
+                let c = self.at(cv);
                 let t = self.text;
                 // Its last byte first: most candidates fail there (len is at least 3).
                 if t[c + len - 1] == t[pos + len - 1] && extension(t, pos, pos - c, len) == len {
