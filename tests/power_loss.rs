@@ -1,5 +1,5 @@
-//! Power loss at every durability point of import, a mount's writes, gc (making deltas too)
-//! and snapshot.
+//! Power loss at every durability point of import, a mount's writes, gc (making deltas and
+//! rewriting parses too) and snapshot.
 //!
 //! Each process runs with `WARCFS_POWER_CUT=1` and `WARCFS_CRASH_AT=POINT:K`: at the K-th
 //! pass through POINT it undoes on the disk every write it made that no fsync of the file
@@ -211,6 +211,38 @@ fn gc_making_deltas_loses_nothing_at_a_power_cut() {
         assert!(r.ok(), "{ctx}, then gc: {}", r.describe());
         all_exact(&store, &expected, &ctx);
         assert!(num(&stats(&store), "delta_chunks") >= 30, "the later crawl's pages are deltas after a whole gc ({ctx}): {}", stats(&store));
+    }
+}
+
+/// gc rewriting fast parses compact (`init --parses compact-at-gc`), cut at each
+/// durability point of its files' commits and of its own: every file reads back exact and
+/// fsck is clean, whichever files were rewritten; a whole gc after that leaves every parse
+/// compact.
+#[test]
+fn gc_reparsing_loses_nothing_at_a_power_cut() {
+    let real = real_corpus();
+    let tmp = TempDir::new().unwrap();
+    let srcs = vec![real.join("webrecorder-warcio"), real.join("iipc-jwarc"), real.join("webrecorder-pywb")];
+    let expected = expected_files(&srcs, "/r");
+    let mut compact = None;
+    let points = [("pack_synced", 1), ("before_commit", 1), ("committed", 1), ("log_synced", 3), ("committed", 4), ("gc_before_index", 1), ("gc_after_index", 1), ("pack_renamed", 1), ("exited", 1)];
+    for (trial, (point, k)) in points.into_iter().enumerate() {
+        let store = tmp.path().join(format!("store{trial}"));
+        ok(&["init", &s(&store), "--parses", "compact-at-gc"]);
+        ok(&[vec!["import".to_string(), s(&store)], srcs.iter().map(|p| s(p)).collect(), vec!["--to".into(), "/r".into()]].concat());
+        let fast = num(&stats(&store), "parse_bytes");
+        assert!(cut(point, k, &args(&["gc", &s(&store)])), "gc did not pass through {point}:{k}");
+        let ctx = format!("power cut in a reparsing gc at {point}:{k}");
+        fsck_clean(&store, &ctx);
+        all_exact(&store, &expected, &ctx);
+        ok(&["gc", &s(&store)]);
+        let r = run(&["fsck", &s(&store), "--deep"]);
+        assert!(r.ok(), "{ctx}, then gc: {}", r.describe());
+        all_exact(&store, &expected, &ctx);
+        // Every file compact after a whole gc, as after a gc never cut.
+        let parse = num(&stats(&store), "parse_bytes");
+        assert!(parse * 2 < fast, "{ctx}: {parse} parse bytes after gc, {fast} before");
+        assert_eq!(*compact.get_or_insert(parse), parse, "{ctx}");
     }
 }
 

@@ -121,7 +121,8 @@ pub enum Cmd {
         /// How gzip members' deflate parses are kept: fast to rebuild, or compact (zlib's
         /// own search replayed and corrected: a fifth of the bytes, rebuilt at a third of the
         /// speed, imported at about half; gc settles at zstd level 15 instead of 9, about 6
-        /// times its time; for stores written once and read seldom).
+        /// times its time; for stores written once and read seldom), or compact-at-gc (fast
+        /// imports and fresh reads, compact once gc has rewritten them: gc takes the time).
         #[arg(long, value_enum, default_value = "fast")]
         parses: crate::store::Parses,
         /// Size a sealed pack grows to, in bytes (default 32 MiB, at least 16 KiB). Small

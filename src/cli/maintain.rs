@@ -65,6 +65,8 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
             "chunks_damaged": rep.chunks_damaged,
             "packs_purged": rep.packs_purged,
             "deltas_made": rep.deltas_made,
+            "files_reparsed": rep.files_reparsed,
+            "files_not_reparsed": rep.files_not_reparsed,
         });
         println!("{v}");
     } else {
@@ -86,6 +88,9 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
             s.settle_level(),
             rep.deltas_made
         );
+        if s.config().compact_at_gc && settle {
+            println!("{} files' gzip parses rewritten compact", rep.files_reparsed);
+        }
         if rep.packs_left_unsettled > 0 {
             let cap = if bucket { format!(", and at most {} on an object store", human(crate::store::SETTLE_REMOTE_BUDGET)) } else { String::new() };
             println!("up to {} packs left to settle by a later gc (one settles at most half of the disk's free room{cap})", rep.packs_left_unsettled);
@@ -97,6 +102,15 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
             "{}: {} chunks (or packs, by their first blob) are damaged: they do not read back intact, do not decode to their digests, or their zstd dictionary is missing or damaged; gc left or copied them as they were and went on with the rest. Run `warcfs fsck {}`",
             store.display(),
             rep.chunks_damaged,
+            store.display()
+        );
+        return Ok(exit::PROBLEMS);
+    }
+    if rep.files_not_reparsed > 0 {
+        eprintln!(
+            "{}: {} files could not be read back to rewrite their parses (damage, named in the log above); gc left them as they were. Run `warcfs fsck {}`",
+            store.display(),
+            rep.files_not_reparsed,
             store.display()
         );
         return Ok(exit::PROBLEMS);

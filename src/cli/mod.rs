@@ -43,16 +43,16 @@ pub fn run(cli: Cli) -> Result<i32> {
     let quiet = cli.quiet;
     match cli.cmd {
         Cmd::Init { store, verify, compression, parses, pack_size, backend: None, .. } => {
-            let config = Config { verify, compression, pack_size, version: parses.version(), ..Config::default() };
+            let config = Config { verify, compression, pack_size, version: parses.version(), compact_at_gc: parses.compact_at_gc(), ..Config::default() };
             Store::init(&store, config)?;
             println!("initialised {} (verify {verify:?}, compression {compression:?}, parses {parses:?})", store.display());
             Ok(exit::OK)
         }
         Cmd::Init { store, verify, compression, parses, pack_size, backend: Some(url), cache_size, writers, node_name } => {
-            if parses == crate::store::Parses::Compact && writers == Some(crate::store::Writers::Several) {
-                anyhow::bail!("--parses compact is for a store one node writes: a store several nodes write keeps its parses in the fast form (format 8)");
+            if parses != crate::store::Parses::Fast && writers == Some(crate::store::Writers::Several) {
+                anyhow::bail!("--parses {} is for a store one node writes: a store several nodes write keeps its parses in the fast form (format 8)", if parses == crate::store::Parses::Compact { "compact" } else { "compact-at-gc" });
             }
-            let config = Config { verify, compression, pack_size, cache_size, version: parses.version(), ..Config::default() };
+            let config = Config { verify, compression, pack_size, cache_size, version: parses.version(), compact_at_gc: parses.compact_at_gc(), ..Config::default() };
             match crate::nodes::init_remote(&store, &url, config, writers, node_name)? {
                 crate::nodes::Joined::Created(s) => {
                     let writes = s.config().node_name.as_ref().map(|n| format!(", writing under /{n}/")).unwrap_or_default();

@@ -49,6 +49,10 @@ pub enum Parses {
     /// level 15 rather than 9 (`maint::settle::COMPACT_LEVEL`), about 6 times gc's time. For
     /// stores written once and read seldom.
     Compact,
+    /// Fast at ingest, compact once gc has run (version 12): imports and reads of files not
+    /// yet gc'd as fast's, the store after gc as small as compact's and read at its speed;
+    /// gc takes the time compact's imports would have.
+    CompactAtGc,
 }
 
 impl Parses {
@@ -56,8 +60,13 @@ impl Parses {
     pub fn version(self) -> u32 {
         match self {
             Parses::Fast => PACKED_V11,
-            Parses::Compact => FORMAT_VERSION,
+            Parses::Compact | Parses::CompactAtGc => FORMAT_VERSION,
         }
+    }
+
+    /// Whether ingest writes the fast form and gc rewrites it compact (`Config::compact_at_gc`).
+    pub fn compact_at_gc(self) -> bool {
+        self == Parses::CompactAtGc
     }
 }
 
@@ -86,6 +95,12 @@ pub struct Config {
     /// the store's root that it writes under (`init --node-name`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
+    /// Ingest keeps gzip members' parses in the fast (ranked) form, and gc rewrites the
+    /// files it finds so in the compact (predicted) form (`init --parses compact-at-gc`, a
+    /// store of version 12: readers take both forms). Absent: ingest writes what the
+    /// version says (a warcfs that does not know this setting writes the compact form).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compact_at_gc: bool,
 }
 
 fn default_pack_size() -> u64 {
@@ -104,6 +119,7 @@ impl Default for Config {
             cache_size: None,
             node: None,
             node_name: None,
+            compact_at_gc: false,
         }
     }
 }

@@ -135,5 +135,8 @@ pub(super) fn misfit(cfg: &Config) -> Option<String> {
     if Writers::of(cfg.version) == Writers::Several && (!bucket || cfg.node.is_none() || cfg.node_name.is_none()) {
         return Some("(several writers) without a back end, node number and node name".into());
     }
+    if cfg.compact_at_gc && !super::predicted_parses(cfg.version) {
+        return Some("with compact_at_gc, which only a store of predicted parses takes (12)".into());
+    }
     None
 }

@@ -80,6 +80,8 @@ pub(in crate::store) struct Ingested {
 }
 
 struct Ctx {
+    /// The parse forms its gzip members may take (`Forms::at_ingest`, or a reparse's).
+    forms: ready::Forms,
     stats: FileStats,
     added: Added,
     /// Whether a member's parse took the longest form (an optimal parser's): the file's
@@ -226,12 +228,22 @@ impl Store {
     /// ingest. The writer is locked inside the unwind: a panic leaves it poisoned, which is
     /// cleared here (what it guards is left as after any failed ingest).
     pub(in crate::store) fn ingest_after<S: Source + ?Sized + Sync>(&self, first: impl FnOnce() -> Result<()>, src: &S, split: Presplit, win: Windows, spare: &Spares) -> Result<Ingested> {
-        let r = crate::store::bug_as_error("ingest", || self.ingest_windows_unguarded(first, src, split, win, spare));
+        self.ingest_in_forms(first, src, split, win, spare, ready::Forms::at_ingest(&self.config))
+    }
+
+    /// Ingests `src` with its members' parses in the forms of the store's format, whatever
+    /// ingest writes (gc's reparse: `maint::reparse`).
+    pub(in crate::store) fn ingest_reparsing<S: Source + ?Sized + Sync>(&self, src: &S) -> Result<Ingested> {
+        self.ingest_in_forms(|| Ok(()), src, Presplit::none(), WINDOWS, &Spares::new(), ready::Forms::of(self.config.version))
+    }
+
+    fn ingest_in_forms<S: Source + ?Sized + Sync>(&self, first: impl FnOnce() -> Result<()>, src: &S, split: Presplit, win: Windows, spare: &Spares, forms: ready::Forms) -> Result<Ingested> {
+        let r = crate::store::bug_as_error("ingest", || self.ingest_windows_unguarded(first, src, split, win, spare, forms));
         self.writer.clear_poison();
         r
     }
 
-    fn ingest_windows_unguarded<'a, 's, S: Source + ?Sized + Sync>(&'a self, first: impl FnOnce() -> Result<()>, src: &'s S, mut split: Presplit, win: Windows, spare: &Spares) -> Result<Ingested> {
+    fn ingest_windows_unguarded<'a, 's, S: Source + ?Sized + Sync>(&'a self, first: impl FnOnce() -> Result<()>, src: &'s S, mut split: Presplit, win: Windows, spare: &Spares, forms: ready::Forms) -> Result<Ingested> {
         // What storing needs, made on this thread while the first windows are split and
         // proven (`windows_ahead`).
         let begin = move || -> Result<MutexGuard<'a, Writer>> {
@@ -247,7 +259,7 @@ impl Store {
             }
             Ok(w)
         };
-        let mut ctx = Ctx { stats: FileStats::default(), added: Added::default(), longest: false, captures: Vec::new(), notes: Vec::new() };
+        let mut ctx = Ctx { forms, stats: FileStats::default(), added: Added::default(), longest: false, captures: Vec::new(), notes: Vec::new() };
         let mut rb = RecipeBuilder::new();
         let total = crate::failpoint::io_error("ingest_start").and_then(|()| src.size()).map_err(io_err)?;
         let win = Windows { bytes: win.bytes.max(1), max_bytes: win.max_bytes.max(win.bytes), plain: win.plain.max(1) };
@@ -298,7 +310,7 @@ impl Store {
             // Finding and inflating the members of a window, and proving their parses, on
             // threads of their own while this one stores the window before.
             let mut arc_mode = false;
-            let forms = ready::Forms::of(self.config.version);
+            let forms = ctx.forms;
             let prepare = |offset, data: Cow<'s, [u8]>, last| {
                 let sw = split.take_for(offset, &data).unwrap_or_else(|| split_window_in(&data, last, win, spare.text.take(plain_room(data.len(), win))));
                 let consumed = sw.consumed;

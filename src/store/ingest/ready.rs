@@ -137,6 +137,12 @@ impl Forms {
         let predicted = crate::store::predicted_parses(version);
         Forms { longest: crate::store::longest_parses(version), predicted, predicted_rare: predicted || version == crate::store::PACKED_V11 }
     }
+
+    /// The forms ingest writes in a store of `config`: its format's, but a store that
+    /// rewrites them at gc (`Config::compact_at_gc`) takes the fast forms of version 11 first.
+    pub(in crate::store) fn at_ingest(config: &crate::store::Config) -> Forms {
+        Forms::of(if config.compact_at_gc { crate::store::PACKED_V11 } else { config.version })
+    }
 }
 
 /// Each member's proof, in member order; None for a member kept raw.

@@ -34,6 +34,11 @@ pub struct GcReport {
     pub packs_purged: u64,
     /// Chunks settled as deltas against a relative (format 9, `delta`).
     pub deltas_made: u64,
+    /// Files whose gzip members' parses were rewritten compact (`reparse`: a store made with
+    /// `--parses compact-at-gc`).
+    pub files_reparsed: u64,
+    /// Files that could not be read back to be reparsed (damage): left as they were.
+    pub files_not_reparsed: u64,
     pub bytes_before: u64,
     pub bytes_after: u64,
 }
@@ -95,6 +100,9 @@ impl Store {
         // them. (A test shortens the wait with the `trash_no_grace` fail point.)
         let grace = if crate::failpoint::armed("trash_no_grace") { std::time::Duration::ZERO } else { crate::bucket::lock::TRASH_GRACE };
         let purged = self.packs.purge_trash(grace).map_err(io_at(&self.root))?;
+        // Fast parses rewritten compact first (each file committed as an ingest is), so that
+        // this pass collects the parses they replace and settles the packs they are in.
+        let reparsed = if settling && self.config.compact_at_gc { Some(self.reparse()?) } else { None };
         let mut ns = self.ns.locked();
         let mut w = self.writer.locked();
         // (It names chunks this pass may collect; ingests wait for the writer meanwhile.)
@@ -104,6 +112,8 @@ impl Store {
         let packs_dir = crate::store::layout::packs(&self.root);
         let sealed = self.packs.sealed_packs().map_err(io_at(&packs_dir))?;
         let mut rep = GcReport { bytes_before: sealed.iter().map(|p| p.1).sum(), ..GcReport::default() };
+        rep.files_reparsed = reparsed.map_or(0, |r| r.files);
+        rep.files_not_reparsed = reparsed.map_or(0, |r| r.damaged);
         // A checkpoint of the namespace first: every earlier log record becomes garbage
         // that this pass collects, so the log stays the size of the namespace.
         self.checkpoint(&mut ns, true)?;
@@ -207,6 +217,9 @@ impl Store {
         // What is settled now, so that the next gc need not ask those packs again.
         let mut marks = Batch::new();
         plan.mark(self, &mut marks);
+        if let Some(r) = reparsed {
+            r.mark(self, &mut marks);
+        }
         if !marks.is_empty() {
             self.index.write(marks)?;
         }
@@ -219,6 +232,9 @@ impl Store {
         self.index.flush_tables()?;
         if rep.chunks_dropped > 0 || !rewrite.is_empty() {
             self.index.compact_chunks();
+        }
+        if rep.files_reparsed > 0 {
+            self.index.compact_recipes();
         }
         rep.bytes_after = self.packs.sealed_packs().map_err(io_at(&packs_dir))?.iter().map(|p| p.1).sum();
         Ok(rep)
