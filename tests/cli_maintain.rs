@@ -304,6 +304,47 @@ fn fsck_and_gc_report_in_json() {
     assert_fsck_clean(&store, false);
 }
 
+/// In a `--parses compact-at-gc` store, a gc whose rewriting of parses fails (here at its
+/// first file's ingest, as a full disk would) still collects, says so and exits 1; every file
+/// reads back, and the next gc rewrites them all, once.
+#[cfg(debug_assertions)]
+#[test]
+fn gc_goes_on_when_rewriting_parses_stops() {
+    let tmp = TempDir::new().unwrap();
+    let store = tmp.path().join("store");
+    let real = real_corpus();
+    ok(&["init", &s(&store), "--parses", "compact-at-gc"]);
+    let srcs = vec![real.join("webrecorder-warcio"), real.join("iipc-jwarc")];
+    ok(&["import", &s(&store), &s(&srcs[0]), &s(&srcs[1]), "--to", "/r"]);
+    ok(&["import", &s(&store), &s(&real.join("webrecorder-pywb")), "--to", "/gone"]);
+    ok(&["rm", &s(&store), "-r", "/gone"]);
+    let gc = |env: &[(&str, &str)]| -> (Run, serde_json::Value) {
+        let r = run_env(&["gc", &s(&store), "--json"], env);
+        let v = serde_json::from_slice(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}", r.describe()));
+        (r, v)
+    };
+    let (r, v) = gc(&[("WARCFS_FAILPOINTS", "ingest_start=1")]);
+    assert_eq!(r.code, Some(1), "{}", r.describe());
+    assert!(r.stderr.contains("rewriting parses stopped"), "{}", r.describe());
+    assert!(v["reparse_stopped"].is_string() && num(&v, "files_reparsed") == 0, "{v}");
+    assert!(num(&v, "chunks_dropped") > 0, "gc collected all the same: {v}");
+    assert_fsck_clean(&store, false);
+    let expected = expected_files(&srcs, "/r");
+    let exact = || {
+        for (p, src) in &expected {
+            let r = ok(&["cat", &s(&store), p]);
+            assert!(r.stdout == fs::read(src).unwrap(), "{p} reads back other than written");
+        }
+    };
+    exact();
+    let (r, v) = gc(&[]);
+    assert!(r.ok() && v["reparse_stopped"].is_null(), "{}", r.describe());
+    assert!(num(&v, "files_reparsed") > 0, "{v}");
+    assert_eq!(num(&gc(&[]).1, "files_reparsed"), 0);
+    assert_fsck_clean(&store, true);
+    exact();
+}
+
 /// `stats --bytes` puts every byte under the store in one category: they add up to what
 /// `du -sb` counts there, each category holds what it should, and the recipe pieces' split
 /// adds up to the pieces' blobs as plain `stats` counts them.

@@ -225,7 +225,7 @@ fn gc_reparsing_loses_nothing_at_a_power_cut() {
     let srcs = vec![real.join("webrecorder-warcio"), real.join("iipc-jwarc"), real.join("webrecorder-pywb")];
     let expected = expected_files(&srcs, "/r");
     let mut compact = None;
-    let points = [("pack_synced", 1), ("before_commit", 1), ("committed", 1), ("log_synced", 3), ("committed", 4), ("gc_before_index", 1), ("gc_after_index", 1), ("pack_renamed", 1), ("exited", 1)];
+    let points = [("pack_synced", 1), ("before_commit", 1), ("committed", 1), ("log_synced", 3), ("committed", 4), ("reparse_marked", 1), ("gc_before_index", 1), ("gc_after_index", 1), ("pack_renamed", 1), ("exited", 1)];
     for (trial, (point, k)) in points.into_iter().enumerate() {
         let store = tmp.path().join(format!("store{trial}"));
         ok(&["init", &s(&store), "--parses", "compact-at-gc"]);

@@ -255,7 +255,8 @@ pub enum Cmd {
         /// The store to collect (not mounted).
         #[arg(value_hint = ValueHint::DirPath)]
         store: PathBuf,
-        /// Leave the packs written since the last gc as they are (a later gc settles them).
+        /// Leave the packs written since the last gc as they are (a later gc settles them),
+        /// and in a `--parses compact-at-gc` store the parses of the files stored since too.
         #[arg(long)]
         no_settle: bool,
         /// Print one JSON object instead (reclaimed_bytes, bytes_before, bytes_after,

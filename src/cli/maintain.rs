@@ -67,6 +67,7 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
             "deltas_made": rep.deltas_made,
             "files_reparsed": rep.files_reparsed,
             "files_not_reparsed": rep.files_not_reparsed,
+            "reparse_stopped": rep.reparse_stopped,
         });
         println!("{v}");
     } else {
@@ -108,11 +109,15 @@ pub fn gc(store: PathBuf, settle: bool, json: bool, quiet: bool) -> Result<i32> 
     }
     if rep.files_not_reparsed > 0 {
         eprintln!(
-            "{}: {} files could not be read back to rewrite their parses (damage, named in the log above); gc left them as they were. Run `warcfs fsck {}`",
+            "{}: {} files could not be read back to rewrite their parses (damage or a bug, named in the log above); gc left them as they were. Run `warcfs fsck {}`",
             store.display(),
             rep.files_not_reparsed,
             store.display()
         );
+        return Ok(exit::PROBLEMS);
+    }
+    if let Some(why) = &rep.reparse_stopped {
+        eprintln!("{}: rewriting parses stopped ({why}); gc collected and settled all the same, and the next gc rewrites the files left", store.display());
         return Ok(exit::PROBLEMS);
     }
     Ok(exit::OK)

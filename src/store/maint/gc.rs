@@ -37,8 +37,12 @@ pub struct GcReport {
     /// Files whose gzip members' parses were rewritten compact (`reparse`: a store made with
     /// `--parses compact-at-gc`).
     pub files_reparsed: u64,
-    /// Files that could not be read back to be reparsed (damage): left as they were.
+    /// Files that could not be read back to be reparsed (damage), or met a bug: left as
+    /// they were.
     pub files_not_reparsed: u64,
+    /// Why rewriting parses stopped before its end (the disk full or failing): gc went on,
+    /// and the next tries the files left.
+    pub reparse_stopped: Option<String>,
     pub bytes_before: u64,
     pub bytes_after: u64,
 }
@@ -102,7 +106,8 @@ impl Store {
         let purged = self.packs.purge_trash(grace).map_err(io_at(&self.root))?;
         // Fast parses rewritten compact first (each file committed as an ingest is), so that
         // this pass collects the parses they replace and settles the packs they are in.
-        let reparsed = if settling && self.config.compact_at_gc { Some(self.reparse()?) } else { None };
+        // (Whatever the compression: the parses are what is rewritten.)
+        let reparsed = if opts.settle && self.config.compact_at_gc && share.settles() { Some(self.reparse()?) } else { None };
         let mut ns = self.ns.locked();
         let mut w = self.writer.locked();
         // (It names chunks this pass may collect; ingests wait for the writer meanwhile.)
@@ -112,8 +117,9 @@ impl Store {
         let packs_dir = crate::store::layout::packs(&self.root);
         let sealed = self.packs.sealed_packs().map_err(io_at(&packs_dir))?;
         let mut rep = GcReport { bytes_before: sealed.iter().map(|p| p.1).sum(), ..GcReport::default() };
-        rep.files_reparsed = reparsed.map_or(0, |r| r.files);
-        rep.files_not_reparsed = reparsed.map_or(0, |r| r.damaged);
+        if let Some(r) = reparsed {
+            (rep.files_reparsed, rep.files_not_reparsed, rep.reparse_stopped) = (r.files, r.damaged, r.stopped);
+        }
         // A checkpoint of the namespace first: every earlier log record becomes garbage
         // that this pass collects, so the log stays the size of the namespace.
         self.checkpoint(&mut ns, true)?;
@@ -217,9 +223,6 @@ impl Store {
         // What is settled now, so that the next gc need not ask those packs again.
         let mut marks = Batch::new();
         plan.mark(self, &mut marks);
-        if let Some(r) = reparsed {
-            r.mark(self, &mut marks);
-        }
         if !marks.is_empty() {
             self.index.write(marks)?;
         }

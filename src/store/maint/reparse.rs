@@ -14,12 +14,13 @@
 //! are the same); its counts (`FileStats`) are the new recipe's. A file whose pieces come out the same (already compact, or written by no
 //! writer the predicted form knows) is left as it was.
 //!
-//! Each file is tried once: the index meta record `reparsed_below` (not logged) says every
-//! recipe id below it has been, the reparsed ones' new ids included (gc holds the store
-//! alone, so no other recipe is made meanwhile). An index rebuilt without it makes the next
-//! gc try every file once more, which changes nothing but gc's time. A file that cannot be
-//! read back (damage, for fsck to name) is left as it is and counted; anything else that
-//! fails (the disk) stops gc.
+//! Each file is tried once: the index meta record `reparsed_below`, logged like any change
+//! (so a rebuilt index has it too), says every recipe id below it has been, the reparsed
+//! ones' new ids included (gc holds the store alone, so no other recipe is made meanwhile).
+//! A file that cannot be read back (damage, for fsck to name), or that meets a bug, is left
+//! as it is, logged and counted, and not tried again unless it is stored anew. Anything else
+//! (the disk full or failing, the index) stops the pass where it is, without the mark: gc
+//! goes on collecting, which a full disk needs most, and the next gc tries the rest.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -41,24 +42,25 @@ const REPARSED_BELOW: &str = "reparsed_below";
 const BATCH: usize = 4096;
 
 /// What one reparse pass did.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(in crate::store) struct Reparsed {
     /// Files read back and ingested again.
     pub tried: u64,
     /// Files whose recipes were replaced.
     pub files: u64,
-    /// Files that could not be read back (damaged): left as they were.
+    /// Files that could not be read back (damaged) or met a bug: left as they were.
     pub damaged: u64,
-    /// The `reparsed_below` mark to write with gc's last batch.
-    pub below: u64,
+    /// Why the pass stopped before its end, if it did.
+    pub stopped: Option<String>,
 }
 
-impl Reparsed {
-    /// Records the new mark in `b` (gc's last index batch: a gc cut before it tries the
-    /// same files again, and finds them done).
-    pub fn mark(&self, store: &Store, b: &mut Batch) {
-        b.put_meta_u64_unlogged(&store.index, REPARSED_BELOW, self.below);
-    }
+/// What became of one file.
+enum Outcome {
+    Swapped,
+    /// Nothing to rewrite: no gzip member, the same pieces again, or changed meanwhile.
+    Left,
+    /// Damage met reading it back, or a bug: what it was.
+    Failed(String),
 }
 
 /// A stored file's bytes, rebuilt from its recipe, as ingest reads a source. The first
@@ -95,25 +97,37 @@ impl Source for Rebuilt<'_> {
     }
 }
 
-/// Whether `e`, met reading a file back, is damage to that file (gc goes on without it)
-/// rather than a failure of the disk or the index (gc stops).
+/// Whether `e`, met reading a file back, is damage to that file (the pass goes on without
+/// it) rather than a failure of the disk or the index (the pass stops).
 fn is_damage(e: &StoreError) -> bool {
-    matches!(e, StoreError::Pack(_) | StoreError::Recipe { .. } | StoreError::Member { .. } | StoreError::MissingChunk(_))
+    use crate::pack::PackError;
+    matches!(e, StoreError::Pack(PackError::Corrupt { .. } | PackError::Missing(_)) | StoreError::Recipe { .. } | StoreError::Member { .. } | StoreError::MissingChunk(_))
+}
+
+/// `r` (a read-side result) as `reparse_file` gives it: damage is that file's failure.
+fn read_side<T>(r: Result<T>) -> Result<std::result::Result<T, Outcome>> {
+    match r {
+        Ok(v) => Ok(Ok(v)),
+        Err(e) if is_damage(&e) => Ok(Err(Outcome::Failed(e.to_string()))),
+        Err(e) => Err(e),
+    }
 }
 
 impl Store {
-    /// Reparses every file not reparsed yet whose recipe holds a gzip member; the mark
-    /// for gc's last batch in what it returns.
+    /// Reparses every file not reparsed yet whose recipe holds a gzip member (a staged
+    /// file's too: its recipe is what the mount commits over), then moves the mark past
+    /// them, unless the pass stopped.
     pub(in crate::store) fn reparse(&self) -> Result<Reparsed> {
         let below = self.index.meta_u64_opt(REPARSED_BELOW)?.unwrap_or(0);
         let mut done = Reparsed::default();
+        let mut failed: Vec<(u64, String)> = Vec::new();
         let mut from = 0u64;
-        loop {
+        'pass: loop {
             let mut files: Vec<(u64, RecipeHead)> = Vec::new();
             for item in self.index.inodes_from::<Inode>(from) {
                 let (ino, inode) = item?;
                 from = ino + 1;
-                if let Some(head) = inode.recipe.filter(|h| inode.kind == InodeKind::File && !inode.staged && h.id >= below) {
+                if let Some(head) = inode.recipe.filter(|h| inode.kind == InodeKind::File && h.id >= below) {
                     files.push((ino, head));
                     if files.len() == BATCH {
                         break;
@@ -123,49 +137,75 @@ impl Store {
             let last = files.len() < BATCH;
             for (ino, head) in files {
                 match self.reparse_file(ino, &head, &mut done) {
-                    Ok(swapped) => done.files += swapped as u64,
-                    Err(e) if is_damage(&e) => {
-                        let path = self.paths_of(&HashSet::from([ino]))?.remove(&ino).unwrap_or_else(|| format!("inode {ino}"));
-                        log::warn!("gc: {path} not reparsed: {e} (run `warcfs fsck`)");
-                        done.damaged += 1;
+                    Ok(Outcome::Swapped) => done.files += 1,
+                    Ok(Outcome::Left) => {}
+                    Ok(Outcome::Failed(what)) => failed.push((ino, what)),
+                    Err(e) => {
+                        log::warn!("gc: rewriting parses stopped: {e}; the next gc tries the files left");
+                        done.stopped = Some(e.to_string());
+                        break 'pass;
                     }
-                    Err(e) => return Err(e),
                 }
             }
             if last {
                 break;
             }
         }
-        // Every recipe made so far, the reparsed files' new ones included, has been tried.
-        done.below = self.index.meta_u64_opt("next_recipe")?.unwrap_or(0).max(below);
+        done.damaged = failed.len() as u64;
+        if !failed.is_empty() {
+            let mut paths = self.paths_of(&failed.iter().map(|f| f.0).collect::<HashSet<u64>>())?;
+            for (ino, what) in failed {
+                let path = paths.remove(&ino).unwrap_or_else(|| format!("inode {ino}"));
+                log::warn!("gc: {path} left as it was, its parses not rewritten: {what} (run `warcfs fsck`)");
+            }
+        }
+        if done.stopped.is_none() {
+            // Every recipe made so far, the reparsed files' new ones included, has been tried.
+            let mut ns = self.ns.locked();
+            let next = self.index.meta_u64_opt("next_recipe")?.unwrap_or(0).max(below);
+            if next > below {
+                let mut b = Batch::new();
+                b.put_meta_u64(&self.index, REPARSED_BELOW, next);
+                self.write_batch(&mut ns, b)?;
+                crate::failpoint::crash_at("reparse_marked");
+            }
+        }
         Ok(done)
     }
 
-    /// Reparses file `ino` of recipe `head` (counted in `done.tried` if it holds a member);
-    /// whether its recipe was replaced.
-    fn reparse_file(&self, ino: u64, head: &RecipeHead, done: &mut Reparsed) -> Result<bool> {
+    /// Reparses file `ino` of recipe `head` (counted in `done.tried` if it holds a member).
+    fn reparse_file(&self, ino: u64, head: &RecipeHead, done: &mut Reparsed) -> Result<Outcome> {
         let mut has_members = false;
         for i in 0..head.pieces() {
-            if self.piece(head, i)?.segments.iter().any(|s| matches!(s, Segment::Member { .. })) {
+            let piece = match read_side(self.piece(head, i))? {
+                Ok(p) => p,
+                Err(failed) => return Ok(failed),
+            };
+            if piece.segments.iter().any(|s| matches!(s, Segment::Member { .. })) {
                 has_members = true;
                 break;
             }
         }
         if !has_members {
-            return Ok(false);
+            return Ok(Outcome::Left);
         }
         done.tried += 1;
         let src = Rebuilt { store: self, head, failed: Mutex::new(None) };
         let ing = self.ingest_reparsing(&src);
         if let Some(e) = src.failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            return Err(e);
+            return read_side(Err::<(), _>(e)).map(|r| r.err().unwrap_or(Outcome::Left));
         }
-        let ing = ing?;
+        let ing = match ing {
+            Ok(ing) => ing,
+            // (`bug_as_error` caught a panic: that file's, not the pass's.)
+            Err(StoreError::Bug(what)) => return Ok(Outcome::Failed(format!("internal error (a bug in warcfs; please report it): {what}"))),
+            Err(e) => return Err(e),
+        };
         let old: Vec<_> = (0..head.pieces()).map(|i| self.index.recipe_piece(head.id, i).map_err(StoreError::from)).collect::<Result<_>>()?;
         if old.iter().map(Option::as_ref).eq(ing.piece_keys.iter().map(Some)) && ing.starts == head.piece_starts {
-            return Ok(false);
+            return Ok(Outcome::Left);
         }
-        self.swap_recipe(ino, head, ing)
+        Ok(if self.swap_recipe(ino, head, ing)? { Outcome::Swapped } else { Outcome::Left })
     }
 
     /// Replaces file `ino`'s recipe `old` with `ing`'s (the same bytes, stored otherwise),
@@ -177,7 +217,7 @@ impl Store {
         }
         let mut ns = self.ns.locked();
         let Some(mut inode) = self.index.inode::<Inode>(ino)? else { return Ok(false) };
-        if inode.staged || inode.recipe.as_ref().map(|h| h.id) != Some(old.id) {
+        if inode.recipe.as_ref().map(|h| h.id) != Some(old.id) {
             return Ok(false);
         }
         let mut b = Batch::new();
