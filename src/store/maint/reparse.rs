@@ -201,6 +201,9 @@ impl Store {
             Err(StoreError::Bug(what)) => return Ok(Outcome::Failed(format!("internal error (a bug in warcfs; please report it): {what}"))),
             Err(e) => return Err(e),
         };
+        if ing.size != head.size {
+            return Ok(Outcome::Failed(format!("internal error (a bug in warcfs; please report it): ingested again it is {} bytes, not {}", ing.size, head.size)));
+        }
         let old: Vec<_> = (0..head.pieces()).map(|i| self.index.recipe_piece(head.id, i).map_err(StoreError::from)).collect::<Result<_>>()?;
         if old.iter().map(Option::as_ref).eq(ing.piece_keys.iter().map(Some)) && ing.starts == head.piece_starts {
             return Ok(Outcome::Left);
@@ -212,9 +215,9 @@ impl Store {
     /// keeping the rest of its inode, in one batch with the references both hold; false if
     /// the file no longer has recipe `old`.
     fn swap_recipe(&self, ino: u64, old: &RecipeHead, ing: Ingested) -> Result<bool> {
-        if ing.size != old.size {
-            return Err(StoreError::Bug(format!("reparsing inode {ino} gave {} bytes, not its {}", ing.size, old.size)));
-        }
+        // What the old recipe references, read before the lock (a recipe never changes
+        // under its id, which is checked under the lock).
+        let released = self.recipe_references(old)?.1;
         let mut ns = self.ns.locked();
         let Some(mut inode) = self.index.inode::<Inode>(ino)? else { return Ok(false) };
         if inode.recipe.as_ref().map(|h| h.id) != Some(old.id) {
@@ -222,7 +225,8 @@ impl Store {
         }
         let mut b = Batch::new();
         let mut delta = RefDelta::default();
-        self.drop_recipe(&mut b, &mut delta, old)?;
+        delta.add(released, -1);
+        b.delete_recipe(&self.index, old.id, old.pieces());
         let rid = self.alloc(&mut ns, &mut b, "recipe")?;
         self.add_recipe(&mut b, &mut delta, rid, &ing.pieces, &ing.piece_keys);
         inode.recipe = Some(RecipeHead { id: rid, size: ing.size, piece_starts: ing.starts });
