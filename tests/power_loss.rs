@@ -185,6 +185,18 @@ fn site_crawl(path: &Path, crawl: u32, pages: u32) {
     fs::write(path, out).unwrap();
 }
 
+/// A gc cut at `point:k`, then: fsck clean and every file of `expected` exact; a whole gc
+/// after it, then a deep fsck clean and every file exact again.
+fn gc_cut_then_whole(store: &Path, point: &str, k: u64, expected: &BTreeMap<String, PathBuf>, ctx: &str) {
+    assert!(cut(point, k, &args(&["gc", &s(store)])), "gc did not pass through {point}:{k}");
+    fsck_clean(store, ctx);
+    all_exact(store, expected, ctx);
+    ok(&["gc", &s(store)]);
+    let r = run(&["fsck", &s(store), "--deep"]);
+    assert!(r.ok(), "{ctx}, then gc: {}", r.describe());
+    all_exact(store, expected, ctx);
+}
+
 /// gc making deltas (the later crawl's pages against the earlier's), cut at each of its
 /// durability points: every file reads back exact and fsck is clean, whether the deltas and
 /// their bases' counts were written or not; a whole gc after that makes them.
@@ -202,14 +214,8 @@ fn gc_making_deltas_loses_nothing_at_a_power_cut() {
         ok(&["import", &s(&store), &s(&one)]);
         ok(&["gc", &s(&store)]);
         ok(&["import", &s(&store), &s(&two)]);
-        assert!(cut(point, 1, &args(&["gc", &s(&store)])), "gc did not pass through {point}");
         let ctx = format!("power cut in a gc making deltas at {point}");
-        fsck_clean(&store, &ctx);
-        all_exact(&store, &expected, &ctx);
-        ok(&["gc", &s(&store)]);
-        let r = run(&["fsck", &s(&store), "--deep"]);
-        assert!(r.ok(), "{ctx}, then gc: {}", r.describe());
-        all_exact(&store, &expected, &ctx);
+        gc_cut_then_whole(&store, point, 1, &expected, &ctx);
         assert!(num(&stats(&store), "delta_chunks") >= 30, "the later crawl's pages are deltas after a whole gc ({ctx}): {}", stats(&store));
     }
 }
@@ -231,14 +237,8 @@ fn gc_reparsing_loses_nothing_at_a_power_cut() {
         ok(&["init", &s(&store), "--parses", "compact-at-gc"]);
         ok(&[vec!["import".to_string(), s(&store)], srcs.iter().map(|p| s(p)).collect(), vec!["--to".into(), "/r".into()]].concat());
         let fast = num(&stats(&store), "parse_bytes");
-        assert!(cut(point, k, &args(&["gc", &s(&store)])), "gc did not pass through {point}:{k}");
         let ctx = format!("power cut in a reparsing gc at {point}:{k}");
-        fsck_clean(&store, &ctx);
-        all_exact(&store, &expected, &ctx);
-        ok(&["gc", &s(&store)]);
-        let r = run(&["fsck", &s(&store), "--deep"]);
-        assert!(r.ok(), "{ctx}, then gc: {}", r.describe());
-        all_exact(&store, &expected, &ctx);
+        gc_cut_then_whole(&store, point, k, &expected, &ctx);
         // Every file compact after a whole gc, as after a gc never cut.
         let parse = num(&stats(&store), "parse_bytes");
         assert!(parse * 2 < fast, "{ctx}: {parse} parse bytes after gc, {fast} before");
