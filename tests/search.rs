@@ -485,6 +485,33 @@ fn a_renamed_crawl_is_moved_not_read_again() {
     finds_what_a_fresh_index_finds(&store, &tmp.path().join("fresh"), &qs);
 }
 
+/// In a `--parses compact-at-gc` store gc gives each crawl a new recipe of the same bytes:
+/// the next update keeps their rows, reads none of their payloads, and every query finds
+/// what it found before (and what an index built afresh finds).
+#[test]
+fn files_whose_parses_gc_rewrote_are_kept_not_read_again() {
+    let tmp = TempDir::new().unwrap();
+    let crawls = crawl_files();
+    let store = tmp.path().join("store");
+    ok(&["init", &s(&store), "--parses", "compact-at-gc"]);
+    import_and_index(&store, &[&crawls[0], &crawls[1]], "/c");
+    let qs = queries(&store.join("search"), 40);
+    let captures = || -> Vec<BTreeSet<(String, u64)>> {
+        let s1 = Searcher::open(&store.join("search")).unwrap();
+        qs.iter().map(|q| s1.all_captures(&query(q)).unwrap()).collect()
+    };
+    let before = captures();
+    let gc: serde_json::Value = serde_json::from_str(&ok(&["gc", &s(&store), "--json"]).out()).unwrap();
+    let gz = crawls[..2].iter().filter(|c| c.to_string_lossy().ends_with(".gz")).count() as u64;
+    assert!(gz > 0 && num(&gc, "files_reparsed") == gz, "{gc}");
+    let out = ok(&["search", "update", &s(&store)]).out();
+    assert!(out.contains(&format!("0 files indexed, 0 removed, 0 moved, {gz} kept")) && out.contains(" 0 text payloads read"), "{out}");
+    assert_eq!(captures(), before);
+    let again = ok(&["search", "update", &s(&store)]).out();
+    assert!(again.contains("0 files indexed, 0 removed, 0 moved, 0 kept"), "{again}");
+    finds_what_a_fresh_index_finds(&store, &tmp.path().join("fresh"), &qs);
+}
+
 /// Revisits whose originals are not stored yet wait; they follow their file when it is
 /// renamed, and leave with it when it is removed in the update that brings their originals;
 /// the others are then captures at their file's new place, as in an index built afresh.

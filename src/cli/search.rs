@@ -66,11 +66,12 @@ fn update(store: &Path, dir: PathBuf, unit: Option<Unit>, rebuild: bool) -> Resu
     let t = Instant::now();
     let u = search::build::update(&s, &dir, unit, &|| false).with_context(|| format!("{}: indexing for search", store.display()))?;
     println!(
-        "search index {}: {} files indexed, {} removed, {} moved; {} captures ({} of them revisits; {} revisits wait for their original), {} text payloads read ({}), {} extracted, {} documents added, {} deleted; {:.1} s",
+        "search index {}: {} files indexed, {} removed, {} moved, {} kept (their parses rewritten by gc); {} captures ({} of them revisits; {} revisits wait for their original), {} text payloads read ({}), {} extracted, {} documents added, {} deleted; {:.1} s",
         dir.display(),
         u.files_indexed,
         u.files_removed,
         u.files_moved,
+        u.files_reparsed,
         u.captures,
         u.revisits,
         u.revisits_waiting,

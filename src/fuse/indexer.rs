@@ -56,7 +56,7 @@ fn run(store: &Store, stop: &AtomicBool) {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::search::build::update(store, &dir, None, &|| stop.load(Ordering::Relaxed))));
         match r {
             Ok(Ok(u)) => {
-                if u.files_indexed + u.files_removed + u.files_moved > 0 {
+                if u.files_indexed + u.files_removed + u.files_moved + u.files_reparsed > 0 {
                     log::info!("search index: {} files indexed, {} removed, {} moved, {} captures, {} documents added, {} deleted", u.files_indexed, u.files_removed, u.files_moved, u.captures, u.documents_added, u.documents_deleted);
                 }
             }

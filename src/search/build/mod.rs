@@ -54,6 +54,9 @@ pub struct Updated {
     pub files_removed: u64,
     /// Files renamed since: their captures moved, nothing read (`moves`).
     pub files_moved: u64,
+    /// Files whose recipe is new but not their bytes (gc rewrote their parses: `init
+    /// --parses compact-at-gc`): their rows kept, nothing read.
+    pub files_reparsed: u64,
     pub captures_moved: u64,
     /// Files that could not be read whole (their errors logged).
     pub files_failed: u64,
@@ -67,6 +70,28 @@ pub struct Updated {
     pub texts_extracted: u64,
     pub documents_added: u64,
     pub documents_deleted: u64,
+}
+
+/// What says a stored file still holds the bytes it was indexed with when its recipe id
+/// has changed: its inode number, change time and size, which gc's rewrite of its parses
+/// (`store::maint::reparse`) keeps and any write changes. `F` rows hold it after the recipe
+/// id (rows of 8 bytes, written before, have none: such a file is indexed again once).
+type Stamp = [u8; 28];
+
+fn stamp_of(ino: u64, inode: &crate::store::Inode) -> Stamp {
+    let mut st = [0u8; 28];
+    st[..8].copy_from_slice(&ino.to_be_bytes());
+    st[8..16].copy_from_slice(&inode.ctime.secs.to_be_bytes());
+    st[16..20].copy_from_slice(&inode.ctime.nanos.to_be_bytes());
+    st[20..].copy_from_slice(&inode.size.to_be_bytes());
+    st
+}
+
+/// An `F` row's value: the recipe id the file was indexed under, and its stamp if known.
+fn f_row(id: u64, stamp: Option<&Stamp>) -> Vec<u8> {
+    let mut v = id.to_be_bytes().to_vec();
+    v.extend_from_slice(stamp.map_or(&[][..], |s| &s[..]));
+    v
 }
 
 /// The largest record block read for its text.
@@ -144,17 +169,31 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
 
     // The store's WARCs and WACZs, and what the catalog says was indexed.
     let mut stored: BTreeMap<String, RecipeHead> = BTreeMap::new();
-    store.each_file_under("/", &mut |name, _, inode| {
+    let mut stamps: HashMap<String, Stamp> = HashMap::new();
+    store.each_file_under("/", &mut |name, ino, inode| {
         let n = name.as_bytes();
         if let Some(h) = inode.recipe.as_ref().filter(|_| (crate::store::is_warc_name(n) || crate::store::is_wacz_name(n)) && !inode.staged) {
             stored.insert(format!("/{name}"), h.clone());
+            stamps.insert(format!("/{name}"), stamp_of(ino, inode));
         }
         Ok(())
     })?;
     let mut indexed: BTreeMap<String, u64> = BTreeMap::new();
+    // Files of a new recipe with the stamp they were indexed with: the same bytes.
+    let mut reparsed: Vec<(String, u64)> = Vec::new();
     cat.scan(b"F", &mut |k, v| {
         if let Some(id) = v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) {
-            indexed.insert(String::from_utf8_lossy(&k[1..k.len() - 1]).into_owned(), id);
+            let path = String::from_utf8_lossy(&k[1..k.len() - 1]).into_owned();
+            let now = stored.get(&path).map(|h| h.id);
+            match now {
+                Some(new) if new != id && v.get(8..).is_some_and(|st| Some(st) == stamps.get(&path).map(|s| &s[..])) => {
+                    reparsed.push((path.clone(), new));
+                    indexed.insert(path, new);
+                }
+                _ => {
+                    indexed.insert(path, id);
+                }
+            }
         }
         Ok(true)
     })?;
@@ -173,6 +212,10 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     }
     let mut r = Round::new(store, &cat, &mut writer, fields, unit, ids);
     r.analyzer = Some(analyzer);
+    for (path, id) in &reparsed {
+        r.batch.put(key(b'F', &[&path_part(path)]), f_row(*id, stamps.get(path)));
+        r.done.files_reparsed += 1;
+    }
     // The waiting revisits of the files gone or moved are written apart, before anything is
     // indexed: one that waited must not be found at its old place by the digest a new file
     // brings. (Their other rows go with the round: a file re-indexed under a new recipe keeps
@@ -190,6 +233,10 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
         r.done.files_moved += 1;
     }
     rows.apply(&mut r.batch);
+    // (The moved files' `F` rows again, with their stamps.)
+    for (_, to, id) in &moves {
+        r.batch.put(key(b'F', &[&path_part(to)]), f_row(*id, stamps.get(to)));
+    }
     waiting_moves.apply(&mut early);
     if !early.is_empty() {
         super::waiting::count_by(&cat, &mut early, early_delta)?;
@@ -200,13 +247,13 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
         if stop() {
             break;
         }
-        match r.index_file(path, head) {
+        match r.index_file(path, head, stamps.get(path)) {
             Ok(()) => r.done.files_indexed += 1,
             // A file that cannot be read is indexed as far as it was read, and said so; it is
             // tried again once it changes (its `F` row names this recipe).
             Err(SearchError::Store(e)) => {
                 log::warn!("search index: {path}: {e}; indexed as far as it could be read");
-                r.batch.put(key(b'F', &[&path_part(path)]), head.id.to_be_bytes());
+                r.batch.put(key(b'F', &[&path_part(path)]), f_row(head.id, stamps.get(path)));
                 r.done.files_failed += 1;
             }
             Err(e) => return Err(e),
@@ -292,7 +339,7 @@ impl<'a> Round<'a> {
     }
 
     /// Indexes the records of the stored WARC `path`.
-    fn index_file(&mut self, path: &str, head: &RecipeHead) -> Result<()> {
+    fn index_file(&mut self, path: &str, head: &RecipeHead, stamp: Option<&Stamp>) -> Result<()> {
         // (A file indexed before under another recipe had its captures removed first: it is
         // among `update`'s gone ones.)
         // A WACZ's records are captures of the WARCs inside it, each named by its path in
@@ -301,7 +348,7 @@ impl<'a> Round<'a> {
             true => match self.store.wacz_warcs(path.trim_start_matches('/'), head)? {
                 Some(w) => Some(w),
                 None => {
-                    self.batch.put(key(b'F', &[&path_part(path)]), head.id.to_be_bytes());
+                    self.batch.put(key(b'F', &[&path_part(path)]), f_row(head.id, stamp));
                     return Ok(());
                 }
             },
@@ -325,7 +372,7 @@ impl<'a> Round<'a> {
         if let Some(e) = failed {
             return Err(e);
         }
-        self.batch.put(key(b'F', &[&path_part(path)]), head.id.to_be_bytes());
+        self.batch.put(key(b'F', &[&path_part(path)]), f_row(head.id, stamp));
         Ok(())
     }
 
