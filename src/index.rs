@@ -278,21 +278,19 @@ impl Index {
         Ok(Index { db, hints, generation: Default::default() })
     }
 
-    /// Compacts the chunk table. gc moves or drops the entries of every pack it rewrites;
-    /// until RocksDB merges them in its own time, the index holds each such entry twice.
-    pub fn compact_chunks(&self) {
-        self.db.compact_range_cf(self.cf("chunk"), None::<&[u8]>, None::<&[u8]>);
-    }
-
-    /// Compacts the inode and recipe tables, and the delta hints: gc's reparse replaces the
-    /// recipe of every file it rewrites, and settling spends hints (crawl-1's store after
+    /// The chunk table, for `compact`: gc moves or drops the entries of every pack it
+    /// rewrites; until RocksDB merges them in its own time, the index holds each such entry
+    /// twice.
+    pub const CHUNKS: &'static [&'static str] = &["chunk"];
+    /// The inode and recipe tables and the delta hints, for `compact`: gc's reparse replaces
+    /// the recipe of every file it rewrites, and settling spends hints (crawl-1's store after
     /// a reparsing gc: 0.11 MB more index until RocksDB merges them in its own time).
-    pub fn compact_recipes(&self) {
-        for name in ["inode", "recipe"] {
+    pub const RECIPES: &'static [&'static str] = &["inode", "recipe", "delta_base"];
+
+    /// Compacts the tables `names` (a hint table only on an index that keeps hints).
+    pub fn compact(&self, names: &[&str]) {
+        for name in names.iter().filter(|n| self.hints || !HINT_CFS.contains(n)) {
             self.db.compact_range_cf(self.cf(name), None::<&[u8]>, None::<&[u8]>);
-        }
-        if self.hints {
-            self.db.compact_range_cf(self.cf("delta_base"), None::<&[u8]>, None::<&[u8]>);
         }
     }
 

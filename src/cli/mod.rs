@@ -50,7 +50,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Init { store, verify, compression, parses, pack_size, backend: Some(url), cache_size, writers, node_name } => {
             if parses != crate::store::Parses::Fast && writers == Some(crate::store::Writers::Several) {
-                anyhow::bail!("--parses {} is for a store one node writes: a store several nodes write keeps its parses in the fast form (format 8)", if parses == crate::store::Parses::Compact { "compact" } else { "compact-at-gc" });
+                let name = clap::ValueEnum::to_possible_value(&parses).map(|v| v.get_name().to_string()).unwrap_or_default();
+                anyhow::bail!("--parses {name} is for a store one node writes: a store several nodes write keeps its parses in the fast form (format 8)");
             }
             let config = Config { verify, compression, pack_size, cache_size, version: parses.version(), compact_at_gc: parses.compact_at_gc(), ..Config::default() };
             match crate::nodes::init_remote(&store, &url, config, writers, node_name)? {

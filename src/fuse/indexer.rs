@@ -57,7 +57,7 @@ fn run(store: &Store, stop: &AtomicBool) {
         match r {
             Ok(Ok(u)) => {
                 if u.files_indexed + u.files_removed + u.files_moved + u.files_reparsed > 0 {
-                    log::info!("search index: {} files indexed, {} removed, {} moved, {} captures, {} documents added, {} deleted", u.files_indexed, u.files_removed, u.files_moved, u.captures, u.documents_added, u.documents_deleted);
+                    log::info!("search index: {} files indexed, {} removed, {} moved, {} kept (their parses rewritten by gc), {} captures, {} documents added, {} deleted", u.files_indexed, u.files_removed, u.files_moved, u.files_reparsed, u.captures, u.documents_added, u.documents_deleted);
                 }
             }
             Ok(Err(e)) => log::error!("search index {}: {e}; trying again once the store changes", dir.display()),

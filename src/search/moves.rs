@@ -34,9 +34,10 @@ pub(super) fn renamed(gone: &mut Vec<String>, new: &mut Vec<(String, RecipeHead)
 }
 
 /// Moves the rows of the file indexed at `from` (recipe `id`) to `to`: its captures (`C`,
-/// `G`) and its `F` row in `rows`, its revisits waiting for their originals in `waiting`
-/// (written before the update indexes anything: `waiting`). Returns how many captures moved.
-pub(super) fn move_file(cat: &Catalog, rows: &mut RowMoves, waiting: &mut RowMoves, from: &str, to: &str, id: u64) -> Result<u64> {
+/// `G`) and its `F` row in `rows` (there `f_row`, the file's row at `to`), its revisits
+/// waiting for their originals in `waiting` (written before the update indexes anything:
+/// `waiting`). Returns how many captures moved.
+pub(super) fn move_file(cat: &Catalog, rows: &mut RowMoves, waiting: &mut RowMoves, from: &str, to: &str, f_row: Vec<u8>) -> Result<u64> {
     let mut moved = 0;
     for (old, new) in places_of(from).into_iter().zip(places_of(to)) {
         let mut found = Vec::new();
@@ -60,6 +61,6 @@ pub(super) fn move_file(cat: &Catalog, rows: &mut RowMoves, waiting: &mut RowMov
         super::waiting::move_under(cat, waiting, &old, &new)?;
     }
     rows.dels.push(key(b'F', &[&super::catalog::path_part(from)]));
-    rows.puts.push((key(b'F', &[&super::catalog::path_part(to)]), id.to_be_bytes().to_vec()));
+    rows.puts.push((key(b'F', &[&super::catalog::path_part(to)]), f_row));
     Ok(moved)
 }

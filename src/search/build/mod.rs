@@ -229,14 +229,10 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     // After the removals: a file moved over another one takes its place.
     let (mut rows, mut waiting_moves) = (RowMoves::default(), RowMoves::default());
     for (from, to, id) in &moves {
-        r.done.captures_moved += super::moves::move_file(r.cat, &mut rows, &mut waiting_moves, from, to, *id)?;
+        r.done.captures_moved += super::moves::move_file(r.cat, &mut rows, &mut waiting_moves, from, to, f_row(*id, stamps.get(to)))?;
         r.done.files_moved += 1;
     }
     rows.apply(&mut r.batch);
-    // (The moved files' `F` rows again, with their stamps.)
-    for (_, to, id) in &moves {
-        r.batch.put(key(b'F', &[&path_part(to)]), f_row(*id, stamps.get(to)));
-    }
     waiting_moves.apply(&mut early);
     if !early.is_empty() {
         super::waiting::count_by(&cat, &mut early, early_delta)?;

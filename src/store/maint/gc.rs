@@ -234,10 +234,10 @@ impl Store {
         // RocksDB merges them) merged.
         self.index.flush_tables()?;
         if rep.chunks_dropped > 0 || !rewrite.is_empty() {
-            self.index.compact_chunks();
+            self.index.compact(crate::index::Index::CHUNKS);
         }
         if rep.files_reparsed > 0 {
-            self.index.compact_recipes();
+            self.index.compact(crate::index::Index::RECIPES);
         }
         rep.bytes_after = self.packs.sealed_packs().map_err(io_at(&packs_dir))?.iter().map(|p| p.1).sum();
         Ok(rep)

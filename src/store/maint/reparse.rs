@@ -104,12 +104,13 @@ fn is_damage(e: &StoreError) -> bool {
     matches!(e, StoreError::Pack(PackError::Corrupt { .. } | PackError::Missing(_)) | StoreError::Recipe { .. } | StoreError::Member { .. } | StoreError::MissingChunk(_))
 }
 
-/// `r` (a read-side result) as `reparse_file` gives it: damage is that file's failure.
-fn read_side<T>(r: Result<T>) -> Result<std::result::Result<T, Outcome>> {
-    match r {
-        Ok(v) => Ok(Ok(v)),
-        Err(e) if is_damage(&e) => Ok(Err(Outcome::Failed(e.to_string()))),
-        Err(e) => Err(e),
+/// `e`, met reading a file back, as `reparse_file` gives it: damage is that file's
+/// failure, anything else the pass's.
+fn read_failure(e: StoreError) -> Result<Outcome> {
+    if is_damage(&e) {
+        Ok(Outcome::Failed(e.to_string()))
+    } else {
+        Err(e)
     }
 }
 
@@ -177,9 +178,9 @@ impl Store {
     fn reparse_file(&self, ino: u64, head: &RecipeHead, done: &mut Reparsed) -> Result<Outcome> {
         let mut has_members = false;
         for i in 0..head.pieces() {
-            let piece = match read_side(self.piece(head, i))? {
+            let piece = match self.piece(head, i) {
                 Ok(p) => p,
-                Err(failed) => return Ok(failed),
+                Err(e) => return read_failure(e),
             };
             if piece.segments.iter().any(|s| matches!(s, Segment::Member { .. })) {
                 has_members = true;
@@ -193,7 +194,7 @@ impl Store {
         let src = Rebuilt { store: self, head, failed: Mutex::new(None) };
         let ing = self.ingest_reparsing(&src);
         if let Some(e) = src.failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            return read_side(Err::<(), _>(e)).map(|r| r.err().unwrap_or(Outcome::Left));
+            return read_failure(e);
         }
         let ing = match ing {
             Ok(ing) => ing,
