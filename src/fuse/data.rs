@@ -224,6 +224,9 @@ impl WarcFs {
                     };
                     reply.data(&buf[..k]);
                     if let Some(a) = &self.ahead {
+                        if !sequential {
+                            a.looked_up(head.clone(), offset);
+                        }
                         a.reader_at(fh.0, head, offset + k as u64, run, rebuilds_members, || inner.handles.locked().contains_key(&fh.0));
                     }
                 }

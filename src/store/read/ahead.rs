@@ -6,6 +6,13 @@
 //! newest report of each reader into planned work (`Store::plan_ahead`), and the workers take
 //! that work in file order. A reader that needs a member a worker is rebuilding waits for it
 //! rather than rebuilding it again (see `ReadCache`).
+//!
+//! Lookups (reads that jumped) are reported too (`looked_up`): the second in one recipe piece
+//! has a worker ask the kernel for the pack ranges of that whole piece (`Store::warm_piece`),
+//! since the records replayed together (a page and its resources) were mostly captured
+//! together and lie near each other. A piece is warmed once while it is remembered, so a
+//! lookup costs at most one piece's ranges (about 1.2 MB of pack for a crawl stored alone,
+//! `WARM_BUDGET` at most), and only where a reader came back to the piece.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
@@ -27,6 +34,13 @@ pub const START_AFTER: u64 = 256 << 10;
 /// answered on another thread and reported late (the kernel has a few reads of at most 1 MiB
 /// in flight), rather than a reader that went back.
 const OVERTAKEN: u64 = 4 << 20;
+
+/// How many pieces the lookups remember (about 40 bytes each); past that they start over,
+/// and a piece may be warmed again.
+const LOOKED_MAX: usize = 1 << 14;
+/// How many warmings may wait for a worker; lookups that come faster than the workers warm
+/// pieces go without.
+const WARM_QUEUE: usize = 32;
 
 /// How far ahead of a reader `run` bytes into a sequential run the work goes. Like the
 /// kernel's read-ahead the window grows with the run, so short runs cost little and long ones
@@ -63,6 +77,10 @@ struct State {
     /// Where each reader last said it would read next: a job for a member it has passed
     /// (it rebuilt that one itself, and streaming it dropped it from the cache) is skipped.
     at: HashMap<u64, u64>,
+    /// Pieces `(recipe, piece)` a lookup touched: false once, true once warmed.
+    looked: HashMap<(u64, u32), bool>,
+    /// Pieces to warm, in order.
+    warm: VecDeque<(Arc<RecipeHead>, u32)>,
     closed: bool,
 }
 
@@ -115,6 +133,30 @@ impl ReadAhead {
         self.shared.wake.notify_one();
     }
 
+    /// A reader jumped to `offset` of `head` (a record lookup): the second such read in one
+    /// recipe piece queues that piece to be warmed.
+    pub fn looked_up(&self, head: Arc<RecipeHead>, offset: u64) {
+        let Some(piece) = head.piece_at(offset) else { return };
+        let mut st = self.shared.state.locked();
+        if st.looked.len() >= LOOKED_MAX {
+            st.looked.clear();
+        }
+        let key = (head.id, piece);
+        match st.looked.get(&key) {
+            None => {
+                st.looked.insert(key, false);
+            }
+            // (A full queue leaves the piece to the next lookup there.)
+            Some(false) if st.warm.len() < WARM_QUEUE => {
+                st.looked.insert(key, true);
+                st.warm.push_back((head, piece));
+                drop(st);
+                self.shared.wake.notify_one();
+            }
+            Some(_) => {}
+        }
+    }
+
     /// The reader is gone (its handle was released): drop what was planned for it.
     pub fn forget(&self, reader: u64) {
         let mut st = self.shared.state.locked();
@@ -131,6 +173,7 @@ impl ReadAhead {
             let mut st = self.shared.state.locked();
             st.closed = true;
             st.jobs.clear();
+            st.warm.clear();
         }
         self.shared.wake.notify_all();
         for w in self.workers.drain(..) {
@@ -150,6 +193,17 @@ fn work(shared: &Shared) {
     loop {
         if st.closed {
             return;
+        }
+        // Warming first: it asks the disk for ranges and returns, and the lookups it is for
+        // wait on the disk, where read-ahead's readers are served from work done already.
+        if let Some((head, piece)) = st.warm.pop_front() {
+            drop(st);
+            match crate::store::bug_as_error("warming a piece", || shared.store.warm_piece(&head, piece)) {
+                Ok(bytes) => log::trace!("warmed piece {piece} of recipe {}: {bytes} bytes asked for", head.id),
+                Err(e) => log::debug!("warming piece {piece} of recipe {}: {e}", head.id),
+            }
+            st = shared.state.locked();
+            continue;
         }
         if let Some((reader, head, job)) = st.jobs.pop_front() {
             if st.at.get(&reader).is_some_and(|&at| at >= job.end) {
@@ -236,6 +290,62 @@ mod tests {
         ahead.forget(2);
         let st = state();
         assert!(st.at.is_empty() && st.reported.is_empty());
+    }
+
+    #[test]
+    fn the_second_lookup_in_a_piece_warms_it_once_within_its_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("s"), true).unwrap());
+        // No workers: the queue stays as the lookups leave it.
+        let ahead = ReadAhead::start(store.clone(), 0).unwrap();
+        let head = Arc::new(RecipeHead { id: 7, size: 300, piece_starts: vec![0, 100, 200] });
+        let queued = || ahead.shared.state.locked().warm.iter().map(|(h, p)| (h.id, *p)).collect::<Vec<_>>();
+        ahead.looked_up(head.clone(), 150);
+        assert!(queued().is_empty());
+        ahead.looked_up(head.clone(), 120);
+        // Warmed once however often it is looked in; another piece's first lookup, and one
+        // past the file's end, warm nothing.
+        ahead.looked_up(head.clone(), 199);
+        ahead.looked_up(head.clone(), 10);
+        ahead.looked_up(head.clone(), 300);
+        assert_eq!(queued(), vec![(7, 1)]);
+        // A full queue leaves a piece to its next lookup.
+        let other = |id| Arc::new(RecipeHead { id, ..(*head).clone() });
+        for id in 100..100 + WARM_QUEUE as u64 {
+            ahead.looked_up(other(id), 0);
+            ahead.looked_up(other(id), 0);
+        }
+        assert_eq!(queued().len(), WARM_QUEUE);
+        ahead.shared.state.locked().warm.clear();
+        ahead.looked_up(head.clone(), 50);
+        ahead.looked_up(head.clone(), 50);
+        assert_eq!(queued(), vec![(7, 0)]);
+
+        // A worker warms a stored file's piece: every chunk's blob asked for, within the
+        // budget; a smaller budget is kept to.
+        let mut data = vec![0u8; 3 << 20];
+        let mut x = 1u64;
+        for b in data.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        store.put_file(crate::store::ROOT_INO, b"f", &data, crate::store::FileMeta { mode: 0o644, mtime: crate::store::Timestamp::now() }).unwrap();
+        let head = Arc::new(store.inode(store.resolve("/f").unwrap()).unwrap().unwrap().recipe.unwrap());
+        let keys = store.piece(&head, 0).unwrap().keys.clone();
+        assert!(keys.len() > 2);
+        assert_eq!(store.request_chunks_within(&keys, super::super::SEQUENTIAL_GAP, 100_000).unwrap(), 100_000);
+        let ahead = ReadAhead::start(store.clone(), 1).unwrap();
+        ahead.looked_up(head.clone(), 1 << 20);
+        ahead.looked_up(head.clone(), 2 << 20);
+        let t = std::time::Instant::now();
+        while store.read_counters().pieces_warmed == 0 && t.elapsed() < std::time::Duration::from_secs(30) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(store.read_counters().pieces_warmed, 1);
+        let asked = store.warm_piece(&head, 0).unwrap();
+        assert!(asked >= data.len() as u64 && asked <= super::super::WARM_BUDGET, "{asked} bytes asked for");
     }
 
     #[test]

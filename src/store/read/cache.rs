@@ -91,6 +91,7 @@ pub(in crate::store) struct Counters {
     pub(in crate::store) member_hits: AtomicU64,
     pub(in crate::store) chunks_read: AtomicU64,
     pub(in crate::store) pieces_loaded: AtomicU64,
+    pub(in crate::store) pieces_warmed: AtomicU64,
     /// In nanoseconds (a small member's deflate takes a few microseconds).
     pub(in crate::store) member_gather_ns: AtomicU64,
     pub(in crate::store) member_deflate_ns: AtomicU64,
@@ -107,6 +108,9 @@ pub struct ReadCounters {
     pub chunks_read: u64,
     /// Recipe pieces read from the index.
     pub pieces_loaded: u64,
+    /// Recipe pieces whose chunks were read ahead for lookups in them (`Store::warm_piece`).
+    #[serde(default)]
+    pub pieces_warmed: u64,
     /// Microseconds the member rebuilds spent gathering their plain text (chunk locations,
     /// pack reads, decoding): with the next one, where a lookup in a `.warc.gz` goes.
     #[serde(default)]

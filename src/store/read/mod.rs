@@ -24,7 +24,6 @@ pub(in crate::store) mod records;
 mod raw_member_tests;
 
 use std::io::Write;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -50,6 +49,11 @@ const LOOKUP_READ: u64 = 256 << 10;
 /// them anyway.
 const LOOKUP_GAP: u64 = 4 << 10;
 const SEQUENTIAL_GAP: u64 = 1 << 20;
+
+/// The most one warming of a recipe piece (`Store::warm_piece`) asks the disk for. A piece
+/// of a crawl stored alone lies in about 1.2 MB of pack; one whose chunks another file stored
+/// first is scattered, and is warmed only as far as this.
+const WARM_BUDGET: u64 = 4 << 20;
 
 /// A gzip member of the file that a sequential reader will need soon: rebuilding it ahead of
 /// the reader is the work worth a worker thread (see `Store::plan_ahead`).
@@ -86,6 +90,19 @@ fn extents_within(extents: &[Extent], seg_start: u64, from: u64, to: u64) -> imp
 /// ingested entry can be (`ingest::zip::MIN_ENTRY`: that piece is a local header): its
 /// first entries'.
 const MEMBERS_WITHIN: u32 = 4;
+
+/// Blobs `(pack, offset, len)` in order, merged into ranges where at most `gap` bytes lie
+/// between them in one pack.
+fn merge_blobs(blobs: &[(u64, u64, u64)], gap: u64) -> Vec<(u64, u64, u64)> {
+    let mut merged: Vec<(u64, u64, u64)> = Vec::new();
+    for &(pack, off, len) in blobs {
+        match merged.last_mut() {
+            Some(last) if last.0 == pack && off <= last.1 + last.2 + gap => last.2 = (off + len).max(last.1 + last.2) - last.1,
+            _ => merged.push((pack, off, len)),
+        }
+    }
+    merged
+}
 
 impl Store {
     /// The bytes of one chunk, from the cache or its pack.
@@ -137,6 +154,7 @@ impl Store {
             member_hits: get(&c.member_hits),
             chunks_read: get(&c.chunks_read),
             pieces_loaded: get(&c.pieces_loaded),
+            pieces_warmed: get(&c.pieces_warmed),
             member_gather_us: get(&c.member_gather_ns) / 1000,
             member_deflate_us: get(&c.member_deflate_ns) / 1000,
         }
@@ -351,6 +369,13 @@ impl Store {
     /// blobs at most `gap` bytes apart merged into one range; their locations land in the
     /// location cache.
     fn request_chunks(&self, keys: &[ChunkKey], gap: u64) -> Result<()> {
+        self.request_chunks_within(keys, gap, u64::MAX).map(drop)
+    }
+
+    /// `request_chunks` asking for at most `budget` bytes: if merging across `gap` would ask
+    /// for more, the blobs are merged only across a page, and the ranges past the budget
+    /// (in pack order) are left. Returns the bytes asked for.
+    fn request_chunks_within(&self, keys: &[ChunkKey], gap: u64, budget: u64) -> Result<u64> {
         let wanted: Vec<ChunkKey> = {
             let mut chunks = self.cache.chunks.locked();
             keys.iter().filter(|k| chunks.get(k).is_none()).copied().collect()
@@ -358,25 +383,40 @@ impl Store {
         let places = self.locate(&wanted)?;
         if wanted.len() < 2 {
             // One read: nothing to overlap it with; the reader issues it right away.
-            return Ok(());
+            return Ok(0);
         }
-        let mut ranges: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
-        for e in places.iter().flatten() {
-            ranges.entry(e.pack).or_default().push((e.offset, BLOB_HEADER_LEN as u64 + e.stored_len as u64));
+        let mut blobs: Vec<(u64, u64, u64)> = places.iter().flatten().map(|e| (e.pack, e.offset, BLOB_HEADER_LEN as u64 + e.stored_len as u64)).collect();
+        blobs.sort_unstable();
+        blobs.dedup();
+        let mut ranges = merge_blobs(&blobs, gap);
+        if gap > LOOKUP_GAP && ranges.iter().map(|r| r.2).sum::<u64>() > budget {
+            ranges = merge_blobs(&blobs, LOOKUP_GAP);
         }
-        for (pack, mut ranges) in ranges {
-            ranges.sort_unstable();
-            ranges.dedup();
-            let mut merged: Vec<(u64, u64)> = Vec::new();
-            for (off, len) in ranges {
-                match merged.last_mut() {
-                    Some(last) if off <= last.0 + last.1 + gap => last.1 = (off + len).max(last.0 + last.1) - last.0,
-                    _ => merged.push((off, len)),
-                }
+        let mut asked = 0;
+        let mut i = 0;
+        while i < ranges.len() && asked < budget {
+            let pack = ranges[i].0;
+            let mut these = Vec::new();
+            while i < ranges.len() && ranges[i].0 == pack && asked < budget {
+                let len = ranges[i].2.min(budget - asked);
+                these.push((ranges[i].1, len));
+                asked += len;
+                i += 1;
             }
-            self.packs.will_need(pack, &merged);
+            self.packs.will_need(pack, &these);
         }
-        Ok(())
+        Ok(asked)
+    }
+
+    /// Has the kernel read the pack ranges of the chunks piece `piece` of `head` holds (at
+    /// most `WARM_BUDGET` bytes), in the background of a reader doing lookups there: records
+    /// replayed together were mostly captured together, and lie in one piece of the file
+    /// (a page and its resources). Returns the bytes asked for.
+    pub fn warm_piece(&self, head: &RecipeHead, piece: u32) -> Result<u64> {
+        let p = self.piece(head, piece)?;
+        let asked = self.request_chunks_within(&p.keys, SEQUENTIAL_GAP, WARM_BUDGET)?;
+        bump(&self.cache.counters.pieces_warmed);
+        Ok(asked)
     }
 
     /// Whether reading the file means rebuilding gzip members (its first piece holds one):
