@@ -79,18 +79,18 @@ fn record_lookup_rebuilds_only_its_own_member() {
     let rebuilt = members_rebuilt(&fx.store) - before;
     // Five deflates of 8-256 KiB members take milliseconds: the stats must show where.
     let reads = stats(&fx.store)["reads_since_mount"].clone();
-    // A second lookup in one recipe piece (the first record again) has the daemon ask for the
-    // piece's pack ranges in the background: once.
+    // A second lookup in one MiB of the file (the first record again) has the daemon ask for
+    // what reading that MiB takes, in the background: once.
     let mut buf = vec![0u8; 4096];
     File::open(m.path(name)).unwrap().read_at(&mut buf, picked[0].0).unwrap();
-    let warmed = || num(&stats(&fx.store)["reads_since_mount"], "pieces_warmed");
+    let warmed = || num(&stats(&fx.store)["reads_since_mount"], "lookup_read_aheads");
     let t = std::time::Instant::now();
     while warmed() == 0 && t.elapsed() < std::time::Duration::from_secs(30) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let warmed = warmed();
     m.unmount_clean();
-    assert!((1..=picked.len() as u64).contains(&warmed), "lookups warmed {warmed} recipe pieces");
+    assert!((1..=picked.len() as u64).contains(&warmed), "lookups were read ahead for in {warmed} MiB");
     assert_eq!(rebuilt, picked.len() as u64, "looking up {} records rebuilt {rebuilt} members: neighbours were rebuilt too", picked.len());
     assert!(num(&reads, "member_deflate_us") > 100 && num(&reads, "member_gather_us") > 0, "rebuild times missing from the read counters: {reads}");
 }

@@ -118,14 +118,14 @@ pub fn stats(store: PathBuf, json: bool, bytes: bool) -> Result<i32> {
         if let Some(r) = reads {
             let mean = |us: u64| us.checked_div(r.members_rebuilt).unwrap_or(0);
             println!(
-                "reads (mounted)  {} gzip members rebuilt (mean {} us reading their text, {} us replaying its parse), {} served from cache; {} chunks read; {} recipe pieces loaded, {} read ahead for lookups",
+                "reads (mounted)  {} gzip members rebuilt (mean {} us reading their text, {} us replaying its parse), {} served from cache; {} chunks read; {} recipe pieces loaded; {} MiB read ahead for lookups",
                 r.members_rebuilt,
                 mean(r.member_gather_us),
                 mean(r.member_deflate_us),
                 r.member_hits,
                 r.chunks_read,
                 r.pieces_loaded,
-                r.pieces_warmed
+                r.lookup_read_aheads
             );
         }
         if let Some(u) = &byte_use {

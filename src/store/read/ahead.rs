@@ -7,12 +7,12 @@
 //! that work in file order. A reader that needs a member a worker is rebuilding waits for it
 //! rather than rebuilding it again (see `ReadCache`).
 //!
-//! Lookups (reads that jumped) are reported too (`looked_up`): the second in one recipe piece
-//! has a worker ask the kernel for the pack ranges of that whole piece (`Store::warm_piece`),
-//! since the records replayed together (a page and its resources) were mostly captured
-//! together and lie near each other. A piece is warmed once while it is remembered, so a
-//! lookup costs at most one piece's ranges (about 1.2 MB of pack for a crawl stored alone,
-//! `WARM_BUDGET` at most), and only where a reader came back to the piece.
+//! Lookups (reads that jumped) are reported too (`looked_up`): the second in one MiB of a
+//! file (a `ZONE`) has a worker ask the kernel for the pack ranges of everything reading that
+//! MiB takes (`Store::warm_range`), since the records replayed together (a page and its
+//! resources) were mostly captured together and lie near each other. A zone is read ahead
+//! once while it is remembered, so lookups cost at most that (`WARM_BUDGET`), and only where a
+//! reader came back.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
@@ -35,11 +35,13 @@ pub const START_AFTER: u64 = 256 << 10;
 /// in flight), rather than a reader that went back.
 const OVERTAKEN: u64 = 4 << 20;
 
-/// How many pieces the lookups remember (about 40 bytes each); past that they start over,
-/// and a piece may be warmed again.
+/// The stretch of a file that lookups are counted in and read ahead for.
+const ZONE: u64 = 1 << 20;
+/// How many zones the lookups remember (about 40 bytes each); past that they start over, and
+/// a zone may be read ahead for again.
 const LOOKED_MAX: usize = 1 << 14;
-/// How many warmings may wait for a worker; lookups that come faster than the workers warm
-/// pieces go without.
+/// How many zones may wait for a worker; lookups that come faster than the workers read
+/// ahead go without.
 const WARM_QUEUE: usize = 32;
 
 /// How far ahead of a reader `run` bytes into a sequential run the work goes. Like the
@@ -77,10 +79,10 @@ struct State {
     /// Where each reader last said it would read next: a job for a member it has passed
     /// (it rebuilt that one itself, and streaming it dropped it from the cache) is skipped.
     at: HashMap<u64, u64>,
-    /// Pieces `(recipe, piece)` a lookup touched: false once, true once warmed.
-    looked: HashMap<(u64, u32), bool>,
-    /// Pieces to warm, in order.
-    warm: VecDeque<(Arc<RecipeHead>, u32)>,
+    /// Zones `(recipe, offset / ZONE)` a lookup touched: false once, true once read ahead.
+    looked: HashMap<(u64, u64), bool>,
+    /// Zones to read ahead for, in order.
+    warm: VecDeque<(Arc<RecipeHead>, u64)>,
     closed: bool,
 }
 
@@ -134,22 +136,25 @@ impl ReadAhead {
     }
 
     /// A reader jumped to `offset` of `head` (a record lookup): the second such read in one
-    /// recipe piece queues that piece to be warmed.
+    /// zone of the file queues that zone to be read ahead for.
     pub fn looked_up(&self, head: Arc<RecipeHead>, offset: u64) {
-        let Some(piece) = head.piece_at(offset) else { return };
+        if offset >= head.size {
+            return;
+        }
+        let zone = offset / ZONE;
         let mut st = self.shared.state.locked();
         if st.looked.len() >= LOOKED_MAX {
             st.looked.clear();
         }
-        let key = (head.id, piece);
+        let key = (head.id, zone);
         match st.looked.get(&key) {
             None => {
                 st.looked.insert(key, false);
             }
-            // (A full queue leaves the piece to the next lookup there.)
+            // (A full queue leaves the zone to the next lookup there.)
             Some(false) if st.warm.len() < WARM_QUEUE => {
                 st.looked.insert(key, true);
-                st.warm.push_back((head, piece));
+                st.warm.push_back((head, zone));
                 drop(st);
                 self.shared.wake.notify_one();
             }
@@ -194,13 +199,14 @@ fn work(shared: &Shared) {
         if st.closed {
             return;
         }
-        // Warming first: it asks the disk for ranges and returns, and the lookups it is for
-        // wait on the disk, where read-ahead's readers are served from work done already.
-        if let Some((head, piece)) = st.warm.pop_front() {
+        // Lookups' read-ahead first: it asks the disk for ranges and returns, and the lookups
+        // it is for wait on the disk, where sequential readers are served from work done
+        // already.
+        if let Some((head, zone)) = st.warm.pop_front() {
             drop(st);
-            match crate::store::bug_as_error("warming a piece", || shared.store.warm_piece(&head, piece)) {
-                Ok(bytes) => log::trace!("warmed piece {piece} of recipe {}: {bytes} bytes asked for", head.id),
-                Err(e) => log::debug!("warming piece {piece} of recipe {}: {e}", head.id),
+            match crate::store::bug_as_error("reading ahead for lookups", || shared.store.warm_range(&head, zone * ZONE, (zone + 1) * ZONE)) {
+                Ok(bytes) => log::trace!("read ahead for lookups in MiB {zone} of recipe {}: {bytes} bytes asked for", head.id),
+                Err(e) => log::debug!("reading ahead for lookups in MiB {zone} of recipe {}: {e}", head.id),
             }
             st = shared.state.locked();
             continue;
@@ -293,23 +299,24 @@ mod tests {
     }
 
     #[test]
-    fn the_second_lookup_in_a_piece_warms_it_once_within_its_budget() {
+    fn the_second_lookup_in_a_zone_reads_ahead_for_it_once_within_its_budget() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(&dir.path().join("s"), true).unwrap());
         // No workers: the queue stays as the lookups leave it.
         let ahead = ReadAhead::start(store.clone(), 0).unwrap();
-        let head = Arc::new(RecipeHead { id: 7, size: 300, piece_starts: vec![0, 100, 200] });
-        let queued = || ahead.shared.state.locked().warm.iter().map(|(h, p)| (h.id, *p)).collect::<Vec<_>>();
-        ahead.looked_up(head.clone(), 150);
+        let head = Arc::new(RecipeHead { id: 7, size: 3 * ZONE, piece_starts: vec![0] });
+        let queued = || ahead.shared.state.locked().warm.iter().map(|(h, z)| (h.id, *z)).collect::<Vec<_>>();
+        ahead.looked_up(head.clone(), ZONE + 50);
         assert!(queued().is_empty());
-        ahead.looked_up(head.clone(), 120);
-        // Warmed once however often it is looked in; another piece's first lookup, and one
-        // past the file's end, warm nothing.
-        ahead.looked_up(head.clone(), 199);
+        ahead.looked_up(head.clone(), 2 * ZONE - 1);
+        // Once however often it is looked in; another zone's first lookup, and one past the
+        // file's end, queue nothing.
+        ahead.looked_up(head.clone(), ZONE);
         ahead.looked_up(head.clone(), 10);
-        ahead.looked_up(head.clone(), 300);
+        ahead.looked_up(head.clone(), 3 * ZONE);
+        ahead.looked_up(head.clone(), 3 * ZONE);
         assert_eq!(queued(), vec![(7, 1)]);
-        // A full queue leaves a piece to its next lookup.
+        // A full queue leaves a zone to its next lookup.
         let other = |id| Arc::new(RecipeHead { id, ..(*head).clone() });
         for id in 100..100 + WARM_QUEUE as u64 {
             ahead.looked_up(other(id), 0);
@@ -321,8 +328,8 @@ mod tests {
         ahead.looked_up(head.clone(), 50);
         assert_eq!(queued(), vec![(7, 0)]);
 
-        // A worker warms a stored file's piece: every chunk's blob asked for, within the
-        // budget; a smaller budget is kept to.
+        // A worker reads ahead in a stored file: every chunk the zone needs asked for, and
+        // no more than the budget; a smaller budget is kept to.
         let mut data = vec![0u8; 3 << 20];
         let mut x = 1u64;
         for b in data.iter_mut() {
@@ -337,15 +344,18 @@ mod tests {
         assert!(keys.len() > 2);
         assert_eq!(store.request_chunks_within(&keys, super::super::SEQUENTIAL_GAP, 100_000).unwrap(), 100_000);
         let ahead = ReadAhead::start(store.clone(), 1).unwrap();
-        ahead.looked_up(head.clone(), 1 << 20);
-        ahead.looked_up(head.clone(), 2 << 20);
+        ahead.looked_up(head.clone(), ZONE + 10);
+        ahead.looked_up(head.clone(), 2 * ZONE - 10);
         let t = std::time::Instant::now();
-        while store.read_counters().pieces_warmed == 0 && t.elapsed() < std::time::Duration::from_secs(30) {
+        while store.read_counters().lookup_read_aheads == 0 && t.elapsed() < std::time::Duration::from_secs(30) {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        assert_eq!(store.read_counters().pieces_warmed, 1);
-        let asked = store.warm_piece(&head, 0).unwrap();
-        assert!(asked >= data.len() as u64 && asked <= super::super::WARM_BUDGET, "{asked} bytes asked for");
+        assert_eq!(store.read_counters().lookup_read_aheads, 1);
+        // The chunks that hold the zone's MiB (random bytes: stored as they are, so the blobs
+        // add up to at least a MiB), and not the whole file's three.
+        let asked = store.warm_range(&head, ZONE, 2 * ZONE).unwrap();
+        assert!((ZONE..3 * ZONE).contains(&asked), "{asked} bytes asked for");
+        assert!(store.warm_range(&head, 0, 3 * ZONE).unwrap() <= super::super::WARM_BUDGET);
     }
 
     #[test]

@@ -91,7 +91,7 @@ pub(in crate::store) struct Counters {
     pub(in crate::store) member_hits: AtomicU64,
     pub(in crate::store) chunks_read: AtomicU64,
     pub(in crate::store) pieces_loaded: AtomicU64,
-    pub(in crate::store) pieces_warmed: AtomicU64,
+    pub(in crate::store) lookup_read_aheads: AtomicU64,
     /// In nanoseconds (a small member's deflate takes a few microseconds).
     pub(in crate::store) member_gather_ns: AtomicU64,
     pub(in crate::store) member_deflate_ns: AtomicU64,
@@ -108,9 +108,10 @@ pub struct ReadCounters {
     pub chunks_read: u64,
     /// Recipe pieces read from the index.
     pub pieces_loaded: u64,
-    /// Recipe pieces whose chunks were read ahead for lookups in them (`Store::warm_piece`).
+    /// Stretches of files (a MiB each) whose pack ranges were read ahead for the lookups
+    /// there (`Store::warm_range`).
     #[serde(default)]
-    pub pieces_warmed: u64,
+    pub lookup_read_aheads: u64,
     /// Microseconds the member rebuilds spent gathering their plain text (chunk locations,
     /// pack reads, decoding): with the next one, where a lookup in a `.warc.gz` goes.
     #[serde(default)]

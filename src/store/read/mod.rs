@@ -50,10 +50,13 @@ const LOOKUP_READ: u64 = 256 << 10;
 const LOOKUP_GAP: u64 = 4 << 10;
 const SEQUENTIAL_GAP: u64 = 1 << 20;
 
-/// The most one warming of a recipe piece (`Store::warm_piece`) asks the disk for. A piece
-/// of a crawl stored alone lies in about 1.2 MB of pack; one whose chunks another file stored
-/// first is scattered, and is warmed only as far as this.
-const WARM_BUDGET: u64 = 4 << 20;
+/// The most one read-ahead for lookups (`Store::warm_range`) asks the disk for, and how far
+/// apart two of its blobs may lie for one range to take both (below `LOOKUP_GAP`'s cost
+/// model's break-even, about 45 KiB). A MiB of a crawl's file lies in about 0.5-1 MB of
+/// pack where the crawl was stored alone; where its payloads were stored by earlier crawls
+/// its blobs are scattered, and the budget bounds what is read for them.
+const WARM_BUDGET: u64 = 2 << 20;
+const WARM_GAP: u64 = 32 << 10;
 
 /// A gzip member of the file that a sequential reader will need soon: rebuilding it ahead of
 /// the reader is the work worth a worker thread (see `Store::plan_ahead`).
@@ -154,7 +157,7 @@ impl Store {
             member_hits: get(&c.member_hits),
             chunks_read: get(&c.chunks_read),
             pieces_loaded: get(&c.pieces_loaded),
-            pieces_warmed: get(&c.pieces_warmed),
+            lookup_read_aheads: get(&c.lookup_read_aheads),
             member_gather_us: get(&c.member_gather_ns) / 1000,
             member_deflate_us: get(&c.member_deflate_ns) / 1000,
         }
@@ -315,6 +318,15 @@ impl Store {
     /// the kernel's own read-ahead keeps the FUSE threads busy; decoding them here as well
     /// only raced it for the CPU and filled the cache.
     pub fn plan_ahead(&self, head: &RecipeHead, offset: u64, end: u64) -> Result<Vec<Ahead>> {
+        let (jobs, needed) = self.needed_within(head, offset, end)?;
+        self.request_chunks(&needed, SEQUENTIAL_GAP)?;
+        Ok(jobs)
+    }
+
+    /// What reading [offset, end) of `head` takes: the gzip members there that are not
+    /// cached (as read-ahead jobs), and the chunks (sorted, once each) that reading the range
+    /// needs.
+    fn needed_within(&self, head: &RecipeHead, offset: u64, end: u64) -> Result<(Vec<Ahead>, Vec<ChunkKey>)> {
         let end = end.min(head.size);
         let mut jobs: Vec<Ahead> = Vec::new();
         let mut needed: Vec<ChunkKey> = Vec::new();
@@ -348,8 +360,19 @@ impl Store {
         }
         needed.sort_unstable();
         needed.dedup();
-        self.request_chunks(&needed, SEQUENTIAL_GAP)?;
-        Ok(jobs)
+        Ok((jobs, needed))
+    }
+
+    /// Has the kernel read the pack ranges of every chunk that reading [from, to) of `head`
+    /// needs (at most `WARM_BUDGET` bytes, blobs merged across `WARM_GAP`), for a reader
+    /// doing lookups there: records replayed together (a page and its resources) were
+    /// mostly captured together, and lie near each other in the file. Returns the bytes
+    /// asked for.
+    pub fn warm_range(&self, head: &RecipeHead, from: u64, to: u64) -> Result<u64> {
+        let (_, needed) = self.needed_within(head, from, to)?;
+        let asked = self.request_chunks_within(&needed, WARM_GAP, WARM_BUDGET)?;
+        bump(&self.cache.counters.lookup_read_aheads);
+        Ok(asked)
     }
 
     /// Rebuilds one planned member into the cache (`plan_ahead` had the kernel read its
@@ -405,17 +428,6 @@ impl Store {
             }
             self.packs.will_need(pack, &these);
         }
-        Ok(asked)
-    }
-
-    /// Has the kernel read the pack ranges of the chunks piece `piece` of `head` holds (at
-    /// most `WARM_BUDGET` bytes), in the background of a reader doing lookups there: records
-    /// replayed together were mostly captured together, and lie in one piece of the file
-    /// (a page and its resources). Returns the bytes asked for.
-    pub fn warm_piece(&self, head: &RecipeHead, piece: u32) -> Result<u64> {
-        let p = self.piece(head, piece)?;
-        let asked = self.request_chunks_within(&p.keys, SEQUENTIAL_GAP, WARM_BUDGET)?;
-        bump(&self.cache.counters.pieces_warmed);
         Ok(asked)
     }
 
