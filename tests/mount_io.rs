@@ -79,8 +79,9 @@ fn record_lookup_rebuilds_only_its_own_member() {
     let rebuilt = members_rebuilt(&fx.store) - before;
     // Five deflates of 8-256 KiB members take milliseconds: the stats must show where.
     let reads = stats(&fx.store)["reads_since_mount"].clone();
-    // A second lookup in one MiB of the file (the first record again) has the daemon ask for
-    // what reading that MiB takes, in the background: once.
+    // A second lookup in one MiB of the file (the first record again) has the daemon ask the
+    // disk, in the background, for what reading that MiB takes: once for each MiB the
+    // records lie in, at most.
     let mut buf = vec![0u8; 4096];
     File::open(m.path(name)).unwrap().read_at(&mut buf, picked[0].0).unwrap();
     let warmed = || num(&stats(&fx.store)["reads_since_mount"], "lookup_read_aheads");

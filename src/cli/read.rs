@@ -118,7 +118,7 @@ pub fn stats(store: PathBuf, json: bool, bytes: bool) -> Result<i32> {
         if let Some(r) = reads {
             let mean = |us: u64| us.checked_div(r.members_rebuilt).unwrap_or(0);
             println!(
-                "reads (mounted)  {} gzip members rebuilt (mean {} us reading their text, {} us replaying its parse), {} served from cache; {} chunks read; {} recipe pieces loaded; {} MiB read ahead for lookups",
+                "reads (mounted)  {} gzip members rebuilt (mean {} us reading their text, {} us replaying its parse), {} served from cache; {} chunks read; {} recipe pieces loaded; {} read-aheads for lookups (a MiB of file each)",
                 r.members_rebuilt,
                 mean(r.member_gather_us),
                 mean(r.member_deflate_us),

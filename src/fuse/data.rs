@@ -143,7 +143,7 @@ impl WarcFs {
         }
         // The handle's recipe saves an index lookup per read; if the file was rewritten
         // since (its old recipe is gone), the current one answers.
-        let (cached, sequential, run, jumped, direct, rebuilds_members) = {
+        let (cached, sequential, run_before, jumped, direct, rebuilds_members) = {
             let handles = inner.handles.locked();
             // (Inside the lock: a test makes this panic to show the lock outlives it.)
             crate::failpoint::panic_at("read");
@@ -177,12 +177,12 @@ impl WarcFs {
                 // gets it all. Page-aligned requests may come from the page cache (mmap is
                 // allowed on these files), where a short read would read as the end of the
                 // file: they always get everything.
-                let finishing = sequential && jumped && run < LOOKUP_RUN;
+                let finishing = sequential && jumped && run_before < LOOKUP_RUN;
                 let lookup =
                     direct && !offset.is_multiple_of(4096) && (!sequential || (finishing && inner.store.inside_member(&head, offset)));
                 let r = if lookup {
                     inner.store.read_some(&head, offset, &mut buf[..n])
-                } else if sequential && run >= crate::store::STREAMING_RUN {
+                } else if sequential && run_before >= crate::store::STREAMING_RUN {
                     inner.store.read_streaming(&head, offset, &mut buf[..n])
                 } else {
                     inner.store.read_at(&head, offset, &mut buf[..n])
@@ -224,7 +224,9 @@ impl WarcFs {
                     };
                     reply.data(&buf[..k]);
                     if let Some(a) = &self.ahead {
-                        if !sequential {
+                        // A read that jumped, by a reader that was not streaming: a lookup.
+                        // (A streaming reader's reads may be answered out of order.)
+                        if !sequential && run_before < crate::store::STREAMING_RUN {
                             a.looked_up(head.clone(), offset);
                         }
                         a.reader_at(fh.0, head, offset + k as u64, run, rebuilds_members, || inner.handles.locked().contains_key(&fh.0));

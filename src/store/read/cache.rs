@@ -108,8 +108,8 @@ pub struct ReadCounters {
     pub chunks_read: u64,
     /// Recipe pieces read from the index.
     pub pieces_loaded: u64,
-    /// Stretches of files (a MiB each) whose pack ranges were read ahead for the lookups
-    /// there (`Store::warm_range`).
+    /// Read-aheads for lookups: a MiB of a file whose pack ranges the disk was asked for
+    /// (`Store::warm_range`), counted where anything was asked.
     #[serde(default)]
     pub lookup_read_aheads: u64,
     /// Microseconds the member rebuilds spent gathering their plain text (chunk locations,
