@@ -373,7 +373,7 @@ impl WarcFs {
         // Two workers, one per core: they rebuild the gzip members sequential readers are
         // about to reach and have the kernel read their pack ranges; plain chunks are decoded
         // by the FUSE threads straight into their replies.
-        let ahead = ReadAhead::start(store.clone(), 2).map_err(|err| StoreError::Io { path: "read-ahead threads".into(), err })?;
+        let ahead = ReadAhead::start(store.clone(), crate::store::rebuild_threads()).map_err(|err| StoreError::Io { path: "read-ahead threads".into(), err })?;
         // The index's tables, read in while the mount starts: a replay tool's first lookups
         // then wait for one cold read each, not for RocksDB's blocks too. Bounded: a huge
         // index is read in only as far as INDEX_WARM_BYTES (the kernel may drop it again),

@@ -46,7 +46,7 @@ use crate::digest::DigestFn;
 use crate::index::{Index, IndexError};
 use crate::pack::{self, OpenPack, PackError, PackReader};
 
-pub use read::ahead::{ReadAhead, START_AFTER as STREAMING_RUN};
+pub use read::ahead::{rebuild_threads, ReadAhead, START_AFTER as STREAMING_RUN};
 pub use read::entries::{is_wacz_name, is_warc_name, EntryTree, WaczWarc, MAX_INFLATED, VIEW_PREFIX as WACZ_VIEW_PREFIX};
 pub use read::records::warc_holding;
 pub use read::export::ExportedFile;

@@ -401,8 +401,8 @@ impl Store {
         Ok(done)
     }
 
-    /// Writes a whole file to `out`, rebuilding gzip members on two threads that run ahead
-    /// of the writer by a bounded amount. Returns the number of bytes written.
+    /// Writes a whole file to `out`, rebuilding gzip members on threads (`rebuild_threads`)
+    /// that run ahead of the writer by a bounded amount. Returns the number of bytes written.
     pub fn copy_to(&self, head: &RecipeHead, out: &mut dyn Write) -> Result<u64> {
         /// Output a worker may have finished before the writer catches up.
         const AHEAD: u64 = 64 << 20;
@@ -533,7 +533,7 @@ impl Store {
             // A panic in it (a bug) must end the copy as an error too, not leave the
             // writer and the workers waiting for pieces that never come.
             let loader = s.spawn(|| crate::store::bug_as_error("loading a file's recipe pieces", load).map_err(fail));
-            for _ in 0..2 {
+            for _ in 0..ahead::rebuild_threads() {
                 s.spawn(work);
             }
             let mut i = 0;
