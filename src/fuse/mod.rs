@@ -370,9 +370,10 @@ impl WarcFs {
             .name("warcfs-ingest".into())
             .spawn(move || ingest_loop(worker_inner, rx))
             .map_err(|err| StoreError::Io { path: "ingest thread".into(), err })?;
-        // Two workers, one per core: they rebuild the gzip members sequential readers are
-        // about to reach and have the kernel read their pack ranges; plain chunks are decoded
-        // by the FUSE threads straight into their replies.
+        // One worker a core (`rebuild_threads`): they rebuild the gzip members sequential
+        // readers are about to reach and have the kernel read their pack ranges, and the pack
+        // ranges around repeated lookups; plain chunks are decoded by the FUSE threads
+        // straight into their replies.
         let ahead = ReadAhead::start(store.clone(), crate::store::rebuild_threads()).map_err(|err| StoreError::Io { path: "read-ahead threads".into(), err })?;
         // The index's tables, read in while the mount starts: a replay tool's first lookups
         // then wait for one cold read each, not for RocksDB's blocks too. Bounded: a huge

@@ -564,9 +564,16 @@ impl Store {
 
     /// Removes recipe `head` in `b`, releasing what `add_recipe` referenced.
     pub(super) fn drop_recipe(&self, b: &mut Batch, delta: &mut RefDelta, head: &RecipeHead) -> Result<()> {
-        delta.add(self.recipe_references(head)?.1, -1);
-        b.delete_recipe(&self.index, head.id, head.pieces());
+        let references = self.recipe_references(head)?.1;
+        self.release_recipe(b, delta, head, references);
         Ok(())
+    }
+
+    /// `drop_recipe` with what the recipe references (`recipe_references`) read already:
+    /// by a caller that reads it before taking the namespace lock.
+    pub(super) fn release_recipe(&self, b: &mut Batch, delta: &mut RefDelta, head: &RecipeHead, references: Vec<ChunkKey>) {
+        delta.add(references, -1);
+        b.delete_recipe(&self.index, head.id, head.pieces());
     }
 
     /// A path of each of the inodes `wanted` that the tree reaches (the first the walk from

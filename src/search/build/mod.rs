@@ -184,16 +184,15 @@ pub fn update(store: &Store, dir: &Path, unit: Option<Unit>, stop: &dyn Fn() -> 
     cat.scan(b"F", &mut |k, v| {
         if let Some(id) = v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) {
             let path = String::from_utf8_lossy(&k[1..k.len() - 1]).into_owned();
-            let now = stored.get(&path).map(|h| h.id);
-            match now {
-                Some(new) if new != id && v.get(8..).is_some_and(|st| Some(st) == stamps.get(&path).map(|s| &s[..])) => {
-                    reparsed.push((path.clone(), new));
-                    indexed.insert(path, new);
+            let same_bytes = v.get(8..).is_some_and(|st| stamps.get(&path).is_some_and(|s| st == &s[..]));
+            let id = match stored.get(&path).map(|h| h.id) {
+                Some(now) if now != id && same_bytes => {
+                    reparsed.push((path.clone(), now));
+                    now
                 }
-                _ => {
-                    indexed.insert(path, id);
-                }
-            }
+                _ => id,
+            };
+            indexed.insert(path, id);
         }
         Ok(true)
     })?;

@@ -226,8 +226,7 @@ impl Store {
         }
         let mut b = Batch::new();
         let mut delta = RefDelta::default();
-        delta.add(released, -1);
-        b.delete_recipe(&self.index, old.id, old.pieces());
+        self.release_recipe(&mut b, &mut delta, old, released);
         let rid = self.alloc(&mut ns, &mut b, "recipe")?;
         self.add_recipe(&mut b, &mut delta, rid, &ing.pieces, &ing.piece_keys);
         inode.recipe = Some(RecipeHead { id: rid, size: ing.size, piece_starts: ing.starts });
