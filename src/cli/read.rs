@@ -118,11 +118,12 @@ pub fn stats(store: PathBuf, json: bool, bytes: bool) -> Result<i32> {
         if let Some(r) = reads {
             let mean = |us: u64| us.checked_div(r.members_rebuilt).unwrap_or(0);
             println!(
-                "reads (mounted)  {} gzip members rebuilt (mean {} us reading their text, {} us replaying its parse), {} served from cache; {} chunks read; {} recipe pieces loaded; {} read-aheads for lookups (a MiB of file each)",
+                "reads (mounted)  {} gzip members rebuilt (mean {} us reading their text, {} us replaying its parse), {} served from cache, {} with their parse tail decoded for another; {} chunks read; {} recipe pieces loaded; {} read-aheads for lookups (a MiB of file each)",
                 r.members_rebuilt,
                 mean(r.member_gather_us),
                 mean(r.member_deflate_us),
                 r.member_hits,
+                r.tail_hits,
                 r.chunks_read,
                 r.pieces_loaded,
                 r.lookup_read_aheads

@@ -175,6 +175,10 @@ pub const MIN_PACK_SIZE: u64 = 16 << 10;
 const CHUNK_CACHE: usize = 64 << 20;
 /// Rebuilt gzip members kept for readers.
 const MEMBER_CACHE: usize = 128 << 20;
+/// Decoded parse tails kept for the next copy of their payload (`read::tails`): 8 bytes a
+/// match, the tails of one 150 MB crawl of text some 36 MiB, so a crawl's tails are still
+/// there when the next crawl of the same site is read.
+const TAIL_CACHE: usize = 64 << 20;
 
 /// What can go wrong in the store.
 ///
@@ -424,7 +428,7 @@ impl Store {
             bucket,
             index,
             packs,
-            cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE),
+            cache: ReadCache::new(CHUNK_CACHE, MEMBER_CACHE, TAIL_CACHE),
             writer: Mutex::new(Writer { open: None, pending: ingest::chunks::Pending::default(), collisions: 0, dicts }),
             journal: Mutex::new(journal::Journal { open: None, next_seq: 0, poisoned: false }),
             next_pack: next_pack.into(),

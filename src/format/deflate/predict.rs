@@ -438,6 +438,15 @@ fn read_header(b: &[u8], span: usize) -> Result<Header> {
     Ok(Header { lvl, cheap, back, fixes, used: end })
 }
 
+/// A section's start minus its origin (the header of a section in the predicted form, after
+/// its mark): the text a tail's loop reads begins there.
+pub(super) fn section_back(b: &[u8]) -> Result<usize> {
+    let mut c = Cursor { b, i: 0 };
+    c.byte()?;
+    c.byte()?;
+    Ok(c.bounded(1 << 31)? as usize)
+}
+
 /// The bytes a section in the predicted form (after its mark) takes, its columns checked as
 /// a reader reads them (ingest's proof: the section's matches are those it was made from).
 pub(super) fn section_len(b: &[u8], span: usize) -> Result<usize> {

@@ -10,7 +10,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use lru::LruCache;
 
 use crate::LockExt;
-use crate::digest::ChunkKey;
+use crate::digest::{ChunkKey, Digest};
+use crate::format::deflate::Match;
 use crate::index::ChunkEntry;
 use crate::recipe::Piece;
 
@@ -77,6 +78,8 @@ pub struct ReadCache {
     /// rebuilding the same member again.
     pub(in crate::store) building: Flights<MemberKey>,
     pub(in crate::store) pieces: Mutex<SizedLru<(u64, u32), Piece>>,
+    /// Parse tails' matches, decoded once for every member holding their text (`tails`).
+    pub(in crate::store) tails: Mutex<SizedLru<Digest, Vec<Match>>>,
     /// Where chunks live in the packs. A chunk's blob never moves while the store is open
     /// (only gc, which needs the store to itself, rewrites packs), and a blob stays readable
     /// under its key even after its last reference goes: a stale entry still reads right.
@@ -89,6 +92,7 @@ pub struct ReadCache {
 pub(in crate::store) struct Counters {
     pub(in crate::store) members_rebuilt: AtomicU64,
     pub(in crate::store) member_hits: AtomicU64,
+    pub(in crate::store) tail_hits: AtomicU64,
     pub(in crate::store) chunks_read: AtomicU64,
     pub(in crate::store) pieces_loaded: AtomicU64,
     pub(in crate::store) lookup_read_aheads: AtomicU64,
@@ -104,6 +108,9 @@ pub struct ReadCounters {
     pub members_rebuilt: u64,
     /// Reads of a member served from the rebuilt-member cache.
     pub member_hits: u64,
+    /// Rebuilds that took their parse tail's matches as decoded for another member.
+    #[serde(default)]
+    pub tail_hits: u64,
     /// Chunks read from a pack and decoded.
     pub chunks_read: u64,
     /// Recipe pieces read from the index.
@@ -127,13 +134,14 @@ pub(in crate::store) fn bump(c: &AtomicU64) {
 }
 
 impl ReadCache {
-    pub fn new(chunk_budget: usize, member_budget: usize) -> ReadCache {
+    pub fn new(chunk_budget: usize, member_budget: usize, tail_budget: usize) -> ReadCache {
         ReadCache {
             chunks: Mutex::new(SizedLru::new(chunk_budget)),
             loading: Flights::new(),
             members: Mutex::new(SizedLru::new(member_budget)),
             building: Flights::new(),
             pieces: Mutex::new(SizedLru::new(64 << 20)),
+            tails: Mutex::new(SizedLru::new(tail_budget)),
             places: Mutex::new(LruCache::new(std::num::NonZeroUsize::new(1 << 18).expect("non-zero"))),
             counters: Counters::default(),
         }
@@ -143,6 +151,7 @@ impl ReadCache {
         self.chunks.locked().clear();
         self.members.locked().clear();
         self.pieces.locked().clear();
+        self.tails.locked().clear();
         self.places.locked().clear();
     }
 }

@@ -20,6 +20,7 @@ pub mod export;
 pub mod originals;
 pub mod resolved;
 mod prefetch;
+mod tails;
 pub(in crate::store) mod raw_members;
 pub(in crate::store) mod records;
 #[cfg(test)]
@@ -127,6 +128,7 @@ impl Store {
         ReadCounters {
             members_rebuilt: get(&c.members_rebuilt),
             member_hits: get(&c.member_hits),
+            tail_hits: get(&c.tail_hits),
             chunks_read: get(&c.chunks_read),
             pieces_loaded: get(&c.pieces_loaded),
             lookup_read_aheads: get(&c.lookup_read_aheads),
@@ -228,7 +230,7 @@ impl Store {
             Some(t) => {
                 let key = piece.keys[*t as usize];
                 let entry = self.locate(std::slice::from_ref(&key))?.pop().flatten().ok_or_else(|| StoreError::MissingChunk(key.to_string()))?;
-                Some(self.chunk_bytes(&key, &entry)?)
+                Some((key, self.chunk_bytes(&key, &entry)?))
             }
             None => None,
         };
@@ -240,7 +242,8 @@ impl Store {
         let start = out.len();
         out.reserve((*comp_len).min(text.len() as u64 + (1 << 20)) as usize);
         out.extend_from_slice(header);
-        let rebuilt = deflate::decode(parse, tail.as_deref().map(|t| t.as_slice()), &text).and_then(|p| deflate::replay(&p, &text, out));
+        let tail = tail.as_ref().map(|(k, t)| (*k, t.as_slice()));
+        let rebuilt = self.decode_member_parse(piece, plain, parse, tail, &text).and_then(|p| deflate::replay(&p, &text, out));
         if let Err(e) = rebuilt {
             out.truncate(start);
             return Err(bad(e.to_string()));

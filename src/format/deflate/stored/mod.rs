@@ -551,6 +551,50 @@ fn zlib_headers(p: &Parse, plain: &[u8]) -> Vec<bool> {
         .collect()
 }
 
+/// A prefix's blocks (those whose zlib header is to be derived once the matches are read)
+/// and its cut: what comes before its matches.
+struct Head {
+    p: Parse,
+    derived: Vec<usize>,
+    cut: u64,
+}
+
+fn read_head(c: &mut Cursor, plain_len: usize) -> Result<Head> {
+    let n = get_count(c, plain_len as u64)?;
+    let mut p = Parse { blocks: Vec::with_capacity(n.min(1 << 16)), ..Parse::default() };
+    let mut derived = Vec::new();
+    let mut end = 0u64;
+    for _ in 0..n {
+        let (block, to_derive, _) = get_block(c, plain_len as u64, end)?;
+        end = block.end as u64;
+        // zlib's header for the block's symbols (kind 3), derived once the matches are read.
+        if to_derive {
+            derived.push(p.blocks.len());
+        }
+        p.blocks.push(block);
+    }
+    p.end_pad = c.byte()?;
+    let cut = c.bounded(plain_len as u64)?;
+    Ok(Head { p, derived, cut })
+}
+
+/// Where a tail in the predicted form starts and takes its text from: its cut and its
+/// origin, or None for a tail in another form. Its matches follow from its bytes and the text
+/// from its origin to the member's end alone (docs/FORMAT.md), so one decode of them serves
+/// every member that holds that text (`decode_given_tail`).
+pub fn predicted_tail(prefix: &[u8], tail: &[u8], plain_len: usize) -> Result<Option<(usize, usize)>> {
+    let Some(rest) = tail.strip_prefix(&predict::PREDICTED_MARK[..]) else { return Ok(None) };
+    let cut = read_head(&mut Cursor { b: prefix, i: 0 }, plain_len)?.cut as usize;
+    let origin = cut.checked_sub(predict::section_back(rest)?).ok_or(ParseError::Damaged("predicted origin"))?;
+    Ok(Some((cut, origin)))
+}
+
+/// `decode`, with the tail's matches as an earlier decode of the same tail over the same text
+/// gave them (positions in this member's text).
+pub fn decode_given_tail(prefix: &[u8], tail_matches: &[Match], plain: &[u8]) -> Result<Parse> {
+    decode_with(prefix, None, plain, &mut Sources::Chain(Chain::new(plain.len())), Some(tail_matches))
+}
+
 /// Decodes a stored parse of `plain`. Every count and offset is bounded by the text's
 /// length before it sizes anything.
 pub fn decode(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8]) -> Result<Parse> {
@@ -561,21 +605,7 @@ pub fn decode(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8]) -> Result<Parse>
 /// when `tail` is not given (`read_back`).
 fn decode_with(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8], sources: &mut Sources, named: Option<&[Match]>) -> Result<Parse> {
     let mut c = Cursor { b: prefix, i: 0 };
-    let n = get_count(&mut c, plain.len() as u64)?;
-    let mut p = Parse { blocks: Vec::with_capacity(n.min(1 << 16)), ..Parse::default() };
-    let mut derived = Vec::new();
-    let mut end = 0u64;
-    for _ in 0..n {
-        let (block, to_derive, _) = get_block(&mut c, plain.len() as u64, end)?;
-        end = block.end as u64;
-        // zlib's header for the block's symbols (kind 3), derived once the matches are read.
-        if to_derive {
-            derived.push(p.blocks.len());
-        }
-        p.blocks.push(block);
-    }
-    p.end_pad = c.byte()?;
-    let cut = c.bounded(plain.len() as u64)?;
+    let Head { mut p, derived, cut } = read_head(&mut c, plain.len())?;
     let used = get_matches(&prefix[c.i..], 0, cut, &p.blocks, plain, sources, &mut p.matches)?;
     if c.i + used != prefix.len() {
         return Err(ParseError::Damaged("trailing bytes"));

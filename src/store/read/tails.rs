@@ -1,0 +1,150 @@
+//! Parse tails decoded once. A tail in the predicted form is a loop over its text, most of
+//! a compact member's rebuild, and its matches follow from its bytes and the text from its
+//! origin to the member's end alone; every member holding that text (the same payload
+//! captured again, in the next crawl or a WACZ of it) gets the same matches. So a rebuild
+//! keeps them, by what they follow from: the tail's chunk and the chunk extents that text is
+//! read from, both content addresses, so a key names one text however it was stored. (A tail
+//! in the ranked form decodes four to five times as fast, and may copy from text before its
+//! payload, which differs from copy to copy: it is decoded each time.)
+
+use std::sync::Arc;
+
+use sha2::{Digest as _, Sha256};
+
+use crate::digest::{ChunkKey, Digest};
+use crate::format::deflate::{self, Match, Parse, ParseError};
+use crate::recipe::{Extent, Piece};
+use crate::store::read::cache::bump;
+use crate::store::Store;
+use crate::LockExt;
+
+/// The bytes a kept tail is counted as, besides its matches (the entry and its key).
+const ENTRY_BYTES: usize = 96;
+/// Extents of at most this many bytes are named by their bytes, not their chunk.
+const SMALL_EXTENT: usize = 64;
+
+impl Store {
+    /// The parse of a member whose text is `text` (read from `plain`'s extents), with its
+    /// stored prefix `parse` and its tail, if any, as `(chunk, bytes)`.
+    pub(super) fn decode_member_parse(&self, piece: &Piece, plain: &[Extent], parse: &[u8], tail: Option<(ChunkKey, &[u8])>, text: &[u8]) -> Result<Parse, ParseError> {
+        let Some((key, tail)) = tail else { return deflate::decode(parse, None, text) };
+        let Some((cut, origin)) = deflate::predicted_tail(parse, tail, text.len())? else {
+            return deflate::decode(parse, Some(tail), text);
+        };
+        let Some(id) = text_key(&key, piece, plain, text, origin) else { return deflate::decode(parse, Some(tail), text) };
+        let kept = self.cache.tails.locked().get(&id);
+        if let Some(rel) = kept {
+            bump(&self.cache.counters.tail_hits);
+            let at = origin as u32;
+            let ms: Vec<Match> = rel.iter().map(|m| Match { pos: m.pos + at, ..*m }).collect();
+            return deflate::decode_given_tail(parse, &ms, text);
+        }
+        let p = deflate::decode(parse, Some(tail), text)?;
+        let from = p.matches.partition_point(|m| (m.pos as usize) < cut);
+        let at = origin as u32;
+        let rel: Vec<Match> = p.matches[from..].iter().map(|m| Match { pos: m.pos - at, ..*m }).collect();
+        if !rel.is_empty() {
+            let size = rel.len() * size_of::<Match>() + ENTRY_BYTES;
+            self.cache.tails.locked().put(id, Arc::new(rel), size);
+        }
+        Ok(p)
+    }
+}
+
+/// What a predicted tail's matches follow from: its chunk, and the member's text from
+/// `origin` to its end, named by the extents it is read from (a chunk's content address and
+/// the slice taken) or, for an extent of a few bytes, by those bytes (a record's closing
+/// CRLFs come from a block of the file's own headers, which differs from file to file).
+/// None if `origin` lies past the extents (a damaged parse: the decode says so).
+fn text_key(tail: &ChunkKey, piece: &Piece, plain: &[Extent], text: &[u8], origin: usize) -> Option<Digest> {
+    let mut h = Sha256::new();
+    h.update(tail.digest);
+    h.update(tail.seq.to_le_bytes());
+    let mut at = 0usize;
+    let mut begun = false;
+    for e in plain {
+        let end = at + e.len as usize;
+        if end > origin {
+            let skip = origin.saturating_sub(at);
+            if end - at - skip <= SMALL_EXTENT {
+                h.update([0]);
+                h.update(text.get(at + skip..end)?);
+            } else {
+                let key = piece.keys.get(e.chunk as usize)?;
+                h.update([1]);
+                h.update(key.digest);
+                h.update(key.seq.to_le_bytes());
+                h.update((e.offset + skip as u32).to_le_bytes());
+                h.update((e.len - skip as u32).to_le_bytes());
+            }
+            begun = true;
+        }
+        at = end;
+    }
+    begun.then(|| h.finalize().into())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::store::tests::{gzip_member, meta, response_record};
+    use crate::store::*;
+
+    fn compact_store(dir: &std::path::Path) -> Store {
+        let config = Config { version: Parses::Compact.version(), ..Config::default() };
+        Store::open_with(dir, &OpenOptionsStore { create: true, config, follower: false }, crate::digest::sha256).unwrap()
+    }
+
+    /// 40,000 bytes of real text (its matches dense enough for the predicted form).
+    fn body(seed: usize) -> Vec<u8> {
+        use std::io::Read;
+        let t = std::fs::read(crate::test_support::real_corpus().join("webrecorder-pywb/iana.warc.gz")).unwrap();
+        let mut plain = Vec::new();
+        flate2::read::MultiGzDecoder::new(&t[..]).read_to_end(&mut plain).unwrap();
+        plain[seed * 50_000..seed * 50_000 + 40_000].to_vec()
+    }
+
+    fn crawl(pages: &[Vec<u8>], first_id: u32) -> Vec<u8> {
+        let member = |(i, p): (usize, &Vec<u8>)| gzip_member(&response_record(&format!("http://example.org/{i}"), first_id + i as u32, p), 9);
+        pages.iter().enumerate().flat_map(member).collect()
+    }
+
+    fn read(s: &Store, name: &str) -> Vec<u8> {
+        let head = s.inode(s.resolve(name).unwrap()).unwrap().unwrap().recipe.unwrap();
+        let mut out = Vec::new();
+        s.copy_to(&head, &mut out).unwrap();
+        out
+    }
+
+    /// A payload captured again takes its tail's matches as decoded for the first capture;
+    /// two payloads whose tails are the same bytes each get their own.
+    #[test]
+    fn a_tail_is_decoded_once_for_each_text_it_is_read_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = compact_store(dir.path());
+        let pages: Vec<Vec<u8>> = (1..4).map(body).collect();
+        // The same pages in records with other ids and dates: other headers, other prefixes.
+        let (a, b) = (crawl(&pages, 10), crawl(&pages, 20));
+        // Two texts of one structure: every byte of one text XORed with a constant, which
+        // moves every zlib hash by a constant too, so both get the same matches and the
+        // same corrections: the same tail bytes over other text. (Their matches being the
+        // same, it is the count of reuses that shows the text is part of what names them.)
+        let x = |c: u8| body(1).iter().map(|b| b ^ c).collect::<Vec<u8>>();
+        let c = crawl(&[x(0x80), x(0x81)], 30);
+        for (name, data) in [("a.warc.gz", &a), ("b.warc.gz", &b), ("c.warc.gz", &c)] {
+            s.put_file(ROOT_INO, name.as_bytes(), data, meta()).unwrap();
+        }
+        let u = s.byte_use().unwrap();
+        assert_eq!(u.counts.parse_tails, 3 + 1, "a's and b's tails shared, and one tail for c's two texts");
+        drop(s);
+
+        let s = Store::open(dir.path(), false).unwrap();
+        assert!(read(&s, "/a.warc.gz") == a);
+        assert_eq!(s.read_counters().tail_hits, 0);
+        assert!(read(&s, "/b.warc.gz") == b);
+        assert_eq!(s.read_counters().tail_hits, 3, "b's members take a's tails");
+        assert!(read(&s, "/c.warc.gz") == c);
+        assert_eq!(s.read_counters().tail_hits, 3, "each text decoded for itself");
+        assert!(read(&s, "/c.warc.gz") == c);
+        assert_eq!(s.read_counters().tail_hits, 3 + 2);
+    }
+}
