@@ -391,14 +391,19 @@ struct Header {
     used: usize,
 }
 
-fn read_header(b: &[u8], span: usize) -> Result<Header> {
-    let mut c = Cursor { b, i: 0 };
+/// A section's level, search length and `back`: the first fields of its header.
+fn read_start(c: &mut Cursor) -> Result<(Level, usize, usize)> {
     let lvl = Level::zlib(c.byte()?).ok_or(ParseError::Damaged("predicted level"))?;
     let cheap = c.byte()? as usize;
     if cheap == 0 || cheap > MAX_CHEAP {
         return Err(ParseError::Damaged("predicted search length"));
     }
-    let back = c.bounded(1 << 31)? as usize;
+    Ok((lvl, cheap, c.bounded(1 << 31)? as usize))
+}
+
+fn read_header(b: &[u8], span: usize) -> Result<Header> {
+    let mut c = Cursor { b, i: 0 };
+    let (lvl, cheap, back) = read_start(&mut c)?;
     // One fix per step at most, and a section has at most one step per position.
     let n = c.bounded(span as u64 + 1)? as usize;
     let (sl, cl, dl) = (c.bounded(b.len() as u64)? as usize, c.bounded(b.len() as u64)? as usize, c.bounded(b.len() as u64)? as usize);
@@ -441,10 +446,7 @@ fn read_header(b: &[u8], span: usize) -> Result<Header> {
 /// A section's start minus its origin (the header of a section in the predicted form, after
 /// its mark): the text a tail's loop reads begins there.
 pub(super) fn section_back(b: &[u8]) -> Result<usize> {
-    let mut c = Cursor { b, i: 0 };
-    c.byte()?;
-    c.byte()?;
-    Ok(c.bounded(1 << 31)? as usize)
+    Ok(read_start(&mut Cursor { b, i: 0 })?.2)
 }
 
 /// The bytes a section in the predicted form (after its mark) takes, its columns checked as

@@ -1,11 +1,13 @@
 //! Parse tails decoded once. A tail in the predicted form is a loop over its text, most of
-//! a compact member's rebuild, and its matches follow from its bytes and the text from its
-//! origin to the member's end alone; every member holding that text (the same payload
-//! captured again, in the next crawl or a WACZ of it) gets the same matches. So a rebuild
-//! keeps them, by what they follow from: the tail's chunk and the chunk extents that text is
-//! read from, both content addresses, so a key names one text however it was stored. (A tail
-//! in the ranked form decodes four to five times as fast, and may copy from text before its
-//! payload, which differs from copy to copy: it is decoded each time.)
+//! a compact member's rebuild, and the matches it gives follow from its bytes and the text
+//! from its origin (its payload's start) to the member's end alone: a correction may name a
+//! source before the origin, in the headers, but by its distance, which no other byte
+//! changes. Every member holding that text (the same payload captured again, in the next
+//! crawl or a WACZ of it) gets the same matches, so a rebuild keeps them, by what they follow
+//! from: the tail's chunk and the chunk extents that text is read from, both content
+//! addresses. (The same text read from other extents is only a miss. A tail in the ranked
+//! form decodes four to five times as fast, and a rank may count text before the payload: it
+//! is decoded each time.)
 
 use std::sync::Arc;
 
@@ -14,7 +16,6 @@ use sha2::{Digest as _, Sha256};
 use crate::digest::{ChunkKey, Digest};
 use crate::format::deflate::{self, Match, Parse, ParseError};
 use crate::recipe::{Extent, Piece};
-use crate::store::read::cache::bump;
 use crate::store::Store;
 use crate::LockExt;
 
@@ -25,37 +26,48 @@ const SMALL_EXTENT: usize = 64;
 
 impl Store {
     /// The parse of a member whose text is `text` (read from `plain`'s extents), with its
-    /// stored prefix `parse` and its tail, if any, as `(chunk, bytes)`.
-    pub(super) fn decode_member_parse(&self, piece: &Piece, plain: &[Extent], parse: &[u8], tail: Option<(ChunkKey, &[u8])>, text: &[u8]) -> Result<Parse, ParseError> {
-        let Some((key, tail)) = tail else { return deflate::decode(parse, None, text) };
-        let Some((cut, origin)) = deflate::predicted_tail(parse, tail, text.len())? else {
-            return deflate::decode(parse, Some(tail), text);
+    /// stored prefix `parse` and its tail, if any, as `(chunk, bytes)`; and the key of the
+    /// kept matches it took, if it took any (`reuse`), for `forget_tail` should the member
+    /// not rebuild from them.
+    pub(super) fn decode_member_parse(&self, piece: &Piece, plain: &[Extent], parse: &[u8], tail: Option<(ChunkKey, &[u8])>, text: &[u8], reuse: bool) -> (Result<Parse, ParseError>, Option<Digest>) {
+        let Some((key, tail)) = tail else { return (deflate::decode(parse, None, text), None) };
+        let (cut, origin) = match deflate::predicted_tail(parse, tail, text.len()) {
+            Ok(Some(at)) => at,
+            Ok(None) => return (deflate::decode(parse, Some(tail), text), None),
+            Err(e) => return (Err(e), None),
         };
-        let Some(id) = text_key(&key, piece, plain, text, origin) else { return deflate::decode(parse, Some(tail), text) };
-        let kept = self.cache.tails.locked().get(&id);
-        if let Some(rel) = kept {
-            bump(&self.cache.counters.tail_hits);
-            let at = origin as u32;
-            let ms: Vec<Match> = rel.iter().map(|m| Match { pos: m.pos + at, ..*m }).collect();
-            return deflate::decode_given_tail(parse, &ms, text);
-        }
-        let p = deflate::decode(parse, Some(tail), text)?;
-        let from = p.matches.partition_point(|m| (m.pos as usize) < cut);
+        let Some(id) = text_key(&key, piece, plain, text, origin) else { return (deflate::decode(parse, Some(tail), text), None) };
         let at = origin as u32;
+        let kept = if reuse { self.cache.tails.locked().get(&id) } else { None };
+        if let Some(rel) = kept {
+            let ms: Vec<Match> = rel.iter().map(|m| Match { pos: m.pos + at, ..*m }).collect();
+            return (deflate::decode_given_tail(parse, &ms, text), Some(id));
+        }
+        let p = match deflate::decode(parse, Some(tail), text) {
+            Ok(p) => p,
+            Err(e) => return (Err(e), None),
+        };
+        let from = p.matches.partition_point(|m| (m.pos as usize) < cut);
         let rel: Vec<Match> = p.matches[from..].iter().map(|m| Match { pos: m.pos - at, ..*m }).collect();
         if !rel.is_empty() {
             let size = rel.len() * size_of::<Match>() + ENTRY_BYTES;
             self.cache.tails.locked().put(id, Arc::new(rel), size);
         }
-        Ok(p)
+        (Ok(p), None)
+    }
+
+    /// Drops kept matches a member did not rebuild from.
+    pub(super) fn forget_tail(&self, id: &Digest) {
+        self.cache.tails.locked().remove(id);
     }
 }
 
 /// What a predicted tail's matches follow from: its chunk, and the member's text from
-/// `origin` to its end, named by the extents it is read from (a chunk's content address and
-/// the slice taken) or, for an extent of a few bytes, by those bytes (a record's closing
-/// CRLFs come from a block of the file's own headers, which differs from file to file).
-/// None if `origin` lies past the extents (a damaged parse: the decode says so).
+/// `origin` to its end, named extent by extent: by the chunk's content address and the slice
+/// taken or, for an extent of a few bytes, by those bytes (a record's closing CRLFs come from
+/// a block of the file's own headers, which differs from file to file). Each extent goes in
+/// with its kind and length first, so no two lists of extents read alike. None if `origin`
+/// lies past the extents (a damaged parse: the decode says so).
 fn text_key(tail: &ChunkKey, piece: &Piece, plain: &[Extent], text: &[u8], origin: usize) -> Option<Digest> {
     let mut h = Sha256::new();
     h.update(tail.digest);
@@ -66,16 +78,18 @@ fn text_key(tail: &ChunkKey, piece: &Piece, plain: &[Extent], text: &[u8], origi
         let end = at + e.len as usize;
         if end > origin {
             let skip = origin.saturating_sub(at);
-            if end - at - skip <= SMALL_EXTENT {
+            let len = (end - at - skip) as u32;
+            if len as usize <= SMALL_EXTENT {
                 h.update([0]);
+                h.update(len.to_le_bytes());
                 h.update(text.get(at + skip..end)?);
             } else {
                 let key = piece.keys.get(e.chunk as usize)?;
                 h.update([1]);
+                h.update(len.to_le_bytes());
                 h.update(key.digest);
                 h.update(key.seq.to_le_bytes());
                 h.update((e.offset + skip as u32).to_le_bytes());
-                h.update((e.len - skip as u32).to_le_bytes());
             }
             begun = true;
         }
@@ -86,8 +100,12 @@ fn text_key(tail: &ChunkKey, piece: &Piece, plain: &[Extent], text: &[u8], origi
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use crate::digest::Digest;
     use crate::store::tests::{gzip_member, meta, response_record};
     use crate::store::*;
+    use crate::LockExt;
 
     fn compact_store(dir: &std::path::Path) -> Store {
         let config = Config { version: Parses::Compact.version(), ..Config::default() };
@@ -103,8 +121,8 @@ mod tests {
         plain[seed * 50_000..seed * 50_000 + 40_000].to_vec()
     }
 
-    fn crawl(pages: &[Vec<u8>], first_id: u32) -> Vec<u8> {
-        let member = |(i, p): (usize, &Vec<u8>)| gzip_member(&response_record(&format!("http://example.org/{i}"), first_id + i as u32, p), 9);
+    fn crawl(pages: &[Vec<u8>], first_id: u32, site: &str) -> Vec<u8> {
+        let member = |(i, p): (usize, &Vec<u8>)| gzip_member(&response_record(&format!("http://{site}/{i}"), first_id + i as u32, p), 9);
         pages.iter().enumerate().flat_map(member).collect()
     }
 
@@ -121,15 +139,20 @@ mod tests {
     fn a_tail_is_decoded_once_for_each_text_it_is_read_over() {
         let dir = tempfile::tempdir().unwrap();
         let s = compact_store(dir.path());
-        let pages: Vec<Vec<u8>> = (1..4).map(body).collect();
-        // The same pages in records with other ids and dates: other headers, other prefixes.
-        let (a, b) = (crawl(&pages, 10), crawl(&pages, 20));
+        // Text that shares no string with the records' headers (every byte XORed with 0xa0:
+        // the same matches within it, none into the headers) and stays under 32 KiB a
+        // member (zlib's window never slides): headers of another length then leave zlib's
+        // parse of the payload as it was, and so its tail.
+        let pages: Vec<Vec<u8>> = (1..4).map(|i| body(i)[..24_000].iter().map(|b| b ^ 0xa0).collect()).collect();
+        // The same pages in records with other ids, dates and URLs: other headers (of
+        // another length: the payload starts elsewhere in b's members), other prefixes.
+        let (a, b) = (crawl(&pages, 10, "example.org"), crawl(&pages, 20, "example.org/~~~~~~~~~~~~"));
         // Two texts of one structure: every byte of one text XORed with a constant, which
         // moves every zlib hash by a constant too, so both get the same matches and the
         // same corrections: the same tail bytes over other text. (Their matches being the
         // same, it is the count of reuses that shows the text is part of what names them.)
         let x = |c: u8| body(1).iter().map(|b| b ^ c).collect::<Vec<u8>>();
-        let c = crawl(&[x(0x80), x(0x81)], 30);
+        let c = crawl(&[x(0x80), x(0x81)], 30, "example.org");
         for (name, data) in [("a.warc.gz", &a), ("b.warc.gz", &b), ("c.warc.gz", &c)] {
             s.put_file(ROOT_INO, name.as_bytes(), data, meta()).unwrap();
         }
@@ -144,7 +167,24 @@ mod tests {
         assert_eq!(s.read_counters().tail_hits, 3, "b's members take a's tails");
         assert!(read(&s, "/c.warc.gz") == c);
         assert_eq!(s.read_counters().tail_hits, 3, "each text decoded for itself");
+        // (`copy_to` keeps no rebuilt member: the second read rebuilds both again.)
         assert!(read(&s, "/c.warc.gz") == c);
         assert_eq!(s.read_counters().tail_hits, 3 + 2);
+
+        // Kept matches a member does not rebuild from (here every kept tail loses its last
+        // match) are dropped, and the tails decoded again: the file reads back all the same.
+        {
+            let mut kept = s.cache.tails.locked();
+            let ids: Vec<Digest> = kept.map.iter().map(|(k, _)| *k).collect();
+            for id in ids {
+                let mut ms = kept.get(&id).unwrap().as_ref().clone();
+                ms.pop();
+                kept.put(id, Arc::new(ms), 0);
+            }
+        }
+        assert!(read(&s, "/b.warc.gz") == b);
+        assert_eq!(s.read_counters().tail_hits, 3 + 2, "no rebuild took the damaged matches");
+        assert!(read(&s, "/a.warc.gz") == a);
+        assert_eq!(s.read_counters().tail_hits, 3 + 2 + 3, "the tails decoded again are kept");
     }
 }
