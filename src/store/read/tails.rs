@@ -6,8 +6,8 @@
 //! crawl or a WACZ of it) gets the same matches, so a rebuild keeps them, by what they follow
 //! from: the tail's chunk and the chunk extents that text is read from, both content
 //! addresses. (The same text read from other extents is only a miss. A tail in the ranked
-//! form decodes four to five times as fast, and a rank may count text before the payload: it
-//! is decoded each time.)
+//! form decodes four to five times as fast, and a match of implied length copying from
+//! before the payload takes its length from the headers there: it is decoded each time.)
 
 use std::sync::Arc;
 
