@@ -130,7 +130,7 @@ fn run_with(sec: Section, lvl: Level, cheap: usize, fixes: &mut Fixes, tables: &
     let Section { text, origin, from, to, stored } = sec;
     let n = text.len();
     let mut ch = Chains::new(text, origin, tables)?;
-    ch.insert_run(origin, from.min(n.saturating_sub(2)));
+    ch.fill_to(from);
     let mut out = Vec::new();
     let mut made = Vec::new();
     let (mut s, mut step) = (from, 0u32);
@@ -140,7 +140,7 @@ fn run_with(sec: Section, lvl: Level, cheap: usize, fixes: &mut Fixes, tables: &
     let mut sfrom = stored.partition_point(|r| (r.1 as usize) <= from);
     while s < to {
         let lookahead = n - s;
-        let head = if lookahead >= 3 { ch.insert(s) } else { None };
+        let head = if lookahead >= 3 { ch.head_at(s) } else { None };
         let (plen, pstart) = (mlen, mstart);
         mlen = 2;
         if let Some(head) = head.filter(|&h| plen < lvl.lazy && s - h <= MAX_DIST) {
@@ -188,8 +188,7 @@ fn run_with(sec: Section, lvl: Level, cheap: usize, fixes: &mut Fixes, tables: &
             if stored.get(sfrom).is_none_or(|r| r.0 as usize > pos) {
                 out.push(Match { pos: pos as u32, len: plen as u16, dist: (pos - pstart) as u16 });
             }
-            // zlib inserts every position of the match but the last two of the text.
-            ch.insert_run(s + 1, (pos + plen).min(n.saturating_sub(2)));
+            // (zlib inserts every position of the match: `head_at` has them in the chains.)
             s = pos + plen;
             pending = false;
             mlen = 2;

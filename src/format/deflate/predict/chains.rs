@@ -49,9 +49,22 @@ pub(super) struct Chains<'a> {
     text: &'a [u8],
     origin: usize,
     base: u32,
+    /// Positions below this are in the chains; zlib inserts every position with two bytes
+    /// after it, in order, so they are inserted ahead of the loop, `AHEAD` at a time.
+    filled: usize,
     head: &'a mut [u32; HSIZE],
     prev: &'a mut [u32; WSIZE],
 }
+
+/// How far past the loop's position the chains are filled. A search walks back at most
+/// `MAX_DIST`, and a position filled ahead takes the `prev` slot of the one `WSIZE` before
+/// it: filling less than `WSIZE - MAX_DIST` ahead overwrites no slot a walk can read. Filled
+/// in runs, the inserts keep no search waiting on their loads: crawl-1's parses decode at 128
+/// MB/s of text against 122 inserting each step's position as the loop reaches it
+/// (`examples/predict_bench`, medians of six alternating runs). Taking a search's links
+/// first and testing their text after was slower (114).
+const AHEAD: usize = 256;
+const _: () = assert!(AHEAD < WSIZE - MAX_DIST);
 
 impl<'a> Chains<'a> {
     pub(super) fn new(text: &'a [u8], origin: usize, t: &'a mut Tables) -> Result<Chains<'a>> {
@@ -69,12 +82,7 @@ impl<'a> Chains<'a> {
         t.next = base + span + 1;
         let head = (&mut t.head[..]).try_into().expect("HSIZE slots");
         let prev = (&mut t.prev[..]).try_into().expect("WSIZE slots");
-        Ok(Chains { text, origin, base, head, prev })
-    }
-
-    #[inline(always)]
-    fn hash(&self, pos: usize) -> usize {
-        zlib_hash(&self.text[pos..pos + 3])
+        Ok(Chains { text, origin, base, filled: origin, head, prev })
     }
 
     #[inline(always)]
@@ -101,22 +109,25 @@ impl<'a> Chains<'a> {
         self.number(pos).saturating_sub(MAX_DIST as u32 - 1).max(self.base + 1)
     }
 
-    /// Inserts `pos` (which has two bytes after it) and returns the chain's previous head.
+    /// The chain's head as zlib finds it at `pos` (which has two bytes after it): the
+    /// nearest earlier position of the same hash, if any.
     #[inline(always)]
-    pub(super) fn insert(&mut self, pos: usize) -> Option<usize> {
-        let h = self.hash(pos);
-        let v = self.number(pos);
-        let m = std::mem::replace(&mut self.head[h], v);
-        self.prev[v as usize & PMASK] = m;
-        self.position(m)
+    pub(super) fn head_at(&mut self, pos: usize) -> Option<usize> {
+        if pos >= self.filled {
+            self.fill_to(pos + 1 + AHEAD);
+        }
+        self.position(self.prev[self.number(pos) as usize & PMASK])
     }
 
-    /// Inserts every position in [from, to) (each with two bytes after it).
+    /// Has every position below `to` (and below the text's last two) in the chains.
     #[inline]
-    pub(super) fn insert_run(&mut self, from: usize, to: usize) {
+    pub(super) fn fill_to(&mut self, to: usize) {
+        let to = to.min(self.text.len().saturating_sub(2));
+        let from = self.filled;
         if from >= to {
             return;
         }
+        self.filled = to;
         let t = &self.text[from..to + 2];
         for (v, w) in (self.number(from)..).zip(t.windows(3)) {
             let h = zlib_hash(w);
@@ -169,7 +180,7 @@ impl<'a> Chains<'a> {
         (best, start)
     }
 
-    /// The positions down the chain from `head` (the one `insert(pos)` returned) whose text
+    /// The positions down the chain from `head` (as `head_at(pos)` gives it) whose text
     /// reaches `len` bytes (at most what the text holds after `pos`), within `RANK_LIMIT`
     /// links and the window.
     fn reaching(&self, pos: usize, head: usize, len: usize) -> impl Iterator<Item = usize> + '_ {
