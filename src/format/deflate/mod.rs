@@ -34,7 +34,7 @@ mod trees;
 use bits::{encoder, BitReader, BitWriter, ClDecoder, Codes, Decoder};
 
 pub use inflate::{inflate, record};
-pub use stored::{decode, decode_given_tail, encode, encode_prefix_read_back, encode_read_back, encode_read_back_at, header_bytes, is_optimal, predicted_tail, tail_identity, Cut, Stored};
+pub use stored::{decode, encode, encode_prefix_read_back, encode_read_back, encode_read_back_at, header_bytes, is_optimal, read_prefix, tail_identity, Cut, Prefix, Stored};
 
 /// What went wrong recording or replaying a parse. None of these is a panic: the input is
 /// untrusted (a member of any file, or a stored parse that may be damaged).

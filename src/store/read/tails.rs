@@ -30,23 +30,27 @@ impl Store {
     /// kept matches it took, if it took any (`reuse`), for `forget_tail` should the member
     /// not rebuild from them.
     pub(super) fn decode_member_parse(&self, piece: &Piece, plain: &[Extent], parse: &[u8], tail: Option<(ChunkKey, &[u8])>, text: &[u8], reuse: bool) -> (Result<Parse, ParseError>, Option<Digest>) {
-        let Some((key, tail)) = tail else { return (deflate::decode(parse, None, text), None) };
-        let (cut, origin) = match deflate::predicted_tail(parse, tail, text.len()) {
-            Ok(Some(at)) => at,
-            Ok(None) => return (deflate::decode(parse, Some(tail), text), None),
+        let prefix = match deflate::read_prefix(parse, text.len()) {
+            Ok(prefix) => prefix,
             Err(e) => return (Err(e), None),
         };
-        let Some(id) = text_key(&key, piece, plain, text, origin) else { return (deflate::decode(parse, Some(tail), text), None) };
-        let at = origin as u32;
+        let Some((key, tail)) = tail else { return (prefix.decode(None, text), None) };
+        let origin = match prefix.predicted_origin(tail) {
+            Ok(Some(origin)) => origin,
+            Ok(None) => return (prefix.decode(Some(tail), text), None),
+            Err(e) => return (Err(e), None),
+        };
+        let Some(id) = text_key(&key, piece, plain, text, origin) else { return (prefix.decode(Some(tail), text), None) };
         let kept = if reuse { self.cache.tails.locked().get(&id) } else { None };
         if let Some(rel) = kept {
-            let ms: Vec<Match> = rel.iter().map(|m| Match { pos: m.pos + at, ..*m }).collect();
-            return (deflate::decode_given_tail(parse, &ms, text), Some(id));
+            return (prefix.decode_given_tail(&rel, origin, text), Some(id));
         }
-        let p = match deflate::decode(parse, Some(tail), text) {
+        let cut = prefix.cut();
+        let p = match prefix.decode(Some(tail), text) {
             Ok(p) => p,
             Err(e) => return (Err(e), None),
         };
+        let at = origin as u32;
         let from = p.matches.partition_point(|m| (m.pos as usize) < cut);
         let rel: Vec<Match> = p.matches[from..].iter().map(|m| Match { pos: m.pos - at, ..*m }).collect();
         if !rel.is_empty() {

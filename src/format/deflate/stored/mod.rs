@@ -377,7 +377,7 @@ pub fn encode_prefix_read_back(p: &Parse, plain: &[u8], cut: Cut) -> Result<Opti
     let mut proof = Vec::with_capacity(k);
     let stored = encode_with(p, plain, Some(cut), false, Some(&mut proof), true)?;
     let back = read_back(&stored, plain, &proof, &p.matches, Some(&p.matches[k..]))?;
-    debug_assert_eq!(decode_with(&stored.prefix, None, plain, &mut Sources::Chain(Chain::new(plain.len())), Some(&p.matches[k..])).as_ref(), Ok(&back));
+    debug_assert_eq!(read_prefix(&stored.prefix, plain.len()).and_then(|h| decode_with(h, None, plain, &mut Sources::Chain(Chain::new(plain.len())), Some((&p.matches[k..], 0)))).as_ref(), Ok(&back));
     Ok(Some((stored, back)))
 }
 
@@ -467,7 +467,7 @@ pub fn tail_identity(p: &Parse, plain: &[u8], cut: Cut) -> Option<Vec<u8>> {
 /// no tail of its own and these are its matches.
 fn read_back(stored: &Stored, plain: &[u8], written: &[Resolved], recorded: &[Match], named: Option<&[Match]>) -> Result<Parse> {
     let mut sources = Sources::Written(written.iter(), recorded);
-    let back = decode_with(&stored.prefix, stored.tail.as_deref(), plain, &mut sources, named)?;
+    let back = decode_with(read_prefix(&stored.prefix, plain.len())?, stored.tail.as_deref(), plain, &mut sources, named.map(|ms| (ms, 0)))?;
     match sources {
         Sources::Written(rest, _) if rest.len() == 0 => Ok(back),
         _ => Err(ParseError::Damaged("reads back other than written")),
@@ -551,21 +551,27 @@ fn zlib_headers(p: &Parse, plain: &[u8]) -> Vec<bool> {
         .collect()
 }
 
-/// A prefix's blocks (those whose zlib header is to be derived once the matches are read)
-/// and its cut: what comes before its matches.
-struct Head {
+/// A stored parse's prefix read up to its matches: its blocks (with those whose zlib header
+/// is derived once the matches are read) and its cut. Read once by a rebuild that asks where
+/// a predicted tail starts before it decodes.
+pub struct Prefix<'a> {
+    bytes: &'a [u8],
     p: Parse,
     derived: Vec<usize>,
     cut: u64,
+    /// Where the prefix's matches begin in `bytes`.
+    at: usize,
 }
 
-fn read_head(c: &mut Cursor, plain_len: usize) -> Result<Head> {
-    let n = get_count(c, plain_len as u64)?;
+/// Reads `prefix`'s blocks and cut, bounded by the text's length.
+pub fn read_prefix(prefix: &[u8], plain_len: usize) -> Result<Prefix<'_>> {
+    let mut c = Cursor { b: prefix, i: 0 };
+    let n = get_count(&mut c, plain_len as u64)?;
     let mut p = Parse { blocks: Vec::with_capacity(n.min(1 << 16)), ..Parse::default() };
     let mut derived = Vec::new();
     let mut end = 0u64;
     for _ in 0..n {
-        let (block, to_derive, _) = get_block(c, plain_len as u64, end)?;
+        let (block, to_derive, _) = get_block(&mut c, plain_len as u64, end)?;
         end = block.end as u64;
         // zlib's header for the block's symbols (kind 3), derived once the matches are read.
         if to_derive {
@@ -575,46 +581,61 @@ fn read_head(c: &mut Cursor, plain_len: usize) -> Result<Head> {
     }
     p.end_pad = c.byte()?;
     let cut = c.bounded(plain_len as u64)?;
-    Ok(Head { p, derived, cut })
+    Ok(Prefix { bytes: prefix, p, derived, cut, at: c.i })
 }
 
-/// Where a tail in the predicted form starts and takes its text from: its cut and its
-/// origin, or None for a tail in another form. Its matches follow from its bytes and the text
-/// from its origin to the member's end alone (docs/FORMAT.md), so one decode of them serves
-/// every member that holds that text (`decode_given_tail`).
-pub fn predicted_tail(prefix: &[u8], tail: &[u8], plain_len: usize) -> Result<Option<(usize, usize)>> {
-    let Some(rest) = tail.strip_prefix(&predict::PREDICTED_MARK[..]) else { return Ok(None) };
-    let cut = read_head(&mut Cursor { b: prefix, i: 0 }, plain_len)?.cut as usize;
-    let origin = cut.checked_sub(predict::section_back(rest)?).ok_or(ParseError::Damaged("predicted origin"))?;
-    Ok(Some((cut, origin)))
-}
+impl Prefix<'_> {
+    /// Where `tail`, if it is in the predicted form, takes its text from: its origin, the cut
+    /// less its section's `back`; None for a tail in another form. Its matches follow from
+    /// its bytes and the text from its origin to the member's end alone (docs/FORMAT.md), so
+    /// one decode of them serves every member that holds that text (`decode_given_tail`).
+    pub fn predicted_origin(&self, tail: &[u8]) -> Result<Option<usize>> {
+        let Some(rest) = tail.strip_prefix(&predict::PREDICTED_MARK[..]) else { return Ok(None) };
+        let back = predict::section_back(rest)?;
+        (self.cut as usize).checked_sub(back).map(Some).ok_or(ParseError::Damaged("predicted origin"))
+    }
 
-/// `decode`, with the tail's matches as an earlier decode of the same tail over the same text
-/// gave them (positions in this member's text).
-pub fn decode_given_tail(prefix: &[u8], tail_matches: &[Match], plain: &[u8]) -> Result<Parse> {
-    decode_with(prefix, None, plain, &mut Sources::Chain(Chain::new(plain.len())), Some(tail_matches))
+    /// The position in the text where the prefix ends and the tail begins.
+    pub fn cut(&self) -> usize {
+        self.cut as usize
+    }
+
+    /// The parse, with its tail as stored.
+    pub fn decode(self, tail: Option<&[u8]>, plain: &[u8]) -> Result<Parse> {
+        decode_with(self, tail, plain, &mut Sources::Chain(Chain::new(plain.len())), None)
+    }
+
+    /// The parse, with the tail's matches as an earlier decode of the same tail over the
+    /// same text gave them, their positions counted from `origin`.
+    pub fn decode_given_tail(self, kept: &[Match], origin: usize, plain: &[u8]) -> Result<Parse> {
+        let origin = u32::try_from(origin).map_err(|_| ParseError::Damaged("predicted origin"))?;
+        decode_with(self, None, plain, &mut Sources::Chain(Chain::new(plain.len())), Some((kept, origin)))
+    }
 }
 
 /// Decodes a stored parse of `plain`. Every count and offset is bounded by the text's
 /// length before it sizes anything.
 pub fn decode(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8]) -> Result<Parse> {
-    decode_with(prefix, tail, plain, &mut Sources::Chain(Chain::new(plain.len())), None)
+    read_prefix(prefix, plain.len())?.decode(tail, plain)
 }
 
 /// `decode`, with each match's source taken from `sources`; `named`: the tail's matches,
-/// when `tail` is not given (`read_back`).
-fn decode_with(prefix: &[u8], tail: Option<&[u8]>, plain: &[u8], sources: &mut Sources, named: Option<&[Match]>) -> Result<Parse> {
-    let mut c = Cursor { b: prefix, i: 0 };
-    let Head { mut p, derived, cut } = read_head(&mut c, plain.len())?;
-    let used = get_matches(&prefix[c.i..], 0, cut, &p.blocks, plain, sources, &mut p.matches)?;
-    if c.i + used != prefix.len() {
+/// their positions counted from the offset given, when `tail` is not given (`read_back`, a
+/// kept tail).
+fn decode_with(prefix: Prefix, tail: Option<&[u8]>, plain: &[u8], sources: &mut Sources, named: Option<(&[Match], u32)>) -> Result<Parse> {
+    let Prefix { bytes, mut p, derived, cut, at } = prefix;
+    let used = get_matches(&bytes[at..], 0, cut, &p.blocks, plain, sources, &mut p.matches)?;
+    if at + used != bytes.len() {
         return Err(ParseError::Damaged("trailing bytes"));
     }
     if p.matches.last().is_some_and(|m| m.pos as u64 + m.len as u64 > cut) {
         return Err(ParseError::Damaged("prefix match past the cut"));
     }
     match (tail, named) {
-        (None, Some(ms)) if cut < plain.len() as u64 && ms.first().is_some_and(|m| m.pos as u64 >= cut) => p.matches.extend_from_slice(ms),
+        (None, Some((ms, by))) if cut < plain.len() as u64 && ms.first().is_some_and(|m| m.pos as u64 + by as u64 >= cut) => {
+            // (Positions past the text fail the blocks' checks below and the replay's.)
+            p.matches.extend(ms.iter().map(|m| Match { pos: m.pos.saturating_add(by), ..*m }));
+        }
         (_, Some(_)) => return Err(ParseError::Damaged("reads back other than written")),
         (Some(t), None) if get_matches(t, cut, plain.len() as u64, &[], plain, sources, &mut p.matches)? != t.len() => return Err(ParseError::Damaged("trailing bytes")),
         (Some(_), None) => {}
